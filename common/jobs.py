@@ -1,0 +1,77 @@
+"""Expanding a sweep into jobs with deterministic ids and seeds."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Sequence
+
+from common.errors import InputError
+from common.models import ALL_MODES, Job, Mode, Question
+from common.policy import Policy
+
+
+def parse_modes(text: str | Sequence[str]) -> list[Mode]:
+    items = text.split(",") if isinstance(text, str) else list(text)
+    modes: list[Mode] = []
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        try:
+            mode = Mode(item)
+        except ValueError:
+            names = ", ".join(m.value for m in ALL_MODES)
+            raise InputError(f"unknown mode {item!r}; choose from {names}") from None
+        if mode not in modes:
+            modes.append(mode)
+    if not modes:
+        raise InputError("no modes given; e.g. --modes quote,claim_lattice_pointer,claim_lattice")
+    return modes
+
+
+def make_job_id(question_id: str, mode: Mode | str, sample_index: int) -> str:
+    """Deterministic from (question id, mode, sample index): resubmission is idempotent."""
+    raw = f"{question_id}\x1f{Mode(mode).value}\x1f{sample_index}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:20]
+
+
+def seed_for(question_id: str, mode: Mode | str, sample_index: int) -> int:
+    raw = f"seed\x1f{question_id}\x1f{Mode(mode).value}\x1f{sample_index}"
+    return int.from_bytes(hashlib.sha256(raw.encode()).digest()[:4], "big") & 0x7FFFFFFF
+
+
+def profile_id_for_model(model: str) -> str:
+    """Model profile of SPEC §5 for a served model name."""
+    return "hermes-3-8b" if "hermes-3" in model.casefold() and "8b" in model.casefold() else "default"
+
+
+def expand_jobs(
+    run_id: str,
+    questions: Sequence[Question],
+    modes: Sequence[Mode],
+    n: int,
+    policy: Policy,
+    *,
+    model: str,
+    keep_answers: bool = False,
+    use_cache: bool = True,
+) -> Iterator[Job]:
+    """Yield question × mode × n jobs, lazily so 100k-job sweeps stay small in memory."""
+    if n < 1:
+        raise InputError(f"-n {n}: the number of samples must be at least 1")
+    profile = profile_id_for_model(model)
+    for q in questions:
+        for mode in modes:
+            for i in range(n):
+                yield Job(
+                    run_id=run_id,
+                    job_id=make_job_id(q.id, mode, i),
+                    question=q,
+                    mode=mode,
+                    sample_index=i,
+                    seed=seed_for(q.id, mode, i),
+                    policy=policy,
+                    model=model,
+                    model_profile_id=profile,
+                    keep_answers=keep_answers,
+                    use_cache=use_cache,
+                )

@@ -1,0 +1,285 @@
+"""Records that flow through the pipeline and cross process boundaries.
+
+One job record type (``JobRecord``) travels from the producer through every
+worker stage to the aggregator; each stage returns a copy with its own part
+filled in. Everything here is a frozen pydantic model serialized with
+``model_dump(mode="json")`` (never pickle), carrying a ``schema_version``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from common.policy import Policy
+from common.versions import ROW_SCHEMA_VERSION
+
+
+class Frozen(BaseModel):
+    """Immutable, JSON-serializable base for everything that crosses a process."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Mode(StrEnum):
+    QUOTE = "quote"
+    CLAIM_LATTICE_POINTER = "claim_lattice_pointer"
+    CLAIM_LATTICE = "claim_lattice"
+
+
+ALL_MODES: tuple[Mode, ...] = tuple(Mode)
+
+
+class Verdict(StrEnum):
+    STRICT = "STRICT"
+    HYBRID = "HYBRID"
+    UNGROUNDED = "UNGROUNDED"
+
+
+class Label(StrEnum):
+    """Audit label ladder, high to low, plus the two extra labels (SPEC §7)."""
+
+    EVIDENCE_WARRANTED = "EVIDENCE-WARRANTED"
+    ANCHOR_WARRANTED = "ANCHOR-WARRANTED"
+    POINTER_LINKED = "POINTER-LINKED"
+    UNGROUNDED = "UNGROUNDED"
+    BROAD_REJECTED = "BROAD-REJECTED"
+    EXPLORATORY = "EXPLORATORY"
+
+
+class ViolationKind(StrEnum):
+    NO_EVIDENCE_POINTER = "NO_EVIDENCE_POINTER"
+    FORMAT_COLLAPSED = "FORMAT_COLLAPSED"
+    SCHEMA_INVALID = "SCHEMA_INVALID"
+    CITATION_MISMATCH = "CITATION_MISMATCH"
+    TITLE_MISMATCH = "TITLE_MISMATCH"
+    TOO_MANY_CLAIMS = "TOO_MANY_CLAIMS"
+    TOO_MANY_EVIDENCE_IDS = "TOO_MANY_EVIDENCE_IDS"
+    POINTER_OVERFLOW_TRIMMED = "POINTER_OVERFLOW_TRIMMED"
+    WARRANT_MISSING = "WARRANT_MISSING"
+    LAZY_ANCHOR_DEMOTE = "LAZY_ANCHOR_DEMOTE"
+    DEFLECTION_DETECTED = "DEFLECTION_DETECTED"
+    BROAD_QUANTIFIER_RUNAWAY = "BROAD_QUANTIFIER_RUNAWAY"
+    BROAD_QUANTIFIER_CAP_APPLIED = "BROAD_QUANTIFIER_CAP_APPLIED"
+    BROAD_QUANTIFIER_SCOPE_UNBOUND = "BROAD_QUANTIFIER_SCOPE_UNBOUND"
+    BROAD_QUANTIFIER_REJECTED = "BROAD_QUANTIFIER_REJECTED"
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+class Question(Frozen):
+    """One question from a question file (or the command line)."""
+
+    id: str
+    text: str
+    answers: tuple[str, ...] | None = None
+    source: str | None = None  # "file:line" it came from, for messages
+
+
+class Evidence(Frozen):
+    """One retrieved passage, numbered E1..Ek in rank order (SPEC §2)."""
+
+    id: str  # "E1"
+    doc_id: str
+    chunk_id: str
+    title: str
+    text: str
+    score: float
+    offset_start: int
+    offset_end: int
+
+
+class Job(Frozen):
+    """One (question, mode, sample index) of a run, as the producer sends it."""
+
+    schema_version: int = 1
+    run_id: str
+    job_id: str
+    question: Question
+    mode: Mode
+    sample_index: int = 0
+    seed: int = 0
+    policy: Policy = Field(default_factory=Policy)
+    model: str = "adamo1139/Hermes-3-Llama-3.1-8B-FP8-Dynamic"
+    model_profile_id: str = "default"
+    keep_answers: bool = False
+    use_cache: bool = True
+    enqueued_at: float | None = None  # epoch seconds, for queue_wait_ms
+
+
+# --------------------------------------------------------------------------- stage outputs
+
+
+class QuantifierInfo(Frozen):
+    """Output of ``classify_question_quantifier`` (SPEC §4)."""
+
+    intensity: str = "SINGULAR"
+    matched_token: str | None = None
+    explicit_count: int | None = None
+    is_broad: bool = False
+    operational_shape: str = "one_fact"
+    scope_bound_hint: str = "unknown"
+    classifier_version: str = ""
+
+
+class Preflight(Frozen):
+    """Quantifier preflight decisions, made before retrieval (SPEC §4–§5, §7)."""
+
+    quantifier: QuantifierInfo = Field(default_factory=QuantifierInfo)
+    guard_active: bool = False  # guard enabled and mode in quantifier_guard_modes
+    claim_cap: int | None = None  # effective max claims for this intensity and profile (reported)
+    cap_enforced: bool = False  # apply_caps on and the mode guarded: excess claims not admitted
+    rejected: bool = False  # reject-broad fired: no retrieval, no model call
+    reject_message: str | None = None
+    exploratory: bool = False  # allow_broad on a broad question
+
+
+class Retrieval(Frozen):
+    evidence: tuple[Evidence, ...] = ()
+    backend: str = "embedded"
+    index_version: str | None = None
+    retrieval_ms: float = 0.0
+
+
+class Usage(Frozen):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+class Generation(Frozen):
+    """What the LLM gateway returns for one prompt."""
+
+    text: str
+    finish_reason: str | None = None
+    endpoint: str | None = None
+    attempts: int = 1
+    usage: Usage = Field(default_factory=Usage)
+    llm_ms: float = 0.0
+    ttft_ms: float | None = None
+    simulated: bool = False
+
+
+class Claim(Frozen):
+    """One claim (or quote) extracted from an answer, with its checks."""
+
+    text: str
+    evidence_ids: tuple[str, ...] = ()
+    warrant: str | None = None
+    verified: bool = False
+    anchored: bool = False
+    admitted: bool = True
+    match_layer: str | None = None  # quote mode: exact / normalized / fuzzy
+    problems: tuple[str, ...] = ()  # violation kinds attached to this claim
+
+
+class Verification(Frozen):
+    """Deterministic verification of one answer (SPEC §7)."""
+
+    n_claims: int = 0
+    n_verified: int = 0
+    ratio: float = 0.0
+    verdict: Verdict = Verdict.UNGROUNDED
+    label: Label = Label.UNGROUNDED
+    violation_kinds: tuple[ViolationKind, ...] = ()
+    format_collapsed: bool = False
+    answer_brackets: int = 0
+    answer_pointer_count: int = 0
+    answer_chars_with_brackets: int = 0
+    raw_meaningful_line_count: int = 0
+    quote_match_layers: dict[str, int] | None = None
+    claims: tuple[Claim, ...] = ()
+    tails: tuple[str, ...] = ()  # audit-line tails, e.g. "format collapsed", "broad cap 8"
+    gold_in_claims: bool | None = None
+    gold_in_evidence: bool | None = None
+
+
+class Timings(Frozen):
+    queue_wait_ms: float | None = None
+    retrieval_ms: float | None = None
+    llm_ms: float | None = None
+    verify_ms: float | None = None
+    total_ms: float | None = None
+
+
+class JobRecord(Frozen):
+    """The job plus everything each stage has added so far."""
+
+    schema_version: int = 1
+    job: Job
+    preflight: Preflight | None = None
+    retrieval: Retrieval | None = None
+    prompt: str | None = None
+    generation: Generation | None = None
+    verification: Verification | None = None
+    answerability: dict[str, Any] | None = None
+    cache_hit: bool = False
+    error: str | None = None
+    worker: str | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    timings: Timings = Field(default_factory=Timings)
+
+
+# --------------------------------------------------------------------------- the row
+
+
+class AnswerabilitySummary(Frozen):
+    answerability_fired: bool = False
+    answerability_confidence: str | None = None
+    answerability_candidate_count: int = 0
+
+
+class Row(Frozen):
+    """One telemetry row per job (SPEC §9); written once, keyed by (run_id, job_id)."""
+
+    schema_version: int = ROW_SCHEMA_VERSION
+    run_id: str
+    job_id: str
+    question: str
+    question_id: str
+    mode: Mode
+    sample_index: int
+    verdict: Verdict | None = None
+    label: Label | None = None
+    ratio: float | None = None
+    n_claims: int | None = None
+    n_verified: int | None = None
+    violation_kinds: list[str] = Field(default_factory=list)
+    format_collapsed: bool | None = None
+    answer_brackets: int | None = None
+    answer_pointer_count: int | None = None
+    answer_chars_with_brackets: int | None = None
+    raw_meaningful_line_count: int | None = None
+    quote_match_layers: dict[str, int] | None = None
+    quantifier_intensity: str | None = None
+    quantifier_matched_token: str | None = None
+    quantifier_explicit_count: int | None = None
+    scope_bound_hint: str | None = None
+    claim_cap_applied: int | None = None  # the effective cap, reported whether enforced or not
+    claim_cap_enforced: bool | None = None
+    model_profile_id: str | None = None
+    model: str | None = None
+    endpoint: str | None = None
+    simulated: bool | None = None
+    retriever: str | None = None
+    index_version: str | None = None
+    evidence_ids: list[str] = Field(default_factory=list)
+    top_doc_titles: list[str] = Field(default_factory=list)
+    top_scores: list[float] = Field(default_factory=list)
+    answerability: AnswerabilitySummary | None = None
+    gold_in_claims: bool | None = None
+    gold_in_evidence: bool | None = None
+    verifier_policy_hash: str | None = None
+    governance_policy_hash: str | None = None
+    cache_hit: bool = False
+    attempts: int = 0
+    error: str | None = None
+    timings: Timings = Field(default_factory=Timings)
+    usage: Usage = Field(default_factory=Usage)
+    worker: str | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    answer: str | None = None  # only with --keep-answers

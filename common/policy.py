@@ -1,0 +1,212 @@
+"""The typed policy of a run, its overrides and its two hashes (SPEC §6).
+
+A policy is frozen: a run's jobs all carry the same one. Overrides come as
+``key=value`` strings (``--policy``), are parsed as JSON where they look like
+JSON and validated by pydantic, so a typo fails before anything is enqueued.
+
+Which fields fold into which hash is one explicit list per hash:
+
+* ``VERIFIER_FIELDS`` change what the model is asked or how its answer is
+  verified; ``verifier_policy_hash`` covers exactly these plus the verifier and
+  prompt versions.
+* ``governance_policy_hash`` covers every field plus every rule-set version
+  (classifier, denial patterns, extraction cues, verifier, prompt). The
+  answerability sidecar's settings fold into this hash only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from common import versions
+from common.errors import PolicyError
+
+MODE_NAMES = ("quote", "claim_lattice_pointer", "claim_lattice")
+INTENSITIES = (
+    "ABSENT",
+    "SINGULAR",
+    "PROPORTIONAL",
+    "SMALL_NUM_EXPLICIT",
+    "COMPARATIVE_BOUND",
+    "FEW",
+    "MANY",
+    "ALL",
+    "COMPREHENSIVE",
+    "OPEN_REQUEST",
+)
+
+
+class Policy(BaseModel):
+    """Every knob that changes what a job asks or how it is judged."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+    # retrieval and prompt
+    top_k: int = Field(8, ge=1, le=100)
+    title_boost: float = Field(2.0, gt=0)
+    max_context_chars_by_mode: dict[str, int] = Field(
+        default_factory=lambda: {m: 6000 for m in MODE_NAMES}
+    )
+    user_payload_layout: Literal["tail", "bookend", "per_chunk"] = "tail"
+    # claims
+    claim_lattice_max_claims_per_answer: int = Field(12, ge=1)
+    min_claim_content_tokens: int = Field(3, ge=0)
+    max_evidence_ids_per_claim: int = Field(3, ge=1)
+    format_collapse_check_enabled: bool = True
+    # quantifier guard
+    quantifier_guard_enabled: bool = True
+    quantifier_guard_apply_caps: bool = False
+    quantifier_caps_by_intensity: dict[str, int] = Field(default_factory=dict)
+    quantifier_guard_modes: tuple[str, ...] = ("claim_lattice_pointer", "claim_lattice")
+    quantifier_reminder_enabled: bool = False
+    quantifier_reject_broad: bool = False
+    allow_broad: bool = False
+    # answerability sidecar (governance hash only)
+    answerability_sidecar_enabled: bool = True
+    answerability_threshold: Literal["weak", "medium", "strong"] = "medium"
+    answerability_proximity_chars: int = Field(600, ge=1)
+    # sampling
+    temperature: float = Field(0.7, ge=0.0, le=2.0)
+    max_tokens: int = Field(512, ge=1, le=32768)
+    structured_output: bool = False  # claim_lattice asks the server for a JSON schema
+
+    @field_validator("max_context_chars_by_mode")
+    @classmethod
+    def _known_modes_only(cls, value: dict[str, int]) -> dict[str, int]:
+        unknown = sorted(set(value) - set(MODE_NAMES))
+        if unknown:
+            raise ValueError(f"unknown mode(s) {unknown}; modes are {list(MODE_NAMES)}")
+        if any(v < 0 for v in value.values()):
+            raise ValueError("character caps must be >= 0")
+        return {m: value.get(m, 6000) for m in MODE_NAMES}
+
+    @field_validator("quantifier_guard_modes")
+    @classmethod
+    def _guard_modes_known(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = sorted(set(value) - set(MODE_NAMES))
+        if unknown:
+            raise ValueError(f"unknown mode(s) {unknown}; modes are {list(MODE_NAMES)}")
+        return tuple(sorted(set(value)))
+
+    @field_validator("quantifier_caps_by_intensity")
+    @classmethod
+    def _caps_known(cls, value: dict[str, int]) -> dict[str, int]:
+        unknown = sorted(set(value) - set(INTENSITIES))
+        if unknown:
+            raise ValueError(f"unknown intensity {unknown}; intensities are {list(INTENSITIES)}")
+        if any(v < 1 for v in value.values()):
+            raise ValueError("caps must be >= 1")
+        return dict(sorted(value.items()))
+
+    def context_chars(self, mode: str) -> int:
+        return self.max_context_chars_by_mode.get(mode, 6000)
+
+
+VERIFIER_FIELDS: tuple[str, ...] = (
+    "top_k",
+    "title_boost",
+    "max_context_chars_by_mode",
+    "user_payload_layout",
+    "claim_lattice_max_claims_per_answer",
+    "min_claim_content_tokens",
+    "max_evidence_ids_per_claim",
+    "format_collapse_check_enabled",
+    "quantifier_guard_enabled",
+    "quantifier_guard_apply_caps",
+    "quantifier_caps_by_intensity",
+    "quantifier_guard_modes",
+    "quantifier_reminder_enabled",
+    "quantifier_reject_broad",
+    "allow_broad",
+    "temperature",
+    "max_tokens",
+    "structured_output",
+)
+GOVERNANCE_ONLY_FIELDS: tuple[str, ...] = (
+    "answerability_sidecar_enabled",
+    "answerability_threshold",
+    "answerability_proximity_chars",
+)
+
+
+def _digest(payload: dict[str, Any]) -> str:
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def verifier_policy_hash(policy: Policy) -> str:
+    """Hash of the fields that change the prompt or the verification."""
+    data = policy.model_dump(mode="json")
+    payload = {k: data[k] for k in VERIFIER_FIELDS}
+    payload["_versions"] = {
+        "verifier": versions.VERIFIER_VERSION,
+        "prompt": versions.PROMPT_VERSION,
+    }
+    return _digest(payload)
+
+
+def governance_policy_hash(policy: Policy) -> str:
+    """Hash of every policy field and every rule-set version."""
+    payload = policy.model_dump(mode="json")
+    payload["_versions"] = {
+        "classifier": versions.CLASSIFIER_VERSION,
+        "denial_patterns": versions.DENIAL_PATTERNS_VERSION,
+        "extraction_cues": versions.EXTRACTION_CUES_VERSION,
+        "verifier": versions.VERIFIER_VERSION,
+        "prompt": versions.PROMPT_VERSION,
+    }
+    return _digest(payload)
+
+
+def _parse_value(raw: str) -> Any:
+    """JSON where it parses (numbers, booleans, lists, objects), else the bare string."""
+    text = raw.strip()
+    lowered = text.lower()
+    if lowered in ("true", "yes", "on"):
+        return True
+    if lowered in ("false", "no", "off"):
+        return False
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        if "," in text and not text.startswith(("{", "[")):
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return text
+
+
+def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """Turn ``["key=value", ...]`` into a dict, rejecting unknown keys at once."""
+    known = set(Policy.model_fields)
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise PolicyError(f"--policy {item!r}: expected key=value, e.g. --policy top_k=5")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        if key not in known:
+            close = [k for k in sorted(known) if key.split("_")[0] in k][:3]
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            raise PolicyError(
+                f"--policy {key}: unknown policy key{hint}; run `qfarm policy` to list the keys"
+            )
+        out[key] = _parse_value(raw)
+    return out
+
+
+def build_policy(overrides: dict[str, Any] | None = None, base: Policy | None = None) -> Policy:
+    """Apply overrides on top of ``base`` (defaults if None), validating every value."""
+    data = (base or Policy()).model_dump()
+    data.update(overrides or {})
+    try:
+        return Policy.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "policy"
+        raise PolicyError(
+            f"--policy {where}: {first['msg']} (got {first.get('input')!r}); "
+            f"run `qfarm policy` to see each key's type and default"
+        ) from exc

@@ -1,0 +1,74 @@
+"""The one settings object, read from ``QFARM_*`` variables at entry points.
+
+Never instantiated at import time: entry points call ``load_settings()`` and pass
+the result down, so tests can set variables per test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from common.errors import ConfigError
+
+DEFAULT_MODEL = "adamo1139/Hermes-3-Llama-3.1-8B-FP8-Dynamic"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="QFARM_", env_nested_delimiter="__", extra="ignore")
+
+    # where things live
+    data_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "qfarm")
+    results_dir: Path = Path("bench/results")
+    # Redis / Celery
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    visibility_timeout_s: int = 3600
+    broker_socket_timeout_s: float = 30.0
+    # LLM endpoints (comma-separated base URLs, e.g. http://gpu1:8000,http://gpu2:8000)
+    llm_endpoints: str = ""
+    llm_api_key: SecretStr | None = None
+    # per-endpoint keys: "http://gpu1:8000=KEY1,http://gpu2:8000=KEY2"
+    llm_api_keys: SecretStr | None = None
+    model: str = DEFAULT_MODEL
+    llm_timeout_s: float = 120.0
+    llm_connect_timeout_s: float = 5.0
+    llm_max_inflight_per_endpoint: int = 64
+    llm_max_attempts: int = 4
+    llm_batch_size: int = 0  # 0: no micro-batching (one prompt per request)
+    llm_batch_wait_ms: float = 5.0
+    # retrieval
+    retriever: Literal["embedded", "elasticsearch", "opensearch"] = "embedded"
+    index_path: Path | None = None  # embedded index file; default data_dir/index/default.sqlite
+    es_url: str = "http://127.0.0.1:9200"
+    es_api_key: SecretStr | None = None
+    es_username: str | None = None
+    es_password: SecretStr | None = None
+    es_ca_certs: Path | None = None
+    es_verify_certs: bool = True
+    es_index: str = "qfarm-passages"
+    es_timeout_s: float = 10.0
+
+    @field_validator("llm_endpoints")
+    @classmethod
+    def _strip_endpoints(cls, value: str) -> str:
+        return ",".join(p.strip().rstrip("/") for p in value.split(",") if p.strip())
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [e for e in self.llm_endpoints.split(",") if e]
+
+    def embedded_index_path(self) -> Path:
+        return self.index_path or (self.data_dir / "index" / "default.sqlite")
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read QFARM_* variables; a bad value fails with the variable's name."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = "QFARM_" + "__".join(str(p) for p in first["loc"]).upper()
+        raise ConfigError(f"{name}: {first['msg']} (got {first.get('input')!r})") from exc

@@ -1,0 +1,13 @@
+"""Version stamps of the pure rule sets; each folds into the governance hash.
+
+Bump a version whenever the behaviour it names changes, so rows produced under
+different rules never share a governance hash.
+"""
+
+CLASSIFIER_VERSION = "quantifier-v1"
+DENIAL_PATTERNS_VERSION = "v1"
+EXTRACTION_CUES_VERSION = "v1"
+VERIFIER_VERSION = "verifier-v1"
+PROMPT_VERSION = "prompt-v1"
+CHUNKER_VERSION = "chunker-v1"
+ROW_SCHEMA_VERSION = 1

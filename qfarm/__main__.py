@@ -1,0 +1,5 @@
+import sys
+
+from qfarm.cli import main
+
+sys.exit(main())

@@ -1,0 +1,56 @@
+"""Entry point of the ``qfarm`` command.
+
+Each subcommand lives in ``qfarm/commands/<name>.py`` and exposes
+``register(subparsers)``, which adds its parser and sets ``func``. A
+``QfarmError`` becomes a one-line ``qfarm: error: ...`` and its exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from common.errors import QfarmError
+
+COMMANDS = (
+    "sweep",
+    "ask",
+    "index",
+    "search",
+    "sim",
+    "report",
+    "compare",
+    "status",
+    "cancel",
+    "policy",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="qfarm", description="Distributed bench-sweep and query farm for grounded QA."
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMANDS:
+        module = importlib.import_module(f"qfarm.commands.{name}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except QfarmError as exc:
+        print(f"qfarm: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("qfarm: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

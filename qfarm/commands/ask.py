@@ -1,0 +1,16 @@
+"""`qfarm ask`: not written yet."""
+
+from __future__ import annotations
+
+import argparse
+
+from common.errors import QfarmError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ask", help="(not yet available)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    raise QfarmError("qfarm ask is not available yet")
