@@ -223,6 +223,44 @@ class JobRecord(Frozen):
     timings: Timings = Field(default_factory=Timings)
 
 
+class Sampling(Frozen):
+    """Sampling parameters pinned in every LLM request."""
+
+    temperature: float = 0.7
+    max_tokens: int = 512
+    seed: int = 0
+    stop: tuple[str, ...] = ("<|im_end|>",)
+    n: int = 1
+    response_format: dict[str, Any] | None = None  # e.g. {"type": "json_schema", ...}
+
+
+class Manifest(Frozen):
+    """What a run is: written to disk (and Redis) before any job is enqueued."""
+
+    schema_version: int = 1
+    run_id: str
+    created_at: float
+    question_file: str
+    question_file_digest: str
+    n_questions: int
+    modes: tuple[Mode, ...]
+    n: int
+    n_jobs: int
+    policy: Policy
+    verifier_policy_hash: str
+    governance_policy_hash: str
+    model: str
+    model_profile_id: str
+    endpoints: tuple[str, ...] = ()
+    simulated: bool = False
+    retriever: str = "embedded"
+    index_version: str | None = None
+    corpus: str | None = None
+    eager: bool = True
+    keep_answers: bool = False
+    use_cache: bool = True
+
+
 # --------------------------------------------------------------------------- the row
 
 
