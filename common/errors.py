@@ -41,10 +41,18 @@ class ConfigError(QfarmError):
 class ServiceError(QfarmError):
     """A service (LLM endpoint, Redis, search cluster) failed."""
 
-    def __init__(self, message: str, *, endpoint: str | None = None, job_id: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        endpoint: str | None = None,
+        job_id: str | None = None,
+        attempts: int | None = None,
+    ):
         super().__init__(message)
         self.endpoint = endpoint
         self.job_id = job_id
+        self.attempts = attempts  # requests sent before giving up (LLM gateway)
 
 
 class TransientServiceError(ServiceError):
@@ -56,9 +64,10 @@ class TransientServiceError(ServiceError):
         *,
         endpoint: str | None = None,
         job_id: str | None = None,
+        attempts: int | None = None,
         retry_after_s: float | None = None,
     ):
-        super().__init__(message, endpoint=endpoint, job_id=job_id)
+        super().__init__(message, endpoint=endpoint, job_id=job_id, attempts=attempts)
         self.retry_after_s = retry_after_s
 
 

@@ -6,7 +6,7 @@ import hashlib
 from collections.abc import Iterator, Sequence
 
 from common.errors import InputError
-from common.models import ALL_MODES, Job, Mode, Question
+from common.models import ALL_MODES, Job, JobRef, Manifest, Mode, Question
 from common.policy import Policy
 
 
@@ -41,7 +41,9 @@ def seed_for(question_id: str, mode: Mode | str, sample_index: int) -> int:
 
 def profile_id_for_model(model: str) -> str:
     """Model profile of SPEC §5 for a served model name."""
-    return "hermes-3-8b" if "hermes-3" in model.casefold() and "8b" in model.casefold() else "default"
+    return (
+        "hermes-3-8b" if "hermes-3" in model.casefold() and "8b" in model.casefold() else "default"
+    )
 
 
 def expand_jobs(
@@ -75,3 +77,34 @@ def expand_jobs(
                     keep_answers=keep_answers,
                     use_cache=use_cache,
                 )
+
+
+def ref_for(job: Job) -> JobRef:
+    """The compact queue message for a job."""
+    return JobRef(
+        run_id=job.run_id,
+        qid=job.question.id,
+        q=job.question.text,
+        mode=job.mode,
+        i=job.sample_index,
+        answers=job.question.answers,
+        t=job.enqueued_at,
+    )
+
+
+def job_from_ref(ref: JobRef, manifest: Manifest) -> Job:
+    """Rebuild the full Job from its queue message and the run's manifest."""
+    return Job(
+        run_id=ref.run_id,
+        job_id=make_job_id(ref.qid, ref.mode, ref.i),
+        question=Question(id=ref.qid, text=ref.q, answers=ref.answers),
+        mode=ref.mode,
+        sample_index=ref.i,
+        seed=seed_for(ref.qid, ref.mode, ref.i),
+        policy=manifest.policy,
+        model=manifest.model,
+        model_profile_id=manifest.model_profile_id,
+        keep_answers=manifest.keep_answers,
+        use_cache=manifest.use_cache,
+        enqueued_at=ref.t,
+    )

@@ -204,6 +204,21 @@ class Timings(Frozen):
     total_ms: float | None = None
 
 
+class JobRef(Frozen):
+    """The compact job message on the queue; workers rebuild the Job from the run's manifest.
+
+    Kept small on purpose: a 100k-job sweep holds 100k of these in Redis at once.
+    """
+
+    run_id: str
+    qid: str
+    q: str
+    mode: Mode
+    i: int = 0
+    answers: tuple[str, ...] | None = None
+    t: float | None = None  # enqueued at, epoch seconds
+
+
 class JobRecord(Frozen):
     """The job plus everything each stage has added so far."""
 
@@ -216,6 +231,7 @@ class JobRecord(Frozen):
     verification: Verification | None = None
     answerability: dict[str, Any] | None = None
     cache_hit: bool = False
+    cache_key: str | None = None  # set at retrieval when the result cache is in use
     error: str | None = None
     worker: str | None = None
     started_at: float | None = None

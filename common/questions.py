@@ -68,7 +68,9 @@ def parse_questions(name: str, content: str) -> list[Question]:
         if jsonl:
             questions.append(_parse_json_line(name, lineno, line))
         else:
-            questions.append(Question(id=question_id_for(line), text=line, source=f"{name}:{lineno}"))
+            questions.append(
+                Question(id=question_id_for(line), text=line, source=f"{name}:{lineno}")
+            )
     if not questions:
         raise InputError(
             f"{name}: no questions found; write one question per line (# comments allowed) "

@@ -1,7 +1,19 @@
-"""The quantifier reminder turn (SPEC §3, §4): placeholder until issue 4 lands.
+"""The quantifier reminder turn (SPEC §3, §4).
 
-Inserted right after the grounding reminder, only in guarded modes, only when
-``quantifier_reminder_enabled``.
+Inserted by ``common.prompts.build_prompt`` right after the grounding
+reminder, only in guarded modes and only when ``quantifier_reminder_enabled``.
+
+Decisions where the SPEC left room:
+
+* The reminder is rendered for every guarded job when enabled, not only for
+  broad questions: it states the cap N, which matters as much for a SINGULAR
+  question (N = 1) as for a broad one. Non-broad questions have scope
+  ``unknown`` and get the unbounded template.
+* N is the preflight cap bounded by ``claim_lattice_max_claims_per_answer``,
+  i.e. the cap that would be enforced with ``--apply-quantifier-caps``.
+* The ``[E#]`` rule is restated in the mode's own terms (pointer tags for
+  claim_lattice_pointer, the ``evidence`` list and a verbatim ``warrant`` for
+  claim_lattice, the id after the quote for quote mode if it is ever guarded).
 """
 
 from __future__ import annotations
@@ -9,15 +21,36 @@ from __future__ import annotations
 from common.models import Mode, Preflight
 from common.policy import Policy
 
+_POINTER_RULES: dict[Mode, str] = {
+    Mode.QUOTE: "Every quote must be followed by its [E#] id.",
+    Mode.CLAIM_LATTICE_POINTER: "Every claim must end with the [E#] pointer tags of the blocks that state it.",
+    Mode.CLAIM_LATTICE: 'Every claim must list its [E#] ids in "evidence" and copy its "warrant" verbatim from a cited block.',
+}
 
-def render_quantifier_reminder(mode: Mode, policy: Policy, preflight: Preflight | None) -> str | None:
+BOUNDED_TEMPLATE = (
+    "Quantifier reminder: this question asks about a finite, known set. "
+    "Name only the members the evidence states, at most {cap} claims, one per item; "
+    "do not add members from memory and do not claim the list is complete unless the evidence says so. "
+    "{pointer_rule}"
+)
+UNBOUNDED_TEMPLATE = (
+    "Quantifier reminder: this question has no natural bound, so do not try to be exhaustive "
+    "and do not claim completeness. Give at most {cap} claims, only what the evidence states. "
+    "{pointer_rule}"
+)
+
+
+def render_quantifier_reminder(
+    mode: Mode, policy: Policy, preflight: Preflight | None
+) -> str | None:
+    """The reminder text, or None when it does not apply to this job."""
     if not policy.quantifier_reminder_enabled or preflight is None:
         return None
     if not policy.quantifier_guard_enabled or mode.value not in policy.quantifier_guard_modes:
         return None
-    cap = preflight.claim_cap
-    cap_text = f" Give at most {cap} claims." if cap else ""
-    return (
-        "Reminder: answer only what the evidence supports; do not try to be exhaustive."
-        f"{cap_text} Every claim must carry its [E#] pointer."
-    )
+    cap = policy.claim_lattice_max_claims_per_answer
+    if preflight.claim_cap is not None:
+        cap = min(cap, preflight.claim_cap)
+    bounded = preflight.quantifier.scope_bound_hint == "bounded"
+    template = BOUNDED_TEMPLATE if bounded else UNBOUNDED_TEMPLATE
+    return template.format(cap=cap, pointer_rule=_POINTER_RULES[mode])

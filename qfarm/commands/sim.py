@@ -1,16 +1,46 @@
-"""`qfarm sim`: not written yet."""
+"""`qfarm sim`: run the vLLM-compatible simulator in the foreground (SPEC §11).
+
+Point the farm at it with ``QFARM_LLM_ENDPOINTS=http://127.0.0.1:PORT``. Every
+answer it gives is simulated from the prompt's evidence; results produced with
+it say so.
+"""
 
 from __future__ import annotations
 
 import argparse
 
-from common.errors import QfarmError
+from common.errors import InputError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sim", help="(not yet available)")
+    from ops.sim.config import add_sim_arguments  # noqa: PLC0415 - keep `qfarm --help` light
+
+    p = sub.add_parser(
+        "sim",
+        help="run the vLLM-compatible simulator (simulated answers, no GPU)",
+        description=(
+            "Serve /v1/models, /v1/completions, /v1/chat/completions, /health and /metrics "
+            "like a vLLM server, answering from the evidence in each prompt. Answers are "
+            "SIMULATED. Runtime fault control: POST /sim/faults."
+        ),
+    )
+    add_sim_arguments(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise QfarmError("qfarm sim is not available yet")
+    from ops.sim.config import config_from_args  # noqa: PLC0415
+    from ops.sim.server import run as serve  # noqa: PLC0415
+
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        raise InputError(f"qfarm sim: {exc}") from None
+    try:
+        serve(config)
+    except OSError as exc:
+        raise InputError(
+            f"qfarm sim: cannot listen on {config.host}:{config.port} ({exc.strerror or exc}); "
+            "pick another --port, or --port 0 for a free one"
+        ) from None
+    return 0

@@ -1,16 +1,47 @@
-"""`qfarm status`: not written yet."""
+"""`qfarm status [RUN_ID]`: runs and their progress, queue lengths, workers seen."""
 
 from __future__ import annotations
 
 import argparse
+import time
 
-from common.errors import QfarmError
+from common.errors import InputError
+from common.settings import load_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("status", help="(not yet available)")
+    p = sub.add_parser("status", help="show runs, progress, queue lengths and workers")
+    p.add_argument("run_id", nargs="?")
+    p.add_argument("--limit", type=int, default=10, help="how many recent runs to list")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise QfarmError("qfarm status is not available yet")
+    from producer.store import ProducerStore, connect  # noqa: PLC0415
+    from worker.celery_app import configure_app  # noqa: PLC0415
+
+    settings = load_settings()
+    store = ProducerStore(connect(settings.redis_url))
+    run_ids = [args.run_id] if args.run_id else store.run_ids(args.limit)
+    for run_id in run_ids:
+        manifest = store.manifest(run_id)
+        if manifest is None:
+            raise InputError(f"run {run_id}: not found in Redis ({settings.redis_url.split('@')[-1]})")
+        prog = store.progress(run_id, manifest.n_jobs)
+        age = time.time() - manifest.created_at
+        state = "cancelled" if prog.cancelled else ("complete" if prog.done >= prog.total else "running")
+        stages = " ".join(f"{k}={v}" for k, v in prog.stages.items())
+        print(f"{run_id}  {state:9s} {prog.done}/{prog.total} rows  failed={prog.failed}  "
+              f"stages: {stages}  modes={','.join(m.value for m in manifest.modes)}  "
+              f"age={age / 60:.1f} min")
+    if not run_ids:
+        print("no runs in Redis")
+    lengths = store.queue_lengths()
+    print("queues: " + "  ".join(f"{q}={n}" for q, n in lengths.items()))
+    app = configure_app(settings)
+    replies = app.control.inspect(timeout=1.0).active_queues() or {}
+    if not replies:
+        print("workers: none answered (start one: celery -A worker worker -Q retrieve,verify)")
+    for name, queues in sorted(replies.items()):
+        print(f"worker {name}: " + ",".join(q["name"] for q in queues))
+    return 0

@@ -1,0 +1,33 @@
+# The two commands of the README: `make run` and `make test`. Each does its own set-up.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+
+.PHONY: install run test lint bench
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+# Builds the default index, starts the vLLM simulator, runs the smoke sweep, prints the paths.
+run: install
+	$(BIN)/qfarm index
+	$(BIN)/qfarm sweep bench/questions/smoke.txt --modes quote,claim_lattice_pointer,claim_lattice -n 2 --eager
+
+# The whole suite, slow tests included (they start Redis workers, simulators, a search server).
+test: install
+	bash ops/scripts/ensure-redis.sh
+	$(BIN)/ruff check .
+	$(BIN)/pytest
+
+bench: install
+	bash ops/scripts/ensure-redis.sh
+	$(BIN)/python -m bench.perf.verify_cost
+	$(BIN)/python -m bench.perf.retrieval
+	$(BIN)/python -m bench.perf.saturation
+	$(BIN)/python -m bench.perf.orchestration
+	$(BIN)/python -m bench.perf.enqueue

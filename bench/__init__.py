@@ -1,0 +1,1 @@
+"""Question sets, run results, reports and performance benchmarks of qfarm."""

@@ -1,0 +1,86 @@
+"""Start and stop the pieces of a local farm for benchmarks (Redis DB, workers, simulator)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import redis
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+BENCH_DB = int(os.environ.get("QFARM_BENCH_REDIS_DB", "12"))
+
+
+def bench_redis_url() -> str:
+    return f"redis://127.0.0.1:6379/{BENCH_DB}"
+
+
+def farm_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QFARM_")}
+    env.update(QFARM_REDIS_URL=bench_redis_url(), PYTHONUNBUFFERED="1")
+    env.update(extra)
+    return env
+
+
+@contextmanager
+def workers(env: dict[str, str], specs: list[tuple[str, str, str, int]], log_dir: Path):
+    """specs: (name, queues, pool, concurrency). Yields once every worker is ready."""
+    procs: list[subprocess.Popen] = []
+    try:
+        for name, queues, pool, conc in specs:
+            log = (log_dir / f"{name}.log").open("wb")
+            procs.append(subprocess.Popen(
+                [str(BIN / "celery"), "-A", "worker", "worker", "-Q", queues, "-P", pool,
+                 "-c", str(conc), "-n", f"{name}@%h", "--without-gossip", "--without-mingle",
+                 "--loglevel", "WARNING"],
+                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        _wait_ready(env, len(specs))
+        yield procs
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+def _wait_ready(env: dict[str, str], count: int, timeout_s: float = 90.0) -> None:
+    from celery import Celery
+
+    app = Celery(broker=env["QFARM_REDIS_URL"])
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        replies = app.control.ping(timeout=1.0) or []
+        if len(replies) >= count:
+            return
+    raise RuntimeError("workers did not start; see their logs")
+
+
+def flush(url: str | None = None) -> redis.Redis:
+    client = redis.Redis.from_url(url or bench_redis_url())
+    client.flushdb()
+    return client
+
+
+def wait_drained(client: redis.Redis, queues: list[str], timeout_s: float = 600.0) -> float:
+    """Block until the queues and the unacked hash are empty; returns the monotonic time."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        pipe = client.pipeline()
+        for q in queues:
+            pipe.llen(q)
+        pipe.hlen("unacked")
+        if sum(pipe.execute()) == 0:
+            return time.monotonic()
+        time.sleep(0.02)
+    raise TimeoutError("queues did not drain")

@@ -1,0 +1,95 @@
+"""Orchestration overhead of the distributed pipeline (issue 3).
+
+Baseline: bare Celery no-op tasks through the same Redis and the same worker
+processes. Measured: a sweep through the full pipeline (retrieve → generate →
+verify, three tasks per job, real retrieval and verification) with the
+simulator at zero latency. Prints ``orchestration_ratio = pipeline jobs/s ÷
+no-op tasks/s`` last. Simulated LLM: these are orchestration figures, not model
+throughput.
+
+    python -m bench.perf.orchestration [--jobs 600] [--noops 3000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from bench.perf.farmkit import bench_redis_url, farm_env, flush, wait_drained, workers
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", type=int, default=600)
+    ap.add_argument("--noops", type=int, default=3000)
+    ap.add_argument("--concurrency", type=int, default=2)
+    args = ap.parse_args()
+
+    from common.jobs import expand_jobs
+    from common.models import ALL_MODES, Question
+    from common.policy import Policy
+    from common.settings import Settings
+    from ops.sim.launch import start_simulator
+    from producer.store import ProducerStore
+    from producer.sweep import enqueue_jobs, make_manifest
+    from worker.celery_app import configure_app
+    from worker.retrieval import ensure_default_index
+
+    tmp = Path(tempfile.mkdtemp(prefix="qfarm-orch-"))
+    index = ensure_default_index(Settings(data_dir=tmp / "data"), progress=False)
+    client = flush()
+    with start_simulator(ttft_ms=0, tpot_ms=0, max_num_seqs=512) as sim:
+        env = farm_env(QFARM_LLM_ENDPOINTS=sim.url, QFARM_INDEX_PATH=str(index))
+        settings = Settings(redis_url=bench_redis_url(), llm_endpoints=sim.url)
+        app = configure_app(settings)
+        queues = ["retrieve", "generate", "verify", "interactive"]
+        spec = [("orch", ",".join(queues), "prefork", args.concurrency)]
+        with workers(env, spec, tmp):
+            # Warm-up: let every child open its retriever and HTTP client.
+            noop = app.tasks["qfarm.noop"]
+            for _ in range(50):
+                noop.apply_async(args=[{}])
+            wait_drained(client, queues)
+
+            t0 = time.monotonic()
+            with app.producer_or_acquire() as producer, producer.batch(1000):
+                for _ in range(args.noops):
+                    noop.apply_async(args=[{}], producer=producer, argsrepr="", kwargsrepr="")
+            t1 = wait_drained(client, queues)
+            noop_rate = args.noops / (t1 - t0)
+
+            per = max(1, args.jobs // (len(ALL_MODES) * 10))
+            words = ["Beatles", "France", "photosynthesis", "Hamlet", "jazz",
+                     "Napoleon", "DNA", "Amazon River", "Mona Lisa", "atom"]
+            questions = [Question(id=f"q{i}", text=f"What is known about {w}?") for i, w in enumerate(words)]
+            policy = Policy()
+            manifest = make_manifest(
+                run_id="orch", question_file="<bench>", question_file_digest="-", n_questions=10,
+                modes=list(ALL_MODES), n=per, policy=policy, model=settings.model,
+                endpoints=[sim.url], simulated=True, retriever="embedded", index_version=None,
+                corpus=None, eager=False, use_cache=False,
+            )
+            ProducerStore(client).put_manifest(manifest)
+            jobs = list(expand_jobs("orch", questions, list(ALL_MODES), per, policy,
+                                    model=settings.model, use_cache=False))
+            t2 = time.monotonic()
+            enqueue_jobs(app, jobs)
+            while client.hlen("qfarm:run:orch:rows") < len(jobs):
+                time.sleep(0.02)
+            t3 = time.monotonic()
+            pipeline_rate = len(jobs) / (t3 - t2)
+            errors = sum(1 for v in client.hvals("qfarm:run:orch:rows") if b'"error":null' not in v)
+
+    client.flushdb()
+    print("orchestration benchmark (simulated LLM at zero latency; 1 worker, "
+          f"prefork -c {args.concurrency}, same Redis)")
+    print(f"noop_tasks={args.noops} noop_tasks_per_s={noop_rate:.1f}")
+    print(f"pipeline_jobs={len(jobs)} tasks_per_job=3 pipeline_jobs_per_s={pipeline_rate:.1f} "
+          f"error_rows={errors}")
+    print(f"orchestration_ratio={pipeline_rate / noop_rate:.3f}")
+
+
+if __name__ == "__main__":
+    main()

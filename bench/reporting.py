@@ -1,0 +1,296 @@
+"""Reports on disk: ``summary.md`` and ``compare.md`` with their PNG plots.
+
+The I/O edge around the pure renderers in ``common.report`` and
+``common.compare``: read ``manifest.json``, stream ``rows.jsonl`` line by line
+(never loading it whole), draw plots with matplotlib's Agg canvas (no display,
+no pyplot global state) and write markdown atomically. A plot that fails to
+draw is logged and left out; the markdown is still written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from common.compare import Comparison, compare_runs, render_compare
+from common.errors import InputError
+from common.models import Manifest
+from common.report import render_stats
+from common.runstats import RunStats
+from common.stats import wilson_interval
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+ROWS = "rows.jsonl"
+SUMMARY = "summary.md"
+STATUS = "status.json"
+COMPARE = "compare.md"
+STRICT_PLOT = "strict_rate.png"
+LATENCY_PLOT = "latency.png"
+DELTA_PLOT = "compare_deltas.png"
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def read_manifest(run_dir: Path) -> Manifest:
+    path = run_dir / MANIFEST
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: no manifest; is {run_dir} a qfarm run directory?") from None
+    try:
+        return Manifest.model_validate_json(text)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "manifest"
+        raise InputError(
+            f"{path}: invalid manifest at {where}: {first['msg']}; re-run the sweep or fix the file"
+        ) from exc
+
+
+def read_stats(rows_path: Path) -> RunStats:
+    """Stream ``rows.jsonl`` into ``RunStats``; a missing file is a run with no rows yet.
+
+    Unparseable lines (e.g. a half-written last line of a live run) are counted
+    and named in the summary, not fatal.
+    """
+    stats = RunStats()
+    if not rows_path.exists():
+        return stats
+    with rows_path.open(encoding="utf-8", errors="replace") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                stats.note_unreadable(lineno)
+                continue
+            if not isinstance(row, dict):
+                stats.note_unreadable(lineno)
+                continue
+            stats.add(row)
+    return stats
+
+
+def read_run(run_dir: Path) -> tuple[Manifest, RunStats]:
+    return read_manifest(run_dir), read_stats(run_dir / ROWS)
+
+
+def resolve_run(ref: str, results_dir: Path) -> Path:
+    """A run directory from a path, a run id under ``results_dir``, or a unique id prefix."""
+    path = Path(ref)
+    if path.is_dir():
+        if not (path / MANIFEST).exists():
+            raise InputError(f"{path}: not a run directory (no {MANIFEST} in it)")
+        return path
+    if (results_dir / ref / MANIFEST).exists():
+        return results_dir / ref
+    runs = (
+        sorted(
+            (p for p in results_dir.glob("*") if (p / MANIFEST).exists()),
+            key=lambda p: p.stat().st_mtime,
+            reverse=True,
+        )
+        if results_dir.is_dir()
+        else []
+    )
+    matches = [p for p in runs if p.name.startswith(ref)]
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        names = ", ".join(p.name for p in matches[:5])
+        raise InputError(f"run id prefix {ref!r} is ambiguous in {results_dir}: {names}")
+    recent = ", ".join(p.name for p in runs[:5]) or "none yet"
+    raise InputError(
+        f"no run {ref!r}: not a directory and not a run id in {results_dir} "
+        f"(recent runs: {recent}); give a run directory or set QFARM_RESULTS_DIR"
+    )
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def _new_figure(width: float, height: float) -> Figure:
+    # Figure() without pyplot renders through the Agg canvas: no display, thread-safe.
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), dpi=100, layout="constrained")
+
+
+def plot_strict_rates(manifest: Manifest, stats: RunStats, path: Path) -> None:
+    """Bar per mode: strict-rate with its 95% Wilson interval."""
+    modes = stats.mode_order(m.value for m in manifest.modes)
+    fig = _new_figure(1.6 + 1.4 * len(modes), 3.6)
+    ax = fig.add_subplot()
+    rates, lows, highs = [], [], []
+    for mode in modes:
+        t = stats.modes[mode].tally if mode in stats.modes else None
+        k, n = (t.strict, t.valid) if t else (0, 0)
+        rate = 100 * k / n if n else 0.0
+        low, high = wilson_interval(k, n)
+        rates.append(rate)
+        lows.append(rate - 100 * low if n else 0.0)
+        highs.append(100 * high - rate if n else 0.0)
+    x = list(range(len(modes)))
+    ax.bar(x, rates, color="#4c72b0", yerr=[lows, highs], capsize=6)
+    ax.set_xticks(x, [m.replace("_", "_\n") for m in modes], fontsize=8)
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("strict-rate, % (95% Wilson interval)")
+    title = f"{manifest.run_id}: strict-rate by mode"
+    ax.set_title(title + (" (SIMULATED)" if manifest.simulated else ""), fontsize=9)
+    fig.savefig(path)
+
+
+def plot_latency(manifest: Manifest, stats: RunStats, path: Path) -> None:
+    """Empirical CDF of total latency per mode, from the bounded sketches."""
+    modes = stats.mode_order(m.value for m in manifest.modes)
+    fig = _new_figure(6.0, 3.6)
+    ax = fig.add_subplot()
+    qs = [i / 200 for i in range(201)]
+    drawn = False
+    for mode in modes:
+        sketch = stats.modes[mode].latency if mode in stats.modes else None
+        if sketch is None or sketch.count == 0:
+            continue
+        ax.plot(sketch.quantiles(qs), [100 * q for q in qs], label=f"{mode} (n={sketch.count})")
+        drawn = True
+    if drawn:
+        ax.set_xscale("log")
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no latency recorded", ha="center", va="center", transform=ax.transAxes)
+    for q in (50, 95):
+        ax.axhline(q, color="#999999", linewidth=0.6, linestyle="--")
+    ax.set_xlabel("total latency per job, ms (log scale); dashed: p50, p95")
+    ax.set_ylabel("jobs at or below, %")
+    ax.grid(True, alpha=0.3)
+    title = f"{manifest.run_id}: latency distribution"
+    ax.set_title(title + (" (SIMULATED)" if manifest.simulated else ""), fontsize=9)
+    fig.savefig(path)
+
+
+def plot_deltas(cmp: Comparison, path: Path) -> None:
+    """Each (mode, metric) delta with its 95% interval against the ±floor band."""
+    cells = [d for d in cmp.deltas if d.delta is not None and d.low is not None]
+    fig = _new_figure(7.0, 1.2 + 0.28 * max(len(cells), 1))
+    ax = fig.add_subplot()
+    colors = {"better": "#2a9d4b", "worse": "#c0392b"}
+    for i, d in enumerate(cells):
+        low = max(d.low or 0.0, -100.0)
+        high = min(d.high or 0.0, 100.0)
+        color = colors.get(d.effect, "#7f7f7f")
+        ax.errorbar(
+            d.delta, i, xerr=[[d.delta - low], [high - d.delta]], fmt="o", color=color, capsize=3
+        )
+    ax.axvspan(-cmp.floor, cmp.floor, color="#dddddd", alpha=0.6, label=f"±{cmp.floor:g} pp floor")
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_yticks(range(len(cells)), [f"{d.mode} · {d.metric.label}" for d in cells], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel(
+        "Δ = B − A in points, 95% interval\ngreen: better signal · red: worse signal · grey: noise"
+    )
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(f"{cmp.run_a} → {cmp.run_b}", fontsize=9)
+    fig.savefig(path)
+
+
+def _draw(plots: dict[str, str], title: str, path: Path, draw: Callable[[Path], None]) -> None:
+    try:
+        draw(path)
+    except Exception:  # a missing plot must not cost the operator the report
+        log.warning("could not draw %s", path, exc_info=True)
+        return
+    plots[title] = path.name
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_status(run_dir: Path) -> dict[str, Any]:
+    """``status.json`` beside the manifest (written by the producer), or {} if absent or unreadable."""
+    try:
+        data = json.loads((run_dir / STATUS).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_summary(run_dir: Path, *, finished_at: float | None = None) -> Path:
+    """(Re)write ``summary.md`` and its plots in ``run_dir``; returns the summary's path.
+
+    The end time is ``finished_at``, else the producer's ``status.json``, else
+    the last row's ``finished_at``.
+    """
+    run_dir = Path(run_dir)
+    manifest, stats = read_run(run_dir)
+    status = read_status(run_dir)
+    if finished_at is None and isinstance(status.get("finished_at"), int | float):
+        finished_at = float(status["finished_at"])
+    plots: dict[str, str] = {}
+    _draw(
+        plots,
+        "strict-rate by mode",
+        run_dir / STRICT_PLOT,
+        lambda p: plot_strict_rates(manifest, stats, p),
+    )
+    _draw(
+        plots,
+        "latency distribution",
+        run_dir / LATENCY_PLOT,
+        lambda p: plot_latency(manifest, stats, p),
+    )
+    state = status.get("status")
+    text = render_stats(
+        manifest,
+        stats,
+        plots=plots,
+        finished_at=finished_at,
+        status=str(state) if state else None,
+    )
+    path = run_dir / SUMMARY
+    _write_atomic(path, text)
+    return path
+
+
+def compare_dirs(run_a: Path, run_b: Path, floor: float = 5.0) -> Comparison:
+    manifest_a, stats_a = read_run(Path(run_a))
+    manifest_b, stats_b = read_run(Path(run_b))
+    return compare_runs(manifest_a, stats_a, manifest_b, stats_b, floor=floor)
+
+
+def write_compare(run_a: Path, run_b: Path, out_dir: Path, floor: float = 5.0) -> Path:
+    """Write ``compare.md`` and its delta plot into ``out_dir``; returns the markdown's path."""
+    if floor < 0:
+        raise InputError(
+            f"--floor {floor}: the floor is in points and must be >= 0, e.g. --floor 5"
+        )
+    return write_comparison(compare_dirs(run_a, run_b, floor), out_dir)
+
+
+def write_comparison(cmp: Comparison, out_dir: Path) -> Path:
+    """Write an already computed comparison (``compare.md`` + delta plot) into ``out_dir``."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plots: dict[str, str] = {}
+    _draw(plots, "deltas against the floor", out_dir / DELTA_PLOT, lambda p: plot_deltas(cmp, p))
+    path = out_dir / COMPARE
+    _write_atomic(path, render_compare(cmp, plots=plots))
+    return path

@@ -1,0 +1,77 @@
+"""The audit line and claim listing ``qfarm ask`` prints (SPEC §7).
+
+``LABEL · via MODE · tails  n_verified/n_claims  latency``, e.g.
+``ANCHOR-WARRANTED · via claim_lattice_pointer · title mismatch, broad cap 8  3/4  1.2 s``.
+
+Decisions where the SPEC left room:
+
+* Tails are joined with ", " and the tails segment is left out when there are
+  none. Besides the verifier's tails, ``cache hit`` and ``simulated`` (the
+  answer came from the vLLM simulator) are appended, so a simulated result is
+  named as such wherever it is shown.
+* A job that failed (``record.error``) prints ``ERROR · via MODE · <error>``.
+* Latency is ``timings.total_ms``: under one second in whole milliseconds
+  (``340 ms``), above it in seconds with one decimal (``1.2 s``); ``-`` when
+  unknown.
+* ``render_claims`` prints one line per claim, ``✓``/``✗``, its ids, its
+  text (cut at 160 characters) and its problems; claims the cap did not admit
+  are marked ``(not admitted)``. A reject-broad job prints the reject message
+  instead, since it has no claims.
+"""
+
+from __future__ import annotations
+
+from common.models import Claim, JobRecord
+
+SEP = " · "
+MAX_CLAIM_CHARS = 160
+
+
+def format_latency(total_ms: float | None) -> str:
+    if total_ms is None:
+        return "-"
+    if total_ms < 1000:
+        return f"{round(total_ms)} ms"
+    return f"{total_ms / 1000:.1f} s"
+
+
+def render_audit_line(record: JobRecord) -> str:
+    """One line: label, mode, tails, verified/claims, latency."""
+    mode = record.job.mode.value
+    latency = format_latency(record.timings.total_ms)
+    ver = record.verification
+    if record.error or ver is None:
+        return f"ERROR{SEP}via {mode}{SEP}{record.error or 'not verified'}  {latency}"
+    tails = list(ver.tails)
+    if record.cache_hit:
+        tails.append("cache hit")
+    if record.generation is not None and record.generation.simulated:
+        tails.append("simulated")
+    head = f"{ver.label.value}{SEP}via {mode}"
+    if tails:
+        head += SEP + ", ".join(tails)
+    return f"{head}  {ver.n_verified}/{ver.n_claims}  {latency}"
+
+
+def _claim_line(claim: Claim) -> str:
+    mark = "✓" if claim.verified else "✗"
+    ids = f"[{', '.join(claim.evidence_ids)}]" if claim.evidence_ids else "[-]"
+    text = " ".join(claim.text.split())
+    if len(text) > MAX_CLAIM_CHARS:
+        text = text[: MAX_CLAIM_CHARS - 1] + "…"
+    extras = list(claim.problems)
+    if claim.match_layer and claim.match_layer != "unmatched":
+        extras.insert(0, claim.match_layer)
+    if not claim.admitted:
+        extras.insert(0, "not admitted")
+    suffix = f"  ({', '.join(extras)})" if extras else ""
+    return f"  {mark} {ids} {text}{suffix}"
+
+
+def render_claims(record: JobRecord) -> list[str]:
+    """One line per claim (✓/✗, ids, text, problems) for ``qfarm ask``."""
+    if record.preflight is not None and record.preflight.rejected:
+        return [f"  {record.preflight.reject_message}"]
+    if record.verification is None:
+        return []
+    return [_claim_line(c) for c in record.verification.claims]

@@ -1,0 +1,82 @@
+"""Redis key layout and the row-write script, shared by workers and producers.
+
+Everything for a run lives under ``qfarm:run:<run_id>:``:
+
+* ``manifest``  the run's Manifest (JSON), written before any job is enqueued
+* ``rows``      hash job_id -> row JSON; HSETNX makes a row write-once, so a
+                redelivered or duplicated task can never produce a second row.
+                Its keys are the run's set of done job ids (HLEN = progress).
+* ``log``       list of job ids in the order their rows landed; the aggregator
+                streams rows.jsonl from it with a cursor, so memory stays flat.
+* ``failed``    count of rows that carry an error
+* ``stage:<s>`` count of jobs that finished stage s (per-stage rates)
+* ``cancelled`` present once the run is cancelled; tasks check it before starting
+* ``detail:<job_id>`` the full job record of a single query (claims, sidecar), for ``qfarm ask``
+
+``qfarm:runs`` is a sorted set of run ids by creation time; ``qfarm:cache:<digest>``
+holds cached results across runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+PREFIX = "qfarm"
+RUNS_KEY = f"{PREFIX}:runs"
+ROW_TTL_S = 30 * 24 * 3600
+CACHE_TTL_S = 30 * 24 * 3600
+
+QUEUES = ("interactive", "retrieve", "generate", "verify")
+
+
+def run_key(run_id: str, part: str) -> str:
+    return f"{PREFIX}:run:{run_id}:{part}"
+
+
+def stage_key(run_id: str, stage: str) -> str:
+    return run_key(run_id, f"stage:{stage}")
+
+
+def cache_key(digest: str) -> str:
+    return f"{PREFIX}:cache:{digest}"
+
+
+def result_cache_digest(
+    *,
+    question: str,
+    mode: str,
+    sample_index: int,
+    governance_hash: str,
+    model: str,
+    index_version: str | None,
+    retriever_config: dict,
+) -> str:
+    """Content key of a cached result: everything that could change the row's verdict."""
+    payload = {
+        "q": " ".join(question.casefold().split()),
+        "mode": mode,
+        "i": sample_index,
+        "gov": governance_hash,
+        "model": model,
+        "index": index_version,
+        "retriever": retriever_config,
+    }
+    raw = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+# KEYS: rows hash, log list, failed counter. ARGV: job_id, row JSON, "1" if the row has an error, ttl.
+WRITE_ROW_LUA = """
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then
+  redis.call('RPUSH', KEYS[2], ARGV[1])
+  if ARGV[3] == '1' then redis.call('INCR', KEYS[3]) end
+  local ttl = tonumber(ARGV[4])
+  if ttl and ttl > 0 then
+    redis.call('EXPIRE', KEYS[1], ttl)
+    redis.call('EXPIRE', KEYS[2], ttl)
+  end
+  return 1
+end
+return 0
+"""

@@ -1,0 +1,97 @@
+"""Quantifier preflight: classify, cap, and decide reject-broad before retrieval.
+
+Pure: ``run_preflight`` runs before any I/O of a job, so a rejected job costs
+no retrieval and no model call (SPEC §4, §5, §7).
+
+Decisions where the SPEC left room:
+
+* The guard is *active* for a job when ``quantifier_guard_enabled`` and the
+  job's mode is in ``quantifier_guard_modes``. Everything broad-specific
+  (reject-broad, EXPLORATORY, cap enforcement, the reminder, the four
+  BROAD_QUANTIFIER_* kinds) needs an active guard; the classification and the
+  cap are computed and reported for every job, guarded or not.
+* ``allow_broad`` wins over ``quantifier_reject_broad`` when both are set: the
+  reject message itself offers ``--allow-broad`` as the way through.
+* Reject-broad fires for ALL, COMPREHENSIVE and OPEN_REQUEST with an
+  ``unbounded`` scope only; MANY is never rejected (SPEC §7 names the three).
+"""
+
+from __future__ import annotations
+
+from common.models import (
+    Label,
+    Mode,
+    Preflight,
+    QuantifierInfo,
+    Verdict,
+    Verification,
+    ViolationKind,
+)
+from common.policy import Policy
+from common.profiles import cap_for_intensity
+from common.quantifier import classify
+
+REJECTABLE_INTENSITIES: frozenset[str] = frozenset({"ALL", "COMPREHENSIVE", "OPEN_REQUEST"})
+
+_REJECT_WHY = {
+    "ALL": "it asks for every item of an open-ended set",
+    "COMPREHENSIVE": "it asks for an exhaustive answer",
+    "OPEN_REQUEST": "it asks for an open-ended overview",
+}
+
+
+def is_guard_active(mode: Mode, policy: Policy) -> bool:
+    """The quantifier guard applies to this mode under this policy."""
+    return policy.quantifier_guard_enabled and mode.value in policy.quantifier_guard_modes
+
+
+def reject_message(quantifier: QuantifierInfo) -> str:
+    """Why the question was rejected and how to narrow it (SPEC §7)."""
+    why = _REJECT_WHY.get(quantifier.intensity, "it asks for an unbounded set")
+    token = f' ("{quantifier.matched_token}")' if quantifier.matched_token else ""
+    return (
+        f"rejected before retrieval: {why}{token} with no bound on its scope, so no answer "
+        "drawn from a few evidence passages could be checked for completeness. "
+        "Narrow the question: name a year, league, country or category "
+        '(e.g. "... in 1998", "... in the Premier League", "... in France", "... albums only"), '
+        "or rerun with --allow-broad for an EXPLORATORY (not evidence-warranted) answer."
+    )
+
+
+def run_preflight(question: str, mode: Mode, policy: Policy, model_profile_id: str) -> Preflight:
+    """Classify the question and decide caps, reject-broad and exploratory."""
+    quantifier = classify(question)
+    guard_active = is_guard_active(mode, policy)
+    cap = cap_for_intensity(
+        quantifier.intensity,
+        model_profile_id,
+        quantifier.explicit_count,
+        policy.quantifier_caps_by_intensity,
+    )
+    broad = quantifier.is_broad and guard_active
+    rejected = (
+        broad
+        and policy.quantifier_reject_broad
+        and not policy.allow_broad
+        and quantifier.intensity in REJECTABLE_INTENSITIES
+        and quantifier.scope_bound_hint == "unbounded"
+    )
+    return Preflight(
+        quantifier=quantifier,
+        guard_active=guard_active,
+        claim_cap=cap,
+        cap_enforced=guard_active and policy.quantifier_guard_apply_caps,
+        rejected=rejected,
+        reject_message=reject_message(quantifier) if rejected else None,
+        exploratory=broad and policy.allow_broad,
+    )
+
+
+def rejected_verification(preflight: Preflight) -> Verification:
+    """The verification of a job that reject-broad stopped before the model call."""
+    return Verification(
+        verdict=Verdict.UNGROUNDED,
+        label=Label.BROAD_REJECTED,
+        violation_kinds=(ViolationKind.BROAD_QUANTIFIER_REJECTED,),
+        tails=("broad rejected",),
+    )

@@ -1,0 +1,89 @@
+"""Model profiles: how many claims each quantifier rung may carry (SPEC §5).
+
+``cap_for_intensity`` resolves a cap in this order: the per-call override dict
+(``Policy.quantifier_caps_by_intensity``) → the model's profile → the
+``default`` profile. SMALL_NUM_EXPLICIT and COMPARATIVE_BOUND map to the
+``EXPLICIT_COUNT`` sentinel in every profile: their cap is the question's own
+number, falling back to the profile's MANY cap when no number was parsed.
+
+Decisions where the SPEC left room:
+
+* An override for SMALL_NUM_EXPLICIT or COMPARATIVE_BOUND replaces the
+  explicit count (the override is the operator's word for this run).
+* An unknown profile id resolves through the ``default`` profile (a new model
+  is never an error; it simply gets the default caps).
+* An explicit count of 0 (e.g. "top 0") gives a cap of 1: a cap below one
+  would reject every answer, including a correct "none".
+* An unknown intensity is a caller bug and raises ``InputError``.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Final
+
+from common.errors import InputError
+from common.policy import INTENSITIES
+
+EXPLICIT_COUNT: Final = -1  # sentinel: use the question's explicit count
+DEFAULT_PROFILE_ID: Final = "default"
+HERMES_3_8B_PROFILE_ID: Final = "hermes-3-8b"
+
+_DEFAULT_CAPS = {
+    "ABSENT": 1,
+    "SINGULAR": 1,
+    "PROPORTIONAL": 3,
+    "SMALL_NUM_EXPLICIT": EXPLICIT_COUNT,
+    "COMPARATIVE_BOUND": EXPLICIT_COUNT,
+    "FEW": 5,
+    "MANY": 12,
+    "ALL": 12,
+    "COMPREHENSIVE": 15,
+    "OPEN_REQUEST": 12,
+}
+_HERMES_3_8B_CAPS = {
+    "ABSENT": 1,
+    "SINGULAR": 1,
+    "PROPORTIONAL": 1,
+    "SMALL_NUM_EXPLICIT": EXPLICIT_COUNT,
+    "COMPARATIVE_BOUND": EXPLICIT_COUNT,
+    "FEW": 5,
+    "MANY": 8,
+    "ALL": 8,
+    "COMPREHENSIVE": 5,
+    "OPEN_REQUEST": 5,
+}
+MODEL_PROFILES: Final = MappingProxyType(
+    {
+        DEFAULT_PROFILE_ID: MappingProxyType(_DEFAULT_CAPS),
+        HERMES_3_8B_PROFILE_ID: MappingProxyType(_HERMES_3_8B_CAPS),
+    }
+)
+
+
+def _profile_cap(profile_id: str, intensity: str) -> int:
+    profile = MODEL_PROFILES.get(profile_id, MODEL_PROFILES[DEFAULT_PROFILE_ID])
+    if intensity in profile:
+        return profile[intensity]
+    return MODEL_PROFILES[DEFAULT_PROFILE_ID][intensity]
+
+
+def cap_for_intensity(
+    intensity: str,
+    model_profile_id: str,
+    explicit_count: int | None,
+    overrides: dict[str, int] | None,
+) -> int:
+    """The maximum number of claims an answer to this rung should carry."""
+    if intensity not in INTENSITIES:
+        raise InputError(
+            f"unknown quantifier intensity {intensity!r}; intensities are {list(INTENSITIES)}"
+        )
+    if overrides and intensity in overrides:
+        return max(1, int(overrides[intensity]))
+    cap = _profile_cap(model_profile_id, intensity)
+    if cap == EXPLICIT_COUNT:
+        if explicit_count is None:
+            return _profile_cap(model_profile_id, "MANY")
+        return max(1, explicit_count)
+    return cap

@@ -1,0 +1,360 @@
+"""Answerability sidecar: flags a denial while the evidence holds candidates (SPEC §8).
+
+Read-only and byte-deterministic: no model calls, no writes, never changes the
+answer or the verdict. It returns None unless all three clauses fire:
+
+* A, denial: the casefolded, whitespace-normalized answer contains one of
+  ``DENIAL_PATTERNS`` (version ``DENIAL_PATTERNS_VERSION``);
+* B, extraction shape: an ``EXTRACTION_CUES`` phrase, a broad quantifier
+  (ALL, COMPREHENSIVE, OPEN_REQUEST, MANY), or a plural of things
+  (``PLURAL_THINGS``) in the question;
+* C, candidates: spans of the question's answer type within
+  ``answerability_proximity_chars`` of a subject mention in some block.
+
+Decisions where the SPEC left room:
+
+* Answer type: the matched cue decides (``CUE_ANSWER_TYPES``); without a cue,
+  a question starting with "who" or naming people in the plural (members,
+  players, ...) wants a ``person``, "when"/"what year" a ``date``, anything
+  else ``title_like``.
+* Subject tokens are the question's tokens minus stop words, cue words,
+  relation words and quantifier words (``SUBJECT_DROP_WORDS``), in order.
+  A block takes part only if it contains *every* subject token (case-
+  insensitive, on word boundaries); a mention is any occurrence of a subject
+  token there, an *exact* mention the whole subject phrase in order. This is
+  what keeps "songs by John Smith" silent on a block naming "John Harvard".
+* Candidates: title_like → quoted strings (``"…"``, ``“…”``), Title Case runs of
+  two or more capitalized words (small connectors such as "of", "the", "and"
+  allowed inside), and items of comma lists of three or more short items;
+  person → Title Case runs without "and"/"of"/"the" inside (name particles
+  such as "da", "von" allowed);
+  date → years 1000–2099 and day-month-year dates. A candidate made only of
+  subject and stop words (the subject's own name) is dropped; a Title Case run
+  or list item overlapping a quoted string is dropped in its favour.
+* Confidence: ``strong`` = a quoted candidate within proximity of an exact
+  subject mention and at least ``STRONG_MIN_CANDIDATES`` candidates;
+  ``medium`` = at least 2 candidates, or a quoted one near an exact mention;
+  ``weak`` = one candidate. ``answerability_threshold`` is the minimum class
+  reported; below it the result is None.
+* ``candidate_count`` counts every candidate found; the span list holds at
+  most 10: quoted strings first, then by evidence rank and offset. Offsets
+  index ``Evidence.text`` (``offset_basis: "evidence_object_text"``), so
+  ``text[offset_start:offset_end]`` is the span's text exactly.
+* The result also carries ``denial_patterns_version`` and
+  ``extraction_cues_version`` besides the keys SPEC §8 lists.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from common.models import Evidence, QuantifierInfo
+from common.policy import Policy
+from common.quantifier import classify
+from common.verify.text import STOP_WORDS, normalize, tokens
+from common.versions import DENIAL_PATTERNS_VERSION, EXTRACTION_CUES_VERSION
+
+DIAGNOSTIC_VERSION = "answerability-v1"
+MAX_SPANS = 10
+STRONG_MIN_CANDIDATES = 3
+CONFIDENCE_ORDER: tuple[str, ...] = ("weak", "medium", "strong")
+BROAD_FOR_EXTRACTION: frozenset[str] = frozenset({"ALL", "COMPREHENSIVE", "OPEN_REQUEST", "MANY"})
+
+DENIAL_PATTERNS: tuple[str, ...] = (
+    "not mentioned",
+    "not provided",
+    "the evidence does not say",
+    "does not mention",
+    "no specific",
+    "no evidence",
+    "cannot determine from the provided evidence",
+    "is not stated",
+    "is not specified",
+)
+
+CUE_ANSWER_TYPES: dict[str, str] = {
+    "songs by": "title_like",
+    "works by": "title_like",
+    "books by": "title_like",
+    "albums by": "title_like",
+    "novels by": "title_like",
+    "poems by": "title_like",
+    "plays by": "title_like",
+    "films by": "title_like",
+    "movies by": "title_like",
+    "paintings by": "title_like",
+    "compositions by": "title_like",
+    "singles by": "title_like",
+    "list of": "title_like",
+    "name all": "title_like",
+    "list all": "title_like",
+    "names of": "title_like",
+    "titles of": "title_like",
+    "discography": "title_like",
+    "who wrote": "person",
+    "who composed": "person",
+    "who painted": "person",
+    "who directed": "person",
+    "who sang": "person",
+    "who founded": "person",
+    "who invented": "person",
+    "who discovered": "person",
+    "members of": "person",
+    "what year": "date",
+    "which year": "date",
+    "in what year": "date",
+    "what date": "date",
+    "when was": "date",
+    "when did": "date",
+}
+EXTRACTION_CUES: tuple[str, ...] = tuple(CUE_ANSWER_TYPES)
+
+PERSON_PLURALS: frozenset[str] = frozenset(
+    "members players authors writers composers founders leaders presidents kings queens "
+    "children singers artists painters scientists actors musicians winners".split()
+)
+PLURAL_THINGS: frozenset[str] = (
+    frozenset(
+        "songs works books albums novels poems plays films movies paintings compositions "
+        "singles records tracks titles characters episodes operas symphonies sculptures "
+        "inventions discoveries awards names".split()
+    )
+    | PERSON_PLURALS
+)
+_RELATION_WORDS = frozenset(
+    "by of about from written wrote write composed compose sang sing performed perform "
+    "released recorded made created directed painted founded invented discovered song work "
+    "book album novel poem play film movie painting title member list name give tell me "
+    "famous known best popular notable main major year date did does do has have had "
+    "called named some every all each any various several few number lot lots release "
+    "releases record records sings writes composes perform performs publish published "
+    "appear appeared play played star starred feature featured include included produce "
+    "produced".split()
+)
+SUBJECT_DROP_WORDS: frozenset[str] = (
+    STOP_WORDS
+    | _RELATION_WORDS
+    | PLURAL_THINGS
+    | frozenset(w for cue in EXTRACTION_CUES for w in cue.split())
+)
+
+_WS_RE = re.compile(r"\s+")
+_CAP = r"[A-ZÀ-ÖØ-Þ][\w'’&-]*"
+# "Pride and Prejudice" is one title, "George Harrison and Ringo Starr" two names.
+_TITLE_CASE_RE = re.compile(
+    rf"(?<![\w'’-]){_CAP}(?:\s+(?:(?:of|the|and|de|da|del|di|van|von|in|on|a|an|for|to)\s+)*{_CAP})+"
+)
+_NAME_RE = re.compile(rf"(?<![\w'’-]){_CAP}(?:\s+(?:(?:de|da|del|di|van|von)\s+)*{_CAP})+")
+_QUOTED_RE = re.compile(r'"([^"\n]{1,120})"|“([^”\n]{1,120})”')
+_MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
+_DATE_RE = re.compile(
+    rf"\b(?:\d{{1,2}} (?:{_MONTHS}) (?:1[0-9]{{3}}|20[0-9]{{2}})"
+    rf"|(?:{_MONTHS}) \d{{1,2}}, (?:1[0-9]{{3}}|20[0-9]{{2}})"
+    r"|(?:1[0-9]{3}|20[0-9]{2}))\b"
+)
+_SENTENCE_RE = re.compile(r"[^.;:!?\n]+")
+_KINDS_BY_TYPE: dict[str, frozenset[str]] = {
+    "title_like": frozenset({"quoted", "title_case", "list_item"}),
+    "person": frozenset({"title_case"}),
+    "date": frozenset({"date"}),
+}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    evidence_rank: int
+    evidence_id: str
+    kind: str
+    start: int
+    end: int
+    text: str
+    near_exact: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "evidence_id": self.evidence_id,
+            "kind": self.kind,
+            "text": self.text,
+            "offset_start": self.start,
+            "offset_end": self.end,
+            "offset_basis": "evidence_object_text",
+        }
+
+
+def match_denial(answer: str) -> str | None:
+    """Clause A: the first denial pattern (in list order) found in the answer."""
+    text = _WS_RE.sub(" ", normalize(answer))
+    return next((p for p in DENIAL_PATTERNS if p in text), None)
+
+
+def match_extraction_shape(
+    question: str, quantifier: QuantifierInfo
+) -> tuple[str | None, str | None]:
+    """Clause B: ``(shape, cue)`` where shape is cue / quantifier / plural, or ``(None, None)``."""
+    text = " " + " ".join(tokens(question)) + " "
+    cue = next((c for c in EXTRACTION_CUES if f" {c} " in text), None)
+    if cue is not None:
+        return "cue", cue
+    if quantifier.intensity in BROAD_FOR_EXTRACTION:
+        return "quantifier", None
+    if any(t in PLURAL_THINGS for t in text.split()):
+        return "plural", None
+    return None, None
+
+
+def answer_type_for(question: str, cue: str | None) -> str:
+    if cue is not None:
+        return CUE_ANSWER_TYPES[cue]
+    toks = tokens(question)
+    first = toks[0] if toks else ""
+    if first == "when" or " what year" in f" {' '.join(toks)}":
+        return "date"
+    if first in ("who", "whom", "whose") or any(t in PERSON_PLURALS for t in toks):
+        return "person"
+    return "title_like"
+
+
+def subject_tokens_for(question: str) -> list[str]:
+    toks = [t for t in tokens(question) if len(t) > 1 and t not in SUBJECT_DROP_WORDS]
+    return list(dict.fromkeys(toks))
+
+
+def _word_re(token: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<!\w){re.escape(token)}(?!\w)", re.I)
+
+
+def _raw_candidates(text: str, answer_type: str) -> list[tuple[str, int, int]]:
+    """``(kind, start, end)`` spans of the answer type in a block's text."""
+    found: list[tuple[str, int, int]] = []
+    if answer_type == "date":
+        return [("date", m.start(), m.end()) for m in _DATE_RE.finditer(text)]
+    if answer_type == "title_like":
+        for m in _QUOTED_RE.finditer(text):
+            group = 1 if m.group(1) is not None else 2
+            found.append(("quoted", m.start(group), m.end(group)))
+    runs = _TITLE_CASE_RE if answer_type == "title_like" else _NAME_RE
+    found += [("title_case", m.start(), m.end()) for m in runs.finditer(text)]
+    if answer_type == "title_like":
+        found += _list_items(text)
+    return found
+
+
+def _list_items(text: str) -> list[tuple[str, int, int]]:
+    items: list[tuple[str, int, int]] = []
+    for sentence in _SENTENCE_RE.finditer(text):
+        parts = re.split(r",|\band\b|\bor\b", sentence.group(0))
+        pieces = [p for p in parts if p.strip()]
+        if sentence.group(0).count(",") < 2 or len(pieces) < 3:
+            continue
+        cursor = sentence.start()
+        for part in parts:
+            start = text.index(part, cursor) if part else cursor
+            cursor = start + len(part)
+            stripped = part.strip()
+            if stripped and len(stripped.split()) <= 5:
+                lead = part.index(stripped)
+                items.append(("list_item", start + lead, start + lead + len(stripped)))
+    return items
+
+
+def _distance(a: tuple[int, int], b: tuple[int, int]) -> int:
+    return max(0, max(a[0], b[0]) - min(a[1], b[1]))
+
+
+def _block_candidates(
+    rank: int, ev: Evidence, subject: list[str], answer_type: str, proximity: int
+) -> list[Candidate]:
+    text = ev.text
+    mentions: list[tuple[int, int]] = []
+    for tok in subject:
+        spans = [(m.start(), m.end()) for m in _word_re(tok).finditer(text)]
+        if not spans:
+            return []  # every subject token must occur in the block
+        mentions += spans
+    phrase = re.compile(r"(?<!\w)" + r"\W+".join(map(re.escape, subject)) + r"(?!\w)", re.I)
+    exact = [(m.start(), m.end()) for m in phrase.finditer(text)]
+    subject_set = set(subject)
+    kept: dict[tuple[int, int], Candidate] = {}
+    quoted_spans: list[tuple[int, int]] = []
+    allowed = _KINDS_BY_TYPE[answer_type]
+    for kind, start, end in sorted(
+        _raw_candidates(text, answer_type), key=lambda c: c[0] != "quoted"
+    ):
+        span = (start, end)
+        if kind not in allowed or span in kept:
+            continue
+        words = set(tokens(text[start:end]))
+        if not words or words <= (subject_set | STOP_WORDS):
+            continue
+        if kind != "quoted" and any(_distance(span, q) == 0 for q in quoted_spans):
+            continue
+        if not any(_distance(span, m) <= proximity for m in mentions):
+            continue
+        near_exact = any(_distance(span, m) <= proximity for m in exact)
+        kept[span] = Candidate(rank, ev.id, kind, start, end, text[start:end], near_exact)
+        if kind == "quoted":
+            quoted_spans.append(span)
+    return list(kept.values())
+
+
+def _confidence(candidates: list[Candidate]) -> str | None:
+    quoted_near_exact = any(c.kind == "quoted" and c.near_exact for c in candidates)
+    if quoted_near_exact and len(candidates) >= STRONG_MIN_CANDIDATES:
+        return "strong"
+    if len(candidates) >= 2 or quoted_near_exact:
+        return "medium"
+    return "weak" if candidates else None
+
+
+def assess_answerability(
+    question: str,
+    answer: str,
+    evidence: Sequence[Evidence],
+    policy: Policy,
+    quantifier: QuantifierInfo | None = None,
+) -> dict | None:
+    """SPEC §8's three-clause check; None unless denial, extraction shape and candidates all fire."""
+    if not policy.answerability_sidecar_enabled:
+        return None
+    denial = match_denial(answer if isinstance(answer, str) else "")
+    if denial is None:
+        return None
+    shape, cue = match_extraction_shape(question, quantifier or classify(question))
+    if shape is None:
+        return None
+    subject = subject_tokens_for(question)
+    if not subject:
+        return None
+    answer_type = answer_type_for(question, cue)
+    proximity = policy.answerability_proximity_chars
+    candidates = [
+        c
+        for rank, ev in enumerate(evidence)
+        for c in _block_candidates(rank, ev, subject, answer_type, proximity)
+    ]
+    confidence = _confidence(candidates)
+    if confidence is None:
+        return None
+    if CONFIDENCE_ORDER.index(confidence) < CONFIDENCE_ORDER.index(policy.answerability_threshold):
+        return None
+    ordered = sorted(
+        candidates, key=lambda c: (c.kind != "quoted", c.evidence_rank, c.start, c.end)
+    )
+    return {
+        "diagnostic_version": DIAGNOSTIC_VERSION,
+        "confidence_class": confidence,
+        "triggered_clauses": ["denial", "extraction_shape", "candidates_in_evidence"],
+        "denial_pattern_matched": denial,
+        "extraction_cue_matched": cue,
+        "extraction_shape": shape,
+        "answer_type": answer_type,
+        "subject_tokens": subject,
+        "candidate_count": len(candidates),
+        "threshold": policy.answerability_threshold,
+        "missed_answer_candidate_spans": [c.as_dict() for c in ordered[:MAX_SPANS]],
+        "denial_patterns_version": DENIAL_PATTERNS_VERSION,
+        "extraction_cues_version": EXTRACTION_CUES_VERSION,
+    }

@@ -1,0 +1,10 @@
+"""Deterministic verification of model answers (SPEC §7); no I/O, no model calls.
+
+``text`` normalization and tokens, ``claims`` extraction per mode, ``checks``
+per claim, ``quote`` layered matching, ``verdict`` verdict/label/tails, and
+``verifier.verify_answer`` tying them together.
+"""
+
+from common.verify.verifier import DEFLECTION_PATTERNS, verify_answer
+
+__all__ = ["DEFLECTION_PATTERNS", "verify_answer"]

@@ -1,0 +1,1 @@
+"""Operations: the vLLM-compatible simulator and deployment files."""

@@ -1,0 +1,15 @@
+"""A vLLM-compatible HTTP server that answers from the prompt's evidence (SPEC §11).
+
+Every answer, metric and log line it produces is labelled as simulated: the
+``x-qfarm-simulator`` response header, ``owned_by: qfarm-simulator`` in
+``/v1/models``, ``system_fingerprint: qfarm-simulator`` in completions.
+
+* ``behaviour``: pure answer generation from the evidence, with failure rates.
+* ``latency``: time to first token + time per output token, with jitter.
+* ``faults``: injected HTTP failures, at rates or on command.
+* ``metrics``: Prometheus text with vLLM's metric names.
+* ``server``: the aiohttp app; ``launch``: start it as a subprocess.
+"""
+
+SIMULATOR_HEADER = "x-qfarm-simulator"
+SIMULATOR_OWNER = "qfarm-simulator"

@@ -1,0 +1,245 @@
+"""The simulator's options: one dataclass, one argparse definition, one argv rendering.
+
+``python -m ops.sim``, ``qfarm sim`` and ``launch.start_simulator(**options)``
+all go through here, so an option means the same thing everywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from common.settings import DEFAULT_MODEL
+from ops.sim.behaviour import DEFAULT_PROFILE, FAILURE_KINDS, PROFILES, BehaviourRates
+from ops.sim.faults import FAULT_KINDS, check_rates
+from ops.sim.latency import DEFAULT_PRESET, PRESETS, LatencyModel, format_range, parse_range
+
+
+@dataclass
+class SimConfig:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    model: str = DEFAULT_MODEL
+    served_model_names: tuple[str, ...] = ()  # extra names accepted in "model"
+    max_num_seqs: int = 256
+    max_model_len: int = 8192
+    latency: LatencyModel = field(default_factory=LatencyModel)
+    profile: str = DEFAULT_PROFILE
+    rates: BehaviourRates = field(default_factory=lambda: PROFILES[DEFAULT_PROFILE])
+    fault_rates: dict[str, float] = field(default_factory=dict)
+    retry_after_s: float = 1.0
+    hang_s: float = 3600.0
+    shuffle_choices: bool = False
+    api_key: str | None = None
+    stream_interval: int = 8  # tokens per streamed chunk after the first
+    seed: int | None = None  # latency and fault draws; answers depend only on (prompt, seed)
+    port_file: str | None = None  # written once the port is bound (for port 0)
+    log_requests: bool = False
+
+    def accepted_models(self) -> set[str]:
+        return {self.model, *self.served_model_names}
+
+
+def _key_values(items: list[str], what: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"{what} {item!r}: expected NAME=RATE, e.g. 429=0.05")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{what} {item!r}: {value!r} is not a number"
+            ) from None
+    return out
+
+
+def add_sim_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port; 0 picks a free one (default 8000)")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="model name served (default %(default)s)")
+    p.add_argument(
+        "--served-model-name",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another name accepted as the request's model (repeatable)",
+    )
+    p.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=256,
+        help="sequences generated at once; excess requests queue (default 256)",
+    )
+    p.add_argument(
+        "--max-model-len",
+        type=int,
+        default=8192,
+        help="prompt + max_tokens limit; longer requests get a 400 (default 8192)",
+    )
+    p.add_argument(
+        "--latency",
+        choices=sorted(PRESETS),
+        default=DEFAULT_PRESET,
+        help="latency preset: h100-8b (TTFT 60-120 ms, 10-15 ms/token) or zero",
+    )
+    p.add_argument("--ttft-ms", default=None, help="time to first token, ms or LOW-HIGH range")
+    p.add_argument("--tpot-ms", default=None, help="time per output token, ms or LOW-HIGH range")
+    p.add_argument(
+        "--profile",
+        choices=sorted(PROFILES),
+        default=DEFAULT_PROFILE,
+        help="answer failure rates (default %(default)s; 'clean' never fails)",
+    )
+    p.add_argument(
+        "--rate",
+        action="append",
+        default=[],
+        metavar="KIND=P",
+        help=f"override one failure rate; kinds: {', '.join(FAILURE_KINDS)}",
+    )
+    p.add_argument(
+        "--fault-rate",
+        action="append",
+        default=[],
+        metavar="KIND=P",
+        help=f"inject HTTP faults at rate P; kinds: {', '.join(FAULT_KINDS)}",
+    )
+    p.add_argument(
+        "--retry-after-s",
+        type=float,
+        default=1.0,
+        help="Retry-After sent with injected 429s (default 1)",
+    )
+    p.add_argument(
+        "--hang-s",
+        type=float,
+        default=3600.0,
+        help="how long an injected timeout holds the request (default 3600)",
+    )
+    p.add_argument(
+        "--shuffle-choices",
+        action="store_true",
+        help="return choices out of index order (clients must map by index)",
+    )
+    p.add_argument(
+        "--api-key",
+        default=None,
+        help="require 'Authorization: Bearer KEY' on /v1 routes, like vllm --api-key "
+        "(or set QFARM_SIM_API_KEY, which keeps the key out of process listings)",
+    )
+    p.add_argument(
+        "--stream-interval",
+        type=int,
+        default=8,
+        help="tokens per streamed chunk after the first (default 8)",
+    )
+    p.add_argument("--seed", type=int, default=None, help="seed for latency and fault draws")
+    p.add_argument("--port-file", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--log-requests", action="store_true", help="print one line per request")
+
+
+def config_from_args(args: argparse.Namespace) -> SimConfig:
+    """Build and validate a SimConfig; raises ValueError with the option's name."""
+    latency = LatencyModel.preset(args.latency)
+    try:
+        if args.ttft_ms is not None:
+            latency = LatencyModel(parse_range(args.ttft_ms), latency.tpot_ms)
+        if args.tpot_ms is not None:
+            latency = LatencyModel(latency.ttft_ms, parse_range(args.tpot_ms))
+    except ValueError as exc:
+        raise ValueError(f"--ttft-ms/--tpot-ms: {exc}") from None
+    try:
+        rates = PROFILES[args.profile].with_overrides(**_key_values(args.rate, "--rate"))
+    except (ValueError, argparse.ArgumentTypeError) as exc:
+        raise ValueError(f"--rate: {exc}") from None
+    try:
+        fault_rates = check_rates(_key_values(args.fault_rate, "--fault-rate"))
+    except (ValueError, argparse.ArgumentTypeError) as exc:
+        raise ValueError(f"--fault-rate: {exc}") from None
+    if args.max_num_seqs < 1:
+        raise ValueError("--max-num-seqs must be at least 1")
+    return SimConfig(
+        host=args.host,
+        port=args.port,
+        model=args.model,
+        served_model_names=tuple(args.served_model_name),
+        max_num_seqs=args.max_num_seqs,
+        max_model_len=args.max_model_len,
+        latency=latency,
+        profile=args.profile,
+        rates=rates,
+        fault_rates=fault_rates,
+        retry_after_s=args.retry_after_s,
+        hang_s=args.hang_s,
+        shuffle_choices=args.shuffle_choices,
+        api_key=args.api_key or os.environ.get("QFARM_SIM_API_KEY") or None,
+        stream_interval=max(1, args.stream_interval),
+        seed=args.seed,
+        port_file=args.port_file,
+        log_requests=args.log_requests,
+    )
+
+
+OPTION_NAMES = frozenset(
+    {
+        "model", "served_model_names", "max_num_seqs", "max_model_len", "latency", "ttft_ms",
+        "tpot_ms", "profile", "rates", "fault_rates", "retry_after_s", "hang_s",
+        "shuffle_choices", "stream_interval", "seed", "log_requests",
+    }
+)  # fmt: skip
+
+
+def options_to_argv(**options: Any) -> list[str]:
+    """Keyword options of ``start_simulator`` as command-line flags (``api_key`` excepted:
+    the launcher passes it in the environment, out of process listings).
+
+    ``latency`` is a preset name; ``ttft_ms``/``tpot_ms`` take a number or a
+    (low, high) pair; ``rates`` and ``fault_rates`` are dicts of kind -> rate.
+    """
+    unknown = sorted(set(options) - OPTION_NAMES)
+    if unknown:
+        raise TypeError(f"unknown simulator option(s) {unknown}; known: {sorted(OPTION_NAMES)}")
+    argv: list[str] = []
+    for name, value in options.items():
+        if value is None or value is False:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if name == "served_model_names":
+            for v in value:
+                argv += ["--served-model-name", v]
+        elif name in ("ttft_ms", "tpot_ms") and isinstance(value, str):
+            argv += [flag, value]
+        elif name in ("ttft_ms", "tpot_ms"):
+            pair = tuple(value) if isinstance(value, tuple | list) else (float(value), float(value))
+            argv += [flag, format_range((float(pair[0]), float(pair[1])))]
+        elif name in ("rates", "fault_rates"):
+            flag = "--rate" if name == "rates" else "--fault-rate"
+            for kind, rate in dict(value).items():
+                argv += [flag, f"{kind}={rate}"]
+        elif value is True:
+            argv.append(flag)
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+def describe(config: SimConfig) -> str:
+    lat = config.latency
+    return (
+        f"model={config.model} max_num_seqs={config.max_num_seqs} "
+        f"ttft_ms={format_range(lat.ttft_ms)} tpot_ms={format_range(lat.tpot_ms)} "
+        f"profile={config.profile} faults={config.fault_rates or 'none'}"
+    )
+
+
+__all__ = [
+    "SimConfig",
+    "add_sim_arguments",
+    "config_from_args",
+    "describe",
+    "options_to_argv",
+]

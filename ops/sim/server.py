@@ -1,0 +1,606 @@
+"""The simulator's HTTP server (aiohttp): the subset of vLLM's API the farm uses.
+
+Routes: ``GET /health``, ``GET /v1/models``, ``POST /v1/completions`` (prompt
+string or list, ``n``, ``max_tokens`` (default 16, as vLLM), ``temperature``,
+``seed``, ``stop``, ``stream``, ``response_format``/``structured_outputs``),
+``POST /v1/chat/completions`` (one conversation, rendered as ChatML),
+``GET /metrics``; and the simulator's own control routes ``GET|POST
+/sim/faults``, ``GET /sim/stats``, ``GET /sim/config``, ``POST /sim/reset``.
+
+Each prompt × choice is one *sequence*: it waits for one of ``max_num_seqs``
+slots (FIFO; the wait is ``vllm:num_requests_waiting``), holds it for TTFT +
+(tokens − 1) × per-token time, and frees it. Choices come back with
+``index = prompt_i * n + j`` and ``usage`` summed over the request, as vLLM
+does; ``--shuffle-choices`` returns them out of order to test clients that
+map by position. One event loop holds hundreds of connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import math
+import random
+import sys
+import time
+from collections import deque
+from typing import Any
+
+from aiohttp import web
+
+from common.prompts import chatml_turn
+from ops.sim import SIMULATOR_HEADER, SIMULATOR_OWNER, behaviour
+from ops.sim.config import SimConfig, describe
+from ops.sim.faults import ARRIVAL_FAULTS, FaultInjector
+from ops.sim.metrics import Metrics
+
+STATE: web.AppKey[SimState] = web.AppKey("sim_state")
+LOG_SIZE = 50_000
+
+
+class RequestError(Exception):
+    """A request the server refuses, rendered as vLLM's error envelope."""
+
+    def __init__(self, status: int, message: str, err_type: str = "BadRequestError"):
+        super().__init__(message)
+        self.status = status
+        self.err_type = err_type
+
+
+def error_response(status: int, message: str, err_type: str) -> web.Response:
+    body = {"error": {"message": message, "type": err_type, "param": None, "code": status}}
+    return web.json_response(body, status=status)
+
+
+class SimState:
+    """Everything one simulator process keeps; touched only from its event loop."""
+
+    def __init__(self, config: SimConfig):
+        self.config = config
+        self.metrics = Metrics()
+        self.faults = FaultInjector(
+            rates=dict(config.fault_rates),
+            retry_after_s=config.retry_after_s,
+            hang_s=config.hang_s,
+            seed=config.seed,
+        )
+        self.rng = random.Random(config.seed)
+        self.slots = asyncio.Semaphore(config.max_num_seqs)
+        self.log: deque[dict[str, Any]] = deque(maxlen=LOG_SIZE)
+        self.ids = itertools.count(1)
+        self.started = time.time()
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _int(body: dict, key: str, default: int | None, minimum: int) -> int | None:
+    value = body.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise RequestError(400, f"{key} must be an integer >= {minimum} (got {value!r})")
+    return value
+
+
+def _stop_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(s, str) for s in value):
+        return value
+    raise RequestError(400, f"stop must be a string or a list of strings (got {value!r})")
+
+
+def _is_structured(body: dict) -> bool:
+    fmt = body.get("response_format") or {}
+    if isinstance(fmt, dict) and fmt.get("type") in ("json_schema", "json_object"):
+        return True
+    so = body.get("structured_outputs") or {}
+    return isinstance(so, dict) and bool(so.get("json"))
+
+
+def parse_params(body: dict, state: SimState) -> dict[str, Any]:
+    model = body.get("model") or state.config.model
+    if model not in state.config.accepted_models():
+        raise RequestError(404, f"The model `{model}` does not exist.", "NotFoundError")
+    n = _int(body, "n", 1, 1)
+    max_tokens = _int(body, "max_tokens", 16, 0)
+    seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise RequestError(400, f"seed must be an integer (got {seed!r})")
+    temperature = body.get("temperature", 1.0)
+    if temperature is None:
+        temperature = 1.0
+    if not isinstance(temperature, int | float) or temperature < 0:
+        raise RequestError(400, f"temperature must be a number >= 0 (got {temperature!r})")
+    if seed is None:
+        seed = state.rng.getrandbits(31)  # vLLM without a seed is not reproducible either
+    return {
+        "model": model,
+        "n": n,
+        "max_tokens": max_tokens,
+        "seed": seed,
+        "temperature": float(temperature),
+        "stop": _stop_list(body.get("stop")),
+        "stream": bool(body.get("stream", False)),
+        "include_usage": bool((body.get("stream_options") or {}).get("include_usage", False)),
+        "structured": _is_structured(body),
+    }
+
+
+def parse_prompts(body: dict) -> list[str]:
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return [prompt]
+    if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+        return prompt
+    raise RequestError(
+        400,
+        "prompt must be a string or a non-empty list of strings (the simulator takes text only)",
+    )
+
+
+def render_messages(body: dict) -> str:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise RequestError(400, "messages must be a non-empty list of {role, content} objects")
+    parts = []
+    for m in messages:
+        if not isinstance(m, dict) or not isinstance(m.get("content"), str):
+            raise RequestError(400, "each message needs a string 'content' (text only)")
+        parts.append(chatml_turn(str(m.get("role", "user")), m["content"]))
+    return "".join(parts) + "<|im_start|>assistant\n"
+
+
+def check_context(prompts: list[str], max_tokens: int, state: SimState) -> list[int]:
+    limit = state.config.max_model_len
+    counts = []
+    for p in prompts:
+        n_prompt = behaviour.count_tokens(p)
+        if n_prompt + max_tokens > limit:
+            raise RequestError(
+                400,
+                f"This model's maximum context length is {limit} tokens. However, you requested "
+                f"{n_prompt + max_tokens} tokens ({n_prompt} in the messages, {max_tokens} in the "
+                "completion). Please reduce the length of the messages or completion.",
+            )
+        counts.append(n_prompt)
+    return counts
+
+
+# --------------------------------------------------------------------------- generation
+
+
+class Sequence:
+    """One prompt × choice: its answer, computed up front, and its timing."""
+
+    def __init__(self, index: int, completion: behaviour.Completion):
+        self.index = index
+        self.completion = completion
+        self.ttft_s = 0.0
+        self.e2e_s = 0.0
+
+
+async def hold_slot(state: SimState, seq: Sequence, on_token: Any = None) -> None:
+    """Queue for a slot, then spend the modelled time generating (optionally streaming)."""
+    m = state.metrics
+    loop = asyncio.get_running_loop()
+    t_arrival = loop.time()
+    m.waiting += 1
+    try:
+        await state.slots.acquire()
+    finally:
+        m.waiting -= 1
+    m.running += 1
+    try:
+        t_start = loop.time()
+        m.queue.observe(t_start - t_arrival)
+        ttft, tpot = state.config.latency.sample(state.rng)
+        n_tokens = seq.completion.completion_tokens
+        if on_token is None:
+            if ttft or tpot:
+                await asyncio.sleep(ttft + max(n_tokens - 1, 0) * tpot)
+            seq.ttft_s = ttft
+        else:
+            await on_token(seq, ttft, tpot)
+        seq.e2e_s = loop.time() - t_arrival
+    finally:
+        m.running -= 1
+        state.slots.release()
+    m.ttft.observe(seq.ttft_s + (t_start - t_arrival))
+    m.e2e.observe(seq.e2e_s)
+    m.generation_tokens += n_tokens
+    reason = seq.completion.finish_reason
+    m.success[reason] = m.success.get(reason, 0) + 1
+
+
+def build_sequences(prompts: list[str], params: dict[str, Any], state: SimState) -> list[Sequence]:
+    seqs = []
+    n = params["n"]
+    for i, prompt in enumerate(prompts):
+        for j in range(n):
+            comp = behaviour.complete(
+                prompt,
+                seed=params["seed"],
+                choice_index=j,
+                temperature=params["temperature"],
+                max_tokens=params["max_tokens"],
+                stop=params["stop"],
+                rates=state.config.rates,
+                structured=params["structured"],
+            )
+            seqs.append(Sequence(i * n + j, comp))
+    return seqs
+
+
+def choice_body(seq: Sequence, chat: bool) -> dict[str, Any]:
+    c = seq.completion
+    if chat:
+        return {
+            "index": seq.index,
+            "message": {"role": "assistant", "content": c.text},
+            "logprobs": None,
+            "finish_reason": c.finish_reason,
+            "stop_reason": None,
+        }
+    return {
+        "index": seq.index,
+        "text": c.text,
+        "logprobs": None,
+        "finish_reason": c.finish_reason,
+        "stop_reason": None,
+    }
+
+
+def response_body(
+    req_id: str, model: str, seqs: list[Sequence], prompt_tokens: int, chat: bool, state: SimState
+) -> dict[str, Any]:
+    choices = [choice_body(s, chat) for s in seqs]
+    if state.config.shuffle_choices and len(choices) > 1:
+        state.rng.shuffle(choices)
+    completion_tokens = sum(s.completion.completion_tokens for s in seqs)
+    return {
+        "id": req_id,
+        "object": "chat.completion" if chat else "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": SIMULATOR_OWNER,
+        "choices": choices,
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+# --------------------------------------------------------------------------- faults
+
+
+async def arrival_fault(kind: str, request: web.Request, state: SimState) -> web.StreamResponse:
+    if kind == "429":
+        retry = max(1, math.ceil(state.faults.retry_after_s))  # delay-seconds is an integer
+        resp = error_response(429, "Too many requests (simulated rate limit)", "RateLimitError")
+        resp.headers["Retry-After"] = str(retry)
+        return resp
+    if kind == "503":
+        return error_response(503, "Service unavailable (simulated)", "ServiceUnavailableError")
+    if kind == "timeout":
+        await asyncio.sleep(state.faults.hang_s)
+        return error_response(504, "Gateway timeout (simulated hang)", "TimeoutError")
+    # drop: close the connection with no response at all.
+    if request.transport is not None:
+        request.transport.abort()
+    raise asyncio.CancelledError
+
+
+def post_fault(kind: str, req_id: str) -> web.Response:
+    if kind == "malformed":
+        text = f'{{"id": "{req_id}", "object": "text_completion", "choices": [{{"index": 0, "text": "trunc'
+        return web.Response(text=text, content_type="application/json")
+    return web.json_response(
+        {"id": req_id, "object": "text_completion", "created": int(time.time()), "choices": [],
+         "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- handlers
+
+
+async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
+    state = request.app[STATE]
+    entry = request["entry"]
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise RequestError(400, "the request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise RequestError(400, "the request body must be a JSON object")
+    params = parse_params(body, state)
+    prompts = [render_messages(body)] if chat else parse_prompts(body)
+    prompt_counts = check_context(prompts, params["max_tokens"], state)
+    entry["n_prompts"] = len(prompts)
+    entry["seed"] = body.get("seed")
+    fault = state.faults.draw()
+    if fault:
+        entry["fault"] = fault
+        state.metrics.count_fault(fault)
+        if fault in ARRIVAL_FAULTS:
+            return await arrival_fault(fault, request, state)
+    state.metrics.prompt_tokens += sum(prompt_counts)
+    seqs = build_sequences(prompts, params, state)
+    req_id = f"{'chatcmpl' if chat else 'cmpl'}-sim-{entry['id']}"
+    if params["stream"]:
+        return await stream(request, state, seqs, params, req_id, sum(prompt_counts), chat, fault)
+    await asyncio.gather(*(hold_slot(state, s) for s in seqs))
+    if fault:
+        return post_fault(fault, req_id)
+    return web.json_response(
+        response_body(req_id, params["model"], seqs, sum(prompt_counts), chat, state)
+    )
+
+
+def _pieces(text: str, interval: int) -> list[str]:
+    """Split text into streamed deltas: the first token, then ``interval`` tokens at a time."""
+    ends = [m.end() for m in behaviour.TOKEN_RE.finditer(text)]
+    if not ends:
+        return [text] if text else []
+    cuts = [ends[0], *ends[interval::interval]]
+    cuts = [c for c in cuts if c < len(text)] + [len(text)]
+    out, prev = [], 0
+    for c in cuts:
+        if c > prev:
+            out.append(text[prev:c])
+            prev = c
+    return out
+
+
+async def stream(
+    request: web.Request,
+    state: SimState,
+    seqs: list[Sequence],
+    params: dict[str, Any],
+    req_id: str,
+    prompt_tokens: int,
+    chat: bool,
+    fault: str | None,
+) -> web.StreamResponse:
+    resp = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            SIMULATOR_HEADER: "1",
+        }
+    )
+    await resp.prepare(request)
+    lock = asyncio.Lock()
+    obj = "chat.completion.chunk" if chat else "text_completion"
+    interval = state.config.stream_interval
+
+    async def send(payload: dict[str, Any] | str) -> None:
+        data = payload if isinstance(payload, str) else json.dumps(payload)
+        async with lock:
+            await resp.write(f"data: {data}\n\n".encode())
+
+    def chunk(index: int, delta: str, finish: str | None) -> dict[str, Any]:
+        choice: dict[str, Any] = {"index": index, "finish_reason": finish, "logprobs": None}
+        if chat:
+            choice["delta"] = {"content": delta}
+        else:
+            choice["text"] = delta
+        return {"id": req_id, "object": obj, "created": int(time.time()), "model": params["model"],
+                "system_fingerprint": SIMULATOR_OWNER, "choices": [choice]}  # fmt: skip
+
+    async def on_token(seq: Sequence, ttft: float, tpot: float) -> None:
+        pieces = _pieces(seq.completion.text, interval) or [""]
+        t0 = asyncio.get_running_loop().time()
+        if ttft:
+            await asyncio.sleep(ttft)
+        seq.ttft_s = asyncio.get_running_loop().time() - t0
+        if fault == "malformed":
+            await send('{"id": "' + req_id + '", "choices": [{"text": "tru')
+            return
+        if fault == "empty":
+            return
+        for k, piece in enumerate(pieces):
+            if k and tpot:
+                await asyncio.sleep(tpot * len(behaviour.TOKEN_RE.findall(piece)))
+            last = k == len(pieces) - 1
+            await send(chunk(seq.index, piece, seq.completion.finish_reason if last else None))
+
+    await asyncio.gather(*(hold_slot(state, s, on_token) for s in seqs))
+    if params["include_usage"] and not fault:
+        completion_tokens = sum(s.completion.completion_tokens for s in seqs)
+        await send({"id": req_id, "object": obj, "created": int(time.time()),
+                    "model": params["model"], "choices": [],
+                    "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                              "total_tokens": prompt_tokens + completion_tokens}})  # fmt: skip
+    await send("[DONE]")
+    await resp.write_eof()
+    return resp
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    return await generate(request, chat=False)
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await generate(request, chat=True)
+
+
+async def health(request: web.Request) -> web.Response:
+    if request.app[STATE].faults.down:
+        return web.Response(status=503)
+    return web.Response(status=200)
+
+
+async def models(request: web.Request) -> web.Response:
+    cfg = request.app[STATE].config
+    data = [
+        {"id": name, "object": "model", "created": int(request.app[STATE].started),
+         "owned_by": SIMULATOR_OWNER, "root": cfg.model, "parent": None,
+         "max_model_len": cfg.max_model_len}
+        for name in sorted(cfg.accepted_models())
+    ]  # fmt: skip
+    return web.json_response({"object": "list", "data": data})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    text = state.metrics.render(state.config.model, state.config.max_num_seqs)
+    return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+
+async def faults(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    if request.method == "POST":
+        try:
+            payload = await request.json()
+            state.faults.update(payload if isinstance(payload, dict) else {})
+        except (ValueError, TypeError) as exc:
+            raise RequestError(400, f"/sim/faults: {exc}") from None
+    return web.json_response(state.faults.snapshot())
+
+
+async def stats(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    since = int(request.query.get("since", "0"))
+    log = [e for e in state.log if e["id"] > since and e["path"].startswith("/v1/")]
+    m = state.metrics
+    return web.json_response(
+        {
+            "simulated": True,
+            "running": m.running,
+            "waiting": m.waiting,
+            "max_concurrent_requests": m.max_concurrent_requests,
+            "http_requests": m.http_requests,
+            "faults": m.faults,
+            "generation_tokens": m.generation_tokens,
+            "prompt_tokens": m.prompt_tokens,
+            "requests": log,
+        }
+    )
+
+
+async def config_view(request: web.Request) -> web.Response:
+    cfg = request.app[STATE].config
+    return web.json_response(
+        {
+            "simulated": True,
+            "model": cfg.model,
+            "max_num_seqs": cfg.max_num_seqs,
+            "max_model_len": cfg.max_model_len,
+            "ttft_ms": list(cfg.latency.ttft_ms),
+            "tpot_ms": list(cfg.latency.tpot_ms),
+            "profile": cfg.profile,
+            "rates": cfg.rates.as_dict(),
+            "shuffle_choices": cfg.shuffle_choices,
+            "requires_api_key": cfg.api_key is not None,
+        }
+    )
+
+
+async def reset(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    state.log.clear()
+    state.faults.update({"rates": {}, "clear_next": True, "down": False})
+    return web.json_response({"ok": True})
+
+
+# --------------------------------------------------------------------------- app
+
+
+@web.middleware
+async def bookkeeping(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Request log, auth, the simulator header and vLLM-style errors on every route."""
+    state = request.app[STATE]
+    m = state.metrics
+    entry: dict[str, Any] = {"id": next(state.ids), "path": request.path, "t_arrival": time.time(),
+                             "status": None, "fault": None}  # fmt: skip
+    request["entry"] = entry
+    m.open_requests += 1
+    m.max_concurrent_requests = max(m.max_concurrent_requests, m.open_requests)
+    try:
+        key = state.config.api_key
+        if request.path.startswith("/v1/") and key is not None:
+            entry["auth_ok"] = request.headers.get("Authorization") == f"Bearer {key}"
+            if not entry["auth_ok"]:
+                resp: web.StreamResponse = web.json_response({"error": "Unauthorized"}, status=401)
+                return _finish(resp, entry, state)
+        try:
+            resp = await handler(request)
+        except RequestError as exc:
+            resp = error_response(exc.status, str(exc), exc.err_type)
+        return _finish(resp, entry, state)
+    finally:
+        m.open_requests -= 1
+        if entry["status"] is None:  # dropped or cancelled
+            entry["status"] = 0
+            entry["t_done"] = time.time()
+        state.log.append(entry)
+
+
+def _finish(resp: web.StreamResponse, entry: dict[str, Any], state: SimState) -> web.StreamResponse:
+    if not resp.prepared:
+        resp.headers[SIMULATOR_HEADER] = "1"
+    entry["status"] = resp.status
+    entry["t_done"] = time.time()
+    state.metrics.count_http(resp.status)
+    if state.config.log_requests:
+        print(f"[simulated] {entry['path']} {resp.status} fault={entry['fault']}", flush=True)
+    return resp
+
+
+def create_app(config: SimConfig) -> web.Application:
+    app = web.Application(middlewares=[bookkeeping], client_max_size=64 * 1024**2)
+    app[STATE] = SimState(config)
+    app.router.add_get("/health", health)
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_route("*", "/sim/faults", faults)
+    app.router.add_get("/sim/stats", stats)
+    app.router.add_get("/sim/config", config_view)
+    app.router.add_post("/sim/reset", reset)
+    return app
+
+
+async def serve(config: SimConfig, stop: asyncio.Event | None = None) -> None:
+    """Run until ``stop`` is set (or SIGTERM/SIGINT when ``stop`` is None)."""
+    import signal  # noqa: PLC0415
+
+    app = create_app(config)
+    runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
+    await runner.setup()
+    site = web.TCPSite(runner, config.host, config.port, backlog=4096, reuse_address=True)
+    await site.start()
+    port = runner.addresses[0][1]
+    url = f"http://{config.host}:{port}"
+    if stop is None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+    print(
+        f"qfarm vLLM SIMULATOR (answers are simulated, not from a model) at {url}: {describe(config)}",
+        flush=True,
+    )
+    if config.port_file:
+        from pathlib import Path  # noqa: PLC0415
+
+        tmp = Path(config.port_file + ".tmp")
+        tmp.write_text(str(port))
+        tmp.replace(config.port_file)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        print("qfarm vLLM SIMULATOR stopped", file=sys.stderr, flush=True)
+
+
+def run(config: SimConfig) -> None:
+    asyncio.run(serve(config))

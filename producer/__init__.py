@@ -1,0 +1,1 @@
+"""Expands sweeps into jobs, submits them, follows progress and aggregates rows."""

@@ -1,0 +1,180 @@
+"""Planning, submitting and following a sweep.
+
+Everything that can be wrong with the input (question file, modes, n, policy,
+endpoints, Redis) is checked in ``plan_sweep`` before a run directory exists
+or a message is sent, so bad input leaves nothing half-written or half-enqueued.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from common.errors import InputError
+from common.jobs import expand_jobs, profile_id_for_model, ref_for
+from common.models import Job, Manifest, Mode, Question
+from common.policy import Policy, governance_policy_hash, verifier_policy_hash
+from common.questions import digest_content, parse_questions
+from producer.aggregator import Aggregator
+from producer.store import ProducerStore, Progress
+
+ENQUEUE_BATCH = 1000
+
+
+def load_questions(path: Path) -> tuple[list[Question], str]:
+    """Read and parse a question file; returns the questions and the file digest."""
+    if not path.exists():
+        raise InputError(f"{path}: no such question file; pass a .txt (one per line) or .jsonl file")
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, not a question file")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise InputError(f"{path}:{line}: not UTF-8 text; save the file as UTF-8") from exc
+    return parse_questions(str(path), text), digest_content(data)
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    manifest: Manifest
+    questions: list[Question]
+
+    def jobs(self) -> Iterable[Job]:
+        m = self.manifest
+        return expand_jobs(
+            m.run_id,
+            self.questions,
+            m.modes,
+            m.n,
+            m.policy,
+            model=m.model,
+            keep_answers=m.keep_answers,
+            use_cache=m.use_cache,
+        )
+
+
+def make_manifest(
+    *,
+    run_id: str,
+    question_file: str,
+    question_file_digest: str,
+    n_questions: int,
+    modes: list[Mode],
+    n: int,
+    policy: Policy,
+    model: str,
+    endpoints: list[str],
+    simulated: bool,
+    retriever: str,
+    index_version: str | None,
+    corpus: str | None,
+    eager: bool,
+    keep_answers: bool = False,
+    use_cache: bool = True,
+) -> Manifest:
+    if n < 1:
+        raise InputError(f"-n {n}: the number of samples per question and mode must be at least 1")
+    return Manifest(
+        run_id=run_id,
+        created_at=time.time(),
+        question_file=question_file,
+        question_file_digest=question_file_digest,
+        n_questions=n_questions,
+        modes=tuple(modes),
+        n=n,
+        n_jobs=n_questions * len(modes) * n,
+        policy=policy,
+        verifier_policy_hash=verifier_policy_hash(policy),
+        governance_policy_hash=governance_policy_hash(policy),
+        model=model,
+        model_profile_id=profile_id_for_model(model),
+        endpoints=tuple(endpoints),
+        simulated=simulated,
+        retriever=retriever,
+        index_version=index_version,
+        corpus=corpus,
+        eager=eager,
+        keep_answers=keep_answers,
+        use_cache=use_cache,
+    )
+
+
+def plan_sweep(*, questions_path: Path, **manifest_fields: object) -> SweepPlan:
+    """Read the question file and describe the run; nothing is written or sent."""
+    questions, digest = load_questions(questions_path)
+    manifest = make_manifest(
+        question_file=str(questions_path),
+        question_file_digest=digest,
+        n_questions=len(questions),
+        **manifest_fields,  # type: ignore[arg-type]
+    )
+    return SweepPlan(manifest=manifest, questions=questions)
+
+
+def enqueue_jobs(app, jobs: Iterable[Job], *, task_name: str = "qfarm.retrieve") -> int:
+    """Publish jobs as compact messages, pipelined through kombu's producer batch."""
+    task = app.tasks[task_name]
+    sent = 0
+    with app.producer_or_acquire() as producer:
+        batch = producer.batch(ENQUEUE_BATCH) if hasattr(producer, "batch") else _nullctx()
+        with batch:
+            for job in jobs:
+                ref = ref_for(job.model_copy(update={"enqueued_at": time.time()}))
+                task.apply_async(
+                    args=[ref.model_dump(mode="json", exclude_none=True)],
+                    producer=producer,
+                    argsrepr=f"<{job.run_id}/{job.job_id}>",
+                    kwargsrepr="",
+                )
+                sent += 1
+    return sent
+
+
+class _nullctx:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def missing_jobs(plan: SweepPlan, store: ProducerStore) -> list[Job]:
+    jobs = list(plan.jobs())
+    have = store.existing_job_ids(plan.manifest.run_id, (j.job_id for j in jobs))
+    return [j for j in jobs if j.job_id not in have]
+
+
+def follow(
+    store: ProducerStore,
+    aggregator: Aggregator,
+    total: int,
+    *,
+    poll_s: float = 0.5,
+    settle_s: float = 3.0,
+    on_progress: Callable[[Progress], None] | None = None,
+    timeout_s: float | None = None,
+) -> Progress:
+    """Drain rows until every job has one, or the run is cancelled and quiet."""
+    deadline = time.monotonic() + timeout_s if timeout_s else None
+    last_done, quiet_since = -1, time.monotonic()
+    while True:
+        aggregator.drain()
+        prog = store.progress(aggregator.run_id, total)
+        if on_progress:
+            on_progress(prog)
+        if prog.done >= total:
+            aggregator.drain()
+            return prog
+        now = time.monotonic()
+        if prog.done != last_done:
+            last_done, quiet_since = prog.done, now
+        elif prog.cancelled and now - quiet_since >= settle_s:
+            aggregator.drain()
+            return prog
+        if deadline and now > deadline:
+            return prog
+        time.sleep(poll_s)

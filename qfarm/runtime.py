@@ -1,0 +1,116 @@
+"""Shared set-up for the commands that run jobs (sweep, ask): policy flags,
+LLM endpoints (starting the simulator when none is configured), the retriever,
+and the in-process services of eager runs."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from common.errors import ConfigError
+from common.policy import Policy, build_policy, parse_overrides
+from common.settings import Settings
+
+
+def add_policy_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("policy")
+    g.add_argument("--policy", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a policy field (repeatable); `qfarm policy` lists them")
+    g.add_argument("--no-quantifier-guard", action="store_true", help="quantifier_guard_enabled=false")
+    g.add_argument("--allow-broad", action="store_true", help="allow_broad=true (EXPLORATORY label)")
+    g.add_argument("--reject-broad", action="store_true", help="quantifier_reject_broad=true")
+    g.add_argument("--apply-quantifier-caps", action="store_true", help="quantifier_guard_apply_caps=true")
+
+
+def policy_from_args(args: argparse.Namespace) -> Policy:
+    overrides = parse_overrides(args.policy)
+    if args.no_quantifier_guard:
+        overrides["quantifier_guard_enabled"] = False
+    if args.allow_broad:
+        overrides["allow_broad"] = True
+    if args.reject_broad:
+        overrides["quantifier_reject_broad"] = True
+    if args.apply_quantifier_caps:
+        overrides["quantifier_guard_apply_caps"] = True
+    return build_policy(overrides)
+
+
+@dataclass
+class Endpoints:
+    urls: list[str]
+    simulated: bool
+    handle: Any = None  # the simulator we started, if any
+
+
+@contextlib.contextmanager
+def llm_endpoints(settings: Settings, *, quiet: bool = False) -> Iterator[Endpoints]:
+    """Configured endpoints (checked), or a simulator started for this command."""
+    if settings.endpoints:
+        from producer.endpoints import probe_endpoints  # noqa: PLC0415
+
+        key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
+        probe_endpoints(settings.endpoints, api_key=key)
+        yield Endpoints(urls=settings.endpoints, simulated=_is_simulator(settings.endpoints[0], key))
+        return
+    from ops.sim.launch import start_simulator  # noqa: PLC0415
+
+    # Zero latency: eager runs call the model one job at a time, and a smoke run should take
+    # seconds; the latency model matters for distributed runs and benchmarks.
+    handle = start_simulator(latency="zero")
+    if not quiet:
+        print(f"using the vLLM simulator at {handle.url} (no QFARM_LLM_ENDPOINTS set); "
+              "results are SIMULATED", file=sys.stderr)
+    try:
+        yield Endpoints(urls=[handle.url], simulated=True, handle=handle)
+    finally:
+        handle.stop()
+
+
+def _is_simulator(url: str, key: str | None) -> bool:
+    import httpx  # noqa: PLC0415
+
+    try:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        resp = httpx.get(f"{url}/v1/models", headers=headers, timeout=5.0)
+        return "x-qfarm-simulator" in resp.headers
+    except httpx.HTTPError:
+        return False
+
+
+def open_local_retriever(settings: Settings, *, progress: bool = True) -> Any:
+    """The retriever this process will use; builds the embedded default index if needed."""
+    from worker.retrieval import ensure_default_index, open_retriever  # noqa: PLC0415
+
+    if settings.retriever == "embedded" and settings.index_path is None:
+        ensure_default_index(settings, progress=progress)
+    return open_retriever(settings)
+
+
+def eager_services(settings: Settings, retriever: Any) -> tuple[Any, Any]:
+    """In-process services for eager runs: Celery eager mode and an in-memory Redis."""
+    import fakeredis  # noqa: PLC0415
+
+    from producer.store import ProducerStore  # noqa: PLC0415
+    from worker.celery_app import configure_app  # noqa: PLC0415
+    from worker.services import Services, install_services  # noqa: PLC0415
+    from worker.store import WorkerStore  # noqa: PLC0415
+
+    client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    configure_app(settings, eager=True)
+    svc = Services(settings=settings, store=WorkerStore(client), worker_name="eager",
+                   retriever_factory=lambda: retriever)
+    install_services(svc)
+    return svc, ProducerStore(client)
+
+
+def require_endpoints_for_workers(settings: Settings) -> None:
+    if not settings.endpoints:
+        raise ConfigError(
+            "QFARM_LLM_ENDPOINTS is not set: distributed runs need the workers' LLM endpoints "
+            "(e.g. QFARM_LLM_ENDPOINTS=http://gpu1:8000; start a simulator with `qfarm sim --port 8000`), "
+            "or run with --eager"
+        )

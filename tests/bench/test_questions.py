@@ -1,0 +1,97 @@
+"""The question sets parse, are the shape they claim, and are grounded in the default corpus."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from common.gold import contains_answer, normalize_tokens
+from common.models import Question
+from common.quantifier import classify, classify_question_quantifier
+from common.questions import parse_questions
+from common.sidecar import match_extraction_shape
+from worker.retrieval.default_corpus import default_corpus_path
+
+QUESTIONS = Path(__file__).resolve().parents[2] / "bench" / "questions"
+BROAD_RUNGS = {"ALL", "MANY", "COMPREHENSIVE", "OPEN_REQUEST"}
+
+
+def load(name: str) -> list[Question]:
+    return parse_questions(name, (QUESTIONS / name).read_text(encoding="utf-8"))
+
+
+def records(name: str) -> list[dict]:
+    lines = (QUESTIONS / name).read_text(encoding="utf-8").splitlines()
+    return [json.loads(ln) for ln in lines if ln.strip() and not ln.startswith("#")]
+
+
+@cache
+def corpus() -> dict[str, dict]:
+    return json.loads(default_corpus_path().read_text(encoding="utf-8"))
+
+
+def test_every_question_file_parses() -> None:
+    files = sorted(p.name for p in QUESTIONS.iterdir() if p.suffix in (".txt", ".jsonl"))
+    assert {"smoke.txt", "general.jsonl", "quantifier_subset.txt", "answerability.jsonl"} <= set(
+        files
+    )
+    for name in files:
+        assert load(name), name
+
+
+def test_smoke_is_small_with_a_few_broad_questions() -> None:
+    questions = load("smoke.txt")
+    assert 10 <= len(questions) <= 20
+    broad = [q for q in questions if classify_question_quantifier(q.text)["is_broad"]]
+    assert 2 <= len(broad) <= len(questions) // 2
+
+
+def test_general_covers_the_corpus_topics_with_gold_answers() -> None:
+    questions = load("general.jsonl")
+    recs = records("general.jsonl")
+    assert len(questions) >= 100
+    assert sum(1 for q in questions if q.answers) >= 100
+    topics = {r["topic"] for r in recs}
+    assert len(topics) >= 10  # the corpus has 12 topics (one is "Uncategorized")
+
+
+@pytest.mark.parametrize("name", ["general.jsonl", "answerability.jsonl"])
+def test_gold_answers_are_verbatim_in_the_named_article(name: str) -> None:
+    articles = corpus()
+    missing = []
+    for rec in records(name):
+        if not rec.get("answers"):
+            continue
+        article = articles.get(rec["title"])
+        assert article is not None, f"{rec['id']}: no article titled {rec['title']!r} in the corpus"
+        text = normalize_tokens(article["extract"])
+        for answer in rec["answers"]:
+            # Short answers only: the repository must not carry corpus text.
+            assert len(normalize_tokens(answer)) <= 10, f"{rec['id']}: answer too long: {answer!r}"
+            if not contains_answer(text, [normalize_tokens(answer)]):
+                missing.append((rec["id"], answer))
+    assert missing == []
+
+
+def test_answerability_questions_are_extraction_shaped() -> None:
+    questions = load("answerability.jsonl")
+    assert len(questions) >= 20
+    not_shaped = [
+        q.text for q in questions if match_extraction_shape(q.text, classify(q.text))[0] is None
+    ]
+    assert not_shaped == []
+    assert all(q.answers for q in questions)
+
+
+def test_quantifier_subset_spans_broad_rungs_bounded_and_unbounded() -> None:
+    seen: dict[str, set[str]] = defaultdict(set)
+    for q in load("quantifier_subset.txt"):
+        info = classify_question_quantifier(q.text)
+        assert info["is_broad"], f"not broad: {q.text!r} ({info['intensity']})"
+        seen[info["intensity"]].add(info["scope_bound_hint"])
+    assert set(seen) == BROAD_RUNGS
+    assert all(scopes == {"bounded", "unbounded"} for scopes in seen.values()), dict(seen)

@@ -1,0 +1,234 @@
+"""A/B verdicts: the 5-point floor, the interval, pairing, warnings, mixed effects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from common.compare import METRICS, classify_delta, compare_metric, compare_runs, render_compare
+from common.models import Manifest
+from common.policy import Policy, build_policy, governance_policy_hash, verifier_policy_hash
+from common.runstats import RunStats, accumulate
+
+STRICT = next(m for m in METRICS if m.key == "strict")
+UNGROUNDED = next(m for m in METRICS if m.key == "ungrounded")
+RATIO = next(m for m in METRICS if m.key == "ratio")
+
+
+def manifest(run_id: str, policy: Policy | None = None, **overrides: Any) -> Manifest:
+    policy = policy or Policy()
+    data: dict[str, Any] = dict(
+        run_id=run_id,
+        created_at=0.0,
+        question_file="bench/questions/general.jsonl",
+        question_file_digest="sha256:aaaa",
+        n_questions=1,
+        modes=("quote", "claim_lattice"),
+        n=1,
+        n_jobs=0,
+        policy=policy,
+        verifier_policy_hash=verifier_policy_hash(policy),
+        governance_policy_hash=governance_policy_hash(policy),
+        model="adamo1139/Hermes-3-Llama-3.1-8B-FP8-Dynamic",
+        model_profile_id="hermes-3-8b",
+        index_version="idx-1",
+    )
+    data.update(overrides)
+    return Manifest(**data)
+
+
+def run(
+    n_strict: int,
+    n: int,
+    *,
+    mode: str = "quote",
+    prefix: str = "q",
+    kinds: dict[int, list[str]] | None = None,
+) -> RunStats:
+    """``n`` questions × 1 sample in ``mode``; questions 0..n_strict-1 are STRICT, the rest UNGROUNDED."""
+    rows = (
+        {
+            "run_id": "r",
+            "job_id": f"{prefix}{k}-{mode}",
+            "question": f"question {k}",
+            "question_id": f"{prefix}{k}",
+            "mode": mode,
+            "sample_index": 0,
+            "verdict": "STRICT" if k < n_strict else "UNGROUNDED",
+            "ratio": 1.0 if k < n_strict else 0.0,
+            "violation_kinds": (kinds or {}).get(k, []),
+            "gold_in_claims": k < n_strict,
+        }
+        for k in range(n)
+    )
+    return accumulate(rows)
+
+
+# --------------------------------------------------------------------------- the verdict rule
+
+
+@pytest.mark.parametrize(
+    ("delta", "low", "high", "verdict"),
+    [
+        (10.0, 2.0, 18.0, "signal"),
+        (-10.0, -18.0, -2.0, "signal"),
+        (10.0, -1.0, 21.0, "noise"),  # clears the floor, interval spans zero
+        (3.0, 2.0, 4.0, "noise"),  # interval excludes zero, under the floor
+        (5.0, 0.5, 9.5, "signal"),  # exactly at the floor clears it
+        (4.99, 0.5, 9.5, "noise"),
+    ],
+)
+def test_classify_delta(delta: float, low: float, high: float, verdict: str) -> None:
+    assert classify_delta(delta, low, high, floor=5.0) == verdict
+
+
+def test_ten_points_at_n_300_is_signal_paired_and_unpaired() -> None:
+    a, b = run(150, 300), run(180, 300)
+    paired = compare_metric(a, b, "quote", STRICT)
+    assert paired.delta == pytest.approx(10.0)
+    assert paired.method == "paired over 300 questions"
+    assert paired.low > 0 and paired.verdict == "signal" and paired.effect == "better"
+    # Different question ids: no pairing, Newcombe's interval; still a signal at this n.
+    unpaired = compare_metric(a, run(180, 300, prefix="x"), "quote", STRICT)
+    assert unpaired.method == "Newcombe (unpaired)"
+    assert unpaired.delta == pytest.approx(10.0)
+    assert unpaired.verdict == "signal"
+    assert unpaired.high - unpaired.low > paired.high - paired.low  # pairing narrows the interval
+
+
+def test_ten_points_at_n_9_is_noise() -> None:
+    a, b = run(4, 9), run(5, 9)  # 44.4% -> 55.6%: clears the floor, but 9 rows say little
+    for stats_b in (b, run(5, 9, prefix="x")):
+        d = compare_metric(a, stats_b, "quote", STRICT)
+        assert d.delta == pytest.approx(100 / 9)
+        assert d.low < 0 < d.high
+        assert d.verdict == "noise" and d.effect == "—"
+
+
+@pytest.mark.parametrize("n", [100, 1_000, 10_000])
+def test_three_points_is_noise_at_any_n(n: int) -> None:
+    a, b = run(n // 2, n), run(n // 2 + 3 * n // 100, n)
+    d = compare_metric(a, b, "quote", STRICT)
+    assert d.delta == pytest.approx(3.0)
+    assert d.verdict == "noise"
+    if n == 10_000:
+        assert d.low > 0  # real, but under the floor: not worth acting on
+
+
+def test_lower_is_better_for_ungrounded_rate() -> None:
+    d = compare_metric(run(150, 300), run(180, 300), "quote", UNGROUNDED)
+    assert d.delta == pytest.approx(-10.0)
+    assert d.verdict == "signal" and d.effect == "better"
+
+
+def test_ratio_metric_paired_and_welch() -> None:
+    paired = compare_metric(run(150, 300), run(180, 300), "quote", RATIO)
+    assert (paired.a, paired.b) == pytest.approx((0.5, 0.6))
+    assert paired.delta == pytest.approx(10.0) and paired.verdict == "signal"
+    welch = compare_metric(run(150, 300), run(180, 300, prefix="x"), "quote", RATIO)
+    assert welch.method == "Welch (unpaired)" and welch.verdict == "signal"
+
+
+def test_missing_metric_is_not_applicable() -> None:
+    a = accumulate([{"run_id": "r", "job_id": "j", "question": "q", "question_id": "q1", "mode": "quote",
+                     "sample_index": 0, "verdict": "STRICT", "ratio": 1.0}])  # fmt: skip
+    d = compare_metric(a, a, "quote", next(m for m in METRICS if m.key == "accuracy"))
+    assert d.verdict == "n/a" and d.delta is None
+
+
+# --------------------------------------------------------------------------- whole comparisons
+
+
+def two_mode_run(
+    quote_strict: int, cl_strict: int, n: int, kinds: dict[int, list[str]] | None = None
+) -> RunStats:
+    stats = run(quote_strict, n, mode="quote")
+    for k in range(n):
+        stats.add(
+            {"run_id": "r", "job_id": f"q{k}-cl", "question": f"question {k}", "question_id": f"q{k}",
+             "mode": "claim_lattice", "sample_index": 0,
+             "verdict": "STRICT" if k < cl_strict else "UNGROUNDED", "ratio": 1.0 if k < cl_strict else 0.0,
+             "violation_kinds": (kinds or {}).get(k, [])}
+        )  # fmt: skip
+    return stats
+
+
+def test_mixed_effects_and_policy_change_are_reported() -> None:
+    man_a = manifest("A", n_jobs=600)
+    man_b = manifest("B", build_policy({"quantifier_reminder_enabled": True}), n_jobs=600)
+    a, b = two_mode_run(150, 200, 300), two_mode_run(210, 140, 300)
+    cmp = compare_runs(man_a, a, man_b, b)
+    assert cmp.policy_changes == {"quantifier_reminder_enabled": (False, True)}
+    assert cmp.warnings == []
+    strict = {d.mode: d for d in cmp.deltas if d.metric == STRICT}
+    assert strict["quote"].effect == "better" and strict["claim_lattice"].effect == "worse"
+    assert any(line.startswith("strict-rate: helps `quote` (+20.0 pp); hurts `claim_lattice` (-20.0 pp)")
+               for line in cmp.mixed)  # fmt: skip
+    text = render_compare(cmp)
+    assert "**Mixed effects: the change helps one mode and hurts another**" in text
+    assert "- `quantifier_reminder_enabled`: false → true" in text
+    assert "BETTER: `quote` strict-rate +20.0 pp" in text
+    assert "WORSE: `claim_lattice` strict-rate -20.0 pp" in text
+    assert "| `quote` | strict-rate | 50.0% | 70.0% | +20.0 |" in text
+
+
+def test_different_question_files_model_and_index_warn() -> None:
+    man_a = manifest("A")
+    man_b = manifest(
+        "B",
+        question_file="other.txt",
+        question_file_digest="sha256:bbbb",
+        model="other-model",
+        index_version="idx-2",
+    )
+    cmp = compare_runs(man_a, run(5, 10), man_b, run(5, 10, prefix="x"))
+    joined = "\n".join(cmp.warnings)
+    assert (
+        "Different question files" in joined
+        and "0 question(s) shared, deltas are unpaired" in joined
+    )
+    assert (
+        "Different model: A `adamo1139/Hermes-3-Llama-3.1-8B-FP8-Dynamic` vs B `other-model`"
+        in joined
+    )
+    assert "Different index version: A `idx-1` vs B `idx-2`" in joined
+    assert "**Warnings: the runs differ in more than the policy**" in render_compare(cmp)
+
+
+def test_same_files_and_policy_give_no_warning_but_a_note() -> None:
+    cmp = compare_runs(manifest("A"), run(5, 10), manifest("B"), run(5, 10))
+    assert cmp.warnings == []
+    assert any("share the same policy" in n for n in cmp.notes)
+    assert cmp.signals == []
+    assert "every difference here is noise at this n" in render_compare(cmp)
+
+
+def test_only_shared_modes_are_compared() -> None:
+    a = two_mode_run(5, 5, 10)
+    b = run(5, 10)  # quote only
+    cmp = compare_runs(manifest("A"), a, manifest("B", modes=("quote",)), b)
+    assert {d.mode for d in cmp.deltas} == {"quote"}
+    assert any("`claim_lattice`" in n for n in cmp.notes)
+
+
+def test_violation_kind_shift_table() -> None:
+    fc = ["FORMAT_COLLAPSED"]
+    a = run(0, 10, kinds={0: fc, 1: fc})
+    b = run(0, 10, kinds={k: fc for k in range(5)} | {9: ["TITLE_MISMATCH"]})
+    cmp = compare_runs(manifest("A", modes=("quote",)), a, manifest("B", modes=("quote",)), b)
+    shifts = {(s.mode, s.kind): s for s in cmp.kind_shifts}
+    fc_shift = shifts[("quote", "FORMAT_COLLAPSED")]
+    assert (fc_shift.count_a, fc_shift.count_b) == (2, 5)
+    assert (fc_shift.a, fc_shift.b, fc_shift.delta) == pytest.approx((20.0, 50.0, 30.0))
+    assert shifts[("quote", "TITLE_MISMATCH")].delta == pytest.approx(10.0)
+    text = render_compare(cmp)
+    assert "| `quote` | FORMAT_COLLAPSED | 20.0% (2) | 50.0% (5) | +30.0 |" in text
+    assert "| `quote` | TITLE_MISMATCH | 0.0% (0) | 10.0% (1) | +10.0 |" in text
+
+
+def test_floor_is_a_parameter() -> None:
+    a, b = run(5_000, 10_000), run(5_300, 10_000)
+    assert compare_metric(a, b, "quote", STRICT, floor=2.0).verdict == "signal"
+    with pytest.raises(ValueError):
+        compare_runs(manifest("A"), a, manifest("B"), b, floor=-1)

@@ -1,0 +1,353 @@
+"""The quantifier classifier of SPEC §4: rungs, priority, short-circuits, counts, scope."""
+
+from __future__ import annotations
+
+import pytest
+
+from common.models import QuantifierInfo
+from common.quantifier import (
+    BROAD_INTENSITIES,
+    OPERATIONAL_SHAPES,
+    PRIORITY,
+    classify,
+    classify_question_quantifier,
+    parse_number,
+)
+from common.versions import CLASSIFIER_VERSION
+
+RUNG_EXAMPLES: dict[str, list[str]] = {
+    "ABSENT": [
+        "Which planets have no moons?",
+        "Who never won an Olympic medal?",
+        "Which teams did not qualify for the tournament?",
+        "Is there nothing left of the ancient library?",
+        "Why did nobody claim the prize?",
+        "Which Beatle was not born in Liverpool?",
+    ],
+    "SINGULAR": [
+        "What is the capital of France?",
+        "Who painted the Mona Lisa?",
+        "Whose portrait hangs in the Louvre?",
+        "Name the longest river in Africa.",
+    ],
+    "PROPORTIONAL": [
+        "Do most birds migrate in winter?",
+        "What is the majority of the population of Brazil?",
+        "What did half of the voters choose?",
+        "What is 30% of the Amazon rainforest made of?",
+    ],
+    "SMALL_NUM_EXPLICIT": [
+        "What are the top 3 largest planets?",
+        "Name five biggest cities in Europe.",
+        "Name a couple of songs by Queen.",
+        "Who was the first man on the Moon?",
+    ],
+    "COMPARATIVE_BOUND": [
+        "Which rivers are at least 5,000 km long and flow through more than 3 countries?",
+        "Name up to four Nobel laureates in physics.",
+        "Which countries have between 2 and 6 official languages?",
+    ],
+    "FEW": [
+        "What are some songs by the Beatles?",
+        "Name a few painters of the Renaissance.",
+        "Which several cities hosted the Olympics?",
+    ],
+    "MANY": [
+        "What are the various uses of copper?",
+        "Name multiple works by Mozart.",
+        "Which numerous battles did Napoleon fight?",
+    ],
+    "ALL": [
+        "List all members of the Beatles.",
+        "Which planets does every spacecraft visit?",
+        "Name each state of Australia.",
+        "Whoever wrote the Iliad?",
+    ],
+    "COMPREHENSIVE": [
+        "Give me a comprehensive history of Rome.",
+        "What is the complete list of French kings?",
+        "Tell me everything about volcanoes.",
+    ],
+    "OPEN_REQUEST": [
+        "Tell me about the Beatles.",
+        "Describe the water cycle.",
+        "Explain photosynthesis.",
+        "Walk me through the French Revolution.",
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("rung", "question"), [(r, q) for r, qs in RUNG_EXAMPLES.items() for q in qs]
+)
+def test_every_rung_has_questions_that_reach_it(rung: str, question: str) -> None:
+    assert classify_question_quantifier(question)["intensity"] == rung
+
+
+def test_every_rung_is_covered_by_at_least_two_questions() -> None:
+    assert set(RUNG_EXAMPLES) == set(PRIORITY)
+    assert all(len(qs) >= 2 for qs in RUNG_EXAMPLES.values())
+
+
+def test_result_has_exactly_the_spec_keys() -> None:
+    result = classify_question_quantifier("List all members of the Beatles")
+    assert set(result) == {
+        "intensity",
+        "matched_token",
+        "explicit_count",
+        "is_broad",
+        "operational_shape",
+        "scope_bound_hint",
+        "classifier_version",
+    }
+    assert result["classifier_version"] == CLASSIFIER_VERSION
+    assert result["operational_shape"] == OPERATIONAL_SHAPES["ALL"]
+
+
+@pytest.mark.parametrize(
+    ("question", "expected", "token"),
+    [
+        # COMPREHENSIVE beats OPEN_REQUEST beats ALL ...
+        ("Tell me about all the comprehensive details of Rome", "COMPREHENSIVE", "comprehensive"),
+        ("Describe all the planets", "OPEN_REQUEST", "describe"),
+        ("Which of all the many moons are icy?", "ALL", "all"),
+        ("Name many of some famous painters", "MANY", "many"),
+        ("Name some of at least 3 rivers", "FEW", "some"),
+        ("Which top 5 films earned more than 2 awards?", "COMPARATIVE_BOUND", "more than 2"),
+        ("Who were the first three of most emperors?", "SMALL_NUM_EXPLICIT", "first three"),
+        ("Do most planets have no rings?", "PROPORTIONAL", "most"),
+        ("Who never painted the Mona Lisa?", "ABSENT", "never"),
+    ],
+)
+def test_highest_rung_wins_on_multi_marker_questions(
+    question: str, expected: str, token: str
+) -> None:
+    result = classify_question_quantifier(question)
+    assert (result["intensity"], result["matched_token"]) == (expected, token)
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "How many members did the Beatles have in all?",
+        "how much of everything did Rome conquer? tell me about it",
+        "And how many planets are there?",
+        "But how many comprehensive studies exist?",
+        "So, how many moons does Jupiter have?",
+    ],
+)
+def test_leading_how_many_short_circuits_to_singular(question: str) -> None:
+    result = classify_question_quantifier(question)
+    assert result["intensity"] == "SINGULAR"
+    assert result["matched_token"].startswith("how")
+    assert result["is_broad"] is False
+
+
+def test_how_many_not_at_the_start_is_not_the_many_marker() -> None:
+    # "many" inside "how many" asks for a number; nothing else marks this question.
+    assert (
+        classify_question_quantifier("In 1969, how many people walked on the Moon?")["intensity"]
+        == "SINGULAR"
+    )
+
+
+@pytest.mark.parametrize(
+    ("question", "token"),
+    [
+        ("List all the planets", "list all"),
+        ("Name every song by Queen", "name every"),
+        ("Enumerate all Roman emperors", "enumerate all"),
+        ("Cite every source on Caesar", "cite every"),
+    ],
+)
+def test_list_verbs_followed_by_all_or_every_are_all(question: str, token: str) -> None:
+    result = classify_question_quantifier(question)
+    assert (result["intensity"], result["matched_token"]) == ("ALL", token)
+
+
+def test_bare_imperative_list_without_other_marker_is_all() -> None:
+    result = classify_question_quantifier("List the members of the Beatles")
+    assert (result["intensity"], result["matched_token"]) == ("ALL", "list")
+    # ...but a count after the list verb is a count
+    assert classify_question_quantifier("List 5 songs by Madonna")["explicit_count"] == 5
+
+
+@pytest.mark.parametrize(
+    ("question", "rung", "count"),
+    [
+        ("What are the top 3 rivers?", "SMALL_NUM_EXPLICIT", 3),
+        ("What are the top three rivers?", "SMALL_NUM_EXPLICIT", 3),
+        ("Name seven wonders of the world", "SMALL_NUM_EXPLICIT", 7),
+        ("Name twenty-five chemical elements", "SMALL_NUM_EXPLICIT", 25),
+        ("Give a dozen facts on Mars", "SMALL_NUM_EXPLICIT", 12),
+        ("Name half a dozen painters", "SMALL_NUM_EXPLICIT", 6),
+        ("Name a handful of Greek gods", "SMALL_NUM_EXPLICIT", 5),
+        ("Name a pair of twin stars", "SMALL_NUM_EXPLICIT", 2),
+        ("Who were the last 2 tsars?", "SMALL_NUM_EXPLICIT", 2),
+        ("Who was the second president of the United States?", "SMALL_NUM_EXPLICIT", 1),
+        ("Which lakes are at least 10 metres deep?", "COMPARATIVE_BOUND", 10),
+        ("Which lakes hold no more than twelve islands?", "COMPARATIVE_BOUND", 12),
+        ("Which films won between 3 and 7 Oscars?", "COMPARATIVE_BOUND", 7),
+        ("Which bands had fewer than five members?", "COMPARATIVE_BOUND", 5),
+    ],
+)
+def test_explicit_counts_from_digits_and_number_words(question: str, rung: str, count: int) -> None:
+    result = classify_question_quantifier(question)
+    assert (result["intensity"], result["explicit_count"]) == (rung, count)
+
+
+def test_explicit_count_is_none_outside_the_two_counted_rungs() -> None:
+    assert classify_question_quantifier("List all 50 US states")["explicit_count"] is None
+    assert classify_question_quantifier("What is the capital of France?")["explicit_count"] is None
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "Who won the 2018 FIFA World Cup?",  # a year is not a count
+        "What did Apollo 11 land on?",  # a number not before a plural
+        "Which event is held every four years?",  # frequency, not a count nor a universal
+        "What happened three years after the war?",  # a measure of time
+        "Who ran 5 km fastest?",  # a unit of measure
+    ],
+)
+def test_numbers_that_are_not_counts(question: str) -> None:
+    result = classify_question_quantifier(question)
+    assert result["explicit_count"] is None
+    assert result["intensity"] == "SINGULAR"
+
+
+@pytest.mark.parametrize(
+    ("question", "hint"),
+    [
+        ("List all members of the Beatles", "bounded"),
+        ("Name all planets of the solar system", "bounded"),
+        ("List every US state", "bounded"),
+        ("Name all continents", "bounded"),
+        ("Name all oceans", "bounded"),
+        ("List all the winners of the 1998 World Cup", "bounded"),
+        ("Tell me about every match of the 2004 season", "bounded"),
+        ("Name all teams in the championship", "bounded"),
+        ("List all the songs ever written", "unbounded"),
+        ("Tell me about the Beatles", "unbounded"),
+        ("Give me a comprehensive history of Rome", "unbounded"),
+        ("What are the various uses of copper?", "unbounded"),
+        ("What is the capital of France?", "unknown"),
+        ("Name the top 3 planets", "unknown"),  # not broad, so no hint
+    ],
+)
+def test_scope_bound_hint(question: str, hint: str) -> None:
+    assert classify_question_quantifier(question)["scope_bound_hint"] == hint
+
+
+@pytest.mark.parametrize(
+    ("question", "rung"),
+    [
+        # "overall" is not "all"; "almost"/"mostly" are not "most"; "someone" is not "some"
+        ("What was the overall result of the election?", "SINGULAR"),
+        ("Why are penguins mostly black?", "SINGULAR"),
+        ("Who is someone famous from Paris?", "SINGULAR"),
+        ("Which country borders Germany?", "SINGULAR"),  # "many" inside a word
+        # "all-time" is a compound, not the quantifier
+        ("Who is the all-time top scorer of Brazil?", "SINGULAR"),
+        # "nowhere near" is an idiom for "far from", not universal negation
+        ("Why is Pluto nowhere near the size of Earth?", "SINGULAR"),
+        ("Where is nowhere on the map?", "ABSENT"),
+        # "no longer"/"no doubt" do not negate the question
+        ("Which empire no longer exists in Europe?", "SINGULAR"),
+        # "the most X" is a superlative, "most of" a fraction
+        ("What is the most populous city of Japan?", "SINGULAR"),
+        ("What did most of the settlers grow?", "PROPORTIONAL"),
+        # "not many" is FEW (never MANY), "at all"/"each other" are not universals
+        ("Are there not many tigers left?", "FEW"),
+        ("Is Venus habitable at all?", "SINGULAR"),
+        ("Why do Pluto and Charon orbit each other?", "SINGULAR"),
+        # existential "any" in a yes/no question or after a negation is no universal
+        ("Are there any planets with rings?", "SINGULAR"),
+        ("Which team did not win any game in 1998?", "ABSENT"),
+        ("Name any song by Queen", "ALL"),
+        ("Name any five rivers in Europe", "SMALL_NUM_EXPLICIT"),
+        # "a couple of" is a number; bare "a couple" is FEW
+        ("Name a couple of moons of Mars", "SMALL_NUM_EXPLICIT"),
+        ("Which moons have a couple?", "FEW"),
+        # "one" is not a count in "no one" or "one of"
+        ("Why did no one climb Everest before 1953?", "ABSENT"),
+        ("Who is one of the founders of Rome?", "SINGULAR"),
+        # "everything" is a universal
+        ("Everything about Rome, please", "ALL"),
+    ],
+)
+def test_word_boundary_and_idiom_decisions(question: str, rung: str) -> None:
+    assert classify_question_quantifier(question)["intensity"] == rung
+
+
+FACTOID_REGRESSION = [
+    "What is the capital of France?",
+    "What is the capital city of Australia?",
+    "Who painted the Mona Lisa?",
+    "Who painted The Starry Night?",
+    "When was Albert Einstein born?",
+    "When was William Shakespeare born?",
+    "Who wrote Pride and Prejudice?",
+    "Where is the Eiffel Tower?",
+    "What language is spoken in Brazil?",
+    "Who discovered penicillin?",
+    "What is the boiling point of water?",
+    "In which year did the Beatles form?",
+    "What is the largest planet in the Solar System?",
+    "Which river flows through Paris?",
+    "Who was Cleopatra?",
+    "What does DNA stand for?",
+    "Who won the 2014 FIFA World Cup?",
+    "What is the speed of light?",
+    "Where was Napoleon born?",
+    "Which country has the largest population?",
+    "What is the most spoken language in the world?",
+    "What instrument did Jimi Hendrix play?",
+]
+
+
+@pytest.mark.parametrize("question", FACTOID_REGRESSION)
+def test_ordinary_factoid_questions_stay_singular(question: str) -> None:
+    result = classify_question_quantifier(question)
+    assert result["intensity"] == "SINGULAR", result
+    assert result["is_broad"] is False
+    assert result["scope_bound_hint"] == "unknown"
+
+
+def test_is_broad_exactly_for_the_four_broad_rungs() -> None:
+    for rung, questions in RUNG_EXAMPLES.items():
+        for q in questions:
+            assert classify_question_quantifier(q)["is_broad"] is (rung in BROAD_INTENSITIES)
+    assert BROAD_INTENSITIES == {"MANY", "ALL", "COMPREHENSIVE", "OPEN_REQUEST"}
+
+
+def test_matching_ignores_case_and_unicode_form() -> None:
+    plain = classify_question_quantifier("LIST ALL MEMBERS OF THE BEATLES")
+    fancy = classify_question_quantifier("List\u00a0ALL   members of the Beatles")
+    assert plain["intensity"] == fancy["intensity"] == "ALL"
+
+
+def test_classify_returns_the_model_with_the_same_values() -> None:
+    q = "Name the top 3 largest planets"
+    assert classify(q) == QuantifierInfo(**classify_question_quantifier(q))
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("7", 7),
+        ("seven", 7),
+        ("twenty-one", 21),
+        ("a hundred", 100),
+        ("1,000", 1000),
+        ("many", None),
+    ],
+)
+def test_parse_number(text: str, value: int | None) -> None:
+    assert parse_number(text) == value
+
+
+@pytest.mark.parametrize("question", ["", "   ", "?", "\x00\x01", "🙂" * 50, "a" * 20000])
+def test_odd_input_never_raises(question: str) -> None:
+    assert classify_question_quantifier(question)["intensity"] in PRIORITY

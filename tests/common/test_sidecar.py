@@ -1,0 +1,238 @@
+"""The answerability sidecar of SPEC §8."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from common.models import Evidence
+from common.policy import Policy, build_policy
+from common.sidecar import (
+    DENIAL_PATTERNS,
+    MAX_SPANS,
+    assess_answerability,
+    subject_tokens_for,
+)
+
+
+def make_ev(i: int, title: str, text: str) -> Evidence:
+    return Evidence(
+        id=f"E{i}",
+        doc_id=title,
+        chunk_id=f"{title}:0",
+        title=title,
+        text=text,
+        score=1.0,
+        offset_start=0,
+        offset_end=len(text),
+    )
+
+
+BALLESTRINI = make_ev(
+    2,
+    "Veronica Ballestrini",
+    "Veronica Ballestrini is an American country pop singer and songwriter from Brookfield, "
+    'Connecticut. Her debut album was released in 2009 and included the singles "Amazing", '
+    '"Out There Somewhere" and "Hoochie Coochie". Ballestrini later toured with Taylor Swift.',
+)
+FILLER = make_ev(
+    1,
+    "Country music",
+    "Country music is a genre of popular music that originated in the southern United States.",
+)
+HARVARD = make_ev(
+    1,
+    "Harvard University",
+    "Harvard University is a private Ivy League research university in Cambridge, Massachusetts, "
+    "United States. Founded in 1636, and named Harvard College in 1639 in honor of its first "
+    "benefactor, Puritan clergyman John Harvard, it is the oldest institution of higher learning.",
+)
+NEW_YORK = make_ev(
+    2,
+    "New York City",
+    "New York, often called New York City, is the most populous city in the United States. "
+    'Nicknamed "The Big Apple", it comprises five boroughs: Manhattan, Brooklyn, Queens, '
+    "the Bronx, and Staten Island.",
+)
+SONGS_Q = "songs by veronica ballestrini"
+DENIAL = "Veronica Ballestrini's songs are not mentioned in the evidence."
+SPEC_KEYS = {
+    "diagnostic_version",
+    "confidence_class",
+    "triggered_clauses",
+    "denial_pattern_matched",
+    "extraction_cue_matched",
+    "extraction_shape",
+    "answer_type",
+    "subject_tokens",
+    "candidate_count",
+    "threshold",
+    "missed_answer_candidate_spans",
+}
+
+
+def test_motivating_case_fires_strong() -> None:
+    result = assess_answerability(SONGS_Q, DENIAL, [FILLER, BALLESTRINI], Policy())
+    assert result is not None
+    assert result["confidence_class"] == "strong"
+    assert result["denial_pattern_matched"] == "not mentioned"
+    assert result["extraction_cue_matched"] == "songs by"
+    assert result["extraction_shape"] == "cue"
+    assert result["answer_type"] == "title_like"
+    assert result["subject_tokens"] == ["veronica", "ballestrini"]
+    assert result["triggered_clauses"] == ["denial", "extraction_shape", "candidates_in_evidence"]
+    texts = [s["text"] for s in result["missed_answer_candidate_spans"]]
+    assert texts[:3] == ["Amazing", "Out There Somewhere", "Hoochie Coochie"]
+    assert "Veronica Ballestrini" not in texts  # the subject is not its own answer
+
+
+def test_spans_have_unambiguous_offsets_into_the_evidence_text() -> None:
+    result = assess_answerability(SONGS_Q, DENIAL, [FILLER, BALLESTRINI], Policy())
+    assert result is not None
+    for span in result["missed_answer_candidate_spans"]:
+        assert span["evidence_id"] == "E2"
+        assert span["offset_basis"] == "evidence_object_text"
+        assert BALLESTRINI.text[span["offset_start"] : span["offset_end"]] == span["text"]
+
+
+def test_result_carries_the_spec_keys() -> None:
+    result = assess_answerability(SONGS_Q, DENIAL, [BALLESTRINI], Policy())
+    assert result is not None
+    assert SPEC_KEYS <= set(result)
+    assert set(result) - SPEC_KEYS == {"denial_patterns_version", "extraction_cues_version"}
+    assert result["threshold"] == "medium"
+
+
+def test_john_smith_control_stays_silent() -> None:
+    denial = "Songs by John Smith are not mentioned in the evidence."
+    assert (
+        assess_answerability("songs by John Smith", denial, [HARVARD, NEW_YORK], Policy()) is None
+    )
+
+
+def test_denial_alone_stays_silent() -> None:
+    # not extraction-shaped: no cue, no broad quantifier, no plural of things
+    q = "What is the hometown of Veronica Ballestrini?"
+    assert assess_answerability(q, DENIAL, [BALLESTRINI], Policy()) is None
+
+
+def test_extraction_shape_alone_stays_silent() -> None:
+    answer = 'Her singles include "Amazing" and "Out There Somewhere". [E2]'
+    assert assess_answerability(SONGS_Q, answer, [BALLESTRINI], Policy()) is None
+
+
+def test_candidates_alone_stay_silent() -> None:
+    q = "Where is Veronica Ballestrini from?"
+    answer = "She is from Brookfield, Connecticut. [E2]"
+    assert assess_answerability(q, answer, [BALLESTRINI], Policy()) is None
+
+
+def test_denial_and_shape_without_candidates_stay_silent() -> None:
+    assert assess_answerability(SONGS_Q, DENIAL, [FILLER, HARVARD], Policy()) is None
+
+
+def test_candidates_beyond_the_proximity_window_do_not_count() -> None:
+    far = make_ev(
+        1,
+        "Veronica Ballestrini",
+        "Veronica Ballestrini is a singer. "
+        + "Filler text without names. " * 40
+        + 'A list: "Amazing", "Out There Somewhere", "Hoochie Coochie".',
+    )
+    assert assess_answerability(SONGS_Q, DENIAL, [far], Policy()) is None
+    wide = build_policy({"answerability_proximity_chars": 5000})
+    assert assess_answerability(SONGS_Q, DENIAL, [far], wide) is not None
+
+
+def test_output_is_byte_identical_on_repeat() -> None:
+    runs = [
+        json.dumps(assess_answerability(SONGS_Q, DENIAL, [FILLER, BALLESTRINI], Policy()))
+        for _ in range(3)
+    ]
+    assert runs[0] == runs[1] == runs[2]
+    assert runs[0] != "null"
+
+
+def test_disabled_sidecar_short_circuits() -> None:
+    off = build_policy({"answerability_sidecar_enabled": False})
+    assert assess_answerability(SONGS_Q, DENIAL, [BALLESTRINI], off) is None
+
+
+def test_threshold_is_the_minimum_class_reported() -> None:
+    born = make_ev(
+        1, "Veronica Ballestrini", "Veronica Ballestrini (born 1990) is an American singer."
+    )
+    q, answer = "What year was Veronica Ballestrini born?", "Her birth year is not stated anywhere."
+    assert assess_answerability(q, answer, [born], Policy()) is None  # weak < medium
+    weak = assess_answerability(
+        q, answer, [born], build_policy({"answerability_threshold": "weak"})
+    )
+    assert weak is not None
+    assert (weak["confidence_class"], weak["answer_type"]) == ("weak", "date")
+    assert weak["missed_answer_candidate_spans"][0]["text"] == "1990"
+    strong_only = build_policy({"answerability_threshold": "strong"})
+    assert assess_answerability(SONGS_Q, DENIAL, [BALLESTRINI], strong_only) is not None
+
+
+def test_person_answer_type_uses_title_case_names() -> None:
+    beatles = make_ev(
+        1,
+        "The Beatles",
+        "The Beatles were an English rock band. The band comprised "
+        "John Lennon, Paul McCartney, George Harrison and Ringo Starr.",
+    )
+    result = assess_answerability(
+        "Who were the members of the Beatles?",
+        "The members are not mentioned.",
+        [beatles],
+        Policy(),
+    )
+    assert result is not None
+    assert result["answer_type"] == "person"
+    assert result["confidence_class"] == "medium"  # several names, no quoted string
+    assert [s["text"] for s in result["missed_answer_candidate_spans"]] == [
+        "John Lennon",
+        "Paul McCartney",
+        "George Harrison",
+        "Ringo Starr",
+    ]
+
+
+def test_at_most_ten_spans_but_every_candidate_counted() -> None:
+    titles = ", ".join(f'"Song Number {n}"' for n in range(15))
+    many = make_ev(1, "Veronica Ballestrini", f"Veronica Ballestrini recorded {titles}.")
+    result = assess_answerability(SONGS_Q, DENIAL, [many], Policy())
+    assert result is not None
+    assert len(result["missed_answer_candidate_spans"]) == MAX_SPANS
+    assert result["candidate_count"] >= 15
+
+
+@pytest.mark.parametrize(
+    ("question", "tokens"),
+    [
+        ("songs by veronica ballestrini", ["veronica", "ballestrini"]),
+        ("Who wrote the novels of Jane Austen?", ["jane", "austen"]),
+        ("List all albums by Pink Floyd", ["pink", "floyd"]),
+        ("What year did the Berlin Wall fall?", ["berlin", "wall", "fall"]),
+    ],
+)
+def test_subject_tokens_drop_cue_relation_and_stop_words(question: str, tokens: list[str]) -> None:
+    assert subject_tokens_for(question) == tokens
+
+
+@pytest.mark.parametrize("pattern", DENIAL_PATTERNS)
+def test_every_denial_pattern_matches_casefolded_and_whitespace_normalized(pattern: str) -> None:
+    answer = "Sorry:   " + pattern.upper().replace(" ", "  \n ") + "."
+    assert assess_answerability(SONGS_Q, answer, [BALLESTRINI], Policy()) is not None
+
+
+def test_broad_quantifier_or_plural_makes_a_question_extraction_shaped() -> None:
+    by_quantifier = assess_answerability(
+        "Tell me about Veronica Ballestrini", DENIAL, [BALLESTRINI], Policy()
+    )
+    assert by_quantifier is not None and by_quantifier["extraction_shape"] == "quantifier"
+    by_plural = assess_answerability(
+        "Which singles did Veronica Ballestrini release?", DENIAL, [BALLESTRINI], Policy()
+    )
+    assert by_plural is not None and by_plural["extraction_shape"] == "plural"

@@ -1,0 +1,251 @@
+"""The simulator's answer generation (pure): formats, failure modes, determinism."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+
+import pytest
+
+from common.models import Evidence, Mode
+from common.policy import Policy
+from common.prompts import build_prompt
+from ops.sim.behaviour import (
+    PROFILES,
+    BehaviourRates,
+    apply_limits,
+    complete,
+    compose_answer,
+    count_tokens,
+    split_sentences,
+)
+
+TEXTS = {
+    "The Beatles": (
+        "The Beatles were an English rock band formed in Liverpool in 1960. The core lineup of "
+        "the band comprised John Lennon, Paul McCartney, George Harrison and Ringo Starr. They "
+        "are widely regarded as the most influential band of all time."
+    ),
+    "Liverpool": (
+        "Liverpool is a city and metropolitan borough in Merseyside, England. It is known for its "
+        "maritime history and its football clubs. The city has a population of about 500,000 people."
+    ),
+    "Abbey Road": (
+        "Abbey Road is the eleventh studio album by the Beatles, released in September 1969. It was "
+        "the last album the group recorded together before their break-up in 1970."
+    ),
+}
+QUESTION = "Who were the members of the Beatles?"
+TAG_RE = re.compile(r"\[(E\d+(?:,\s*E\d+)*)\]")
+
+
+def make_evidence() -> list[Evidence]:
+    return [
+        Evidence(
+            id=f"E{i}",
+            doc_id=f"d{i}",
+            chunk_id=f"d{i}-0",
+            title=title,
+            text=text,
+            score=10.0 - i,
+            offset_start=0,
+            offset_end=len(text),
+        )
+        for i, (title, text) in enumerate(TEXTS.items(), start=1)
+    ]
+
+
+def make_prompt(mode: Mode, question: str = QUESTION, evidence: list[Evidence] | None = None) -> str:
+    ev = make_evidence() if evidence is None else evidence
+    return build_prompt(question, mode, ev, Policy()).text
+
+
+BLOCKS = {e.id: e.text for e in make_evidence()}
+CLEAN = PROFILES["clean"]
+
+
+def only(kind: str) -> BehaviourRates:
+    return BehaviourRates(**{kind: 1.0})
+
+
+# --------------------------------------------------------------------------- good answers
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_clean_quote_answers_quote_their_cited_block_verbatim(seed: int) -> None:
+    text, failure = compose_answer(make_prompt(Mode.QUOTE), seed=seed, rates=CLEAN)
+    assert failure is None
+    lines = text.splitlines()
+    assert lines
+    for line in lines:
+        m = re.fullmatch(r'"(?P<q>[^"]+)" \[(?P<id>E\d)\]', line)
+        assert m, line
+        assert m["q"] in BLOCKS[m["id"]]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_clean_pointer_answers_copy_their_cited_block(seed: int) -> None:
+    text, _ = compose_answer(make_prompt(Mode.CLAIM_LATTICE_POINTER), seed=seed, rates=CLEAN)
+    for line in text.splitlines():
+        body = line.removeprefix("- ")
+        m = re.fullmatch(r"(?P<claim>.+) \[(?P<id>E\d)\]", body)
+        assert m, line
+        # The whole claim is a verbatim run of the block: far more than 4 shared tokens.
+        assert m["claim"] in BLOCKS[m["id"]]
+        assert len(m["claim"].split()) >= 5
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_clean_json_answers_have_verbatim_warrants(seed: int) -> None:
+    text, _ = compose_answer(make_prompt(Mode.CLAIM_LATTICE), seed=seed, rates=CLEAN)
+    payload = json.loads(text)
+    assert payload["claims"]
+    for claim in payload["claims"]:
+        assert set(claim) == {"claim", "evidence", "warrant"}
+        (eid,) = claim["evidence"]
+        assert claim["warrant"] in BLOCKS[eid]
+        assert claim["warrant"] in claim["claim"]
+
+
+def test_answers_prefer_blocks_about_the_question() -> None:
+    picked = Counter()
+    for seed in range(40):
+        text, _ = compose_answer(make_prompt(Mode.QUOTE), seed=seed, rates=CLEAN)
+        picked.update(TAG_RE.findall(text))
+    # E1 ("The Beatles") shares the most words with the question.
+    assert picked["E1"] == max(picked.values())
+
+
+# --------------------------------------------------------------------------- failure modes
+
+
+def test_format_collapse_is_prose_without_tags() -> None:
+    for mode in Mode:
+        text, failure = compose_answer(make_prompt(mode), seed=1, rates=only("format_collapse"))
+        assert failure == "format_collapse"
+        lines = [ln for ln in text.splitlines() if len(ln) > 20]
+        assert len(lines) >= 3
+        assert not TAG_RE.search(text) and '"' not in text
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(text)
+
+
+def test_untagged_prose_adds_an_unsupported_line() -> None:
+    text, failure = compose_answer(
+        make_prompt(Mode.CLAIM_LATTICE_POINTER), seed=2, rates=only("untagged_prose")
+    )
+    assert failure == "untagged_prose"
+    lines = text.splitlines()
+    assert TAG_RE.search(lines[0]) and not TAG_RE.search(lines[-1])
+    assert all(lines[-1] not in block for block in BLOCKS.values())
+
+
+def test_wrong_pointer_cites_a_block_without_the_claim() -> None:
+    for seed in range(10):
+        text, failure = compose_answer(
+            make_prompt(Mode.CLAIM_LATTICE_POINTER), seed=seed, rates=only("wrong_pointer")
+        )
+        assert failure == "wrong_pointer"
+        wrong = []
+        for line in text.splitlines():
+            m = re.fullmatch(r"(?:- )?(?P<claim>.+) \[(?P<id>E\d+)\]", line)
+            assert m
+            if m["claim"] not in BLOCKS.get(m["id"], ""):
+                wrong.append(line)
+        assert len(wrong) == 1
+
+
+def test_denial_denies_present_evidence() -> None:
+    text, failure = compose_answer(make_prompt(Mode.QUOTE), seed=3, rates=only("denial"))
+    assert failure == "denial"
+    assert text == "The provided evidence does not mention the members of the Beatles."
+
+
+def test_broken_json_does_not_parse_and_only_hits_json_mode() -> None:
+    text, failure = compose_answer(make_prompt(Mode.CLAIM_LATTICE), seed=4, rates=only("broken_json"))
+    assert failure == "broken_json"
+    assert text.startswith("{")
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text)
+    _, failure = compose_answer(make_prompt(Mode.QUOTE), seed=4, rates=only("broken_json"))
+    assert failure is None
+
+
+def test_structured_output_always_parses() -> None:
+    for kind in ("format_collapse", "broken_json", "denial"):
+        text, _ = compose_answer(make_prompt(Mode.CLAIM_LATTICE), seed=5, rates=only(kind), structured=True)
+        assert isinstance(json.loads(text)["claims"], list)
+
+
+def test_no_evidence_gives_a_denial() -> None:
+    text, failure = compose_answer(make_prompt(Mode.QUOTE, evidence=[]), seed=0, rates=CLEAN)
+    assert failure == "denial" and "does not mention" in text
+
+
+def test_default_profile_mixes_good_and_each_failure() -> None:
+    seen: Counter[str | None] = Counter()
+    for mode in Mode:
+        prompt = make_prompt(mode)
+        for seed in range(150):
+            seen[compose_answer(prompt, seed=seed)[1]] += 1
+    assert set(seen) == {None, "format_collapse", "untagged_prose", "wrong_pointer", "denial", "broken_json"}
+    assert seen[None] > sum(v for k, v in seen.items() if k is not None)
+
+
+def test_all_three_verdicts_occur_under_the_verifier() -> None:
+    verify = pytest.importorskip("common.verify")
+    if not hasattr(verify, "verify_answer"):
+        pytest.skip("common.verify.verify_answer is not written yet")
+    verdicts = Counter()
+    evidence = make_evidence()
+    for mode in Mode:
+        prompt = make_prompt(mode)
+        for seed in range(40):
+            text, failure = compose_answer(prompt, seed=seed)
+            result = verify.verify_answer(
+                text, question=QUESTION, mode=mode, evidence=evidence, policy=Policy()
+            )
+            verdicts[result.verdict.value] += 1
+            if failure in ("format_collapse", "denial", "broken_json"):
+                assert result.verdict.value == "UNGROUNDED", (mode, failure, text)
+            if failure is None:
+                assert result.n_verified == result.n_claims > 0, (mode, text)
+    assert set(verdicts) == {"STRICT", "HYBRID", "UNGROUNDED"}
+
+
+# --------------------------------------------------------------------------- determinism and limits
+
+
+def test_same_prompt_and_seed_give_the_same_answer() -> None:
+    prompt = make_prompt(Mode.CLAIM_LATTICE)
+    a = [compose_answer(prompt, seed=s, choice_index=0) for s in range(20)]
+    b = [compose_answer(prompt, seed=s, choice_index=0) for s in range(20)]
+    assert a == b
+    assert len({t for t, _ in a}) > 3  # and seeds do change it
+
+
+def test_greedy_ignores_seed_and_choice() -> None:
+    prompt = make_prompt(Mode.QUOTE)
+    outs = {compose_answer(prompt, seed=s, choice_index=j, temperature=0.0) for s in range(5) for j in range(3)}
+    assert len(outs) == 1
+
+
+def test_rates_are_validated() -> None:
+    with pytest.raises(ValueError, match="sum to at most 1"):
+        BehaviourRates(denial=0.7, wrong_pointer=0.6)
+    with pytest.raises(ValueError, match="unknown behaviour rate"):
+        CLEAN.with_overrides(hallucination=0.1)
+
+
+def test_stop_and_max_tokens() -> None:
+    assert apply_limits("one two<|im_end|>three", ["<|im_end|>"], 100) == ("one two", "stop", 2)
+    text, reason, n = apply_limits("a b c d e f", [], 3)
+    assert (text, reason, n) == ("a b c", "length", 3)
+    c = complete(make_prompt(Mode.QUOTE), seed=0, choice_index=0, temperature=0.7, max_tokens=5, stop=[], rates=CLEAN)
+    assert c.finish_reason == "length" and c.completion_tokens == 5 == count_tokens(c.text)
+
+
+def test_sentences_are_safe_to_quote() -> None:
+    out = split_sentences('He said "hi" to them all today. A [note] is here in this one. Plain words are fine here.')
+    assert out == ["Plain words are fine here."]

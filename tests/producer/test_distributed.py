@@ -1,0 +1,243 @@
+"""Distributed sweeps through real Redis and real `celery worker` processes (issue 3)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from common.jobs import make_job_id
+from common.models import ALL_MODES
+from common.questions import question_id_for
+
+pytestmark = pytest.mark.slow
+
+QUESTIONS = [
+    "Who were the members of the Beatles?",
+    "What is the capital of France?",
+    "Who painted the Mona Lisa?",
+    "What is photosynthesis?",
+    "When did World War II end?",
+    "Who wrote Hamlet?",
+    "What is the largest planet in the solar system?",
+    "Who developed the theory of relativity?",
+    "What is the Amazon River?",
+    "Who was Napoleon Bonaparte?",
+    "What is DNA?",
+    "Who composed the Ninth Symphony?",
+    "What is the Great Wall of China?",
+    "Who was Cleopatra?",
+    "What is an atom?",
+    "Who invented the telephone?",
+    "What is the Pacific Ocean?",
+    "Who was Mahatma Gandhi?",
+    "What is jazz?",
+    "What is the Eiffel Tower?",
+]
+
+
+def write_questions(path: Path, questions: list[str] = QUESTIONS) -> Path:
+    path.write_text("# distributed test questions\n" + "\n".join(questions) + "\n")
+    return path
+
+
+def expected_ids(questions: list[str], n: int) -> set[str]:
+    return {
+        make_job_id(question_id_for(q), m, i) for q in questions for m in ALL_MODES for i in range(n)
+    }
+
+
+def run_id_from(text: str) -> str:
+    match = re.search(r"run (\S+?):", text)
+    assert match, text
+    return match.group(1)
+
+
+def rows_file(farm, run_id: str) -> list[dict]:
+    path = Path(farm.env["QFARM_RESULTS_DIR"]) / run_id / "rows.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_sweep_of_hundreds_of_jobs_gives_exactly_one_row_each(farm, tmp_path):
+    qfile = write_questions(tmp_path / "q.txt")
+    farm.start_worker("w1")
+    res = farm.qfarm("sweep", str(qfile), "-n", "5", "--quiet")
+    assert res.returncode == 0, res.stderr
+    run_id = run_id_from(res.stderr)
+    rows = rows_file(farm, run_id)
+    ids = [r["job_id"] for r in rows]
+    assert len(ids) == 300 == len(set(ids))
+    assert set(ids) == expected_ids(QUESTIONS, 5)
+    assert set(farm.rows(run_id)) == set(ids)
+    assert all(r["error"] is None for r in rows), [r["error"] for r in rows if r["error"]][:3]
+    assert {r["verdict"] for r in rows} <= {"STRICT", "HYBRID", "UNGROUNDED"}
+    assert (Path(farm.env["QFARM_RESULTS_DIR"]) / run_id / "summary.md").exists()
+
+
+def test_kill_9_of_a_worker_mid_sweep_loses_and_duplicates_nothing(farm, tmp_path):
+    qfile = write_questions(tmp_path / "q.txt")
+    res = farm.qfarm("sweep", str(qfile), "-n", "8", "--detach", "--quiet")
+    assert res.returncode == 0, res.stderr
+    run_id = run_id_from(res.stderr)
+    victim = farm.start_worker("victim", concurrency=8)
+    assert farm.wait_for(lambda: len(farm.rows(run_id)) >= 40, timeout_s=120)
+    farm.kill9(victim)
+    in_flight_at_kill = farm.redis.hlen("unacked")
+    survivor = farm.start_worker("survivor", concurrency=8)
+    assert survivor.poll() is None
+    res = farm.qfarm("sweep", "--attach", run_id, "--quiet", timeout_s=400)
+    assert res.returncode == 0, res.stderr
+    rows = rows_file(farm, run_id)
+    ids = [r["job_id"] for r in rows]
+    assert len(ids) == len(set(ids)) == 480
+    assert set(ids) == expected_ids(QUESTIONS, 8)
+    # The kill really left work behind: messages were unacknowledged when it died.
+    assert in_flight_at_kill > 0
+
+
+def test_a_task_delivered_twice_writes_one_row(farm, tmp_path):
+    from common.policy import Policy
+    from common.settings import Settings
+    from producer.store import ProducerStore
+    from producer.sweep import enqueue_jobs, make_manifest
+    from worker.celery_app import configure_app
+
+    settings = Settings(redis_url=farm.env["QFARM_REDIS_URL"])
+    app = configure_app(settings)
+    store = ProducerStore(farm.redis)
+    from common.jobs import expand_jobs
+    from common.models import Mode, Question
+
+    q = Question(id="dup", text="Who were the members of the Beatles?")
+    manifest = make_manifest(
+        run_id="dup-run", question_file="<test>", question_file_digest="x", n_questions=1,
+        modes=[Mode.QUOTE], n=1, policy=Policy(), model=settings.model, endpoints=[],
+        simulated=True, retriever="embedded", index_version=None, corpus=None, eager=False,
+    )
+    store.put_manifest(manifest)
+    job = next(iter(expand_jobs("dup-run", [q], [Mode.QUOTE], 1, Policy(), model=settings.model)))
+    # The same message twice, as a redelivery after a lost ack would produce.
+    assert enqueue_jobs(app, [job, job]) == 2
+    farm.start_worker("w1", concurrency=2)
+    assert farm.wait_for(lambda: farm.redis.llen("retrieve") == 0 and len(farm.rows("dup-run")) == 1)
+    time.sleep(2.0)
+    assert len(farm.rows("dup-run")) == 1
+    assert farm.redis.llen("qfarm:run:dup-run:log") == 1
+
+
+def test_resume_after_the_queue_is_lost_finishes_exactly_the_missing_jobs(farm, tmp_path):
+    qfile = write_questions(tmp_path / "q.txt")
+    res = farm.qfarm("sweep", str(qfile), "-n", "4", "--detach", "--quiet")
+    assert res.returncode == 0, res.stderr
+    run_id = run_id_from(res.stderr)
+    worker = farm.start_worker("w1", concurrency=4)
+    assert farm.wait_for(lambda: len(farm.rows(run_id)) >= 40, timeout_s=120)
+    farm.kill9(worker)
+    # Redis "restarted" without its queues: every pending and unacked message is gone.
+    farm.redis.delete("retrieve", "generate", "verify", "unacked", "unacked_index")
+    have = set(farm.rows(run_id))
+    assert 0 < len(have) < 240
+    farm.start_worker("w2", concurrency=8)
+    res = farm.qfarm("sweep", "--resume", run_id, "--quiet", timeout_s=400)
+    assert res.returncode == 0, res.stderr
+    assert f"re-enqueued {240 - len(have)} jobs" in res.stderr
+    ids = [r["job_id"] for r in rows_file(farm, run_id)]
+    assert len(ids) == len(set(ids)) == 240
+    assert set(ids) == expected_ids(QUESTIONS, 4)
+
+
+def test_cancel_stops_a_run(farm, tmp_path):
+    qfile = write_questions(tmp_path / "q.txt")
+    res = farm.qfarm("sweep", str(qfile), "-n", "10", "--detach", "--quiet")
+    assert res.returncode == 0, res.stderr
+    run_id = run_id_from(res.stderr)
+    farm.start_worker("w1", concurrency=2)
+    assert farm.wait_for(lambda: len(farm.rows(run_id)) >= 10, timeout_s=120)
+    res = farm.qfarm("cancel", run_id)
+    assert res.returncode == 0, res.stderr
+    purged = int(re.search(r"purged (\d+)", res.stdout).group(1))
+    assert purged > 0
+    # Let the jobs already past their cancel check finish, then nothing more may land.
+    assert farm.wait_for(lambda: farm.redis.llen("retrieve") == 0, timeout_s=30)
+    time.sleep(3.0)
+    settled = len(farm.rows(run_id))
+    time.sleep(4.0)
+    assert len(farm.rows(run_id)) == settled < 600
+    res = farm.qfarm("sweep", "--attach", run_id, "--quiet", timeout_s=120)
+    assert res.returncode == 0, res.stderr
+    assert "was cancelled" in res.stderr
+    summary = (Path(farm.env["QFARM_RESULTS_DIR"]) / run_id / "summary.md").read_text()
+    assert "cancel" in summary.lower()
+
+
+def test_a_pickled_message_is_refused(farm):
+    from kombu import Connection
+
+    farm.start_worker("w1", concurrency=2)
+    with Connection(farm.env["QFARM_REDIS_URL"]) as conn:
+        producer = conn.Producer(serializer="pickle")
+        producer.publish(
+            [[{"run_id": "pickle-run", "qid": "q", "q": "x", "mode": "quote"}], {}, {}],
+            routing_key="interactive",
+            headers={"task": "qfarm.run_job", "id": "pickled-1", "lang": "py"},
+            declare=[],
+        )
+    assert farm.wait_for(lambda: "ContentDisallowed" in farm.worker_log("w1")
+                         or "Refusing to deserialize" in farm.worker_log("w1"), timeout_s=30)
+    assert farm.rows("pickle-run") == {}
+
+
+def test_ask_goes_through_the_interactive_queue(farm):
+    farm.start_worker("inter", queues="interactive", concurrency=2)
+    res = farm.qfarm("ask", "Who were the members of the Beatles?", "--mode", "quote", "--json")
+    assert res.returncode in (0, 1), res.stderr
+    row = json.loads(res.stdout)
+    assert row["mode"] == "quote" and row["run_id"].startswith("ask-")
+    assert row["worker"] and row["worker"] != "eager"
+
+
+def test_ask_without_an_interactive_worker_fails_clearly(farm):
+    res = farm.qfarm("ask", "What is jazz?", timeout_s=60)
+    assert res.returncode != 0
+    assert "no worker is consuming the interactive queue" in res.stderr
+    assert farm.redis.llen("interactive") == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["sweep", "missing.txt"], "no such question file"),
+        (["sweep", "{q}", "--modes", "quote,bogus"], "unknown mode 'bogus'"),
+        (["sweep", "{q}", "--policy", "top_kk=3"], "unknown policy key"),
+        (["sweep", "{q}", "--policy", "top_k=many"], "top_k"),
+        (["sweep", "{bad}"], ":2: malformed JSON"),
+        (["sweep", "{empty}"], "no questions found"),
+    ],
+)
+def test_bad_input_enqueues_nothing(farm, tmp_path, args, message):
+    files = {
+        "q": write_questions(tmp_path / "q.txt"),
+        "bad": tmp_path / "bad.jsonl",
+        "empty": tmp_path / "empty.txt",
+    }
+    files["bad"].write_text('{"id": "a", "question": "What is jazz?"}\n{"id": "b", "question": \n')
+    files["empty"].write_text("# nothing here\n\n")
+    res = farm.qfarm(*[a.format(**files) for a in args])
+    assert res.returncode != 0
+    assert message in res.stderr and res.stderr.count("\n") <= 2, res.stderr
+    assert farm.redis.llen("retrieve") == 0
+    assert not farm.redis.exists("qfarm:runs")
+    assert not (Path(farm.env["QFARM_RESULTS_DIR"])).exists()
+
+
+def test_unreachable_redis_is_a_clear_error(farm, tmp_path):
+    qfile = write_questions(tmp_path / "q.txt")
+    env = dict(farm.env, QFARM_REDIS_URL="redis://:secret@127.0.0.1:6399/0")
+    res = farm.qfarm("sweep", str(qfile), env=env, timeout_s=60)
+    assert res.returncode != 0
+    assert "cannot reach Redis at redis://:***@127.0.0.1:6399/0" in res.stderr
+    assert "secret" not in res.stderr
+    assert not Path(farm.env["QFARM_RESULTS_DIR"]).exists()

@@ -1,0 +1,144 @@
+"""Endpoint choice, breaker, Retry-After and health, on a fake clock (no I/O)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from common.errors import TransientServiceError
+from worker.llm.balancer import CLOSED, HALF_OPEN, OPEN, Balancer
+from worker.llm.client import Target
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make(n: int = 2, clock: Clock | None = None, **kw) -> Balancer:
+    opts = {"max_inflight": 8, "breaker_failures": 3, "breaker_cooldown_s": 10.0, **kw}
+    return Balancer([Target(f"http://e{i}") for i in range(n)], clock=clock or Clock(), **opts)
+
+
+def failure(status: int | None = 503, retry_after: float | None = None, kind: str = "http") -> TransientServiceError:
+    exc = TransientServiceError("boom", retry_after_s=retry_after)
+    exc.kind, exc.status = kind, status
+    return exc
+
+
+def test_least_outstanding_spreads_requests() -> None:
+    b = make(3)
+    held = [b.acquire() for _ in range(6)]
+    assert sorted(e.url for e in held) == ["http://e0"] * 2 + ["http://e1"] * 2 + ["http://e2"] * 2
+    b.release(held[0], ok=True)
+    assert b.acquire().url == held[0].url
+
+
+def test_failover_avoids_tried_endpoints_but_falls_back() -> None:
+    b = make(2)
+    assert b.acquire(avoid=["http://e0"]).url == "http://e1"
+    solo = make(1)
+    assert solo.acquire(avoid=["http://e0"]).url == "http://e0"
+
+
+def test_breaker_opens_after_consecutive_failures_and_closes_after_a_trial() -> None:
+    clock = Clock()
+    b = make(2, clock)
+    e0 = b.endpoints[0]
+    for _ in range(3):
+        b.release(b.acquire(avoid=["http://e1"]), ok=False, error=failure())
+    assert e0.breaker == OPEN
+    assert all(b.acquire().url == "http://e1" for _ in range(4))  # e0 out of rotation
+    clock.now += 10.5
+    trial = b.acquire(avoid=["http://e1"])
+    assert trial is e0 and e0.breaker == HALF_OPEN
+    assert b.acquire(avoid=["http://e1"]).url == "http://e1"  # only one trial at a time
+    b.release(trial, ok=False, error=failure())
+    assert e0.breaker == OPEN  # failed trial: another cool-down
+    clock.now += 10.5
+    b.release(b.acquire(avoid=["http://e1"]), ok=True)
+    assert e0.breaker == CLOSED and e0.times_opened == 2
+
+
+def test_a_success_resets_the_failure_count() -> None:
+    b = make(1)
+    for ok in (False, False, True, False, False):
+        b.release(b.acquire(), ok=ok, error=None if ok else failure())
+    assert b.endpoints[0].breaker == CLOSED
+
+
+def test_429_sets_retry_after_and_does_not_trip_the_breaker() -> None:
+    clock = Clock()
+    b = make(2, clock)
+    for _ in range(5):
+        b.release(b.acquire(avoid=["http://e1"]), ok=False, error=failure(429, retry_after=4.0))
+    e0 = b.endpoints[0]
+    assert e0.breaker == CLOSED
+    assert all(b.acquire().url == "http://e1" for _ in range(3))
+    clock.now += 4.1
+    assert b.acquire(avoid=["http://e1"]).url == "http://e0"
+
+
+def test_nothing_usable_waits_then_names_every_reason() -> None:
+    b = make(2, wait_clock := Clock())
+    b.mark_health("http://e0", False)
+    b.release(b.acquire(), ok=False, error=failure(429, retry_after=30))
+    with pytest.raises(TransientServiceError) as info:
+        b.acquire(wait_s=0.0, job_id="j9")
+    msg = str(info.value)
+    assert "http://e0: unhealthy" in msg and "http://e1: Retry-After" in msg and info.value.job_id == "j9"
+    assert wait_clock.now == 100.0
+
+
+def test_waiting_acquire_wakes_when_health_returns() -> None:
+    b = make(1, clock=None)
+    b.mark_health("http://e0", False, "down")
+    got: list[str] = []
+    t = threading.Thread(target=lambda: got.append(b.acquire(wait_s=5.0).url))
+    t.start()
+    b.mark_health("http://e0", True)
+    t.join(timeout=5)
+    assert got == ["http://e0"]
+
+
+def test_max_inflight_bounds_each_endpoint() -> None:
+    b = make(1, max_inflight=2)
+    b.acquire(), b.acquire()
+    with pytest.raises(TransientServiceError, match="2 requests in flight"):
+        b.acquire(wait_s=0.0)
+
+
+def test_connect_errors_take_an_endpoint_out_only_with_health_polling() -> None:
+    b = make(2)
+    b.release(b.acquire(avoid=["http://e1"]), ok=False, error=failure(None, kind="connect"))
+    assert b.endpoints[0].healthy
+    b.enable_passive_health()
+    b.release(b.acquire(avoid=["http://e1"]), ok=False, error=failure(None, kind="connect"))
+    assert not b.endpoints[0].healthy
+
+
+def test_scraped_capacity_weights_the_choice() -> None:
+    b = make(2)
+    b.update_load("http://e0", running=12, waiting=5)  # saturated at 12
+    b.update_load("http://e1", running=4, waiting=3)  # saturated at 4
+    picks = [b.acquire().url for _ in range(16)]
+    assert picks.count("http://e0") == 12 and picks.count("http://e1") == 4
+    unweighted = make(2, metrics_weighting=False)
+    unweighted.update_load("http://e0", running=12, waiting=5)
+    unweighted.update_load("http://e1", running=4, waiting=3)
+    assert [unweighted.acquire().url for _ in range(16)].count("http://e0") == 8
+
+
+def test_other_processes_load_counts() -> None:
+    b = make(2)
+    b.update_load("http://e0", running=6, waiting=0)  # someone else keeps e0 busy
+    assert [b.acquire().url for _ in range(6)].count("http://e1") == 6
+
+
+def test_snapshot_never_shows_keys() -> None:
+    b = Balancer([Target("http://e0", "sk-secret-123")], max_inflight=1, breaker_failures=1, breaker_cooldown_s=1)
+    assert "sk-secret-123" not in repr(b.snapshot())

@@ -1,0 +1,190 @@
+"""Cluster backends without a server: client options, error translation, client sharing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from common.errors import ConfigError, RetrievalError
+from common.settings import Settings
+from worker.retrieval import cluster
+from worker.retrieval import elasticsearch as es_backend
+from worker.retrieval import opensearch as os_backend
+from worker.retrieval.cluster import ClientErrors, ClusterRetriever
+
+
+class Unreachable(Exception):
+    pass
+
+
+class Missing(Exception):
+    pass
+
+
+class Api(Exception):
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status_code = status
+
+
+ERRORS = ClientErrors(connection=(Unreachable,), not_found=(Missing,), api=(Api,))
+
+
+class FakeClient:
+    def __init__(self, *, raises: Exception | None = None, msearch: dict | None = None):
+        self.raises = raises
+        self.msearch_response = msearch
+        self.closed = False
+
+    def search(self, **_: Any) -> dict:
+        if self.raises:
+            raise self.raises
+        return {"hits": {"hits": []}}
+
+    def msearch(self, **_: Any) -> dict:
+        return self.msearch_response or {"responses": []}
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _retriever(client: FakeClient) -> ClusterRetriever:
+    return ClusterRetriever(
+        client,
+        backend="opensearch",
+        url="http://es:9200",
+        alias="qfarm",
+        errors=ERRORS,
+        bulk=lambda *a, **k: iter(()),
+    )
+
+
+@pytest.mark.parametrize(
+    "exc, pattern",
+    [
+        (
+            Unreachable("refused"),
+            r"opensearch at http://es:9200 is unreachable \(search: Unreachable\).*QFARM_ES_URL",
+        ),
+        (
+            Missing("no such index"),
+            r"no index or alias 'qfarm' \(search\): run `qfarm index --backend opensearch` first",
+        ),
+        (
+            Api("unauthorized", 401),
+            r"refused search \(HTTP 401\); check QFARM_ES_API_KEY or QFARM_ES_USERNAME",
+        ),
+        (
+            Api(
+                "Content-Type header [application/vnd.elasticsearch+json; compatible-with=9] is not supported",
+                406,
+            ),
+            r"install the client of the server's major version",
+        ),
+        (Api("parse error", 400), r"search failed: parse error"),
+    ],
+)
+def test_client_errors_become_retrieval_errors_with_a_fix(exc: Exception, pattern: str) -> None:
+    with pytest.raises(RetrievalError, match=pattern) as info:
+        _retriever(FakeClient(raises=exc)).search("beatles", top_k=3, title_boost=2.0)
+    assert info.value.__cause__ is exc
+
+
+def test_msearch_error_for_one_question() -> None:
+    hit = {
+        "_score": 1.0,
+        "_source": {
+            "doc_id": "d",
+            "chunk_id": "d#0",
+            "title": "T",
+            "text": "x",
+            "offset_start": 0,
+            "offset_end": 1,
+        },
+    }
+    ok = {"responses": [{"hits": {"hits": [hit]}}, {"hits": {"hits": []}}]}
+    assert [
+        len(r)
+        for r in _retriever(FakeClient(msearch=ok)).search_many(
+            ["a", "?", "b"], top_k=1, title_boost=2.0
+        )
+    ] == [1, 0, 0]
+    missing = {"responses": [{"error": {"type": "index_not_found_exception"}, "status": 404}]}
+    with pytest.raises(RetrievalError, match="qfarm index"):
+        _retriever(FakeClient(msearch=missing)).search_many(["a"], top_k=1, title_boost=2.0)
+    broken = {"responses": [{"error": {"type": "search_phase_execution_exception"}, "status": 500}]}
+    with pytest.raises(RetrievalError, match="msearch failed"):
+        _retriever(FakeClient(msearch=broken)).search_many(["a"], top_k=1, title_boost=2.0)
+
+
+def test_one_client_per_process_shared_and_closed_with_the_last_user() -> None:
+    made: list[FakeClient] = []
+
+    def factory() -> FakeClient:
+        made.append(FakeClient())
+        return made[-1]
+
+    key_a, client_a = cluster.lease_client(("test", "x"), factory)
+    key_b, client_b = cluster.lease_client(("test", "x"), factory)
+    assert client_a is client_b and len(made) == 1
+    cluster.release_client(key_a)
+    assert not client_a.closed
+    cluster.release_client(key_b)
+    assert client_a.closed
+    _, client_c = cluster.lease_client(("test", "x"), factory)
+    assert client_c is not client_a
+    cluster.release_client(key_b)
+
+
+@pytest.mark.parametrize("url", ["localhost:9200", "", "ftp://es:9200", "http://a:9200, es2:9200"])
+def test_cluster_url_must_be_http(url: str) -> None:
+    with pytest.raises(ConfigError, match="QFARM_ES_URL"):
+        cluster.cluster_hosts(url)
+
+
+def test_cluster_hosts_accept_several_nodes() -> None:
+    assert cluster.cluster_hosts("http://a:9200/, https://b:9200") == [
+        "http://a:9200",
+        "https://b:9200",
+    ]
+
+
+def test_elasticsearch_options_from_settings(tmp_path: Path) -> None:
+    settings = Settings(
+        es_url="https://es:9200",
+        es_api_key=SecretStr("k"),
+        es_ca_certs=tmp_path / "ca.pem",
+        es_verify_certs=True,
+        es_timeout_s=7,
+        es_max_retries=3,
+        data_dir=tmp_path,
+    )
+    opts = es_backend.client_options(settings)
+    assert opts["hosts"] == ["https://es:9200"] and opts["api_key"] == "k"
+    assert opts["ca_certs"] == str(tmp_path / "ca.pem") and opts["verify_certs"] is True
+    assert (opts["request_timeout"], opts["max_retries"], opts["retry_on_timeout"]) == (7, 3, True)
+    assert set(opts["retry_on_status"]) == {429, 502, 503, 504}  # transient only
+    basic = es_backend.client_options(
+        Settings(es_username="u", es_password=SecretStr("p"), data_dir=tmp_path)
+    )
+    assert (
+        basic["basic_auth"] == ("u", "p") and "verify_certs" not in basic
+    )  # plain http: no TLS options
+
+
+def test_opensearch_options_from_settings(tmp_path: Path) -> None:
+    opts = os_backend.client_options(
+        Settings(
+            es_url="https://os:9200",
+            es_username="u",
+            es_password=SecretStr("p"),
+            es_verify_certs=False,
+            data_dir=tmp_path,
+        )
+    )
+    assert opts["http_auth"] == ("u", "p") and opts["verify_certs"] is False
+    keyed = os_backend.client_options(Settings(es_api_key=SecretStr("k"), data_dir=tmp_path))
+    assert keyed["headers"] == {"Authorization": "ApiKey k"}

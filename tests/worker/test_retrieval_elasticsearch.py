@@ -1,0 +1,132 @@
+"""The Elasticsearch backend through the official ``elasticsearch`` client.
+
+There is no Elasticsearch server on these machines. The client is driven
+against osmem-server (an in-memory OpenSearch-compatible HTTP server) through
+``es_shim.py`` in this directory, a loopback HTTP proxy that only rewrites
+headers: it forwards the client's ``application/vnd.elasticsearch+json;
+compatible-with=9`` content types as plain JSON (osmem refuses the vendor
+type) and adds ``X-Elastic-Product: Elasticsearch`` to every response (the
+client's product check refuses answers without it). Everything else (paths,
+bodies, status codes) is what the backend really sends and receives.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from common.errors import RetrievalError
+from common.settings import Settings
+from worker.retrieval import open_retriever
+from worker.retrieval.cluster import ClusterRetriever
+from worker.retrieval.default_corpus import default_corpus_path
+from worker.retrieval.ingest import CorpusSource, build_cluster_index
+
+pytestmark = pytest.mark.slow
+
+TITLES = [
+    "The Beatles",
+    "John Lennon",
+    "Liverpool",
+    "Speed of light",
+    "Light",
+    "Mount Everest",
+    "DNA",
+    "Hamlet",
+]
+
+
+def _load_shim() -> ModuleType:
+    # Tests are not a package (pytest --import-mode=importlib): load the helper by path.
+    spec = importlib.util.spec_from_file_location(
+        "qfarm_test_es_shim", Path(__file__).with_name("es_shim.py")
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+es_shim = _load_shim()
+
+
+@pytest.fixture
+def shim_url(search_url: str) -> Iterator[str]:
+    with es_shim.elasticsearch_shim(search_url) as url:
+        yield url
+
+
+@pytest.fixture
+def retriever(shim_url: str, tmp_path: Path) -> Iterator[ClusterRetriever]:
+    settings = Settings(
+        retriever="elasticsearch", es_url=shim_url, es_max_retries=0, data_dir=tmp_path
+    )
+    r = open_retriever(settings)
+    assert isinstance(r, ClusterRetriever) and r.backend == "elasticsearch"
+    yield r
+    r.close()
+
+
+def _sample(path: Path, titles: list[str]) -> CorpusSource:
+    corpus = json.loads(default_corpus_path().read_text(encoding="utf-8"))
+    path.write_text(
+        "".join(
+            json.dumps({"id": t, "title": t, "text": corpus[t]["extract"]}) + "\n" for t in titles
+        )
+    )
+    return CorpusSource.resolve(path)
+
+
+def test_shim_rewrites_only_the_compatibility_types() -> None:
+    assert (
+        es_shim.plain_content_type("application/vnd.elasticsearch+json; compatible-with=9")
+        == "application/json"
+    )
+    assert (
+        es_shim.plain_content_type("application/vnd.elasticsearch+x-ndjson; compatible-with=8")
+        == "application/x-ndjson"
+    )
+    assert es_shim.plain_content_type("application/json") == "application/json"
+
+
+def test_index_search_msearch_and_alias_switch(retriever: ClusterRetriever, tmp_path: Path) -> None:
+    first = _sample(tmp_path / "a.jsonl", TITLES[:4])
+    second = _sample(tmp_path / "b.jsonl", TITLES)
+    r1 = build_cluster_index(retriever, first, progress=False)
+    assert r1.documents == 4 and r1.error_count == 0
+    evidence = retriever.search("Who were the members of the Beatles?", top_k=3, title_boost=2.0)
+    assert evidence[0].title == "The Beatles" and evidence[0].id == "E1"
+    r2 = build_cluster_index(retriever, second, progress=False)
+    assert r2.replaced == [r1.target] and retriever.alias_targets() == [r2.target]
+    many = retriever.search_many(
+        ["How high is Mount Everest?", "What is DNA?"], top_k=2, title_boost=2.0
+    )
+    assert [m[0].title for m in many] == ["Mount Everest", "DNA"]
+    info = retriever.describe()
+    assert info["backend"] == "elasticsearch" and info["documents"] == len(TITLES)
+    assert info["index_version"] == second.index_version == retriever.index_version()
+
+
+def test_missing_index_says_run_qfarm_index(retriever: ClusterRetriever) -> None:
+    with pytest.raises(RetrievalError, match=r"qfarm index --backend elasticsearch"):
+        retriever.search("beatles", top_k=3, title_boost=2.0)
+
+
+def test_without_the_shim_the_client_refuses_the_server(search_url: str, tmp_path: Path) -> None:
+    """What the shim is for: pointed straight at osmem, the client gets no usable answer."""
+    settings = Settings(
+        retriever="elasticsearch", es_url=search_url, es_max_retries=0, data_dir=tmp_path
+    )
+    r = open_retriever(settings)
+    try:
+        with pytest.raises(
+            RetrievalError, match=r"refused the client's API-compatibility headers.*HTTP 406"
+        ):
+            r.search("beatles", top_k=3, title_boost=2.0)
+    finally:
+        r.close()

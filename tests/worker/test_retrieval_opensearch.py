@@ -1,0 +1,271 @@
+"""The OpenSearch backend end to end against a real HTTP search server.
+
+No Elasticsearch or OpenSearch server can be installed on these machines;
+``osmem-server`` (PyPI) is an in-memory OpenSearch-compatible HTTP server with
+BM25 scoring and the english analyzer. The backend talks to it through the
+official ``opensearch-py`` client exactly as it would to a cluster: index
+create, bulk, refresh, ``_meta``, aliases, search, ``_msearch``, count.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from common.errors import RetrievalError
+from common.settings import Settings
+from qfarm.cli import main as qfarm_main
+from worker.retrieval import open_retriever
+from worker.retrieval.cluster import ClusterRetriever
+from worker.retrieval.default_corpus import default_corpus_path
+from worker.retrieval.ingest import CorpusSource, build_cluster_index
+
+pytestmark = pytest.mark.slow
+
+SAMPLE_TITLES = [
+    "The Beatles",
+    "John Lennon",
+    "Mona Lisa",
+    "Liverpool",
+    "Speed of light",
+    "Light",
+    "Albert Einstein",
+    "Photosynthesis",
+    "Mount Everest",
+    "DNA",
+    "French Revolution",
+    "Hamlet",
+]
+# Ten everyday questions: the embedded and the OpenSearch backends must put the
+# same article first (ranking-shape parity, docs/retrieval.md).
+PARITY_QUESTIONS = [
+    "Who were the members of the Beatles?",
+    "What is the speed of light?",
+    "Who wrote Hamlet?",
+    "What is photosynthesis?",
+    "Who painted the Mona Lisa?",
+    "Who was Albert Einstein?",
+    "Who discovered penicillin?",
+    "Where is the Great Wall of China?",
+    "Which planet is known as the red planet?",
+    "Tell me about the French Revolution",
+]
+
+
+@pytest.fixture(scope="module")
+def corpus_items() -> dict[str, dict]:
+    return json.loads(default_corpus_path().read_text(encoding="utf-8"))
+
+
+def _write_sample(path: Path, corpus: dict[str, dict], titles: list[str]) -> Path:
+    with path.open("w", encoding="utf-8") as fh:
+        for title in titles:
+            item = corpus[title]
+            fh.write(
+                json.dumps({"id": title, "title": item["title"], "text": item["extract"]}) + "\n"
+            )
+    return path
+
+
+@pytest.fixture
+def settings(search_url: str, tmp_path: Path) -> Settings:
+    return Settings(retriever="opensearch", es_url=search_url, es_max_retries=0, data_dir=tmp_path)
+
+
+@pytest.fixture
+def retriever(settings: Settings) -> ClusterRetriever:
+    r = open_retriever(settings)
+    assert isinstance(r, ClusterRetriever)
+    yield r
+    r.close()
+
+
+def test_index_sample_search_and_describe(
+    retriever: ClusterRetriever, corpus_items, tmp_path: Path
+) -> None:
+    sample = CorpusSource.resolve(_write_sample(tmp_path / "s.jsonl", corpus_items, SAMPLE_TITLES))
+    report = build_cluster_index(retriever, sample, progress=False)
+    assert report.built and report.documents == len(SAMPLE_TITLES) and report.error_count == 0
+    assert report.target == f"qfarm-passages-{sample.index_version}"
+    evidence = retriever.search("Who were the members of the Beatles?", top_k=5, title_boost=2.0)
+    assert evidence[0].title == "The Beatles"
+    assert [e.id for e in evidence] == [f"E{i}" for i in range(1, len(evidence) + 1)]
+    for e in evidence:
+        assert corpus_items[e.doc_id]["extract"][e.offset_start : e.offset_end] == e.text
+    info = retriever.describe()
+    assert info["alias"] == "qfarm-passages" and info["index"] == report.target
+    assert info["passages"] == report.passages and info["documents"] == len(SAMPLE_TITLES)
+    assert retriever.index_version() == sample.index_version
+
+
+def test_msearch_equals_single_searches(
+    retriever: ClusterRetriever, corpus_items, tmp_path: Path
+) -> None:
+    sample = CorpusSource.resolve(_write_sample(tmp_path / "s.jsonl", corpus_items, SAMPLE_TITLES))
+    build_cluster_index(retriever, sample, progress=False)
+    questions = ["What is DNA?", "???", "How high is Mount Everest?"]
+    many = retriever.search_many(questions, top_k=3, title_boost=2.0)
+    assert many == [retriever.search(q, top_k=3, title_boost=2.0) for q in questions]
+    assert many[1] == [] and many[2][0].title == "Mount Everest"
+
+
+def test_doc_id_filter(retriever: ClusterRetriever, corpus_items, tmp_path: Path) -> None:
+    build_cluster_index(
+        retriever,
+        CorpusSource.resolve(_write_sample(tmp_path / "s.jsonl", corpus_items, SAMPLE_TITLES)),
+        progress=False,
+    )
+    evidence = retriever.search(
+        "Beatles", top_k=5, title_boost=2.0, doc_ids=["John Lennon", "Liverpool"]
+    )
+    assert evidence and {e.doc_id for e in evidence} <= {"John Lennon", "Liverpool"}
+
+
+def test_alias_switches_atomically_between_versions(
+    settings: Settings, retriever: ClusterRetriever, corpus_items, tmp_path: Path
+) -> None:
+    first = CorpusSource.resolve(
+        _write_sample(tmp_path / "a.jsonl", corpus_items, SAMPLE_TITLES[:6])
+    )
+    second = CorpusSource.resolve(_write_sample(tmp_path / "b.jsonl", corpus_items, SAMPLE_TITLES))
+    r1 = build_cluster_index(retriever, first, progress=False)
+    reader = open_retriever(settings)  # a worker's view of the alias
+    try:
+        assert all(
+            e.title != "Mount Everest"
+            for e in reader.search("Mount Everest", top_k=3, title_boost=2.0)
+        )
+        r2 = build_cluster_index(retriever, second, progress=False)
+        assert r2.replaced == [r1.target]
+        assert retriever.alias_targets() == [r2.target]
+        assert reader.search("Mount Everest", top_k=1, title_boost=2.0)[0].title == "Mount Everest"
+        assert retriever.index_version() == second.index_version
+        assert retriever.describe()["other_versions"] == [r1.target]
+        # Building the first corpus again is a rollback: no rebuild, the alias moves back.
+        back = build_cluster_index(retriever, first, progress=False)
+        assert back.built is False and back.replaced == [r2.target]
+        assert retriever.alias_targets() == [r1.target]
+        pruned = build_cluster_index(retriever, second, progress=False, prune=True)
+        assert pruned.pruned == [r1.target] and retriever.versioned_indices() == [r2.target]
+    finally:
+        reader.close()
+
+
+def test_failed_build_leaves_the_alias_on_the_old_index(
+    retriever: ClusterRetriever, corpus_items, tmp_path: Path
+) -> None:
+    from common.errors import InputError
+
+    good = build_cluster_index(
+        retriever,
+        CorpusSource.resolve(_write_sample(tmp_path / "a.jsonl", corpus_items, SAMPLE_TITLES)),
+        progress=False,
+    )
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        "".join(
+            json.dumps({"id": t, "title": t, "text": corpus_items[t]["extract"]}) + "\n"
+            for t in SAMPLE_TITLES[:3]
+        )
+        + '{"title": "no id", "text": "x"}\n' * 3
+    )
+    with pytest.raises(InputError, match="more than 1 bad documents"):
+        build_cluster_index(retriever, CorpusSource.resolve(bad), progress=False, max_errors=1)
+    assert retriever.alias_targets() == [good.target]
+    assert retriever.versioned_indices() == [good.target]  # the half-built one was dropped
+    assert retriever.search("Beatles", top_k=1, title_boost=2.0)[0].title == "The Beatles"
+
+
+def test_per_document_errors_from_the_cluster_are_reported(
+    retriever: ClusterRetriever, tmp_path: Path
+) -> None:
+    corpus = tmp_path / "dup.jsonl"
+    rows = [
+        {"id": "a", "title": "A", "text": "Alpha text."},
+        {"id": "a", "title": "A2", "text": "Again."},
+        {"id": "b", "title": "B", "text": "Beta."},
+    ]
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = build_cluster_index(retriever, CorpusSource.resolve(corpus), progress=False)
+    assert report.passages == 2 and report.error_count == 1
+    assert "duplicate document id" in str(report.issues[0]) and "a#0" in str(report.issues[0])
+    assert retriever.search("alpha", top_k=1, title_boost=2.0)[0].title == "A"
+
+
+def test_missing_index_says_run_qfarm_index(retriever: ClusterRetriever) -> None:
+    with pytest.raises(
+        RetrievalError,
+        match=r"no index or alias 'qfarm-passages'.*qfarm index --backend opensearch",
+    ):
+        retriever.search("beatles", top_k=3, title_boost=2.0)
+    with pytest.raises(RetrievalError, match="qfarm index"):
+        retriever.search_many(["beatles", "light"], top_k=3, title_boost=2.0)
+    with pytest.raises(RetrievalError, match="qfarm index"):
+        retriever.index_version()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_cluster_is_a_clear_error(tmp_path: Path) -> None:
+    settings = Settings(
+        retriever="opensearch",
+        es_url=f"http://127.0.0.1:{_closed_port()}",
+        es_max_retries=0,
+        es_timeout_s=2,
+        data_dir=tmp_path,
+    )
+    r = open_retriever(settings)
+    try:
+        with pytest.raises(
+            RetrievalError, match=r"opensearch at http://127.0.0.1:\d+ is unreachable.*QFARM_ES_URL"
+        ):
+            r.search("beatles", top_k=3, title_boost=2.0)
+    finally:
+        r.close()
+
+
+def test_cli_index_check_and_search_on_opensearch(
+    search_url: str, corpus_items, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    sample = _write_sample(tmp_path / "s.jsonl", corpus_items, SAMPLE_TITLES)
+    monkeypatch.setenv("QFARM_RETRIEVER", "opensearch")
+    monkeypatch.setenv("QFARM_ES_URL", search_url)
+    assert qfarm_main(["index", "--corpus", str(sample), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"indexed {len(SAMPLE_TITLES)} documents" in out
+        and "alias qfarm-passages -> qfarm-passages-" in out
+    )
+    assert qfarm_main(["index", "--check", "--corpus", str(sample), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["up_to_date"] is True and info["documents"] == len(SAMPLE_TITLES)
+    assert qfarm_main(["search", "speed of light", "--top-k", "2", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["backend"] == "opensearch" and result["evidence"][0]["title"] == "Speed of light"
+
+
+def test_ranking_shape_parity_with_embedded_on_the_default_corpus(
+    retriever: ClusterRetriever, default_index_settings: Settings
+) -> None:
+    report = build_cluster_index(retriever, CorpusSource.resolve("default"), progress=False)
+    embedded = open_retriever(default_index_settings)
+    try:
+        assert retriever.index_version() == embedded.index_version()  # same corpus, same chunker
+        assert report.passages == embedded.describe()["passages"]
+        for question in PARITY_QUESTIONS:
+            ours = embedded.search(question, top_k=3, title_boost=2.0)
+            theirs = retriever.search(question, top_k=3, title_boost=2.0)
+            assert ours[0].doc_id == theirs[0].doc_id, (
+                question,
+                [e.title for e in ours],
+                [e.title for e in theirs],
+            )
+    finally:
+        embedded.close()

@@ -1,0 +1,91 @@
+"""The Celery app, configured for at-least-once delivery on Redis.
+
+Configuration is read from QFARM_* settings when Celery first needs it
+(``on_configure``), never at import time. Decisions, each checked against
+Celery's and kombu's docs (see docs/distributed.md):
+
+* JSON only (``accept_content=['json']``): pickle from a shared broker is
+  remote code execution; a pickled message is refused by the worker.
+* ``task_acks_late`` + ``task_reject_on_worker_lost``: a job whose process dies
+  is redelivered instead of being acknowledged and lost.
+* ``worker_prefetch_multiplier=1``: the visibility clock starts when a message
+  reaches the worker, so long prefetch buffers would cause duplicate runs.
+* ``visibility_timeout`` set identically in broker and result-backend transport
+  options; it must exceed the longest queue wait inside a worker plus a run.
+* ``socket_timeout``: kombu's default waits forever on a dead connection.
+* Results ignored: rows are written to Redis by job id (set-if-absent); no
+  chords or groups, which would collect every result into one key.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+
+from common.keys import QUEUES
+from common.settings import Settings, load_settings
+
+TASK_ROUTES = {
+    "qfarm.retrieve": {"queue": "retrieve"},
+    "qfarm.generate": {"queue": "generate"},
+    "qfarm.verify": {"queue": "verify"},
+    "qfarm.run_job": {"queue": "interactive"},
+}
+
+
+def celery_config(settings: Settings, *, eager: bool = False) -> dict[str, Any]:
+    transport = {
+        "visibility_timeout": settings.visibility_timeout_s,
+        "socket_timeout": settings.broker_socket_timeout_s,
+        "socket_connect_timeout": settings.broker_socket_timeout_s,
+        # Scan for abandoned unacked messages every interval (no throttling), so a
+        # dead worker's jobs come back soon after their visibility timeout.
+        "unacked_restore_interval": max(1, min(10, settings.visibility_timeout_s // 2)),
+        "unacked_restore_throttle": 1,
+    }
+    return {
+        "broker_url": "memory://" if eager else settings.redis_url,
+        "result_backend": None,
+        "task_ignore_result": True,
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "result_accept_content": ["json"],
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "broker_transport_options": transport,
+        "result_backend_transport_options": dict(transport),
+        "broker_connection_retry_on_startup": True,
+        "broker_connection_timeout": settings.broker_socket_timeout_s,
+        "task_routes": TASK_ROUTES,
+        "task_default_queue": "interactive",
+        "task_create_missing_queues": True,
+        "worker_send_task_events": settings.task_events,
+        "task_send_sent_event": settings.task_events,
+        "worker_hijack_root_logger": False,
+        "task_always_eager": eager,
+        "task_eager_propagates": eager,
+        "task_store_eager_result": False,
+    }
+
+
+class QfarmCelery(Celery):
+    def on_configure(self) -> None:  # called lazily by Celery on first config access
+        if not getattr(self, "_qfarm_configured", False):
+            self.conf.update(celery_config(load_settings()))
+            self._qfarm_configured = True
+
+
+app = QfarmCelery("qfarm", set_as_current=True)
+
+
+def configure_app(settings: Settings, *, eager: bool = False) -> Celery:
+    """Configure explicitly (eager runs, producers with their own settings)."""
+    app._qfarm_configured = True  # type: ignore[attr-defined]
+    app.conf.update(celery_config(settings, eager=eager))
+    return app
+
+
+__all__ = ["QUEUES", "app", "configure_app"]

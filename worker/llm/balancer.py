@@ -1,0 +1,269 @@
+"""Which endpoint gets the next request: least outstanding, weighted, healthy, breaker-guarded.
+
+Rules, in the order ``acquire`` applies them:
+
+1. An endpoint is *usable* when its last ``/health`` poll passed, its circuit
+   breaker lets a request through, its ``Retry-After`` time has passed, and it
+   has fewer than ``max_inflight`` requests in flight from this process.
+2. Endpoints the job already tried are avoided while another is usable
+   (failover); if none is, the job may go back to one it tried.
+3. Among the rest, the lowest estimated load per unit of capacity wins:
+   ``(outstanding + others' load + cost) / weight``. ``outstanding`` is this
+   process's in-flight count. With metrics weighting, each ``/metrics`` scrape
+   gives the server's ``num_requests_running + num_requests_waiting``; what
+   exceeds our own in-flight count is other processes' load. ``weight`` is the
+   endpoint's capacity, learned as the running count seen while requests
+   were waiting (a queue means every slot is busy); until an endpoint has been
+   seen saturated it is assumed as large as the largest known one, so it gets
+   at least an even share and reveals its capacity.
+4. Nothing usable: wait (bounded) for a slot, a Retry-After, a breaker
+   cool-down or a health recovery, then raise ``TransientServiceError``.
+
+Circuit breaker (per endpoint): ``failures`` consecutive transient failures
+(connect errors, timeouts, dropped connections, 5xx, malformed replies; not
+429, which is back-pressure and sets the Retry-After time instead) open it;
+after ``cooldown_s`` one trial request is let through (half-open); its success
+closes the breaker, its failure re-opens it for another cool-down.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Any
+
+from common.errors import ServiceError, TransientServiceError
+from worker.llm.client import Target
+
+CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
+
+
+@dataclass
+class EndpointState:
+    target: Target
+    healthy: bool = True
+    health_reason: str | None = None
+    outstanding: int = 0
+    breaker: str = CLOSED
+    consecutive_failures: int = 0
+    opened_at: float = 0.0
+    trial_in_flight: bool = False
+    not_before: float = 0.0
+    others_load: float = 0.0
+    capacity_seen: float = 0.0
+    saturated_seen: bool = False
+    sent: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    times_opened: int = 0
+
+    @property
+    def url(self) -> str:
+        return self.target.url
+
+
+class Balancer:
+    """Thread-safe endpoint chooser; all state changes happen under one condition lock."""
+
+    def __init__(
+        self,
+        targets: list[Target],
+        *,
+        max_inflight: int,
+        breaker_failures: int,
+        breaker_cooldown_s: float,
+        metrics_weighting: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        if not targets:
+            raise ValueError("the balancer needs at least one endpoint")
+        self.endpoints = [EndpointState(t) for t in targets]
+        self._by_url = {e.url: e for e in self.endpoints}
+        self.max_inflight = max(1, max_inflight)
+        self.breaker_failures = max(1, breaker_failures)
+        self.breaker_cooldown_s = breaker_cooldown_s
+        self.metrics_weighting = metrics_weighting
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._closed = False
+
+    # ------------------------------------------------------------------ choosing
+
+    def _blocker(self, e: EndpointState, now: float, cost: int) -> str | None:
+        """Why ``e`` cannot take a request now (None: it can)."""
+        if not e.healthy:
+            return f"unhealthy ({e.health_reason or '/health failed'})"
+        if e.breaker == OPEN and now < e.opened_at + self.breaker_cooldown_s:
+            return f"breaker open for {e.opened_at + self.breaker_cooldown_s - now:.1f} s more"
+        if e.breaker == HALF_OPEN and e.trial_in_flight:
+            return "breaker half-open, trial request in flight"
+        if now < e.not_before:
+            return f"Retry-After for {e.not_before - now:.1f} s more"
+        if e.outstanding and e.outstanding + cost > self.max_inflight:
+            return f"{e.outstanding} requests in flight (max {self.max_inflight})"
+        return None
+
+    def _weight(self, e: EndpointState) -> float:
+        if not self.metrics_weighting:
+            return 1.0
+        known = [x.capacity_seen for x in self.endpoints if x.saturated_seen]
+        if not known:
+            return 1.0
+        if e.saturated_seen:
+            return max(e.capacity_seen, 1.0)
+        return max(max(known), e.capacity_seen, 1.0)
+
+    def _score(self, e: EndpointState, cost: int) -> float:
+        others = e.others_load if self.metrics_weighting else 0.0
+        return (e.outstanding + others + cost) / self._weight(e)
+
+    def _pick(self, now: float, avoid: Collection[str], cost: int) -> EndpointState | None:
+        usable = [e for e in self.endpoints if self._blocker(e, now, cost) is None]
+        fresh = [e for e in usable if e.url not in avoid]
+        pool = fresh or usable
+        if not pool:
+            return None
+        return min(pool, key=lambda e: self._score(e, cost))
+
+    def has_available(self, avoid: Collection[str] = ()) -> bool:
+        """Is an endpoint not in ``avoid`` usable right now (failover without backoff)?"""
+        with self._cond:
+            now = self._clock()
+            return any(
+                self._blocker(e, now, 1) is None and e.url not in avoid for e in self.endpoints
+            )
+
+    def acquire(
+        self,
+        *,
+        avoid: Collection[str] = (),
+        wait_s: float = 60.0,
+        job_id: str | None = None,
+        cost: int = 1,
+    ) -> EndpointState:
+        """Reserve the best usable endpoint, waiting up to ``wait_s`` for one."""
+        deadline = self._clock() + wait_s
+        with self._cond:
+            while True:
+                if self._closed:
+                    raise TransientServiceError("the LLM gateway is closed", job_id=job_id)
+                now = self._clock()
+                e = self._pick(now, avoid, cost)
+                if e is not None:
+                    if e.breaker == OPEN:  # cool-down over: this request is the trial
+                        e.breaker = HALF_OPEN
+                    if e.breaker == HALF_OPEN:
+                        e.trial_in_flight = True
+                    e.outstanding += cost
+                    e.sent += 1
+                    return e
+                if now >= deadline:
+                    reasons = "; ".join(
+                        f"{x.target.display}: {self._blocker(x, now, cost)}" for x in self.endpoints
+                    )
+                    raise TransientServiceError(
+                        f"no LLM endpoint was usable for {wait_s:.0f} s ({reasons}); check the "
+                        "servers, or raise QFARM_LLM_WAIT_FOR_ENDPOINT_S",
+                        job_id=job_id,
+                    )
+                self._cond.wait(timeout=min(deadline - now, self._next_change(now)))
+
+    def _next_change(self, now: float) -> float:
+        """Seconds until a time-based blocker lifts (capped: health/slots arrive by notify)."""
+        times = [1.0]
+        for e in self.endpoints:
+            if e.not_before > now:
+                times.append(e.not_before - now)
+            if e.breaker == OPEN:
+                times.append(max(e.opened_at + self.breaker_cooldown_s - now, 0.0))
+        return max(min(times), 0.001)
+
+    # ------------------------------------------------------------------ outcomes
+
+    def release(
+        self, e: EndpointState, *, ok: bool, error: ServiceError | None = None, cost: int = 1
+    ) -> None:
+        """Record the outcome of a request reserved with ``acquire``."""
+        with self._cond:
+            now = self._clock()
+            e.outstanding = max(0, e.outstanding - cost)
+            was_trial = e.breaker == HALF_OPEN and e.trial_in_flight
+            if was_trial:
+                e.trial_in_flight = False
+            retry_after = getattr(error, "retry_after_s", None)
+            if retry_after:
+                e.not_before = max(e.not_before, now + retry_after)
+            if ok:
+                e.succeeded += 1
+                e.consecutive_failures = 0
+                e.breaker = CLOSED
+            elif getattr(error, "status", None) == 429:
+                # Back-pressure from a live server: Retry-After governs, the breaker does not.
+                e.failed += 1
+                if was_trial:
+                    e.breaker = CLOSED
+            else:
+                e.failed += 1
+                e.consecutive_failures += 1
+                if was_trial or (
+                    e.breaker == CLOSED and e.consecutive_failures >= self.breaker_failures
+                ):
+                    e.breaker = OPEN
+                    e.opened_at = now
+                    e.times_opened += 1
+                if getattr(error, "kind", None) == "connect" and self._passive_health:
+                    e.healthy = False
+                    e.health_reason = "connection refused"
+            self._cond.notify_all()
+
+    _passive_health = False  # set by the gateway when a health poller will restore endpoints
+
+    def enable_passive_health(self) -> None:
+        self._passive_health = True
+
+    def mark_health(self, url: str, healthy: bool, reason: str | None = None) -> None:
+        with self._cond:
+            e = self._by_url[url]
+            changed = e.healthy != healthy
+            e.healthy = healthy
+            e.health_reason = None if healthy else (reason or "/health failed")
+            if changed:
+                self._cond.notify_all()
+
+    def update_load(self, url: str, running: float, waiting: float) -> None:
+        """Fold one ``/metrics`` scrape into the endpoint's load and capacity estimates."""
+        with self._cond:
+            e = self._by_url[url]
+            e.others_load = max(0.0, running + waiting - e.outstanding)
+            e.capacity_seen = max(e.capacity_seen, running)
+            if waiting > 0 and running > 0:
+                e.saturated_seen = True
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """Per-endpoint state for status displays and tests (never the keys)."""
+        with self._cond:
+            now = self._clock()
+            return [
+                {
+                    "endpoint": e.target.display,
+                    "healthy": e.healthy,
+                    "breaker": e.breaker,
+                    "outstanding": e.outstanding,
+                    "consecutive_failures": e.consecutive_failures,
+                    "sent": e.sent,
+                    "succeeded": e.succeeded,
+                    "failed": e.failed,
+                    "times_opened": e.times_opened,
+                    "retry_after_left_s": round(max(0.0, e.not_before - now), 3),
+                    "weight": self._weight(e),
+                    "blocked": self._blocker(e, now, 1),
+                }
+                for e in self.endpoints
+            ]

@@ -1,0 +1,374 @@
+"""HTTP to OpenAI-compatible endpoints: one ``httpx.Client`` per process, no retries.
+
+This layer sends one request and translates what comes back into either a
+``Reply`` (choices mapped by their ``index``, never by position) or a
+``TransientServiceError``/``PermanentServiceError`` carrying the endpoint and
+job id. It never retries (``retry.py`` and the gateway own that) and never puts
+an API key in a message: keys travel only in the ``Authorization`` header of
+each request, and any text taken from a server is passed through ``redact``.
+
+Tests swap the transport for ``httpx.MockTransport``; integration tests use the
+simulator over real HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from common.errors import PermanentServiceError, ServiceError, TransientServiceError
+from common.models import Sampling, Usage
+from worker.llm.retry import is_transient_status, parse_retry_after
+
+# Set by the qfarm simulator on every response (ops/sim); worker/ must not import ops/.
+SIMULATOR_HEADER = "x-qfarm-simulator"
+BODY_EXCERPT_CHARS = 300
+METRIC_NAMES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+
+
+@dataclass(frozen=True)
+class Target:
+    """An endpoint as the client needs it; the key never shows in ``repr``."""
+
+    url: str
+    api_key: str | None = field(default=None, repr=False)
+
+    @property
+    def display(self) -> str:
+        return display_url(self.url)
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+
+@dataclass(frozen=True)
+class Choice:
+    index: int
+    text: str
+    finish_reason: str | None
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One successful response: choices by index, usage summed over the request."""
+
+    choices: dict[int, Choice]
+    usage: Usage
+    simulated: bool
+    elapsed_ms: float
+    ttft_ms: float | None = None
+
+
+def display_url(url: str) -> str:
+    """The URL without any ``user:password@`` part, for messages and rows."""
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        host = parts.hostname or ""
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return url
+
+
+def redact(text: str, secrets: Iterable[str | None]) -> str:
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "***")
+    return text
+
+
+def build_body(
+    model: str, prompts: Sequence[str], sampling: Sampling, *, stream: bool
+) -> dict[str, Any]:
+    """Every sampling parameter pinned in the request, so server defaults never leak in.
+
+    ``top_p`` is pinned to 1.0 because a server started without
+    ``--generation-config vllm`` would otherwise apply the model's own
+    generation_config (Llama 3.1 ships top_p 0.9).
+    """
+    body: dict[str, Any] = {
+        "model": model,
+        "prompt": prompts[0] if len(prompts) == 1 else list(prompts),
+        "temperature": sampling.temperature,
+        "top_p": 1.0,
+        "max_tokens": sampling.max_tokens,
+        "seed": sampling.seed,
+        "stop": list(sampling.stop),
+        "n": sampling.n,
+    }
+    if sampling.response_format is not None:
+        body["response_format"] = sampling.response_format
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def parse_prometheus(text: str, names: Sequence[str] = METRIC_NAMES) -> dict[str, float]:
+    """Sum each named series over its labels (one value per metric name)."""
+    out: dict[str, float] = {}
+    wanted = set(names)
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in wanted:
+            try:
+                out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+            except (ValueError, IndexError):
+                continue
+    return out
+
+
+def _error_message(resp_text: str) -> str:
+    """The server's own message from vLLM's (or OpenAI's) error envelope, else the body."""
+    try:
+        payload = json.loads(resp_text)
+    except (json.JSONDecodeError, ValueError):
+        return resp_text.strip()[:BODY_EXCERPT_CHARS]
+    if isinstance(payload, dict):
+        err = payload.get("error", payload)
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])[:BODY_EXCERPT_CHARS]
+        if isinstance(err, str):
+            return err[:BODY_EXCERPT_CHARS]
+    return resp_text.strip()[:BODY_EXCERPT_CHARS]
+
+
+def _tag(exc: ServiceError, kind: str, status: int | None = None) -> ServiceError:
+    """What went wrong, for the balancer: connect / timeout / dropped / http / malformed."""
+    exc.kind = kind  # type: ignore[attr-defined]
+    exc.status = status  # type: ignore[attr-defined]
+    return exc
+
+
+class LLMClient:
+    """Thread-safe; share one per process."""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        timeout_s: float,
+        connect_timeout_s: float,
+        max_connections: int,
+        transport: httpx.BaseTransport | None = None,
+    ):
+        self.model = model
+        self._secrets: list[str] = []
+        self._http = httpx.Client(
+            timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s, pool=timeout_s),
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_connections
+            ),
+            transport=transport,
+            follow_redirects=False,
+        )
+
+    def register_secret(self, secret: str | None) -> None:
+        if secret:
+            self._secrets.append(secret)
+
+    def close(self) -> None:
+        self._http.close()
+
+    # ------------------------------------------------------------------ generation
+
+    def complete(
+        self,
+        target: Target,
+        prompts: Sequence[str],
+        sampling: Sampling,
+        *,
+        stream: bool = False,
+        job_id: str | None = None,
+    ) -> Reply:
+        """POST /v1/completions once; choices keyed by index, errors translated."""
+        body = build_body(self.model, prompts, sampling, stream=stream)
+        url = f"{target.url}/v1/completions"
+        t0 = time.perf_counter()
+        try:
+            if stream:
+                return self._stream(target, url, body, t0, job_id)
+            resp = self._http.post(url, json=body, headers=target.headers())
+            self._raise_for_status(resp, target, job_id)
+            return self._parse(resp, target, t0, job_id)
+        except httpx.HTTPError as exc:
+            raise self._translate(exc, target, job_id) from exc
+
+    def _stream(
+        self, target: Target, url: str, body: dict[str, Any], t0: float, job_id: str | None
+    ) -> Reply:
+        texts: dict[int, list[str]] = {}
+        finish: dict[int, str | None] = {}
+        usage = Usage()
+        ttft_ms: float | None = None
+        with self._http.stream("POST", url, json=body, headers=target.headers()) as resp:
+            if resp.status_code >= 400:
+                resp.read()
+                self._raise_for_status(resp, target, job_id)
+            simulated = SIMULATOR_HEADER in resp.headers
+            for line in resp.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                try:
+                    chunk = json.loads(data)
+                except json.JSONDecodeError:
+                    raise self._malformed(target, job_id, "a streamed chunk is not JSON") from None
+                for c in chunk.get("choices") or ():
+                    idx = int(c.get("index", 0))
+                    piece = c.get("text") or ""
+                    if piece and ttft_ms is None:
+                        ttft_ms = (time.perf_counter() - t0) * 1000.0
+                    texts.setdefault(idx, []).append(piece)
+                    if c.get("finish_reason"):
+                        finish[idx] = c["finish_reason"]
+                if chunk.get("usage"):
+                    usage = _usage(chunk["usage"])
+        if not texts:
+            raise self._malformed(target, job_id, "the stream carried no choices")
+        choices = {i: Choice(i, "".join(parts), finish.get(i)) for i, parts in texts.items()}
+        elapsed = (time.perf_counter() - t0) * 1000.0
+        return Reply(
+            choices=choices, usage=usage, simulated=simulated, elapsed_ms=elapsed, ttft_ms=ttft_ms
+        )
+
+    def _parse(self, resp: httpx.Response, target: Target, t0: float, job_id: str | None) -> Reply:
+        try:
+            payload = resp.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise self._malformed(target, job_id, "the body is not valid JSON") from None
+        raw = payload.get("choices") if isinstance(payload, dict) else None
+        if not isinstance(raw, list) or not raw:
+            raise self._malformed(target, job_id, "the reply has no choices")
+        choices: dict[int, Choice] = {}
+        for c in raw:
+            if (
+                not isinstance(c, dict)
+                or not isinstance(c.get("index"), int)
+                or not isinstance(c.get("text"), str)
+            ):
+                raise self._malformed(target, job_id, "a choice lacks an integer index or a text")
+            choices[c["index"]] = Choice(c["index"], c["text"], c.get("finish_reason"))
+        elapsed = (time.perf_counter() - t0) * 1000.0
+        return Reply(
+            choices=choices,
+            usage=_usage(payload.get("usage") or {}),
+            simulated=SIMULATOR_HEADER in resp.headers,
+            elapsed_ms=elapsed,
+        )
+
+    def missing_choice(self, target: Target, job_id: str | None, index: int) -> ServiceError:
+        return self._malformed(target, job_id, f"no choice with index {index}")
+
+    def _malformed(self, target: Target, job_id: str | None, what: str) -> ServiceError:
+        return _tag(
+            TransientServiceError(
+                f"{target.display} returned a malformed reply: {what}",
+                endpoint=target.display,
+                job_id=job_id,
+            ),
+            "malformed",
+        )
+
+    def _raise_for_status(self, resp: httpx.Response, target: Target, job_id: str | None) -> None:
+        status = resp.status_code
+        if status < 400:
+            return
+        detail = redact(_error_message(resp.text), [target.api_key, *self._secrets])
+        where = f"{target.display} answered {status}"
+        if status in (401, 403):
+            raise _tag(
+                PermanentServiceError(
+                    f"{where}: the API key was refused; set QFARM_LLM_API_KEY (or this endpoint's "
+                    "entry in QFARM_LLM_API_KEYS) to a key the server accepts",
+                    endpoint=target.display,
+                    job_id=job_id,
+                ),
+                "http",
+                status,
+            )
+        if is_transient_status(status):
+            raise _tag(
+                TransientServiceError(
+                    f"{where}: {detail or resp.reason_phrase}",
+                    endpoint=target.display,
+                    job_id=job_id,
+                    retry_after_s=parse_retry_after(resp.headers.get("Retry-After")),
+                ),
+                "http",
+                status,
+            )
+        hint = ""
+        if status == 404:
+            hint = f"; check QFARM_MODEL ({self.model}) against the server's /v1/models"
+        elif "context length" in detail.lower():
+            hint = "; lower max_context_chars_by_mode or max_tokens in the policy"
+        raise _tag(
+            PermanentServiceError(
+                f"{where}: {detail or resp.reason_phrase}{hint}",
+                endpoint=target.display,
+                job_id=job_id,
+            ),
+            "http",
+            status,
+        )
+
+    def _translate(self, exc: httpx.HTTPError, target: Target, job_id: str | None) -> ServiceError:
+        name = type(exc).__name__
+        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+            kind, what = "connect", "cannot connect"
+        elif isinstance(exc, httpx.TimeoutException):
+            kind, what = "timeout", "timed out"
+        elif isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
+            kind, what = "dropped", "dropped the connection"
+        else:
+            kind, what = "dropped", "failed"
+        detail = redact(str(exc), [target.api_key, *self._secrets])[:BODY_EXCERPT_CHARS]
+        return _tag(
+            TransientServiceError(
+                f"{target.display} {what} ({name}: {detail})",
+                endpoint=target.display,
+                job_id=job_id,
+            ),
+            kind,
+        )
+
+    # ------------------------------------------------------------------ probes
+
+    def check_health(self, target: Target, timeout_s: float) -> bool:
+        try:
+            resp = self._http.get(f"{target.url}/health", timeout=timeout_s)
+        except httpx.HTTPError:
+            return False
+        return resp.status_code == 200
+
+    def scrape_metrics(self, target: Target, timeout_s: float) -> dict[str, float] | None:
+        try:
+            resp = self._http.get(
+                f"{target.url}/metrics", headers=target.headers(), timeout=timeout_s
+            )
+        except httpx.HTTPError:
+            return None
+        if resp.status_code != 200:
+            return None
+        values = parse_prometheus(resp.text)
+        return values if len(values) == len(METRIC_NAMES) else None
+
+
+def _usage(raw: dict[str, Any]) -> Usage:
+    def as_int(v: Any) -> int | None:
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    return Usage(
+        prompt_tokens=as_int(raw.get("prompt_tokens")),
+        completion_tokens=as_int(raw.get("completion_tokens")),
+    )

@@ -1,0 +1,399 @@
+"""The LLM gateway: one per process, shared by every thread of a Celery ``threads`` worker.
+
+``generate`` sends one prompt through the balancer and the one retry layer:
+
+* a transient failure (connect error, timeout, dropped connection, 429, 5xx,
+  malformed body, no usable choice) is retried up to ``llm_max_attempts``
+  requests in total, on another usable endpoint at once when there is one
+  (failover), otherwise after an exponential backoff with jitter; a
+  ``Retry-After`` keeps every request of this process off that endpoint until
+  the time has passed;
+* a permanent failure (400 incl. context length, 401/403, 404, 422) raises
+  ``PermanentServiceError`` at once;
+* giving up raises ``TransientServiceError``; both carry ``endpoint``,
+  ``job_id`` and ``attempts``, and their messages never contain a key.
+
+With ``llm_batch_size`` > 1 prompts go through the micro-batcher instead; a
+batch that fails, or a prompt missing from a batch reply, continues on the
+same retry loop one prompt at a time, so batch-mates never fail silently.
+
+A background thread polls each endpoint's ``/health`` (out of rotation on
+failure, back on success) and ``/metrics`` (load weighting) every
+``llm_health_interval_s``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlsplit
+
+from common.errors import ConfigError, PermanentServiceError, ServiceError, TransientServiceError
+from common.models import Generation, Sampling, Usage
+from common.settings import Settings
+from worker.llm.balancer import Balancer, EndpointState
+from worker.llm.batcher import BatchItem, MicroBatcher
+from worker.llm.client import LLMClient, Reply, Target
+from worker.llm.retry import RetryPolicy, compute_backoff
+
+log = logging.getLogger("qfarm.llm")
+
+
+def parse_api_keys(raw: str | None, endpoints: list[str]) -> dict[str, str]:
+    """``URL=KEY,URL=KEY`` → {url: key}. Errors name the entry's position, never its text."""
+    keys: dict[str, str] = {}
+    if not raw:
+        return keys
+    for pos, entry in enumerate((e for e in raw.split(",") if e.strip()), start=1):
+        url, sep, key = entry.strip().partition("=")
+        url = url.strip().rstrip("/")
+        if not sep or not url or not key:
+            raise ConfigError(
+                f"QFARM_LLM_API_KEYS: entry {pos} is not URL=KEY "
+                "(e.g. http://gpu1:8000=KEY1,http://gpu2:8000=KEY2)"
+            )
+        if url not in endpoints:
+            raise ConfigError(
+                f"QFARM_LLM_API_KEYS: entry {pos} names {url}, which is not in QFARM_LLM_ENDPOINTS"
+            )
+        keys[url] = key.strip()
+    return keys
+
+
+def build_targets(settings: Settings) -> list[Target]:
+    endpoints = settings.endpoints
+    if not endpoints:
+        raise ConfigError(
+            "QFARM_LLM_ENDPOINTS is empty: set it to the vLLM base URLs "
+            "(e.g. http://gpu1:8000,http://gpu2:8000), or run `qfarm sim` and point it there"
+        )
+    for url in endpoints:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(
+                f"QFARM_LLM_ENDPOINTS: {url!r} is not an http(s) base URL; write e.g. http://{url}"
+            )
+    keys = parse_api_keys(
+        settings.llm_api_keys.get_secret_value() if settings.llm_api_keys else None, endpoints
+    )
+    default = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
+    return [Target(url, keys.get(url, default)) for url in endpoints]
+
+
+class HealthPoller:
+    """Polls ``/health`` (and ``/metrics`` when weighting) of every endpoint."""
+
+    def __init__(self, client: LLMClient, balancer: Balancer, interval_s: float, metrics: bool):
+        self._client = client
+        self._balancer = balancer
+        self._interval_s = interval_s
+        self._metrics = metrics
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="qfarm-llm-health", daemon=True)
+        self._thread.start()
+
+    def poll_once(self) -> None:
+        timeout = max(0.2, min(2.0, self._interval_s))
+        for e in self._balancer.endpoints:
+            healthy = self._client.check_health(e.target, timeout)
+            self._balancer.mark_health(e.url, healthy)
+            if healthy and self._metrics:
+                values = self._client.scrape_metrics(e.target, timeout)
+                if values:
+                    self._balancer.update_load(
+                        e.url,
+                        values["vllm:num_requests_running"],
+                        values["vllm:num_requests_waiting"],
+                    )
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.poll_once()
+            except Exception:  # noqa: BLE001 - a poller crash must not leave endpoints stuck
+                log.exception("LLM health poll failed")
+            self._stop.wait(self._interval_s)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5.0)
+
+
+class Gateway:
+    """Thread-safe; ``generate`` may be called from many threads at once."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        transport: object | None = None,
+        rng: random.Random | None = None,
+    ):
+        targets = build_targets(settings)
+        max_inflight = max(1, settings.llm_max_inflight_per_endpoint)
+        self.settings = settings
+        self._client = LLMClient(
+            model=settings.model,
+            timeout_s=settings.llm_timeout_s,
+            connect_timeout_s=settings.llm_connect_timeout_s,
+            max_connections=len(targets) * (max_inflight + 2),
+            transport=transport,  # type: ignore[arg-type]
+        )
+        for t in targets:
+            self._client.register_secret(t.api_key)
+        self._balancer = Balancer(
+            targets,
+            max_inflight=max_inflight,
+            breaker_failures=settings.llm_breaker_failures,
+            breaker_cooldown_s=settings.llm_breaker_cooldown_s,
+            metrics_weighting=settings.llm_metrics_weighting,
+        )
+        self._policy = RetryPolicy(
+            max_attempts=max(1, settings.llm_max_attempts),
+            base_s=settings.llm_backoff_base_s,
+            max_s=settings.llm_backoff_max_s,
+        )
+        self._rng = rng or random.Random()
+        self._stream = settings.llm_stream
+        self._wait_s = settings.llm_wait_for_endpoint_s
+        self._executor = ThreadPoolExecutor(
+            max_workers=len(targets) * max_inflight, thread_name_prefix="qfarm-llm"
+        )
+        self._poller: HealthPoller | None = None
+        if settings.llm_health_interval_s > 0:
+            self._balancer.enable_passive_health()
+            self._poller = HealthPoller(
+                self._client,
+                self._balancer,
+                settings.llm_health_interval_s,
+                settings.llm_metrics_weighting,
+            )
+        self._batcher: MicroBatcher | None = None
+        if settings.llm_batch_size > 1:
+            self._batcher = MicroBatcher(
+                self._dispatch_batch,
+                max_batch=settings.llm_batch_size,
+                max_wait_s=settings.llm_batch_wait_ms / 1000.0,
+                executor=self._executor,
+            )
+
+    # ------------------------------------------------------------------ public
+
+    def generate(self, prompt: str, sampling: Sampling, *, job_id: str) -> Generation:
+        """One answer for one prompt, or a ``ServiceError`` saying why not."""
+        if sampling.n != 1:
+            sampling = sampling.model_copy(update={"n": 1})  # one Generation per job
+        if self._batcher is not None:
+            return self._batcher.submit(prompt, sampling, job_id).result()
+        return self._run(prompt, sampling, job_id, time.perf_counter())
+
+    def generate_many(
+        self, items: list[tuple[str, Sampling, str]]
+    ) -> list[Generation | ServiceError]:
+        """Many prompts at once, results in input order; failures are returned, not raised."""
+        if self._batcher is not None:
+            futures = [
+                self._batcher.submit(p, s.model_copy(update={"n": 1}), j) for p, s, j in items
+            ]
+        else:
+            futures = [self._executor.submit(self.generate, p, s, job_id=j) for p, s, j in items]
+        results: list[Generation | ServiceError] = []
+        for f in futures:
+            try:
+                results.append(f.result())
+            except ServiceError as exc:
+                results.append(exc)
+        return results
+
+    def endpoint_states(self) -> list[dict[str, object]]:
+        return self._balancer.snapshot()
+
+    def batch_stats(self) -> dict[str, float]:
+        if self._batcher is None:
+            return {"batches": 0, "mean_batch_size": 0.0}
+        return {
+            "batches": self._batcher.batches_sent,
+            "mean_batch_size": self._batcher.mean_batch_size(),
+        }
+
+    def close(self) -> None:
+        if self._batcher is not None:
+            self._batcher.close()
+        if self._poller is not None:
+            self._poller.close()
+        self._executor.shutdown(wait=True, cancel_futures=False)
+        self._balancer.close()
+        self._client.close()
+
+    def __enter__(self) -> Gateway:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ the retry loop
+
+    def _run(
+        self,
+        prompt: str,
+        sampling: Sampling,
+        job_id: str,
+        started: float,
+        attempts: int = 0,
+        tried: list[str] | None = None,
+        last: ServiceError | None = None,
+    ) -> Generation:
+        tried = list(tried or [])
+        while attempts < self._policy.max_attempts:
+            if attempts and not self._balancer.has_available(avoid=tried):
+                time.sleep(compute_backoff(attempts, self._policy, self._rng))
+            ep = self._acquire(tried, job_id, attempts, last)
+            attempts += 1
+            tried.append(ep.url)
+            try:
+                reply = self._client.complete(
+                    ep.target, [prompt], sampling, stream=self._stream, job_id=job_id
+                )
+                choice = reply.choices.get(0)
+                if choice is None:
+                    raise self._client.missing_choice(ep.target, job_id, 0)
+            except PermanentServiceError as exc:
+                self._balancer.release(ep, ok=True)  # the server answered: it is alive
+                exc.attempts = attempts
+                raise
+            except TransientServiceError as exc:
+                self._balancer.release(ep, ok=False, error=exc)
+                last = exc
+                log.warning("job %s: attempt %d failed: %s", job_id, attempts, exc)
+                continue
+            self._balancer.release(ep, ok=True)
+            return _generation(
+                choice.text, choice.finish_reason, reply, ep, attempts, started, reply.usage
+            )
+        assert last is not None
+        raise TransientServiceError(
+            f"gave up after {attempts} attempts; last error: {last}",
+            endpoint=last.endpoint,
+            job_id=job_id,
+            attempts=attempts,
+        )
+
+    def _acquire(
+        self, tried: list[str], job_id: str, attempts: int, last: ServiceError | None, cost: int = 1
+    ) -> EndpointState:
+        try:
+            return self._balancer.acquire(
+                avoid=tried, wait_s=self._wait_s, job_id=job_id, cost=cost
+            )
+        except TransientServiceError as exc:
+            suffix = f"; last error: {last}" if last else ""
+            raise TransientServiceError(
+                f"{exc}{suffix}",
+                endpoint=last.endpoint if last else None,
+                job_id=job_id,
+                attempts=attempts,
+            ) from exc
+
+    # ------------------------------------------------------------------ batches
+
+    def _dispatch_batch(self, items: list[BatchItem]) -> None:
+        if len(items) == 1:
+            self._finish_single(items[0], 0, [], None)
+            return
+        sampling = items[0].sampling
+        try:
+            ep = self._acquire([], items[0].job_id, 0, None, cost=len(items))
+        except TransientServiceError as exc:
+            for item in items:
+                item.future.set_exception(exc)
+            return
+        try:
+            reply = self._client.complete(
+                ep.target, [i.prompt for i in items], sampling, job_id=items[0].job_id
+            )
+        except PermanentServiceError:
+            # One bad prompt fails a whole vLLM request: find it by sending each alone.
+            self._balancer.release(ep, ok=True, cost=len(items))
+            for item in items:
+                self._executor.submit(self._finish_single, item, 1, [], None)
+            return
+        except TransientServiceError as exc:
+            self._balancer.release(ep, ok=False, error=exc, cost=len(items))
+            for item in items:
+                self._executor.submit(self._finish_single, item, 1, [ep.url], exc)
+            return
+        self._balancer.release(ep, ok=True, cost=len(items))
+        shares = _split_usage(reply, items)
+        for i, item in enumerate(items):
+            choice = reply.choices.get(i)  # n == 1: index == prompt position
+            if choice is None:
+                missing = self._client.missing_choice(ep.target, item.job_id, i)
+                self._executor.submit(self._finish_single, item, 1, [ep.url], missing)
+                continue
+            item.future.set_result(
+                _generation(
+                    choice.text, choice.finish_reason, reply, ep, 1, item.started, shares[i]
+                )
+            )
+
+    def _finish_single(
+        self, item: BatchItem, attempts: int, tried: list[str], last: ServiceError | None
+    ) -> None:
+        try:
+            gen = self._run(
+                item.prompt, item.sampling, item.job_id, item.started, attempts, tried, last
+            )
+        except ServiceError as exc:
+            item.future.set_exception(exc)
+        else:
+            item.future.set_result(gen)
+
+
+def _generation(
+    text: str,
+    finish_reason: str | None,
+    reply: Reply,
+    ep: EndpointState,
+    attempts: int,
+    started: float,
+    usage: Usage,
+) -> Generation:
+    return Generation(
+        text=text,
+        finish_reason=finish_reason,
+        endpoint=ep.target.display,
+        attempts=attempts,
+        usage=usage,
+        llm_ms=round((time.perf_counter() - started) * 1000.0, 3),
+        ttft_ms=round(reply.ttft_ms, 3) if reply.ttft_ms is not None else None,
+        simulated=reply.simulated,
+    )
+
+
+def _split_usage(reply: Reply, items: list[BatchItem]) -> list[Usage]:
+    """Per-prompt share of a batch's summed usage, in proportion to characters (an estimate:
+    vLLM reports usage per request, not per prompt)."""
+    total_p, total_c = reply.usage.prompt_tokens, reply.usage.completion_tokens
+    p_chars = [len(i.prompt) for i in items]
+    c_chars = [len(reply.choices[k].text) if k in reply.choices else 0 for k in range(len(items))]
+
+    def share(total: int | None, chars: list[int], k: int) -> int | None:
+        if total is None:
+            return None
+        whole = sum(chars)
+        return round(total * chars[k] / whole) if whole else round(total / len(chars))
+
+    return [
+        Usage(
+            prompt_tokens=share(total_p, p_chars, k), completion_tokens=share(total_c, c_chars, k)
+        )
+        for k in range(len(items))
+    ]
+
+
+def open_gateway(settings: Settings) -> Gateway:
+    """The process's gateway; call once per process and share it across threads."""
+    return Gateway(settings)

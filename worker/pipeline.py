@@ -1,0 +1,182 @@
+"""The pipeline as plain functions: preflight → retrieve → prompt → generate → verify → row.
+
+Each stage takes the job record and returns a copy with its part added; none
+of them knows about Celery, so the eager path, the distributed path and the
+tests all call the same code. A stage that fails puts its error in the record
+(``record.error``) instead of raising: a failed job becomes a row, never a
+crashed sweep.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+from common.preflight import rejected_verification, run_preflight
+from common.sidecar import assess_answerability
+from common.verify import verify_answer
+
+from common.errors import QfarmError, ServiceError
+from common.gold import match_gold
+from common.models import (
+    Evidence,
+    Generation,
+    Job,
+    JobRecord,
+    Retrieval,
+    Row,
+    Sampling,
+    Timings,
+)
+from common.prompts import STOP, build_prompt
+from common.rows import build_row
+
+
+class Retriever(Protocol):
+    backend: str
+
+    def search(self, query: str, *, top_k: int, title_boost: float) -> list[Evidence]: ...
+
+    def index_version(self) -> str: ...
+
+
+class Gateway(Protocol):
+    def generate(self, prompt: str, sampling: Sampling, *, job_id: str) -> Generation: ...
+
+
+def _ms_since(t0: float) -> float:
+    return round((time.perf_counter() - t0) * 1000.0, 3)
+
+
+def begin(job: Job, *, worker: str | None = None) -> JobRecord:
+    now = time.time()
+    wait = None
+    if job.enqueued_at is not None:
+        wait = round(max(0.0, now - job.enqueued_at) * 1000.0, 3)
+    return JobRecord(job=job, worker=worker, started_at=now, timings=Timings(queue_wait_ms=wait))
+
+
+def _with_timing(record: JobRecord, **timings: float | None) -> JobRecord:
+    return record.model_copy(update={"timings": record.timings.model_copy(update=timings)})
+
+
+def preflight_stage(record: JobRecord) -> JobRecord:
+    job = record.job
+    pre = run_preflight(job.question.text, job.mode, job.policy, job.model_profile_id)
+    record = record.model_copy(update={"preflight": pre})
+    if pre.rejected:
+        # Reject-broad: no retrieval and no model call; the verdict is decided here.
+        record = record.model_copy(update={"verification": rejected_verification(pre)})
+    return record
+
+
+def retrieval_stage(record: JobRecord, retriever: Retriever) -> JobRecord:
+    """Retrieve evidence and build the prompt (both CPU-bound, on the retrieve queue)."""
+    job = record.job
+    t0 = time.perf_counter()
+    try:
+        hits = retriever.search(
+            job.question.text, top_k=job.policy.top_k, title_boost=job.policy.title_boost
+        )
+        version = retriever.index_version()
+    except QfarmError as exc:
+        return _with_timing(
+            record.model_copy(update={"error": f"retrieval: {exc}"}), retrieval_ms=_ms_since(t0)
+        )
+    built = build_prompt(job.question.text, job.mode, hits, job.policy, record.preflight)
+    ms = _ms_since(t0)
+    retrieval = Retrieval(
+        evidence=built.evidence, backend=retriever.backend, index_version=version, retrieval_ms=ms
+    )
+    return _with_timing(
+        record.model_copy(update={"retrieval": retrieval, "prompt": built.text}), retrieval_ms=ms
+    )
+
+
+def sampling_for(job: Job) -> Sampling:
+    response_format = None
+    if job.policy.structured_output and job.mode.value == "claim_lattice":
+        from common.schemas import claim_lattice_response_format  # noqa: PLC0415
+
+        response_format = claim_lattice_response_format()
+    return Sampling(
+        temperature=job.policy.temperature,
+        max_tokens=job.policy.max_tokens,
+        seed=job.seed,
+        stop=tuple(STOP),
+        response_format=response_format,
+    )
+
+
+def generation_stage(record: JobRecord, gateway: Gateway) -> JobRecord:
+    if record.prompt is None or record.error:
+        return record
+    job = record.job
+    t0 = time.perf_counter()
+    try:
+        gen = gateway.generate(record.prompt, sampling_for(job), job_id=job.job_id)
+    except ServiceError as exc:
+        failed = Generation(
+            text="",
+            endpoint=exc.endpoint,
+            attempts=int(getattr(exc, "attempts", 1) or 1),
+            llm_ms=_ms_since(t0),
+        )
+        return _with_timing(
+            record.model_copy(update={"generation": failed, "error": f"llm: {exc}"}),
+            llm_ms=failed.llm_ms,
+        )
+    return _with_timing(record.model_copy(update={"generation": gen}), llm_ms=gen.llm_ms)
+
+
+def verification_stage(record: JobRecord) -> JobRecord:
+    """Verify the answer, run the answerability sidecar and the gold-answer check."""
+    if record.error or record.generation is None or record.verification is not None:
+        return record
+    job = record.job
+    t0 = time.perf_counter()
+    evidence = record.retrieval.evidence if record.retrieval else ()
+    answer = record.generation.text
+    verification = verify_answer(
+        answer,
+        question=job.question.text,
+        mode=job.mode,
+        evidence=evidence,
+        policy=job.policy,
+        preflight=record.preflight,
+    )
+    if job.question.answers:
+        in_claims, in_evidence = match_gold(job.question.answers, verification.claims, evidence)
+        verification = verification.model_copy(
+            update={"gold_in_claims": in_claims, "gold_in_evidence": in_evidence}
+        )
+    answerability = assess_answerability(
+        job.question.text,
+        answer,
+        evidence,
+        job.policy,
+        record.preflight.quantifier if record.preflight else None,
+    )
+    return _with_timing(
+        record.model_copy(update={"verification": verification, "answerability": answerability}),
+        verify_ms=_ms_since(t0),
+    )
+
+
+def finish(record: JobRecord) -> Row:
+    now = time.time()
+    total = None
+    if record.started_at is not None:
+        total = round((now - record.started_at) * 1000.0, 3)
+    record = _with_timing(record.model_copy(update={"finished_at": now}), total_ms=total)
+    return build_row(record)
+
+
+def run_job(job: Job, retriever: Retriever, gateway: Gateway, *, worker: str | None = None) -> Row:
+    """All stages in one call: the interactive queue and unit tests use this."""
+    record = preflight_stage(begin(job, worker=worker))
+    if record.verification is None:
+        record = retrieval_stage(record, retriever)
+        record = generation_stage(record, gateway)
+        record = verification_stage(record)
+    return finish(record)

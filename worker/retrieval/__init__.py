@@ -1,0 +1,47 @@
+"""Retrieval backends behind one ``Retriever`` interface (SPEC §2, issue 6).
+
+``open_retriever(settings)`` picks the backend named by ``QFARM_RETRIEVER``:
+``embedded`` (SQLite FTS5 file, the default), ``elasticsearch`` or
+``opensearch`` (the official clients, on the ``QFARM_ES_INDEX`` alias).
+``ensure_default_index(settings)`` builds the embedded default-corpus index
+when it is missing or stale. Open one retriever per process and reuse it
+(``worker.services`` does); cluster clients are shared within a process.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from common.errors import ConfigError
+from common.settings import Settings
+from worker.retrieval.base import Retriever
+
+
+def open_retriever(settings: Settings) -> Retriever:
+    """The retriever ``settings.retriever`` names; cluster backends connect lazily."""
+    backend = settings.retriever
+    if backend == "embedded":
+        from worker.retrieval.embedded import EmbeddedRetriever  # noqa: PLC0415
+
+        return EmbeddedRetriever(settings.embedded_index_path())
+    if backend == "elasticsearch":
+        from worker.retrieval.elasticsearch import open_elasticsearch  # noqa: PLC0415
+
+        return open_elasticsearch(settings)
+    if backend == "opensearch":
+        from worker.retrieval.opensearch import open_opensearch  # noqa: PLC0415
+
+        return open_opensearch(settings)
+    raise ConfigError(
+        f"QFARM_RETRIEVER: unknown backend {backend!r}; use embedded, elasticsearch or opensearch"
+    )
+
+
+def ensure_default_index(settings: Settings, *, progress: bool = True) -> Path:
+    """Build the embedded default-corpus index if missing or stale; returns its path."""
+    from worker.retrieval.ingest import ensure_default_index as _ensure  # noqa: PLC0415
+
+    return _ensure(settings, progress=progress)
+
+
+__all__ = ["Retriever", "ensure_default_index", "open_retriever"]

@@ -1,0 +1,63 @@
+"""The OpenSearch backend, through the official ``opensearch-py`` client.
+
+Authentication: basic auth (``QFARM_ES_USERNAME``/``QFARM_ES_PASSWORD``), or
+``QFARM_ES_API_KEY`` sent as ``Authorization: ApiKey …`` for gateways that
+accept it (the OpenSearch security plugin itself has no API keys). Retries:
+connection errors, timeouts and HTTP 429/502/503/504 only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from common.settings import Settings
+from worker.retrieval.cluster import ClientErrors, ClusterRetriever, cluster_hosts, lease_client
+
+RETRY_ON_STATUS = (429, 502, 503, 504)
+
+
+def client_options(settings: Settings) -> dict[str, Any]:
+    """Keyword arguments of ``OpenSearch(...)`` from the QFARM_ES_* settings."""
+    hosts = cluster_hosts(settings.es_url)
+    options: dict[str, Any] = {
+        "hosts": hosts,
+        "timeout": settings.es_timeout_s,
+        "max_retries": settings.es_max_retries,
+        "retry_on_timeout": True,
+        "retry_on_status": RETRY_ON_STATUS,
+    }
+    if settings.es_api_key is not None:
+        options["headers"] = {"Authorization": f"ApiKey {settings.es_api_key.get_secret_value()}"}
+    elif settings.es_username:
+        password = settings.es_password.get_secret_value() if settings.es_password else ""
+        options["http_auth"] = (settings.es_username, password)
+    if any(h.startswith("https://") for h in hosts):
+        options["verify_certs"] = settings.es_verify_certs
+        options["ssl_show_warn"] = settings.es_verify_certs
+        if settings.es_ca_certs is not None:
+            options["ca_certs"] = str(settings.es_ca_certs)
+    return options
+
+
+def open_opensearch(settings: Settings) -> ClusterRetriever:
+    """A retriever on the ``QFARM_ES_INDEX`` alias; the client is shared within the process."""
+    import opensearchpy  # noqa: PLC0415
+    from opensearchpy import helpers  # noqa: PLC0415
+
+    options = client_options(settings)
+    key = ("opensearch", repr(sorted(options.items())))
+    lease, client = lease_client(key, lambda: opensearchpy.OpenSearch(**options))
+    errors = ClientErrors(
+        connection=(opensearchpy.ConnectionError,),
+        not_found=(opensearchpy.NotFoundError,),
+        api=(opensearchpy.TransportError,),
+    )
+    return ClusterRetriever(
+        client,
+        backend="opensearch",
+        url=settings.es_url,
+        alias=settings.es_index,
+        errors=errors,
+        bulk=helpers.streaming_bulk,
+        lease=lease,
+    )

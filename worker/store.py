@@ -1,0 +1,68 @@
+"""Worker-side Redis access: manifests, write-once rows, cancel flags, the result cache."""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+
+import redis
+
+from common import keys
+from common.models import JobRecord, Manifest, Row
+
+
+class WorkerStore:
+    """Thin wrapper over one Redis client (thread-safe: redis-py pools connections)."""
+
+    def __init__(self, client: redis.Redis, *, manifest_cache_size: int = 64):
+        self.client = client
+        self._write_row = client.register_script(keys.WRITE_ROW_LUA)
+        self._manifests: OrderedDict[str, Manifest] = OrderedDict()
+        self._cache_size = manifest_cache_size
+
+    def manifest(self, run_id: str) -> Manifest | None:
+        cached = self._manifests.get(run_id)
+        if cached is not None:
+            self._manifests.move_to_end(run_id)
+            return cached
+        raw = self.client.get(keys.run_key(run_id, "manifest"))
+        if raw is None:
+            return None
+        manifest = Manifest.model_validate_json(raw)
+        self._manifests[run_id] = manifest
+        while len(self._manifests) > self._cache_size:
+            self._manifests.popitem(last=False)
+        return manifest
+
+    def is_cancelled(self, run_id: str) -> bool:
+        return bool(self.client.exists(keys.run_key(run_id, "cancelled")))
+
+    def has_row(self, run_id: str, job_id: str) -> bool:
+        return bool(self.client.hexists(keys.run_key(run_id, "rows"), job_id))
+
+    def write_row(self, row: Row) -> bool:
+        """Write the row unless one exists for this job; True if this call wrote it."""
+        payload = row.model_dump_json()
+        wrote = self._write_row(
+            keys=[
+                keys.run_key(row.run_id, "rows"),
+                keys.run_key(row.run_id, "log"),
+                keys.run_key(row.run_id, "failed"),
+            ],
+            args=[row.job_id, payload, "1" if row.error else "0", keys.ROW_TTL_S],
+        )
+        return bool(wrote)
+
+    def count_stage(self, run_id: str, stage: str) -> None:
+        self.client.incr(keys.stage_key(run_id, stage))
+
+    def get_cached(self, digest: str) -> dict | None:
+        raw = self.client.get(keys.cache_key(digest))
+        return json.loads(raw) if raw else None
+
+    def put_cached(self, digest: str, row: Row) -> None:
+        self.client.set(keys.cache_key(digest), row.model_dump_json(), ex=keys.CACHE_TTL_S)
+
+    def put_detail(self, record: JobRecord, ttl_s: int = 24 * 3600) -> None:
+        key = keys.run_key(record.job.run_id, f"detail:{record.job.job_id}")
+        self.client.set(key, record.model_dump_json(), ex=ttl_s)
