@@ -61,7 +61,7 @@ MODE_MARKERS: dict[Mode, str] = {
 EVIDENCE_BLOCK_RE = re.compile(
     r'<evidence id="(?P<id>E\d+)" title="(?P<title>[^"]*)">\n(?P<text>.*?)\n</evidence>', re.S
 )
-QUESTION_RE = re.compile(r"^Question: (?P<q>.+)$", re.M)
+QUESTION_RE = re.compile(r"^Question: (?P<q>.+?)(?:<\|im_end\|>)?$", re.M)
 
 
 def chatml_turn(role: str, content: str) -> str:

@@ -29,13 +29,13 @@ _POINTER_RULES: dict[Mode, str] = {
 
 BOUNDED_TEMPLATE = (
     "Quantifier reminder: this question asks about a finite, known set. "
-    "Name only the members the evidence states, at most {cap} claims, one per item; "
+    "Name only the members the evidence states, at most {cap}, one per item; "
     "do not add members from memory and do not claim the list is complete unless the evidence says so. "
     "{pointer_rule}"
 )
 UNBOUNDED_TEMPLATE = (
     "Quantifier reminder: this question has no natural bound, so do not try to be exhaustive "
-    "and do not claim completeness. Give at most {cap} claims, only what the evidence states. "
+    "and do not claim completeness. Give at most {cap}, only what the evidence states. "
     "{pointer_rule}"
 )
 
@@ -53,4 +53,5 @@ def render_quantifier_reminder(
         cap = min(cap, preflight.claim_cap)
     bounded = preflight.quantifier.scope_bound_hint == "bounded"
     template = BOUNDED_TEMPLATE if bounded else UNBOUNDED_TEMPLATE
-    return template.format(cap=cap, pointer_rule=_POINTER_RULES[mode])
+    claims = f"{cap} claim" if cap == 1 else f"{cap} claims"
+    return template.format(cap=claims, pointer_rule=_POINTER_RULES[mode])

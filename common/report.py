@@ -125,13 +125,18 @@ def _header(
         ("cache hits", str(stats.cache_hits)),
     ]
     out += _table(["run", ""], [[k, v] for k, v in facts])
-    out += _warnings(man, stats)
+    out += _warnings(man, stats, status)
     return out
 
 
-def _warnings(man: Manifest, stats: RunStats) -> list[str]:
+def _warnings(man: Manifest, stats: RunStats, status: str | None = None) -> list[str]:
     notes: list[str] = []
-    if stats.rows < man.n_jobs:
+    if status == "cancelled" and stats.rows < man.n_jobs:
+        notes.append(
+            f"Run cancelled: {man.n_jobs - stats.rows} of {man.n_jobs} jobs were cancelled "
+            "before they started and have no row (left out of every rate)."
+        )
+    elif stats.rows < man.n_jobs:
         notes.append(
             f"{man.n_jobs - stats.rows} of {man.n_jobs} jobs have no row "
             "(run still going, cancelled or lost)."

@@ -118,12 +118,32 @@ class ProducerStore:
                     removed += int(self.client.lrem(queue, 1, raw))
         return removed
 
+    def pending_message_count(self, run_id: str, queues: Iterable[str] = keys.QUEUES) -> int:
+        """This run's messages still in a queue or held unacknowledged by a worker.
+
+        Scans every queue list and kombu's ``unacked`` hash, so it is only called
+        when a run has stalled.
+        """
+        count = 0
+        for queue in queues:
+            count += sum(1 for raw in self.client.lrange(queue, 0, -1) if _message_run_id(raw) == run_id)
+        for raw in self.client.hvals(UNACKED_KEY):
+            try:
+                message = json.dumps(json.loads(raw)[0]).encode()
+            except (ValueError, IndexError, TypeError):
+                continue
+            count += _message_run_id(message) == run_id
+        return count
+
     def queue_lengths(self, queues: Iterable[str] = keys.QUEUES) -> dict[str, int]:
         pipe = self.client.pipeline()
         names = list(queues)
         for q in names:
             pipe.llen(q)
         return dict(zip(names, (int(n) for n in pipe.execute()), strict=True))
+
+
+UNACKED_KEY = "unacked"  # kombu's Redis transport: delivery tag -> [message, exchange, routing key]
 
 
 def _message_run_id(raw: bytes) -> str | None:

@@ -157,8 +157,14 @@ def follow(
     settle_s: float = 3.0,
     on_progress: Callable[[Progress], None] | None = None,
     timeout_s: float | None = None,
+    reconcile: Callable[[], int] | None = None,
+    stall_s: float = 10.0,
 ) -> Progress:
-    """Drain rows until every job has one, or the run is cancelled and quiet."""
+    """Drain rows until every job has one, or the run is cancelled and quiet.
+
+    ``reconcile`` is called when the run has made no progress for ``stall_s``;
+    it re-enqueues jobs whose messages were lost (see ``reconcile_run``).
+    """
     deadline = time.monotonic() + timeout_s if timeout_s else None
     last_done, quiet_since = -1, time.monotonic()
     while True:
@@ -175,6 +181,25 @@ def follow(
         elif prog.cancelled and now - quiet_since >= settle_s:
             aggregator.drain()
             return prog
+        elif reconcile and not prog.cancelled and now - quiet_since >= stall_s:
+            reconcile()
+            quiet_since = now
         if deadline and now > deadline:
             return prog
         time.sleep(poll_s)
+
+
+def reconcile_run(app, plan: SweepPlan, store: ProducerStore) -> int:
+    """Re-enqueue the jobs of a stalled run that have no row and no message anywhere.
+
+    kombu's Redis transport moves a message into its ``unacked`` hash only after
+    the worker has read the BRPOP reply; a worker killed in between loses that
+    message. A run with no progress, none of its messages in any queue or in
+    ``unacked``, and jobs still without a row has lost messages: send those jobs
+    again. Should a message have been in flight after all, the duplicate is
+    harmless (rows are write-once and a job with a row is skipped).
+    """
+    if store.pending_message_count(plan.manifest.run_id) > 0:
+        return 0
+    todo = missing_jobs(plan, store)
+    return enqueue_jobs(app, todo) if todo else 0

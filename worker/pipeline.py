@@ -12,10 +12,6 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
-from common.preflight import rejected_verification, run_preflight
-from common.sidecar import assess_answerability
-from common.verify import verify_answer
-
 from common.errors import QfarmError, ServiceError
 from common.gold import match_gold
 from common.models import (
@@ -28,8 +24,11 @@ from common.models import (
     Sampling,
     Timings,
 )
+from common.preflight import rejected_verification, run_preflight
 from common.prompts import STOP, build_prompt
 from common.rows import build_row
+from common.sidecar import assess_answerability
+from common.verify import verify_answer
 
 
 class Retriever(Protocol):

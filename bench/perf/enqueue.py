@@ -172,7 +172,7 @@ def main() -> None:
     print(f"redis memory per pending job: {per_job:,.0f} bytes ({pending:,} pending)")
     print(f"producer peak RSS: {small['rss_mb']:.0f} MB at {small['sent']:,} jobs, "
           f"{big['rss_mb']:.0f} MB at {big['sent']:,} jobs")
-    for count, res in agg.items():
+    for res in agg.values():
         print(f"aggregator peak RSS: {res['rss_mb']:.0f} MB for {res['rows']:,} rows "
               f"(drain + summary {res['seconds']:.1f}s)")
     print(f"enqueue_jobs_per_s={rate:.0f}")

@@ -75,6 +75,7 @@ def bench_embedded(tmp: Path, questions: list[str]) -> tuple[float, list[str | N
     ranked = time_each(
         lambda q: retriever.search(q, top_k=TOP_K, title_boost=TITLE_BOOST), questions
     )
+    top1 = [_top_doc(retriever.search(q, top_k=1, title_boost=TITLE_BOOST)) for q in questions]
     retriever.close()
     conn = sqlite3.connect(dest)
 
@@ -137,6 +138,14 @@ def bench_opensearch(
             per_q = (time.perf_counter() - t0) * 1000.0 / len(questions)
             print(
                 f"{label} _msearch x{batch}: {per_q:.2f} ms per question (x{per_q / p50:.2f} single-search p50)"
+            )
+            theirs = [
+                _top_doc(retriever.search(q, top_k=1, title_boost=TITLE_BOOST)) for q in questions
+            ]
+            same = sum(a == b for a, b in zip(embedded_top1, theirs, strict=True))
+            print(
+                f"ranking parity: same top document as embedded for {same}/{len(questions)} "
+                f"questions ({same / len(questions):.1%})"
             )
         finally:
             retriever.close()

@@ -321,9 +321,9 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
         raise RequestError(400, "the request body must be a JSON object")
     params = parse_params(body, state)
     prompts = [render_messages(body)] if chat else parse_prompts(body)
-    prompt_counts = check_context(prompts, params["max_tokens"], state)
     entry["n_prompts"] = len(prompts)
     entry["seed"] = body.get("seed")
+    prompt_counts = check_context(prompts, params["max_tokens"], state)
     fault = state.faults.draw()
     if fault:
         entry["fault"] = fault

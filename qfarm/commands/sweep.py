@@ -130,7 +130,8 @@ def _run_distributed(args, settings: Settings, modes, policy) -> int:
     if args.detach:
         print(f"detached; follow with: qfarm sweep --attach {plan.manifest.run_id}", file=sys.stderr)
         return 0
-    return _follow(store, run_dir, plan.manifest.run_id, plan.manifest.n_jobs, args.quiet)
+    return _follow(store, run_dir, plan.manifest.run_id, plan.manifest.n_jobs, args.quiet,
+                   reconcile=_reconciler(app, plan, store))
 
 
 def _resume_or_attach(args, settings: Settings) -> int:
@@ -149,21 +150,43 @@ def _resume_or_attach(args, settings: Settings) -> int:
     store = ProducerStore(connect(settings.redis_url))
     if store.manifest(run_id) is None:
         store.put_manifest(manifest)  # Redis lost it (restart): restore before re-enqueueing
-    if args.resume:
-        runtime.require_endpoints_for_workers(settings)
+    app = configure_app(settings)
+    plan = None
+    try:
         questions, digest = load_questions(Path(manifest.question_file))
         if digest != manifest.question_file_digest:
             raise InputError(
                 f"{manifest.question_file}: changed since run {run_id} started "
                 f"({digest} != {manifest.question_file_digest}); restore it or start a new sweep"
             )
-        todo = missing_jobs(SweepPlan(manifest=manifest, questions=questions), store)
-        sent = enqueue_jobs(configure_app(settings), todo)
+        plan = SweepPlan(manifest=manifest, questions=questions)
+    except InputError:
+        if args.resume:
+            raise
+        print(f"warning: {manifest.question_file} is gone or changed; following run {run_id} "
+              "without re-sending lost jobs", file=sys.stderr)
+    if args.resume:
+        runtime.require_endpoints_for_workers(settings)
+        sent = enqueue_jobs(app, missing_jobs(plan, store))
         print(f"run {run_id}: re-enqueued {sent} jobs without a row", file=sys.stderr)
-    return _follow(store, run_dir, run_id, manifest.n_jobs, args.quiet)
+    reconcile = _reconciler(app, plan, store) if plan else None
+    return _follow(store, run_dir, run_id, manifest.n_jobs, args.quiet, reconcile=reconcile)
 
 
-def _follow(store, run_dir: Path, run_id: str, total: int, quiet: bool) -> int:
+def _reconciler(app, plan, store):
+    from producer.sweep import reconcile_run  # noqa: PLC0415
+
+    def reconcile() -> int:
+        sent = reconcile_run(app, plan, store)
+        if sent:
+            print(f"\nrun {plan.manifest.run_id}: {sent} jobs had no row and no message left "
+                  "(lost with a killed worker); re-enqueued them", file=sys.stderr)
+        return sent
+
+    return reconcile
+
+
+def _follow(store, run_dir: Path, run_id: str, total: int, quiet: bool, reconcile=None) -> int:
     from producer.aggregator import Aggregator  # noqa: PLC0415
     from producer.sweep import follow  # noqa: PLC0415
 
@@ -182,7 +205,7 @@ def _follow(store, run_dir: Path, run_id: str, total: int, quiet: bool) -> int:
         bar.update(prog.done - bar.n)
 
     try:
-        prog = follow(store, agg, total, on_progress=show)
+        prog = follow(store, agg, total, on_progress=show, reconcile=reconcile)
     except KeyboardInterrupt:
         bar.close()
         print(f"\ndetached; the run goes on. Re-attach with: qfarm sweep --attach {run_id}"
@@ -191,15 +214,15 @@ def _follow(store, run_dir: Path, run_id: str, total: int, quiet: bool) -> int:
     bar.close()
     if prog.cancelled:
         print(f"run {run_id} was cancelled: {total - prog.done} jobs have no row", file=sys.stderr)
-    return _finish(run_dir, total, agg.written)
+    return _finish(run_dir, total, agg.written, cancelled=prog.cancelled)
 
 
-def _finish(run_dir: Path, total: int, written: int) -> int:
+def _finish(run_dir: Path, total: int, written: int, *, cancelled: bool = False) -> int:
     from bench.reporting import write_summary  # noqa: PLC0415
-
     from producer.runs import update_run_status  # noqa: PLC0415
 
-    update_run_status(run_dir, status="complete" if written >= total else "incomplete",
+    state = "complete" if written >= total else ("cancelled" if cancelled else "incomplete")
+    update_run_status(run_dir, status=state,
                       finished_at=time.time(), rows=written)
     summary = write_summary(run_dir)
     print(f"rows:    {run_dir / 'rows.jsonl'}  ({written}/{total} jobs)")

@@ -127,6 +127,7 @@ print(json.dumps([verifier_policy_hash(p), governance_policy_hash(p)]))
 """
 
 
+@pytest.mark.slow  # starts a Python process
 @pytest.mark.parametrize("hashseed", ["0", "12345"])
 def test_hashes_are_stable_across_processes(hashseed: str) -> None:
     p = build_policy({"quantifier_caps_by_intensity": {"ALL": 4, "MANY": 6}, "top_k": 5})

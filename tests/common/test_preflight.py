@@ -151,7 +151,7 @@ def test_bounded_and_unbounded_templates_state_the_cap_and_the_pointer_rule() ->
 def test_unknown_scope_falls_back_to_the_unbounded_template() -> None:
     text = _reminder("What is the capital of France?") or ""
     assert text.startswith("Quantifier reminder: this question has no natural bound")
-    assert "at most 1 claims" in text
+    assert "at most 1 claim," in text
 
 
 def test_json_mode_reminder_restates_the_warrant_rule() -> None:

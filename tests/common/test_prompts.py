@@ -90,11 +90,6 @@ def test_evidence_ids_in_rank_order_and_titles_escaped() -> None:
     assert [(b[0], b[1]) for b in parsed.blocks] == [(e.id, e.title) for e in EVIDENCE]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="common/prompts.py QUESTION_RE captures the trailing <|im_end|> in the tail layout; "
-    "reported to the lead (remove this marker once fixed)",
-)
 def test_parse_prompt_recovers_the_question_exactly() -> None:
     built = build_prompt(QUESTION, Mode.CLAIM_LATTICE_POINTER, EVIDENCE, Policy())
     assert parse_prompt(built.text).question == QUESTION

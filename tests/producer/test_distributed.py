@@ -170,7 +170,7 @@ def test_cancel_stops_a_run(farm, tmp_path):
     assert res.returncode == 0, res.stderr
     assert "was cancelled" in res.stderr
     summary = (Path(farm.env["QFARM_RESULTS_DIR"]) / run_id / "summary.md").read_text()
-    assert "cancel" in summary.lower()
+    assert f"Run cancelled: {600 - settled} of 600 jobs were cancelled" in summary
 
 
 def test_a_pickled_message_is_refused(farm):

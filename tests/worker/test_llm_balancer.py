@@ -74,13 +74,17 @@ def test_a_success_resets_the_failure_count() -> None:
 def test_429_sets_retry_after_and_does_not_trip_the_breaker() -> None:
     clock = Clock()
     b = make(2, clock)
-    for _ in range(5):
-        b.release(b.acquire(avoid=["http://e1"]), ok=False, error=failure(429, retry_after=4.0))
     e0 = b.endpoints[0]
-    assert e0.breaker == CLOSED
-    assert all(b.acquire().url == "http://e1" for _ in range(3))
-    clock.now += 4.1
-    assert b.acquire(avoid=["http://e1"]).url == "http://e0"
+    for _ in range(5):
+        picked = b.acquire(avoid=["http://e1"])
+        assert picked is e0
+        b.release(picked, ok=False, error=failure(429, retry_after=4.0))
+        others = [b.acquire() for _ in range(2)]
+        assert {e.url for e in others} == {"http://e1"}  # e0 held back
+        for e in others:
+            b.release(e, ok=True)
+        clock.now += 4.1
+    assert e0.breaker == CLOSED and e0.failed == 5
 
 
 def test_nothing_usable_waits_then_names_every_reason() -> None:
@@ -122,15 +126,15 @@ def test_connect_errors_take_an_endpoint_out_only_with_health_polling() -> None:
 
 
 def test_scraped_capacity_weights_the_choice() -> None:
-    b = make(2)
-    b.update_load("http://e0", running=12, waiting=5)  # saturated at 12
-    b.update_load("http://e1", running=4, waiting=3)  # saturated at 4
-    picks = [b.acquire().url for _ in range(16)]
-    assert picks.count("http://e0") == 12 and picks.count("http://e1") == 4
-    unweighted = make(2, metrics_weighting=False)
-    unweighted.update_load("http://e0", running=12, waiting=5)
-    unweighted.update_load("http://e1", running=4, waiting=3)
-    assert [unweighted.acquire().url for _ in range(16)].count("http://e0") == 8
+    for weighting, expected in ((True, 8), (False, 6)):
+        b = make(2, max_inflight=64, metrics_weighting=weighting)
+        held = [b.acquire() for _ in range(16)]  # 8 each
+        b.update_load("http://e0", running=8, waiting=0)  # not saturated: capacity >= 8
+        b.update_load("http://e1", running=4, waiting=4)  # saturated: capacity 4
+        for e in held:
+            b.release(e, ok=True)
+        picks = [b.acquire().url for _ in range(12)]
+        assert picks.count("http://e0") == expected, weighting
 
 
 def test_other_processes_load_counts() -> None:

@@ -130,3 +130,26 @@ def test_without_the_shim_the_client_refuses_the_server(search_url: str, tmp_pat
             r.search("beatles", top_k=3, title_boost=2.0)
     finally:
         r.close()
+
+
+def test_unreachable_cluster_is_a_clear_error(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends: nothing listens there
+    settings = Settings(
+        retriever="elasticsearch",
+        es_url=f"http://127.0.0.1:{port}",
+        es_max_retries=0,
+        es_timeout_s=2,
+        data_dir=tmp_path,
+    )
+    r = open_retriever(settings)
+    try:
+        with pytest.raises(
+            RetrievalError, match=r"elasticsearch at http://127.0.0.1:\d+ is unreachable"
+        ):
+            r.search("beatles", top_k=3, title_boost=2.0)
+    finally:
+        r.close()

@@ -307,3 +307,15 @@ def test_index_file_is_replaced_atomically(tmp_path: Path) -> None:
         new.close()
     finally:
         old.close()
+
+
+def test_cli_search_uses_the_default_index(
+    tmp_path: Path, default_index_path: Path, monkeypatch, capsys
+) -> None:
+    (tmp_path / "index").mkdir()
+    (tmp_path / "index" / "default.sqlite").write_bytes(default_index_path.read_bytes())
+    monkeypatch.setenv("QFARM_DATA_DIR", str(tmp_path))
+    assert qfarm_main(["search", "Who were the members of the Beatles?", "--top-k", "3"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("embedded · index ") and "[E1] The Beatles" in out
+    assert "[E3]" in out and "[E4]" not in out

@@ -269,3 +269,15 @@ def test_ranking_shape_parity_with_embedded_on_the_default_corpus(
             )
     finally:
         embedded.close()
+
+
+def test_forced_rebuild_of_the_served_version_is_built_beside_it(
+    retriever: ClusterRetriever, corpus_items, tmp_path: Path
+) -> None:
+    sample = CorpusSource.resolve(_write_sample(tmp_path / "s.jsonl", corpus_items, SAMPLE_TITLES))
+    first = build_cluster_index(retriever, sample, progress=False)
+    again = build_cluster_index(retriever, sample, progress=False, force=True)
+    assert again.built and again.target.startswith(first.target + "-")
+    assert again.replaced == [first.target] and retriever.alias_targets() == [again.target]
+    assert retriever.index_version() == sample.index_version  # same corpus, same version
+    assert retriever.search("Beatles", top_k=1, title_boost=2.0)[0].title == "The Beatles"

@@ -1,0 +1,84 @@
+"""Records survive a JSON round trip exactly (they cross process boundaries as JSON)."""
+
+from __future__ import annotations
+
+import json
+
+from common.jobs import expand_jobs, job_from_ref, ref_for
+from common.models import (
+    Evidence,
+    Generation,
+    JobRecord,
+    Mode,
+    Question,
+    Retrieval,
+    Usage,
+    Verification,
+)
+from common.policy import build_policy
+from common.rows import build_row
+
+
+def a_job():
+    q = Question(id="q1", text="Who painted the Mona Lisa?", answers=("Leonardo da Vinci",))
+    policy = build_policy({"top_k": 5, "quantifier_guard_modes": ["claim_lattice"]})
+    return next(iter(expand_jobs("r1", [q], [Mode.QUOTE], 1, policy, model="m")))
+
+
+def a_record() -> JobRecord:
+    ev = Evidence(id="E1", doc_id="d", chunk_id="d#0", title="Mona Lisa", text="The Mona Lisa …",
+                  score=3.5, offset_start=0, offset_end=15)
+    return JobRecord(
+        job=a_job(),
+        retrieval=Retrieval(evidence=(ev,), index_version="v1", retrieval_ms=1.5),
+        prompt="<|im_start|>…",
+        generation=Generation(text='"The Mona Lisa" [E1]', endpoint="http://x", attempts=2,
+                              usage=Usage(prompt_tokens=10, completion_tokens=5)),
+        verification=Verification(n_claims=1, n_verified=1, ratio=1.0),
+        answerability={"confidence_class": "weak", "candidate_count": 2},
+    )
+
+
+def test_job_record_round_trips_through_json():
+    record = a_record()
+    wire = json.dumps(record.model_dump(mode="json"))
+    assert JobRecord.model_validate(json.loads(wire)) == record
+
+
+def test_row_round_trips_and_has_every_spec_field():
+    row = build_row(a_record())
+    again = type(row).model_validate_json(row.model_dump_json())
+    assert again == row
+    spec_fields = (
+        "run_id job_id question question_id mode sample_index verdict label ratio n_claims "
+        "n_verified violation_kinds format_collapsed answer_brackets answer_pointer_count "
+        "answer_chars_with_brackets raw_meaningful_line_count quantifier_intensity "
+        "quantifier_matched_token quantifier_explicit_count scope_bound_hint claim_cap_applied "
+        "model_profile_id endpoint evidence_ids top_doc_titles answerability "
+        "verifier_policy_hash governance_policy_hash cache_hit attempts error timings usage "
+        "worker started_at finished_at"
+    ).split()
+    dumped = row.model_dump(mode="json")
+    assert set(spec_fields) <= set(dumped)
+    assert set(dumped["timings"]) == {"queue_wait_ms", "retrieval_ms", "llm_ms", "verify_ms", "total_ms"}
+    assert set(dumped["usage"]) == {"prompt_tokens", "completion_tokens"}
+    assert dumped["answerability"]["answerability_confidence"] == "weak"
+    assert dumped["answer"] is None  # not kept unless --keep-answers
+
+
+def test_queue_message_rebuilds_the_same_job():
+    from common.models import Manifest
+    from common.policy import governance_policy_hash, verifier_policy_hash
+
+    job = a_job()
+    manifest = Manifest(
+        run_id="r1", created_at=0.0, question_file="f", question_file_digest="d", n_questions=1,
+        modes=(Mode.QUOTE,), n=1, n_jobs=1, policy=job.policy,
+        verifier_policy_hash=verifier_policy_hash(job.policy),
+        governance_policy_hash=governance_policy_hash(job.policy), model="m",
+        model_profile_id=job.model_profile_id,
+    )
+    ref = ref_for(job)
+    wire = json.loads(json.dumps(ref.model_dump(mode="json", exclude_none=True)))
+    assert job_from_ref(type(ref).model_validate(wire), manifest) == job
+    assert len(json.dumps(wire)) < 300

@@ -1,0 +1,126 @@
+"""The command line end to end on embedded defaults (eager, simulator, embedded index)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+QFARM = str(Path(sys.executable).parent / "qfarm")
+SPEC_ROW_FIELDS = set(
+    "run_id job_id question question_id mode sample_index verdict label ratio n_claims "
+    "n_verified violation_kinds format_collapsed answer_brackets answer_pointer_count "
+    "answer_chars_with_brackets raw_meaningful_line_count quantifier_intensity "
+    "quantifier_matched_token quantifier_explicit_count scope_bound_hint claim_cap_applied "
+    "model_profile_id endpoint evidence_ids top_doc_titles answerability verifier_policy_hash "
+    "governance_policy_hash cache_hit attempts error timings usage worker started_at "
+    "finished_at".split()
+)
+
+
+@pytest.fixture
+def env(tmp_path, default_index):
+    e = {k: v for k, v in os.environ.items() if not k.startswith("QFARM_")}
+    e.update(QFARM_INDEX_PATH=str(default_index), QFARM_RESULTS_DIR=str(tmp_path / "results"))
+    return e
+
+
+def qfarm(env, *args, timeout=300):
+    return subprocess.run([QFARM, *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_smoke_sweep_over_three_modes(env, tmp_path):
+    res = qfarm(env, "sweep", "bench/questions/smoke.txt", "--modes",
+                "quote,claim_lattice_pointer,claim_lattice", "-n", "2", "--eager", "--quiet")
+    assert res.returncode == 0, res.stderr
+    assert "using the vLLM simulator at http://127.0.0.1:" in res.stderr
+    paths = dict(line.split(":", 1) for line in res.stdout.strip().splitlines())
+    rows_path = Path(paths["rows"].split("(")[0].strip())
+    summary_path = Path(paths["summary"].strip())
+    rows = [json.loads(line) for line in rows_path.read_text().splitlines()]
+    n_questions = sum(1 for ln in (REPO / "bench/questions/smoke.txt").read_text().splitlines()
+                      if ln.strip() and not ln.startswith("#"))
+    assert len(rows) == len({r["job_id"] for r in rows}) == n_questions * 3 * 2
+    assert all(SPEC_ROW_FIELDS <= set(r) for r in rows)
+    assert {r["verdict"] for r in rows} == {"STRICT", "HYBRID", "UNGROUNDED"}
+    summary = summary_path.read_text()
+    assert "SIMULATED" in summary and "## Verdicts by mode" in summary
+    for mode in ("quote", "claim_lattice_pointer", "claim_lattice"):
+        assert f"| `{mode}` |" in summary
+    manifest = json.loads((rows_path.parent / "manifest.json").read_text())
+    assert manifest["simulated"] is True and manifest["n_jobs"] == len(rows)
+    assert manifest["question_file_digest"].startswith("sha256:")
+    assert manifest["index_version"] and manifest["verifier_policy_hash"]
+
+
+@pytest.mark.parametrize("mode", ["quote", "claim_lattice_pointer", "claim_lattice"])
+def test_ask_prints_the_audit_line(env, mode):
+    res = qfarm(env, "ask", "Who were all the members of the Beatles?", "--mode", mode, "--eager")
+    assert res.returncode in (0, 1), res.stderr
+    first = res.stdout.splitlines()[0]
+    assert f" · via {mode}" in first
+    assert first.split(" · ")[0] in {"EVIDENCE-WARRANTED", "ANCHOR-WARRANTED", "POINTER-LINKED",
+                                     "UNGROUNDED", "EXPLORATORY", "BROAD-REJECTED"}
+
+
+def test_ask_json_carries_the_row_and_the_sidecar(env):
+    res = qfarm(env, "ask", "What is jazz?", "--mode", "quote", "--eager", "--json")
+    assert res.returncode in (0, 1), res.stderr
+    data = json.loads(res.stdout)
+    assert SPEC_ROW_FIELDS <= set(data) and "answerability_detail" in data
+
+
+def test_reject_broad_flag_on_ask(env):
+    res = qfarm(env, "ask", "Tell me everything you know about volcanoes.", "--eager",
+                "--reject-broad", "--json")
+    data = json.loads(res.stdout)
+    assert data["label"] == "BROAD-REJECTED" and data["evidence_ids"] == []
+
+
+@pytest.mark.parametrize(
+    ("files", "args", "message"),
+    [
+        ({}, ["sweep", "nope.txt", "--eager"], "nope.txt: no such question file"),
+        ({"e.txt": "# only a comment\n\n"}, ["sweep", "{d}/e.txt", "--eager"], "no questions found"),
+        ({"b.jsonl": '{"question": "What is jazz?"}\n{"question": 3}\n'},
+         ["sweep", "{d}/b.jsonl", "--eager"], 'b.jsonl:2: missing "question"'),
+        ({"m.jsonl": '{"question": "What is jazz?"}\nnot json\n'},
+         ["sweep", "{d}/m.jsonl", "--eager"], "m.jsonl:2: malformed JSON"),
+        ({"q.txt": "What is jazz?\n"}, ["sweep", "{d}/q.txt", "--eager", "--modes", "poem"],
+         "unknown mode 'poem'"),
+        ({"q.txt": "What is jazz?\n"}, ["sweep", "{d}/q.txt", "--eager", "--policy", "topk=3"],
+         "unknown policy key"),
+        ({"q.txt": "What is jazz?\n"},
+         ["sweep", "{d}/q.txt", "--eager", "--policy", "temperature=hot"], "temperature"),
+        ({"q.txt": "What is jazz?\n"}, ["sweep", "{d}/q.txt", "--eager", "-n", "0"], "-n 0"),
+        ({}, ["ask", "   ", "--eager"], "the question is empty"),
+    ],
+)
+def test_bad_input_is_one_clear_line_and_leaves_nothing(env, tmp_path, files, args, message):
+    d = tmp_path / "in"
+    d.mkdir()
+    for name, text in files.items():
+        (d / name).write_text(text)
+    res = qfarm(env, *[a.format(d=d) for a in args])
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith("qfarm: error: ") and message in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "results").exists()
+
+
+def test_unreachable_endpoint_is_a_clear_error(env, tmp_path):
+    (tmp_path / "q.txt").write_text("What is jazz?\n")
+    env = dict(env, QFARM_LLM_ENDPOINTS="http://127.0.0.1:9")
+    res = qfarm(env, "sweep", str(tmp_path / "q.txt"), "--eager")
+    assert res.returncode == 2
+    assert "no LLM endpoint is reachable: http://127.0.0.1:9 unreachable" in res.stderr
+    assert "QFARM_LLM_ENDPOINTS" in res.stderr
+    assert not (tmp_path / "results").exists()

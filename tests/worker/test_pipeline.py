@@ -1,0 +1,104 @@
+"""The pipeline's plain functions against the real simulator over HTTP and the real index."""
+
+from __future__ import annotations
+
+import pytest
+
+from common.jobs import expand_jobs
+from common.models import Mode, Question, Verdict
+from common.policy import build_policy
+from common.settings import Settings
+from worker import pipeline
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def sim():
+    from ops.sim.launch import start_simulator
+
+    with start_simulator(latency="zero") as handle:
+        yield handle
+
+
+@pytest.fixture(scope="module")
+def retriever(default_index):
+    from worker.retrieval import open_retriever
+
+    r = open_retriever(Settings(index_path=default_index))
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def gateway(sim):
+    from worker.llm import open_gateway
+
+    gw = open_gateway(Settings(llm_endpoints=sim.url, llm_max_attempts=1))
+    yield gw
+    gw.close()
+
+
+def make_job(text: str, mode: Mode = Mode.CLAIM_LATTICE_POINTER, **policy):
+    q = Question(id="q1", text=text)
+    return next(iter(expand_jobs("run-t", [q], [mode], 1, build_policy(policy), model="m")))
+
+
+def completions_seen(sim) -> int:
+    return sum(1 for r in sim.stats()["requests"] if "completions" in r["path"])
+
+
+def test_a_job_runs_every_stage_and_fills_its_row(sim, retriever, gateway):
+    row = pipeline.run_job(make_job("Who were all the members of the Beatles?"), retriever, gateway)
+    assert row.error is None
+    assert row.verdict in set(Verdict)
+    assert row.evidence_ids[0] == "E1" and "The Beatles" in row.top_doc_titles[:3]
+    assert row.endpoint == sim.url and row.simulated is True
+    assert row.usage.completion_tokens and row.usage.prompt_tokens
+    assert row.timings.retrieval_ms is not None and row.timings.llm_ms is not None
+    assert row.timings.verify_ms is not None and row.timings.total_ms is not None
+    assert row.quantifier_intensity == "ALL" and row.answer is None
+
+
+def test_reject_broad_decides_before_retrieval_and_sends_no_model_request(sim, retriever, gateway):
+    sim.reset()
+    job = make_job("Tell me everything you know about volcanoes.", quantifier_reject_broad=True)
+    row = pipeline.run_job(job, retriever, gateway)
+    assert row.verdict is Verdict.UNGROUNDED and row.label.value == "BROAD-REJECTED"
+    assert row.violation_kinds == ["BROAD_QUANTIFIER_REJECTED"]
+    assert row.answerability is None and row.evidence_ids == []
+    assert completions_seen(sim) == 0
+
+
+def test_a_bounded_universal_is_not_rejected(sim, retriever, gateway):
+    sim.reset()
+    job = make_job("Who were all the members of the Beatles?", quantifier_reject_broad=True)
+    row = pipeline.run_job(job, retriever, gateway)
+    assert "BROAD_QUANTIFIER_REJECTED" not in row.violation_kinds
+    assert completions_seen(sim) == 1
+
+
+def test_an_unreachable_endpoint_becomes_a_row_with_its_error(retriever):
+    from worker.llm import open_gateway
+
+    gw = open_gateway(Settings(llm_endpoints="http://127.0.0.1:9", llm_max_attempts=2,
+                               llm_connect_timeout_s=0.5))
+    try:
+        row = pipeline.run_job(make_job("What is jazz?"), retriever, gw)
+    finally:
+        gw.close()
+    assert row.error and row.error.startswith("llm:")
+    assert row.verdict is None and row.attempts >= 1
+
+
+@pytest.mark.parametrize("answer", ["", "   \n", '{"claims": [', "no format at all " * 50])
+def test_empty_truncated_or_unformatted_replies_are_rows_not_exceptions(retriever, answer):
+    from common.models import Generation
+
+    class Canned:
+        def generate(self, prompt, sampling, *, job_id):
+            return Generation(text=answer, endpoint="canned")
+
+    for mode in Mode:
+        row = pipeline.run_job(make_job("What is jazz?", mode=mode), retriever, Canned())
+        assert row.error is None and row.verdict is not None
