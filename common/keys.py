@@ -9,7 +9,7 @@ Everything for a run lives under ``qfarm:run:<run_id>:``:
 * ``log``       list of job ids in the order their rows landed; the aggregator
                 streams rows.jsonl from it with a cursor, so memory stays flat.
 * ``failed``    count of rows that carry an error
-* ``stage:<s>`` count of jobs that finished stage s (per-stage rates)
+* ``stage:<s>`` count of jobs that entered stage s (per-stage rates)
 * ``cancelled`` present once the run is cancelled; tasks check it before starting
 * ``detail:<job_id>`` the full job record of a single query (claims, sidecar), for ``qfarm ask``
 
@@ -66,8 +66,10 @@ def result_cache_digest(
     return hashlib.sha256(raw.encode()).hexdigest()[:32]
 
 
-# KEYS: rows hash, log list, failed counter. ARGV: job_id, row JSON, "1" if the row has an error, ttl.
+# KEYS: rows hash, log list, failed counter, verify-stage counter.
+# ARGV: job_id, row JSON, "1" if the row has an error, ttl.
 WRITE_ROW_LUA = """
+redis.call('INCR', KEYS[4])
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then
   redis.call('RPUSH', KEYS[2], ARGV[1])
   if ARGV[3] == '1' then redis.call('INCR', KEYS[3]) end

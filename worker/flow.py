@@ -37,11 +37,11 @@ def _load_job(ref_data: dict, svc: Services) -> Job | None:
     return job_from_ref(ref, manifest)
 
 
-def _should_skip(job: Job, svc: Services) -> bool:
-    if svc.store.is_cancelled(job.run_id):
+def _should_skip(job: Job, svc: Services, stage: str) -> bool:
+    cancelled, has_row = svc.store.enter_stage(job.run_id, job.job_id, stage)
+    if cancelled:
         log.info("run %s cancelled; skipping job %s", job.run_id, job.job_id)
-        return True
-    return svc.store.has_row(job.run_id, job.job_id)
+    return cancelled or has_row
 
 
 def _cache_digest(job: Job, svc: Services) -> str | None:
@@ -109,14 +109,13 @@ def _start(job: Job, svc: Services) -> tuple[JobRecord, str | None, Row | None]:
 
 def handle_retrieve(ref_data: dict, svc: Services, send: Send) -> None:
     job = _load_job(ref_data, svc)
-    if job is None or _should_skip(job, svc):
+    if job is None or _should_skip(job, svc, "retrieve"):
         return
     record, digest, row = _start(job, svc)
     if row is not None:
         write_row(row, svc)
         return
     record = pipeline.retrieval_stage(record, svc.retriever)
-    svc.store.count_stage(job.run_id, "retrieve")
     if record.error:
         write_row(pipeline.finish(record), svc)
         return
@@ -125,26 +124,23 @@ def handle_retrieve(ref_data: dict, svc: Services, send: Send) -> None:
 
 def handle_generate(record_data: dict, svc: Services, send: Send) -> None:
     record = JobRecord.model_validate(record_data)
-    if _should_skip(record.job, svc):
+    if _should_skip(record.job, svc, "generate"):
         return
     record = pipeline.generation_stage(record, svc.gateway)
-    svc.store.count_stage(record.job.run_id, "generate")
     send("verify", record)
 
 
 def handle_verify(record_data: dict, svc: Services) -> None:
+    # No pre-check: verification is cheap and the row write is set-if-absent anyway.
     record = JobRecord.model_validate(record_data)
-    if svc.store.has_row(record.job.run_id, record.job.job_id):
-        return
     record = pipeline.verification_stage(record)
     write_row(pipeline.finish(record), svc, record.cache_key)
-    svc.store.count_stage(record.job.run_id, "verify")
 
 
 def handle_job(ref_data: dict, svc: Services) -> None:
     """All stages in one task (the interactive queue)."""
     job = _load_job(ref_data, svc)
-    if job is None or _should_skip(job, svc):
+    if job is None or _should_skip(job, svc, "interactive"):
         return
     record, digest, row = _start(job, svc)
     if row is None:

@@ -70,7 +70,11 @@ def preflight_stage(record: JobRecord) -> JobRecord:
 
 
 def retrieval_stage(record: JobRecord, retriever: Retriever) -> JobRecord:
-    """Retrieve evidence and build the prompt (both CPU-bound, on the retrieve queue)."""
+    """Retrieve evidence and keep the blocks that fit the mode's context cap.
+
+    The prompt text itself is rebuilt (deterministically) where it is sent, so
+    the messages between stages carry the evidence once, not twice.
+    """
     job = record.job
     t0 = time.perf_counter()
     try:
@@ -88,7 +92,7 @@ def retrieval_stage(record: JobRecord, retriever: Retriever) -> JobRecord:
         evidence=built.evidence, backend=retriever.backend, index_version=version, retrieval_ms=ms
     )
     return _with_timing(
-        record.model_copy(update={"retrieval": retrieval, "prompt": built.text}), retrieval_ms=ms
+        record.model_copy(update={"retrieval": retrieval}), retrieval_ms=ms
     )
 
 
@@ -107,13 +111,20 @@ def sampling_for(job: Job) -> Sampling:
     )
 
 
+def render_prompt(record: JobRecord) -> str:
+    """The exact prompt of this job: its question, mode, policy and selected evidence."""
+    job = record.job
+    evidence = record.retrieval.evidence if record.retrieval else ()
+    return build_prompt(job.question.text, job.mode, evidence, job.policy, record.preflight).text
+
+
 def generation_stage(record: JobRecord, gateway: Gateway) -> JobRecord:
-    if record.prompt is None or record.error:
+    if record.retrieval is None or record.error:
         return record
     job = record.job
     t0 = time.perf_counter()
     try:
-        gen = gateway.generate(record.prompt, sampling_for(job), job_id=job.job_id)
+        gen = gateway.generate(render_prompt(record), sampling_for(job), job_id=job.job_id)
     except ServiceError as exc:
         failed = Generation(
             text="",

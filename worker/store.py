@@ -40,6 +40,18 @@ class WorkerStore:
     def has_row(self, run_id: str, job_id: str) -> bool:
         return bool(self.client.hexists(keys.run_key(run_id, "rows"), job_id))
 
+    def enter_stage(self, run_id: str, job_id: str, stage: str) -> tuple[bool, bool]:
+        """Count the job into ``stage``; returns (run cancelled, job already has a row).
+
+        One round trip: this runs once per stage of every job.
+        """
+        pipe = self.client.pipeline(transaction=False)
+        pipe.exists(keys.run_key(run_id, "cancelled"))
+        pipe.hexists(keys.run_key(run_id, "rows"), job_id)
+        pipe.incr(keys.stage_key(run_id, stage))
+        cancelled, has_row, _ = pipe.execute()
+        return bool(cancelled), bool(has_row)
+
     def write_row(self, row: Row) -> bool:
         """Write the row unless one exists for this job; True if this call wrote it."""
         payload = row.model_dump_json()
@@ -48,13 +60,11 @@ class WorkerStore:
                 keys.run_key(row.run_id, "rows"),
                 keys.run_key(row.run_id, "log"),
                 keys.run_key(row.run_id, "failed"),
+                keys.stage_key(row.run_id, "verify"),
             ],
             args=[row.job_id, payload, "1" if row.error else "0", keys.ROW_TTL_S],
         )
         return bool(wrote)
-
-    def count_stage(self, run_id: str, stage: str) -> None:
-        self.client.incr(keys.stage_key(run_id, stage))
 
     def get_cached(self, digest: str) -> dict | None:
         raw = self.client.get(keys.cache_key(digest))

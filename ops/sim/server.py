@@ -29,28 +29,23 @@ from typing import Any
 
 from aiohttp import web
 
-from common.prompts import chatml_turn
 from ops.sim import SIMULATOR_HEADER, SIMULATOR_OWNER, behaviour
 from ops.sim.config import SimConfig, describe
 from ops.sim.faults import ARRIVAL_FAULTS, FaultInjector
 from ops.sim.metrics import Metrics
+from ops.sim.protocol import (
+    RequestError,
+    Sequence,
+    check_context,
+    error_response,
+    parse_params,
+    parse_prompts,
+    render_messages,
+    response_body,
+)
 
 STATE: web.AppKey[SimState] = web.AppKey("sim_state")
 LOG_SIZE = 50_000
-
-
-class RequestError(Exception):
-    """A request the server refuses, rendered as vLLM's error envelope."""
-
-    def __init__(self, status: int, message: str, err_type: str = "BadRequestError"):
-        super().__init__(message)
-        self.status = status
-        self.err_type = err_type
-
-
-def error_response(status: int, message: str, err_type: str) -> web.Response:
-    body = {"error": {"message": message, "type": err_type, "param": None, "code": status}}
-    return web.json_response(body, status=status)
 
 
 class SimState:
@@ -72,116 +67,7 @@ class SimState:
         self.started = time.time()
 
 
-# --------------------------------------------------------------------------- parsing
-
-
-def _int(body: dict, key: str, default: int | None, minimum: int) -> int | None:
-    value = body.get(key, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise RequestError(400, f"{key} must be an integer >= {minimum} (got {value!r})")
-    return value
-
-
-def _stop_list(value: Any) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, list) and all(isinstance(s, str) for s in value):
-        return value
-    raise RequestError(400, f"stop must be a string or a list of strings (got {value!r})")
-
-
-def _is_structured(body: dict) -> bool:
-    fmt = body.get("response_format") or {}
-    if isinstance(fmt, dict) and fmt.get("type") in ("json_schema", "json_object"):
-        return True
-    so = body.get("structured_outputs") or {}
-    return isinstance(so, dict) and bool(so.get("json"))
-
-
-def parse_params(body: dict, state: SimState) -> dict[str, Any]:
-    model = body.get("model") or state.config.model
-    if model not in state.config.accepted_models():
-        raise RequestError(404, f"The model `{model}` does not exist.", "NotFoundError")
-    n = _int(body, "n", 1, 1)
-    max_tokens = _int(body, "max_tokens", 16, 0)
-    seed = body.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise RequestError(400, f"seed must be an integer (got {seed!r})")
-    temperature = body.get("temperature", 1.0)
-    if temperature is None:
-        temperature = 1.0
-    if not isinstance(temperature, int | float) or temperature < 0:
-        raise RequestError(400, f"temperature must be a number >= 0 (got {temperature!r})")
-    if seed is None:
-        seed = state.rng.getrandbits(31)  # vLLM without a seed is not reproducible either
-    return {
-        "model": model,
-        "n": n,
-        "max_tokens": max_tokens,
-        "seed": seed,
-        "temperature": float(temperature),
-        "stop": _stop_list(body.get("stop")),
-        "stream": bool(body.get("stream", False)),
-        "include_usage": bool((body.get("stream_options") or {}).get("include_usage", False)),
-        "structured": _is_structured(body),
-    }
-
-
-def parse_prompts(body: dict) -> list[str]:
-    prompt = body.get("prompt")
-    if isinstance(prompt, str):
-        return [prompt]
-    if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
-        return prompt
-    raise RequestError(
-        400,
-        "prompt must be a string or a non-empty list of strings (the simulator takes text only)",
-    )
-
-
-def render_messages(body: dict) -> str:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise RequestError(400, "messages must be a non-empty list of {role, content} objects")
-    parts = []
-    for m in messages:
-        if not isinstance(m, dict) or not isinstance(m.get("content"), str):
-            raise RequestError(400, "each message needs a string 'content' (text only)")
-        parts.append(chatml_turn(str(m.get("role", "user")), m["content"]))
-    return "".join(parts) + "<|im_start|>assistant\n"
-
-
-def check_context(prompts: list[str], max_tokens: int, state: SimState) -> list[int]:
-    limit = state.config.max_model_len
-    counts = []
-    for p in prompts:
-        n_prompt = behaviour.count_tokens(p)
-        if n_prompt + max_tokens > limit:
-            raise RequestError(
-                400,
-                f"This model's maximum context length is {limit} tokens. However, you requested "
-                f"{n_prompt + max_tokens} tokens ({n_prompt} in the messages, {max_tokens} in the "
-                "completion). Please reduce the length of the messages or completion.",
-            )
-        counts.append(n_prompt)
-    return counts
-
-
 # --------------------------------------------------------------------------- generation
-
-
-class Sequence:
-    """One prompt × choice: its answer, computed up front, and its timing."""
-
-    def __init__(self, index: int, completion: behaviour.Completion):
-        self.index = index
-        self.completion = completion
-        self.ttft_s = 0.0
-        self.e2e_s = 0.0
 
 
 async def hold_slot(state: SimState, seq: Sequence, on_token: Any = None) -> None:
@@ -236,47 +122,6 @@ def build_sequences(prompts: list[str], params: dict[str, Any], state: SimState)
     return seqs
 
 
-def choice_body(seq: Sequence, chat: bool) -> dict[str, Any]:
-    c = seq.completion
-    if chat:
-        return {
-            "index": seq.index,
-            "message": {"role": "assistant", "content": c.text},
-            "logprobs": None,
-            "finish_reason": c.finish_reason,
-            "stop_reason": None,
-        }
-    return {
-        "index": seq.index,
-        "text": c.text,
-        "logprobs": None,
-        "finish_reason": c.finish_reason,
-        "stop_reason": None,
-    }
-
-
-def response_body(
-    req_id: str, model: str, seqs: list[Sequence], prompt_tokens: int, chat: bool, state: SimState
-) -> dict[str, Any]:
-    choices = [choice_body(s, chat) for s in seqs]
-    if state.config.shuffle_choices and len(choices) > 1:
-        state.rng.shuffle(choices)
-    completion_tokens = sum(s.completion.completion_tokens for s in seqs)
-    return {
-        "id": req_id,
-        "object": "chat.completion" if chat else "text_completion",
-        "created": int(time.time()),
-        "model": model,
-        "system_fingerprint": SIMULATOR_OWNER,
-        "choices": choices,
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
-    }
-
-
 # --------------------------------------------------------------------------- faults
 
 
@@ -319,11 +164,11 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
         raise RequestError(400, "the request body is not valid JSON") from None
     if not isinstance(body, dict):
         raise RequestError(400, "the request body must be a JSON object")
-    params = parse_params(body, state)
+    params = parse_params(body, state.config, state.rng)
     prompts = [render_messages(body)] if chat else parse_prompts(body)
     entry["n_prompts"] = len(prompts)
     entry["seed"] = body.get("seed")
-    prompt_counts = check_context(prompts, params["max_tokens"], state)
+    prompt_counts = check_context(prompts, params["max_tokens"], state.config.max_model_len)
     fault = state.faults.draw()
     if fault:
         entry["fault"] = fault
@@ -339,7 +184,14 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
     if fault:
         return post_fault(fault, req_id)
     return web.json_response(
-        response_body(req_id, params["model"], seqs, sum(prompt_counts), chat, state)
+        response_body(
+            req_id,
+            params["model"],
+            seqs,
+            sum(prompt_counts),
+            chat,
+            state.rng if state.config.shuffle_choices else None,
+        )
     )
 
 

@@ -56,7 +56,9 @@ def make_evidence() -> list[Evidence]:
     ]
 
 
-def make_prompt(mode: Mode, question: str = QUESTION, evidence: list[Evidence] | None = None) -> str:
+def make_prompt(
+    mode: Mode, question: str = QUESTION, evidence: list[Evidence] | None = None
+) -> str:
     ev = make_evidence() if evidence is None else evidence
     return build_prompt(question, mode, ev, Policy()).text
 
@@ -163,7 +165,9 @@ def test_denial_denies_present_evidence() -> None:
 
 
 def test_broken_json_does_not_parse_and_only_hits_json_mode() -> None:
-    text, failure = compose_answer(make_prompt(Mode.CLAIM_LATTICE), seed=4, rates=only("broken_json"))
+    text, failure = compose_answer(
+        make_prompt(Mode.CLAIM_LATTICE), seed=4, rates=only("broken_json")
+    )
     assert failure == "broken_json"
     assert text.startswith("{")
     with pytest.raises(json.JSONDecodeError):
@@ -174,7 +178,9 @@ def test_broken_json_does_not_parse_and_only_hits_json_mode() -> None:
 
 def test_structured_output_always_parses() -> None:
     for kind in ("format_collapse", "broken_json", "denial"):
-        text, _ = compose_answer(make_prompt(Mode.CLAIM_LATTICE), seed=5, rates=only(kind), structured=True)
+        text, _ = compose_answer(
+            make_prompt(Mode.CLAIM_LATTICE), seed=5, rates=only(kind), structured=True
+        )
         assert isinstance(json.loads(text)["claims"], list)
 
 
@@ -189,7 +195,14 @@ def test_default_profile_mixes_good_and_each_failure() -> None:
         prompt = make_prompt(mode)
         for seed in range(150):
             seen[compose_answer(prompt, seed=seed)[1]] += 1
-    assert set(seen) == {None, "format_collapse", "untagged_prose", "wrong_pointer", "denial", "broken_json"}
+    assert set(seen) == {
+        None,
+        "format_collapse",
+        "untagged_prose",
+        "wrong_pointer",
+        "denial",
+        "broken_json",
+    }
     assert seen[None] > sum(v for k, v in seen.items() if k is not None)
 
 
@@ -227,7 +240,11 @@ def test_same_prompt_and_seed_give_the_same_answer() -> None:
 
 def test_greedy_ignores_seed_and_choice() -> None:
     prompt = make_prompt(Mode.QUOTE)
-    outs = {compose_answer(prompt, seed=s, choice_index=j, temperature=0.0) for s in range(5) for j in range(3)}
+    outs = {
+        compose_answer(prompt, seed=s, choice_index=j, temperature=0.0)
+        for s in range(5)
+        for j in range(3)
+    }
     assert len(outs) == 1
 
 
@@ -242,10 +259,20 @@ def test_stop_and_max_tokens() -> None:
     assert apply_limits("one two<|im_end|>three", ["<|im_end|>"], 100) == ("one two", "stop", 2)
     text, reason, n = apply_limits("a b c d e f", [], 3)
     assert (text, reason, n) == ("a b c", "length", 3)
-    c = complete(make_prompt(Mode.QUOTE), seed=0, choice_index=0, temperature=0.7, max_tokens=5, stop=[], rates=CLEAN)
+    c = complete(
+        make_prompt(Mode.QUOTE),
+        seed=0,
+        choice_index=0,
+        temperature=0.7,
+        max_tokens=5,
+        stop=[],
+        rates=CLEAN,
+    )
     assert c.finish_reason == "length" and c.completion_tokens == 5 == count_tokens(c.text)
 
 
 def test_sentences_are_safe_to_quote() -> None:
-    out = split_sentences('He said "hi" to them all today. A [note] is here in this one. Plain words are fine here.')
+    out = split_sentences(
+        'He said "hi" to them all today. A [note] is here in this one. Plain words are fine here.'
+    )
     assert out == ["Plain words are fine here."]

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from common.errors import ServiceError
 from common.models import Mode
 from ops.sim.launch import SimulatorHandle, start_simulator
 
@@ -49,7 +50,14 @@ def test_models_health_and_simulated_label(sim: SimulatorHandle) -> None:
 
 def test_list_prompt_with_n_maps_index_and_sums_usage(sim: SimulatorHandle) -> None:
     prompts = [make_prompt(Mode.QUOTE), make_prompt(Mode.CLAIM_LATTICE_POINTER), "plain text"]
-    body = {"model": MODEL, "prompt": prompts, "n": 2, "max_tokens": 300, "seed": 7, "temperature": 0.7}
+    body = {
+        "model": MODEL,
+        "prompt": prompts,
+        "n": 2,
+        "max_tokens": 300,
+        "seed": 7,
+        "temperature": 0.7,
+    }
     reply = post(sim, body).json()
     assert reply["system_fingerprint"] == "qfarm-simulator"
     by_index = {c["index"]: c for c in reply["choices"]}
@@ -68,7 +76,12 @@ def test_list_prompt_with_n_maps_index_and_sums_usage(sim: SimulatorHandle) -> N
 
 
 def test_deterministic_for_prompt_and_seed_across_processes(sim: SimulatorHandle) -> None:
-    body = {"prompt": make_prompt(Mode.CLAIM_LATTICE), "max_tokens": 400, "seed": 11, "temperature": 0.9}
+    body = {
+        "prompt": make_prompt(Mode.CLAIM_LATTICE),
+        "max_tokens": 400,
+        "seed": 11,
+        "temperature": 0.9,
+    }
     with start_simulator(latency="zero", profile="clean") as other:
         a = post(sim, body).json()["choices"][0]["text"]
         b = post(other, body).json()["choices"][0]["text"]
@@ -81,7 +94,9 @@ def test_max_tokens_defaults_to_16_and_stop_cuts(sim: SimulatorHandle) -> None:
     assert c["finish_reason"] == "length"
     full = post(sim, {"prompt": make_prompt(Mode.QUOTE), "seed": 1, "max_tokens": 300}).json()
     first_line = full["choices"][0]["text"].split("\n")[0]
-    cut = post(sim, {"prompt": make_prompt(Mode.QUOTE), "seed": 1, "max_tokens": 300, "stop": ["\n"]})
+    cut = post(
+        sim, {"prompt": make_prompt(Mode.QUOTE), "seed": 1, "max_tokens": 300, "stop": ["\n"]}
+    )
     assert cut.json()["choices"][0]["text"] == first_line
 
 
@@ -93,7 +108,9 @@ def test_chat_completions(sim: SimulatorHandle) -> None:
         {"role": "system", "content": SYSTEM_PROMPTS[Mode.QUOTE]},
         {"role": "user", "content": f"Evidence:\n\n{evidence}\n\nQuestion: Who were the Beatles?"},
     ]
-    reply = post(sim, {"messages": messages, "max_tokens": 200, "seed": 3}, "/v1/chat/completions").json()
+    reply = post(
+        sim, {"messages": messages, "max_tokens": 200, "seed": 3}, "/v1/chat/completions"
+    ).json()
     content = reply["choices"][0]["message"]["content"]
     assert reply["object"] == "chat.completion"
     assert content.endswith("[E1]") and content.split('"')[1] in BLOCKS["E1"]
@@ -129,7 +146,9 @@ def test_streaming_yields_the_same_text(sim: SimulatorHandle) -> None:
     plain = post(sim, body).json()["choices"][0]["text"]
     pieces, usage = [], None
     with httpx.stream(
-        "POST", f"{sim.url}/v1/completions", json={**body, "stream": True, "stream_options": {"include_usage": True}}
+        "POST",
+        f"{sim.url}/v1/completions",
+        json={**body, "stream": True, "stream_options": {"include_usage": True}},
     ) as r:
         for line in r.iter_lines():
             if line.startswith("data: ") and line != "data: [DONE]":
@@ -161,9 +180,14 @@ def test_runtime_faults(sim: SimulatorHandle) -> None:
 
 
 def test_fault_rates_apply_at_roughly_the_rate() -> None:
-    with start_simulator(latency="zero", fault_rates={"503": 0.3}, seed=1) as sim, httpx.Client() as c:
+    with (
+        start_simulator(latency="zero", fault_rates={"503": 0.3}, seed=1) as sim,
+        httpx.Client() as c,
+    ):
         url = f"{sim.url}/v1/completions"
-        statuses = [c.post(url, json={"prompt": "x", "max_tokens": 2}).status_code for _ in range(200)]
+        statuses = [
+            c.post(url, json={"prompt": "x", "max_tokens": 2}).status_code for _ in range(200)
+        ]
     share = statuses.count(503) / len(statuses)
     assert 0.18 < share < 0.42
 
@@ -216,7 +240,10 @@ def test_hundreds_of_concurrent_connections() -> None:
         limits = httpx.Limits(max_connections=n)
         async with httpx.AsyncClient(limits=limits, timeout=30.0) as client:
             replies = await asyncio.gather(
-                *(client.post(f"{url}/v1/completions", json={"prompt": f"p{i}", "max_tokens": 8}) for i in range(n))
+                *(
+                    client.post(f"{url}/v1/completions", json={"prompt": f"p{i}", "max_tokens": 8})
+                    for i in range(n)
+                )
             )
         return [r.status_code for r in replies]
 
@@ -232,5 +259,5 @@ def test_bad_options_fail_at_start() -> None:
 
     with pytest.raises(TypeError, match="unknown simulator option"):
         options_to_argv(max_seqs=3)
-    with pytest.raises(Exception, match="exited at start"):
+    with pytest.raises(ServiceError, match="exited at start"):
         start_simulator(ttft_ms="abc")

@@ -24,7 +24,9 @@ def make(n: int = 2, clock: Clock | None = None, **kw) -> Balancer:
     return Balancer([Target(f"http://e{i}") for i in range(n)], clock=clock or Clock(), **opts)
 
 
-def failure(status: int | None = 503, retry_after: float | None = None, kind: str = "http") -> TransientServiceError:
+def failure(
+    status: int | None = 503, retry_after: float | None = None, kind: str = "http"
+) -> TransientServiceError:
     exc = TransientServiceError("boom", retry_after_s=retry_after)
     exc.kind, exc.status = kind, status
     return exc
@@ -94,7 +96,11 @@ def test_nothing_usable_waits_then_names_every_reason() -> None:
     with pytest.raises(TransientServiceError) as info:
         b.acquire(wait_s=0.0, job_id="j9")
     msg = str(info.value)
-    assert "http://e0: unhealthy" in msg and "http://e1: Retry-After" in msg and info.value.job_id == "j9"
+    assert (
+        "http://e0: unhealthy" in msg
+        and "http://e1: Retry-After" in msg
+        and info.value.job_id == "j9"
+    )
     assert wait_clock.now == 100.0
 
 
@@ -144,5 +150,10 @@ def test_other_processes_load_counts() -> None:
 
 
 def test_snapshot_never_shows_keys() -> None:
-    b = Balancer([Target("http://e0", "sk-secret-123")], max_inflight=1, breaker_failures=1, breaker_cooldown_s=1)
+    b = Balancer(
+        [Target("http://e0", "sk-secret-123")],
+        max_inflight=1,
+        breaker_failures=1,
+        breaker_cooldown_s=1,
+    )
     assert "sk-secret-123" not in repr(b.snapshot())

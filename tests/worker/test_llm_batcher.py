@@ -68,7 +68,9 @@ def test_different_sampling_never_shares_a_request(executor) -> None:
 
 def test_greedy_batches_ignore_the_seed() -> None:
     assert batch_key(Sampling(temperature=0, seed=1)) == batch_key(Sampling(temperature=0, seed=2))
-    assert batch_key(Sampling(temperature=0.5, seed=1)) != batch_key(Sampling(temperature=0.5, seed=2))
+    assert batch_key(Sampling(temperature=0.5, seed=1)) != batch_key(
+        Sampling(temperature=0.5, seed=2)
+    )
     assert batch_key(Sampling(max_tokens=5)) != batch_key(Sampling(max_tokens=6))
 
 

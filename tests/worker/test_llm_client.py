@@ -16,11 +16,17 @@ KEY = "sk-test-0123456789"
 
 def client_for(handler) -> LLMClient:
     return LLMClient(
-        model="m", timeout_s=5, connect_timeout_s=1, max_connections=4, transport=httpx.MockTransport(handler)
+        model="m",
+        timeout_s=5,
+        connect_timeout_s=1,
+        max_connections=4,
+        transport=httpx.MockTransport(handler),
     )
 
 
-def ok_reply(choices: list[dict], usage: dict | None = None, headers: dict | None = None) -> httpx.Response:
+def ok_reply(
+    choices: list[dict], usage: dict | None = None, headers: dict | None = None
+) -> httpx.Response:
     body = {"choices": choices, "usage": usage or {"prompt_tokens": 3, "completion_tokens": 4}}
     return httpx.Response(200, json=body, headers=headers or {})
 
@@ -29,7 +35,9 @@ def test_every_sampling_parameter_is_pinned() -> None:
     seen: list[dict] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
-        seen.append({"body": json.loads(request.content), "auth": request.headers.get("authorization")})
+        seen.append(
+            {"body": json.loads(request.content), "auth": request.headers.get("authorization")}
+        )
         return ok_reply([{"index": 0, "text": "hi", "finish_reason": "stop"}])
 
     fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
@@ -89,9 +97,9 @@ def test_status_codes_split_transient_and_permanent() -> None:
         return client_for(lambda request: httpx.Response(status, **kw))
 
     with pytest.raises(TransientServiceError) as info:
-        respond(429, headers={"Retry-After": "7"}, json={"error": {"message": "slow down"}}).complete(
-            Target("http://a"), ["p"], Sampling()
-        )
+        respond(
+            429, headers={"Retry-After": "7"}, json={"error": {"message": "slow down"}}
+        ).complete(Target("http://a"), ["p"], Sampling())
     assert info.value.retry_after_s == 7.0 and "slow down" in str(info.value)
     with pytest.raises(TransientServiceError):
         respond(503, text="busy").complete(Target("http://a"), ["p"], Sampling())
@@ -113,7 +121,9 @@ def test_key_never_in_errors_even_when_the_server_echoes_it() -> None:
         assert KEY not in str(info.value)
         assert KEY not in repr(Target("http://a", KEY))
     with pytest.raises(PermanentServiceError, match="QFARM_LLM_API_KEY"):
-        client_for(lambda request: httpx.Response(401, json=echo)).complete(Target("http://a", KEY), ["p"], Sampling())
+        client_for(lambda request: httpx.Response(401, json=echo)).complete(
+            Target("http://a", KEY), ["p"], Sampling()
+        )
 
 
 def test_connection_errors_are_transient_and_tagged() -> None:
@@ -156,5 +166,8 @@ def test_helpers() -> None:
         '# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name="a"} 3\n'
         'vllm:num_requests_running{model_name="b"} 2\nvllm:num_requests_waiting{model_name="a"} 5.0\n'
     )
-    assert parse_prometheus(text) == {"vllm:num_requests_running": 5.0, "vllm:num_requests_waiting": 5.0}
+    assert parse_prometheus(text) == {
+        "vllm:num_requests_running": 5.0,
+        "vllm:num_requests_waiting": 5.0,
+    }
     assert build_body("m", ["a", "b"], Sampling(), stream=False)["prompt"] == ["a", "b"]

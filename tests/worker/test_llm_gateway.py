@@ -57,16 +57,22 @@ def pair() -> Iterator[tuple[SimulatorHandle, SimulatorHandle]]:
 
 
 @pytest.fixture
-def fresh_pair(pair: tuple[SimulatorHandle, SimulatorHandle]) -> tuple[SimulatorHandle, SimulatorHandle]:
+def fresh_pair(
+    pair: tuple[SimulatorHandle, SimulatorHandle],
+) -> tuple[SimulatorHandle, SimulatorHandle]:
     for sim in pair:
         sim.reset()
     return pair
 
 
-def run_many(gw: Gateway, n: int, threads: int, sampling: Sampling | None = None) -> list[Generation]:
+def run_many(
+    gw: Gateway, n: int, threads: int, sampling: Sampling | None = None
+) -> list[Generation]:
     sampling = sampling or Sampling(max_tokens=20)
     with ThreadPoolExecutor(threads) as ex:
-        return list(ex.map(lambda i: gw.generate(f"prompt {i}", sampling, job_id=f"j{i}"), range(n)))
+        return list(
+            ex.map(lambda i: gw.generate(f"prompt {i}", sampling, job_id=f"j{i}"), range(n))
+        )
 
 
 # --------------------------------------------------------------------------- balancing and health
@@ -85,7 +91,10 @@ def test_load_follows_capacity(gateway_factory) -> None:
 
 
 def test_killed_endpoint_is_taken_out_and_every_job_completes(gateway_factory) -> None:
-    with start_simulator(ttft_ms=40, tpot_ms=0) as doomed, start_simulator(ttft_ms=40, tpot_ms=0) as survivor:
+    with (
+        start_simulator(ttft_ms=40, tpot_ms=0) as doomed,
+        start_simulator(ttft_ms=40, tpot_ms=0) as survivor,
+    ):
         gw = gateway_factory(doomed, survivor, llm_health_interval_s=0.2)
         done = Counter()
         lock = threading.Lock()
@@ -143,8 +152,12 @@ def test_retry_after_is_honoured(gateway_factory) -> None:
     assert any(r["t_arrival"] >= t + 1.0 for r in log)
 
 
-@pytest.mark.parametrize(("kind", "match"), [("malformed", "not valid JSON"), ("empty", "no choices")])
-def test_bad_bodies_give_a_clear_error_never_a_crash(kind: str, match: str, gateway_factory) -> None:
+@pytest.mark.parametrize(
+    ("kind", "match"), [("malformed", "not valid JSON"), ("empty", "no choices")]
+)
+def test_bad_bodies_give_a_clear_error_never_a_crash(
+    kind: str, match: str, gateway_factory
+) -> None:
     with start_simulator(**FAST) as sim:
         gw = gateway_factory(sim, llm_max_attempts=3, llm_breaker_failures=100)
         sim.set_faults(next=[kind])
@@ -232,7 +245,9 @@ def test_batched_results_map_to_their_jobs_when_choices_come_shuffled(gateway_fa
 
 def test_streaming_records_time_to_first_token(gateway_factory) -> None:
     with start_simulator(ttft_ms=80, tpot_ms=2, profile="clean") as sim:
-        plain = gateway_factory(sim).generate(warehouse_prompt(3), Sampling(max_tokens=80), job_id="a")
+        plain = gateway_factory(sim).generate(
+            warehouse_prompt(3), Sampling(max_tokens=80), job_id="a"
+        )
         streamed = gateway_factory(sim, llm_stream=True).generate(
             warehouse_prompt(3), Sampling(max_tokens=80), job_id="b"
         )
@@ -244,7 +259,9 @@ def test_streaming_records_time_to_first_token(gateway_factory) -> None:
 # --------------------------------------------------------------------------- keys and configuration
 
 
-def test_api_keys_are_sent_and_never_logged(gateway_factory, caplog: pytest.LogCaptureFixture) -> None:
+def test_api_keys_are_sent_and_never_logged(
+    gateway_factory, caplog: pytest.LogCaptureFixture
+) -> None:
     key_a, key_b, wrong = "sk-alpha-7f3a9c2e1d", "sk-bravo-4b8e6d0a2c", "sk-wrong-0000111122"
     caplog.set_level(logging.DEBUG)
     with start_simulator(**FAST, api_key=key_a) as a, start_simulator(**FAST, api_key=key_b) as b:

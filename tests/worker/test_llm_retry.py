@@ -28,7 +28,15 @@ def test_backoff_is_capped() -> None:
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [("3", 3.0), ("0.5", 0.5), (" 10 ", 10.0), ("-4", 0.0), ("", None), (None, None), ("soon", None)],
+    [
+        ("3", 3.0),
+        ("0.5", 0.5),
+        (" 10 ", 10.0),
+        ("-4", 0.0),
+        ("", None),
+        (None, None),
+        ("soon", None),
+    ],
 )
 def test_retry_after_seconds(value: str | None, expected: float | None) -> None:
     assert parse_retry_after(value) == expected
