@@ -52,9 +52,11 @@ class WorkerStore:
         cancelled, has_row, _ = pipe.execute()
         return bool(cancelled), bool(has_row)
 
-    def write_row(self, row: Row) -> bool:
-        """Write the row unless one exists for this job; True if this call wrote it."""
-        payload = row.model_dump_json()
+    def write_row(self, row: Row, *, pipeline: redis.client.Pipeline | None = None) -> bool:
+        """Write the row unless one exists for this job; True if this call wrote it.
+
+        With ``pipeline`` the write is only queued (bulk loaders); the result is then False.
+        """
         wrote = self._write_row(
             keys=[
                 keys.run_key(row.run_id, "rows"),
@@ -62,9 +64,10 @@ class WorkerStore:
                 keys.run_key(row.run_id, "failed"),
                 keys.stage_key(row.run_id, "verify"),
             ],
-            args=[row.job_id, payload, "1" if row.error else "0", keys.ROW_TTL_S],
+            args=[row.job_id, row.model_dump_json(), "1" if row.error else "0", keys.ROW_TTL_S],
+            client=pipeline,
         )
-        return bool(wrote)
+        return pipeline is None and bool(wrote)
 
     def get_cached(self, digest: str) -> dict | None:
         raw = self.client.get(keys.cache_key(digest))

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import resource
 import subprocess
@@ -39,7 +40,7 @@ def _plan(run_id: str, jobs: int):
     from common.settings import DEFAULT_MODEL
     from producer.sweep import SweepPlan, make_manifest
 
-    n = max(1, jobs // (N_QUESTIONS * len(ALL_MODES)))
+    n = max(1, -(-jobs // (N_QUESTIONS * len(ALL_MODES))))
     manifest = make_manifest(
         run_id=run_id, question_file="<bench>", question_file_digest="-", n_questions=N_QUESTIONS,
         modes=list(ALL_MODES), n=n, policy=Policy(), model=DEFAULT_MODEL, endpoints=[],
@@ -59,7 +60,7 @@ def child_producer(jobs: int) -> None:
     plan = _plan(f"rss-{jobs}", jobs)
     ProducerStore(connect(settings.redis_url)).put_manifest(plan.manifest)
     t0 = time.perf_counter()
-    sent = enqueue_jobs(app, plan.jobs())
+    sent = enqueue_jobs(app, itertools.islice(plan.jobs(), jobs))
     dt = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"sent": sent, "seconds": dt, "rss_mb": rss}))
@@ -101,16 +102,13 @@ def _fill_rows(client, run_id: str, count: int) -> None:
     client.set(f"qfarm:run:{run_id}:manifest", plan.manifest.model_dump_json())
     verdicts = list(Verdict)
     pipe = client.pipeline(transaction=False)
-    script = store._write_row  # noqa: SLF001 - same script, pipelined for speed
-    for i, job in enumerate(plan.jobs()):
+    for i, job in enumerate(itertools.islice(plan.jobs(), count)):
         row = Row(run_id=run_id, job_id=job.job_id, question=job.question.text,
                   question_id=job.question.id, mode=Mode(job.mode), sample_index=job.sample_index,
                   verdict=verdicts[i % 3], ratio=(i % 3) / 2, n_claims=3, n_verified=i % 4,
                   violation_kinds=["CITATION_MISMATCH"] if i % 5 == 0 else [],
                   timings=Timings(total_ms=100 + i % 50, llm_ms=80))
-        script(keys=[f"qfarm:run:{run_id}:rows", f"qfarm:run:{run_id}:log",
-                     f"qfarm:run:{run_id}:failed"],
-               args=[row.job_id, row.model_dump_json(), "0", 3600], client=pipe)
+        store.write_row(row, pipeline=pipe)
         if i % 2000 == 1999:
             pipe.execute()
     pipe.execute()

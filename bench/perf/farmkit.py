@@ -28,6 +28,12 @@ def farm_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM (e.g. from `timeout`) into SystemExit so the cleanup in finally blocks
+    stops the workers and simulators this benchmark started."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
 @contextmanager
 def workers(env: dict[str, str], specs: list[tuple[str, str, str, int]], log_dir: Path):
     """specs: (name, queues, pool, concurrency). Yields once every worker is ready."""

@@ -13,6 +13,8 @@ throughput.
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -24,8 +26,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=600)
     ap.add_argument("--noops", type=int, default=3000)
-    ap.add_argument("--concurrency", type=int, default=2)
+    ap.add_argument("--concurrency", type=int, default=2, help="prefork children (CPU stages)")
+    ap.add_argument("--threads", type=int, default=16, help="threads of the generate worker")
     args = ap.parse_args()
+    from bench.perf.farmkit import exit_on_sigterm
+
+    exit_on_sigterm()
 
     from common.jobs import expand_jobs
     from common.models import ALL_MODES, Question
@@ -45,18 +51,22 @@ def main() -> None:
         settings = Settings(redis_url=bench_redis_url(), llm_endpoints=sim.url)
         app = configure_app(settings)
         queues = ["retrieve", "generate", "verify", "interactive"]
-        spec = [("orch", ",".join(queues), "prefork", args.concurrency)]
+        # The deployment the README documents: CPU stages on prefork, the LLM stage on threads.
+        spec = [("orch-cpu", "retrieve,verify", "prefork", args.concurrency),
+                ("orch-gpu", "generate", "threads", args.threads)]
         with workers(env, spec, tmp):
             # Warm-up: let every child open its retriever and HTTP client.
             noop = app.tasks["qfarm.noop"]
-            for _ in range(50):
-                noop.apply_async(args=[{}])
+            for i in range(50):
+                noop.apply_async(args=[{}], queue=("retrieve", "generate")[i % 2])
             wait_drained(client, queues)
 
+            # Baseline: no-op tasks spread over the same two workers' queues.
             t0 = time.monotonic()
             with app.producer_or_acquire() as producer, producer.batch(1000):
-                for _ in range(args.noops):
-                    noop.apply_async(args=[{}], producer=producer, argsrepr="", kwargsrepr="")
+                for i in range(args.noops):
+                    noop.apply_async(args=[{}], producer=producer, argsrepr="", kwargsrepr="",
+                                     queue=("retrieve", "generate", "verify")[i % 3])
             t1 = wait_drained(client, queues)
             noop_rate = args.noops / (t1 - t0)
 
@@ -80,14 +90,19 @@ def main() -> None:
                 time.sleep(0.02)
             t3 = time.monotonic()
             pipeline_rate = len(jobs) / (t3 - t2)
-            errors = sum(1 for v in client.hvals("qfarm:run:orch:rows") if b'"error":null' not in v)
+            rows = [json.loads(v) for v in client.hvals("qfarm:run:orch:rows")]
+            errors = sum(1 for r in rows if r["error"])
+            stage_ms = {k: statistics.fmean(r["timings"][k] or 0.0 for r in rows)
+                        for k in ("retrieval_ms", "llm_ms", "verify_ms", "total_ms")}
 
     client.flushdb()
-    print("orchestration benchmark (simulated LLM at zero latency; 1 worker, "
-          f"prefork -c {args.concurrency}, same Redis)")
+    print("orchestration benchmark (simulated LLM at zero latency; same Redis, same 2 workers: "
+          f"retrieve,verify prefork -c {args.concurrency}; generate threads -c {args.threads})")
     print(f"noop_tasks={args.noops} noop_tasks_per_s={noop_rate:.1f}")
     print(f"pipeline_jobs={len(jobs)} tasks_per_job=3 pipeline_jobs_per_s={pipeline_rate:.1f} "
           f"error_rows={errors}")
+    print("mean in-task stage times per job (ms): "
+          + " ".join(f"{k}={v:.2f}" for k, v in stage_ms.items()))
     print(f"orchestration_ratio={pipeline_rate / noop_rate:.3f}")
 
 

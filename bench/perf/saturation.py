@@ -161,7 +161,60 @@ def drive_thread_pool(
     return RunResult("", len(items), wall, errors, tokens, by_endpoint, batch, done_at, last_start)
 
 
-DRIVERS: dict[str, Driver] = {"thread-pool": drive_thread_pool}
+def drive_farm(
+    urls: Sequence[str], items: Sequence[Item], concurrency: int, settings: dict[str, object]
+) -> RunResult:
+    """The distributed farm: Redis, a prefork worker for retrieve/verify, a threads worker
+    (``-c concurrency``) for generate. As many jobs as ``items``, but real questions from
+    ``bench/questions/general.jsonl`` through real retrieval and verification."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from bench.perf.farmkit import REPO, bench_redis_url, farm_env, flush, workers
+    from common.jobs import expand_jobs
+    from common.models import ALL_MODES
+    from producer.store import ProducerStore
+    from producer.sweep import enqueue_jobs, load_questions, make_manifest
+    from worker.celery_app import configure_app
+    from worker.retrieval import ensure_default_index
+
+    tmp = Path(tempfile.mkdtemp(prefix="qfarm-sat-"))
+    index = ensure_default_index(Settings(data_dir=tmp / "data"), progress=False)
+    questions, digest = load_questions(REPO / "bench/questions/general.jsonl")
+    n = -(-len(items) // (len(questions) * len(ALL_MODES)))
+    # Greedy items ask for temperature 0, the only setting at which prompts can share a batch.
+    policy = Policy(temperature=items[0][1].temperature) if items else Policy()
+    jobs = list(expand_jobs("sat", questions, list(ALL_MODES), n, policy, model="m",
+                            use_cache=False))[: len(items)]
+    client = flush()
+    env = farm_env(QFARM_LLM_ENDPOINTS=",".join(urls), QFARM_INDEX_PATH=str(index),
+                   **{f"QFARM_{k.upper()}": str(v) for k, v in settings.items()})
+    app = configure_app(Settings(redis_url=bench_redis_url()))
+    manifest = make_manifest(
+        run_id="sat", question_file="general.jsonl", question_file_digest=digest,
+        n_questions=len(questions), modes=list(ALL_MODES), n=n, policy=policy, model="m",
+        endpoints=list(urls), simulated=True, retriever="embedded", index_version=None,
+        corpus=None, eager=False, use_cache=False,
+    )
+    spec = [("sat-cpu", "retrieve,verify", "prefork", 2),
+            ("sat-gpu", "generate", "threads", concurrency)]
+    with workers(env, spec, tmp):
+        ProducerStore(client).put_manifest(manifest)
+        t0 = time.perf_counter()
+        enqueue_jobs(app, jobs)
+        while client.hlen("qfarm:run:sat:rows") < len(jobs):
+            time.sleep(0.05)
+        wall = time.perf_counter() - t0
+    rows = [json.loads(v) for v in client.hvals("qfarm:run:sat:rows")]
+    client.flushdb()
+    ok = [r for r in rows if not r["error"]]
+    by_endpoint: Counter[str] = Counter(r["endpoint"] or "?" for r in ok)
+    tokens = sum(r["usage"]["completion_tokens"] or 0 for r in ok)
+    return RunResult("", len(rows), wall, len(rows) - len(ok), tokens, by_endpoint)
+
+
+DRIVERS: dict[str, Driver] = {"thread-pool": drive_thread_pool, "farm": drive_farm}
 
 
 # --------------------------------------------------------------------------- figures
@@ -215,6 +268,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--driver", choices=sorted(DRIVERS), default="thread-pool")
     p.add_argument("--quick", action="store_true", help="300 jobs, 200 per comparison, 8 serial")
     args = p.parse_args(argv)
+    from bench.perf.farmkit import exit_on_sigterm
+
+    exit_on_sigterm()
     if args.quick:
         args.jobs, args.compare_jobs, args.serial_jobs = 300, 200, 8
     specs = [EndpointSpec(int(c)) for c in args.capacity.split(",")]

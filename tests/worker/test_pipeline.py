@@ -82,7 +82,7 @@ def test_an_unreachable_endpoint_becomes_a_row_with_its_error(retriever):
     from worker.llm import open_gateway
 
     gw = open_gateway(Settings(llm_endpoints="http://127.0.0.1:9", llm_max_attempts=2,
-                               llm_connect_timeout_s=0.5))
+                               llm_connect_timeout_s=0.5, llm_wait_for_endpoint_s=1.0))
     try:
         row = pipeline.run_job(make_job("What is jazz?"), retriever, gw)
     finally:
