@@ -200,6 +200,7 @@ class Timings(Frozen):
     queue_wait_ms: float | None = None
     retrieval_ms: float | None = None
     llm_ms: float | None = None
+    ttft_ms: float | None = None  # time to first token, when the gateway streams
     verify_ms: float | None = None
     total_ms: float | None = None
 

@@ -29,9 +29,8 @@ class Settings(BaseSettings):
     redis_url: str = "redis://127.0.0.1:6379/0"
     visibility_timeout_s: int = 3600
     broker_socket_timeout_s: float = 30.0
-    task_events: bool = (
-        False  # Flower needs task events (worker_send_task_events, task_send_sent_event)
-    )
+    # Flower needs task events (worker_send_task_events, task_send_sent_event).
+    task_events: bool = False
     # LLM endpoints (comma-separated base URLs, e.g. http://gpu1:8000,http://gpu2:8000)
     llm_endpoints: str = ""
     llm_api_key: SecretStr | None = None

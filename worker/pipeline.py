@@ -136,7 +136,9 @@ def generation_stage(record: JobRecord, gateway: Gateway) -> JobRecord:
             record.model_copy(update={"generation": failed, "error": f"llm: {exc}"}),
             llm_ms=failed.llm_ms,
         )
-    return _with_timing(record.model_copy(update={"generation": gen}), llm_ms=gen.llm_ms)
+    return _with_timing(
+        record.model_copy(update={"generation": gen}), llm_ms=gen.llm_ms, ttft_ms=gen.ttft_ms
+    )
 
 
 def verification_stage(record: JobRecord) -> JobRecord:

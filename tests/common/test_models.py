@@ -60,7 +60,9 @@ def test_row_round_trips_and_has_every_spec_field():
     ).split()
     dumped = row.model_dump(mode="json")
     assert set(spec_fields) <= set(dumped)
-    assert set(dumped["timings"]) == {"queue_wait_ms", "retrieval_ms", "llm_ms", "verify_ms", "total_ms"}
+    assert set(dumped["timings"]) == {
+        "queue_wait_ms", "retrieval_ms", "llm_ms", "ttft_ms", "verify_ms", "total_ms"
+    }
     assert set(dumped["usage"]) == {"prompt_tokens", "completion_tokens"}
     assert dumped["answerability"]["answerability_confidence"] == "weak"
     assert dumped["answer"] is None  # not kept unless --keep-answers

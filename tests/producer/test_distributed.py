@@ -241,3 +241,23 @@ def test_unreachable_redis_is_a_clear_error(farm, tmp_path):
     assert "cannot reach Redis at redis://:***@127.0.0.1:6399/0" in res.stderr
     assert "secret" not in res.stderr
     assert not Path(farm.env["QFARM_RESULTS_DIR"]).exists()
+
+
+def test_result_cache_is_shared_across_runs_and_burn_bypasses_it(farm, tmp_path):
+    qfile = write_questions(tmp_path / "q.txt", QUESTIONS[:5])
+    farm.start_worker("w1")
+    runs = []
+    for extra in ([], [], ["--burn"]):
+        res = farm.qfarm("sweep", str(qfile), "-n", "2", "--quiet", *extra)
+        assert res.returncode == 0, res.stderr
+        runs.append({r["job_id"]: r for r in rows_file(farm, run_id_from(res.stderr))})
+    first, second, burned = runs
+    assert len(first) == 30 and not any(r["cache_hit"] for r in first.values())
+    assert all(r["cache_hit"] for r in second.values())
+    assert all(second[j]["verdict"] == first[j]["verdict"] for j in first)
+    assert all(second[j]["answerability"] is None for j in first)
+    assert not any(r["cache_hit"] for r in burned.values())
+    # A different policy is a different governance hash: no hit.
+    res = farm.qfarm("sweep", str(qfile), "-n", "2", "--quiet", "--policy", "top_k=4")
+    assert res.returncode == 0, res.stderr
+    assert not any(r["cache_hit"] for r in rows_file(farm, run_id_from(res.stderr)))

@@ -1,7 +1,7 @@
 """Retrieval fixtures shared by the worker tests.
 
-* ``default_index_path``: the embedded index of the real default corpus, built
-  once per session in a temp dir (under a second); ``default_index_settings``
+* ``default_index_path``: the embedded index of the real default corpus (the
+  suite-wide ``default_index`` fixture, built once per session); ``default_index_settings``
   points a ``Settings`` at it.
 * ``search_server`` / ``search_url``: an ``osmem-server`` process (in-memory
   OpenSearch-compatible HTTP server, started once per session and stopped at
@@ -20,11 +20,9 @@ from common.settings import Settings
 
 
 @pytest.fixture(scope="session")
-def default_index_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from worker.retrieval import ensure_default_index
-
-    settings = Settings(data_dir=tmp_path_factory.mktemp("default-index"))
-    return ensure_default_index(settings, progress=False)
+def default_index_path(default_index: Path) -> Path:
+    """The suite-wide index (tests/conftest.py), under the name these tests use."""
+    return default_index
 
 
 @pytest.fixture

@@ -102,3 +102,15 @@ def test_empty_truncated_or_unformatted_replies_are_rows_not_exceptions(retrieve
     for mode in Mode:
         row = pipeline.run_job(make_job("What is jazz?", mode=mode), retriever, Canned())
         assert row.error is None and row.verdict is not None
+
+
+def test_streaming_records_time_to_first_token_in_the_row(sim, retriever):
+    from worker.llm import open_gateway
+
+    gw = open_gateway(Settings(llm_endpoints=sim.url, llm_stream=True))
+    try:
+        row = pipeline.run_job(make_job("What is jazz?"), retriever, gw)
+    finally:
+        gw.close()
+    assert row.error is None
+    assert row.timings.ttft_ms is not None and row.timings.ttft_ms <= row.timings.llm_ms
