@@ -352,7 +352,7 @@ BOUNDED_ANCHORS: tuple[re.Pattern[str], ...] = tuple(
     for p in (
         r"(?:band |founding |original |group |crew |cast |team )?members of",
         r"(?:band|founding|original|crew|cast|team) members",
-        r"members",
+        r"members?",  # "every member of ABBA" names the same finite set
         r"planets?",
         r"(?:the )?solar system",
         r"(?:u\.?s\.?|us|american|united states) states?",

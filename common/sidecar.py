@@ -132,7 +132,8 @@ _RELATION_WORDS = frozenset(
     "called named some every all each any various several few number lot lots release "
     "releases record records sings writes composes perform performs publish published "
     "appear appeared play played star starred feature featured include included produce "
-    "produced".split()
+    "produced well good great greatest important significant influential remembered "
+    "celebrated acclaimed".split()
 )
 SUBJECT_DROP_WORDS: frozenset[str] = (
     STOP_WORDS

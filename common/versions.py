@@ -4,9 +4,9 @@ Bump a version whenever the behaviour it names changes, so rows produced under
 different rules never share a governance hash.
 """
 
-CLASSIFIER_VERSION = "quantifier-v1"
+CLASSIFIER_VERSION = "quantifier-v2"  # v2: "member of <band>" is a bounded anchor
 DENIAL_PATTERNS_VERSION = "v1"
-EXTRACTION_CUES_VERSION = "v1"
+EXTRACTION_CUES_VERSION = "v2"  # v2: qualifiers such as "well known" leave subject tokens
 VERIFIER_VERSION = "verifier-v1"
 PROMPT_VERSION = "prompt-v1"
 CHUNKER_VERSION = "chunker-v1"

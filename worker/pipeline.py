@@ -15,7 +15,6 @@ from typing import Protocol
 from common.errors import QfarmError, ServiceError
 from common.gold import match_gold
 from common.models import (
-    Evidence,
     Generation,
     Job,
     JobRecord,
@@ -29,17 +28,12 @@ from common.prompts import STOP, build_prompt
 from common.rows import build_row
 from common.sidecar import assess_answerability
 from common.verify import verify_answer
-
-
-class Retriever(Protocol):
-    backend: str
-
-    def search(self, query: str, *, top_k: int, title_boost: float) -> list[Evidence]: ...
-
-    def index_version(self) -> str: ...
+from worker.retrieval.base import Retriever
 
 
 class Gateway(Protocol):
+    """What the pipeline needs of ``worker.llm.Gateway`` (tests pass canned ones)."""
+
     def generate(self, prompt: str, sampling: Sampling, *, job_id: str) -> Generation: ...
 
 

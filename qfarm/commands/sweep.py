@@ -122,7 +122,13 @@ def _run_distributed(args, settings: Settings, modes, policy) -> int:
     store.put_manifest(plan.manifest)
     update_run_status(run_dir, status="enqueueing", started_at=time.time())
     t0 = time.perf_counter()
-    sent = enqueue_jobs(app, plan.jobs())
+    try:
+        sent = enqueue_jobs(app, plan.jobs())
+    except KeyboardInterrupt:
+        update_run_status(run_dir, status="enqueue interrupted")
+        print(f"\ninterrupted while enqueueing run {plan.manifest.run_id}; send the rest with: "
+              f"qfarm sweep --resume {plan.manifest.run_id}", file=sys.stderr)
+        return 130
     elapsed = time.perf_counter() - t0
     update_run_status(run_dir, status="running", enqueued=sent)
     print(f"run {plan.manifest.run_id}: enqueued {sent} jobs in {elapsed:.2f}s "

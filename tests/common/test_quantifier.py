@@ -351,3 +351,8 @@ def test_parse_number(text: str, value: int | None) -> None:
 @pytest.mark.parametrize("question", ["", "   ", "?", "\x00\x01", "🙂" * 50, "a" * 20000])
 def test_odd_input_never_raises(question: str) -> None:
     assert classify_question_quantifier(question)["intensity"] in PRIORITY
+
+
+def test_a_singular_member_of_a_band_is_a_bounded_set() -> None:
+    info = classify_question_quantifier("Name every member of ABBA")
+    assert info["intensity"] == "ALL" and info["scope_bound_hint"] == "bounded"

@@ -236,3 +236,10 @@ def test_broad_quantifier_or_plural_makes_a_question_extraction_shaped() -> None
         "Which singles did Veronica Ballestrini release?", DENIAL, [BALLESTRINI], Policy()
     )
     assert by_plural is not None and by_plural["extraction_shape"] == "plural"
+
+
+def test_qualifiers_like_well_known_are_not_subject_tokens() -> None:
+    from common.sidecar import subject_tokens_for
+
+    assert subject_tokens_for("What songs by Gabriel Fauré are well known?") == ["gabriel", "fauré"]
+    assert subject_tokens_for("Which influential works by Kafka are remembered?") == ["kafka"]

@@ -261,3 +261,17 @@ def test_result_cache_is_shared_across_runs_and_burn_bypasses_it(farm, tmp_path)
     res = farm.qfarm("sweep", str(qfile), "-n", "2", "--quiet", "--policy", "top_k=4")
     assert res.returncode == 0, res.stderr
     assert not any(r["cache_hit"] for r in rows_file(farm, run_id_from(res.stderr)))
+
+
+def test_status_shows_runs_queues_and_workers(farm, tmp_path):
+    qfile = write_questions(tmp_path / "q.txt", QUESTIONS[:2])
+    res = farm.qfarm("sweep", str(qfile), "-n", "1", "--detach", "--quiet")
+    run_id = run_id_from(res.stderr)
+    farm.start_worker("w1", queues="generate", concurrency=2)
+    res = farm.qfarm("status", run_id)
+    assert res.returncode == 0, res.stderr
+    assert f"{run_id}  running   0/6 rows" in res.stdout
+    assert "retrieve=6" in res.stdout
+    assert "worker w1@" in res.stdout and ": generate" in res.stdout
+    res = farm.qfarm("status", "no-such-run")
+    assert res.returncode == 2 and "run no-such-run: not found" in res.stderr
