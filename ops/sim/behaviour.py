@@ -28,6 +28,13 @@ in other modes that share of draws gives a good answer. With structured output
 so ``format_collapse`` and ``broken_json`` cannot happen: that is what a sweep
 comparing constrained and free JSON should see.
 
+Instruction following (a modelling assumption, stated so nobody mistakes it for
+a measurement): when the prompt carries the quantifier reminder turn ("Quantifier
+reminder: … at most N …"), the simulated model keeps at most N claims and its
+format-collapse and untagged-prose rates are halved (``REMINDER_FAILURE_FACTOR``).
+This lets an A/B sweep over ``quantifier_reminder_enabled`` exercise the whole
+comparison path; what a real model does is what a real sweep measures.
+
 Determinism: the output is a function of (prompt, seed, choice index) when
 temperature > 0, and of the prompt alone at temperature 0 (greedy decoding
 ignores the seed, as in vLLM). Tokens are counted with a crude word/punctuation
@@ -298,6 +305,22 @@ def _with_untagged(mode: Mode, claims: list[Claim], rng: random.Random) -> str:
     return _render_json(claims, rng, extra={"claim": line, "evidence": [], "warrant": ""})
 
 
+REMINDER_FAILURE_FACTOR = 0.5
+_REMINDER_CAP_RE = re.compile(r"Quantifier reminder:[^\n]*?at most (\d+)")
+
+
+def follows_reminder(prompt: str, rates: BehaviourRates) -> tuple[BehaviourRates, int | None]:
+    """Rates and claim cap of a simulated model that heeds the quantifier reminder."""
+    match = _REMINDER_CAP_RE.search(prompt)
+    if match is None:
+        return rates, None
+    heeded = rates.with_overrides(
+        format_collapse=rates.format_collapse * REMINDER_FAILURE_FACTOR,
+        untagged_prose=rates.untagged_prose * REMINDER_FAILURE_FACTOR,
+    )
+    return heeded, int(match.group(1))
+
+
 def _draw_failure(
     rates: BehaviourRates, rng: random.Random, mode: Mode, structured: bool
 ) -> str | None:
@@ -339,6 +362,9 @@ def compose_answer(
     question = (parsed.question or "").split("<|im_end|>")[0].strip()
     blocks = _blocks(parsed.blocks)
     claims = _pick_claims(blocks, question, rng, greedy=temperature <= 0)
+    rates, cap = follows_reminder(prompt, rates)
+    if cap is not None:
+        claims = claims[: max(cap, 1)]
     if not claims:
         return _denial(question, structured), "denial"
     failure = _draw_failure(rates, rng, mode, structured)

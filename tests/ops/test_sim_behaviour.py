@@ -276,3 +276,17 @@ def test_sentences_are_safe_to_quote() -> None:
         'He said "hi" to them all today. A [note] is here in this one. Plain words are fine here.'
     )
     assert out == ["Plain words are fine here."]
+
+
+def test_a_prompt_with_the_quantifier_reminder_is_heeded() -> None:
+    from ops.sim.behaviour import PROFILES, follows_reminder
+
+    rates = PROFILES["small-model"]
+    plain, cap = follows_reminder("no reminder here", rates)
+    assert plain == rates and cap is None
+    prompt = "<|im_start|>user\nQuantifier reminder: no natural bound. Give at most 5 claims.<|im_end|>"
+    heeded, cap = follows_reminder(prompt, rates)
+    assert cap == 5
+    assert heeded.format_collapse == rates.format_collapse / 2
+    assert heeded.untagged_prose == rates.untagged_prose / 2
+    assert heeded.denial == rates.denial
