@@ -28,6 +28,6 @@ bench: install
 	bash ops/scripts/ensure-redis.sh
 	$(BIN)/python -m bench.perf.verify_cost
 	$(BIN)/python -m bench.perf.retrieval
-	$(BIN)/python -m bench.perf.saturation
+	$(BIN)/python -m bench.perf.saturation --driver farm --jobs 1200
 	$(BIN)/python -m bench.perf.orchestration
 	$(BIN)/python -m bench.perf.enqueue

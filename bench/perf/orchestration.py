@@ -28,6 +28,9 @@ def main() -> None:
     ap.add_argument("--noops", type=int, default=3000)
     ap.add_argument("--concurrency", type=int, default=2, help="prefork children (CPU stages)")
     ap.add_argument("--threads", type=int, default=16, help="threads of the generate worker")
+    ap.add_argument("--shape", choices=["split", "threads"], default="split",
+                    help="split: prefork CPU worker + threads generate worker (README); "
+                         "threads: one threads worker for all queues")
     args = ap.parse_args()
     from bench.perf.farmkit import exit_on_sigterm
 
@@ -54,6 +57,8 @@ def main() -> None:
         # The deployment the README documents: CPU stages on prefork, the LLM stage on threads.
         spec = [("orch-cpu", "retrieve,verify", "prefork", args.concurrency),
                 ("orch-gpu", "generate", "threads", args.threads)]
+        if args.shape == "threads":  # one threads worker for every queue (small hosts)
+            spec = [("orch-all", "retrieve,generate,verify", "threads", args.threads)]
         with workers(env, spec, tmp):
             # Warm-up: let every child open its retriever and HTTP client.
             noop = app.tasks["qfarm.noop"]
@@ -96,8 +101,8 @@ def main() -> None:
                         for k in ("retrieval_ms", "llm_ms", "verify_ms", "total_ms")}
 
     client.flushdb()
-    print("orchestration benchmark (simulated LLM at zero latency; same Redis, same 2 workers: "
-          f"retrieve,verify prefork -c {args.concurrency}; generate threads -c {args.threads})")
+    print("orchestration benchmark (simulated LLM at zero latency; same Redis and workers for "
+          "baseline and pipeline: " + "; ".join(f"{n} -Q {q} -P {p} -c {c}" for n, q, p, c in spec) + ")")
     print(f"noop_tasks={args.noops} noop_tasks_per_s={noop_rate:.1f}")
     print(f"pipeline_jobs={len(jobs)} tasks_per_job=3 pipeline_jobs_per_s={pipeline_rate:.1f} "
           f"error_rows={errors}")
