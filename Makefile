@@ -18,10 +18,12 @@ run: install
 	$(BIN)/qfarm index
 	$(BIN)/qfarm sweep bench/questions/smoke.txt --modes quote,claim_lattice_pointer,claim_lattice -n 2 --eager
 
-# The whole suite, slow tests included (they start Redis workers, simulators, a search server).
+# Lint, type-check common/, then the whole suite, slow tests included (they start Redis
+# workers, simulators, a search server).
 test: install
 	bash ops/scripts/ensure-redis.sh
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/pytest
 
 bench: install
