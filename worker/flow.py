@@ -5,9 +5,11 @@ retrieval, prompt), ``generate`` (I/O: the LLM call; threads pool),
 ``verify`` (CPU: verification, sidecar, row write). ``interactive`` runs all
 stages in one task so single queries never wait behind a sweep.
 
-Every handler checks the run's cancel flag and whether the job already has a
-row before doing work; the row write itself is set-if-absent, so redelivery or
-duplicate messages can never produce a second row.
+The retrieve, generate and interactive handlers check the run's cancel flag and
+whether the job already has a row before doing work (one Redis round trip that
+also counts the job into the stage); verify writes without a check, since the
+row write itself is set-if-absent: redelivery or duplicate messages can never
+produce a second row.
 """
 
 from __future__ import annotations

@@ -74,7 +74,9 @@ def test_sweep_of_hundreds_of_jobs_gives_exactly_one_row_each(farm, tmp_path):
     assert set(farm.rows(run_id)) == set(ids)
     assert all(r["error"] is None for r in rows), [r["error"] for r in rows if r["error"]][:3]
     assert {r["verdict"] for r in rows} <= {"STRICT", "HYBRID", "UNGROUNDED"}
-    assert (Path(farm.env["QFARM_RESULTS_DIR"]) / run_id / "summary.md").exists()
+    summary = (Path(farm.env["QFARM_RESULTS_DIR"]) / run_id / "summary.md").read_text()
+    assert "SIMULATED" in summary  # the producer recognised the simulator behind the URL
+    assert all(r["simulated"] for r in rows)
 
 
 def test_kill_9_of_a_worker_mid_sweep_loses_and_duplicates_nothing(farm, tmp_path):
