@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -22,12 +23,53 @@ from pathlib import Path
 from bench.perf.farmkit import bench_redis_url, farm_env, flush, wait_drained, workers
 
 
+def _cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds of these processes so far (Linux /proc)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _process_tree(roots: list[int]) -> dict[str, list[int]]:
+    """Worker main processes and their pool children, by role."""
+    out: dict[str, list[int]] = {}
+    for i, root in enumerate(roots, start=1):
+        out[f"worker{i}-main"] = [root]
+        if kids := _children(root):
+            out[f"worker{i}-children"] = kids
+    return out
+
+
+def _pids_named(name: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() == name:
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=600)
     ap.add_argument("--noops", type=int, default=3000)
     ap.add_argument("--concurrency", type=int, default=2, help="prefork children (CPU stages)")
-    ap.add_argument("--threads", type=int, default=16, help="threads of the generate worker")
+    ap.add_argument("--threads", type=int, default=8, help="threads of the generate worker")
     ap.add_argument("--shape", choices=["split", "threads"], default="split",
                     help="split: prefork CPU worker + threads generate worker (README); "
                          "threads: one threads worker for all queues")
@@ -59,7 +101,7 @@ def main() -> None:
                 ("orch-gpu", "generate", "threads", args.threads)]
         if args.shape == "threads":  # one threads worker for every queue (small hosts)
             spec = [("orch-all", "retrieve,generate,verify", "threads", args.threads)]
-        with workers(env, spec, tmp):
+        with workers(env, spec, tmp) as procs:
             # Warm-up: let every child open its retriever and HTTP client.
             noop = app.tasks["qfarm.noop"]
             for i in range(50):
@@ -89,11 +131,15 @@ def main() -> None:
             ProducerStore(client).put_manifest(manifest)
             jobs = list(expand_jobs("orch", questions, list(ALL_MODES), per, policy,
                                     model=settings.model, use_cache=False))
+            watched = _process_tree([p.pid for p in procs]) | {
+                "simulator": [sim.pid], "redis-server": _pids_named("redis-server")}
+            cpu0 = {k: _cpu_s(v) for k, v in watched.items()}
             t2 = time.monotonic()
             enqueue_jobs(app, jobs)
             while client.hlen("qfarm:run:orch:rows") < len(jobs):
                 time.sleep(0.02)
             t3 = time.monotonic()
+            cpu_ms = {k: (_cpu_s(v) - cpu0[k]) * 1000 / len(jobs) for k, v in watched.items()}
             pipeline_rate = len(jobs) / (t3 - t2)
             rows = [json.loads(v) for v in client.hvals("qfarm:run:orch:rows")]
             errors = sum(1 for r in rows if r["error"])
@@ -106,6 +152,9 @@ def main() -> None:
     print(f"noop_tasks={args.noops} noop_tasks_per_s={noop_rate:.1f}")
     print(f"pipeline_jobs={len(jobs)} tasks_per_job=3 pipeline_jobs_per_s={pipeline_rate:.1f} "
           f"error_rows={errors}")
+    print("CPU per pipeline job (ms): " + " ".join(f"{k}={v:.2f}" for k, v in cpu_ms.items())
+          + f" total={sum(cpu_ms.values()):.2f}; the no-op baseline spends "
+          f"{2000 / noop_rate:.2f} ms of the 2 cores' time per task")
     print("mean in-task stage times per job (ms): "
           + " ".join(f"{k}={v:.2f}" for k, v in stage_ms.items()))
     print(f"orchestration_ratio={pipeline_rate / noop_rate:.3f}")
