@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from common.errors import QfarmError
@@ -50,6 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("qfarm: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`qfarm search ... | head`): stop quietly, as Unix tools do.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":
