@@ -34,9 +34,6 @@ class WorkerStore:
             self._manifests.popitem(last=False)
         return manifest
 
-    def is_cancelled(self, run_id: str) -> bool:
-        return bool(self.client.exists(keys.run_key(run_id, "cancelled")))
-
     def has_row(self, run_id: str, job_id: str) -> bool:
         return bool(self.client.hexists(keys.run_key(run_id, "rows"), job_id))
 
