@@ -2,30 +2,46 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import httpx
 
 from common.errors import ConfigError
 
+SIMULATOR_HEADER = "x-qfarm-simulator"  # set by ops.sim on every response
 
-def probe_endpoints(endpoints: list[str], *, api_key: str | None = None, timeout_s: float = 5.0) -> list[str]:
-    """Return the endpoints that answer /v1/models; raise if none does."""
+
+@dataclass(frozen=True)
+class ProbeResult:
+    alive: list[str]
+    simulated: bool  # the first live endpoint is the qfarm vLLM simulator
+
+
+def probe_endpoints(
+    endpoints: list[str], *, api_key: str | None = None, timeout_s: float = 5.0
+) -> ProbeResult:
+    """The endpoints that answer /v1/models (and whether they are the simulator); raise if none."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     alive: list[str] = []
+    simulated: bool | None = None
     problems: list[str] = []
     with httpx.Client(timeout=timeout_s, headers=headers) as client:
         for url in endpoints:
             try:
                 resp = client.get(f"{url}/v1/models")
-                if resp.status_code < 500:
-                    alive.append(url)
-                else:
-                    problems.append(f"{url} answered {resp.status_code}")
             except httpx.HTTPError as exc:
                 problems.append(f"{url} unreachable ({type(exc).__name__})")
+                continue
+            if resp.status_code >= 500:
+                problems.append(f"{url} answered {resp.status_code}")
+                continue
+            alive.append(url)
+            if simulated is None:
+                simulated = SIMULATOR_HEADER in resp.headers
     if not alive:
         raise ConfigError(
             "no LLM endpoint is reachable: " + "; ".join(problems)
             + ". Check QFARM_LLM_ENDPOINTS (comma-separated base URLs such as http://gpu1:8000), "
             "or unset it to use the built-in vLLM simulator"
         )
-    return alive
+    return ProbeResult(alive=alive, simulated=bool(simulated))

@@ -103,9 +103,10 @@ def make_manifest(
     )
 
 
-def plan_sweep(*, questions_path: Path, **manifest_fields: object) -> SweepPlan:
-    """Read the question file and describe the run; nothing is written or sent."""
-    questions, digest = load_questions(questions_path)
+def plan_sweep(
+    *, questions_path: Path, questions: list[Question], digest: str, **manifest_fields: object
+) -> SweepPlan:
+    """Describe the run of a loaded question file (``load_questions``); nothing is written or sent."""
     manifest = make_manifest(
         question_file=str(questions_path),
         question_file_digest=digest,

@@ -53,8 +53,8 @@ def llm_endpoints(settings: Settings, *, quiet: bool = False) -> Iterator[Endpoi
         from producer.endpoints import probe_endpoints  # noqa: PLC0415
 
         key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
-        probe_endpoints(settings.endpoints, api_key=key)
-        yield Endpoints(urls=settings.endpoints, simulated=_is_simulator(settings.endpoints[0], key))
+        probe = probe_endpoints(settings.endpoints, api_key=key)
+        yield Endpoints(urls=settings.endpoints, simulated=probe.simulated)
         return
     from ops.sim.launch import start_simulator  # noqa: PLC0415
 
@@ -68,17 +68,6 @@ def llm_endpoints(settings: Settings, *, quiet: bool = False) -> Iterator[Endpoi
         yield Endpoints(urls=[handle.url], simulated=True, handle=handle)
     finally:
         handle.stop()
-
-
-def _is_simulator(url: str, key: str | None) -> bool:
-    import httpx  # noqa: PLC0415
-
-    try:
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        resp = httpx.get(f"{url}/v1/models", headers=headers, timeout=5.0)
-        return "x-qfarm-simulator" in resp.headers
-    except httpx.HTTPError:
-        return False
 
 
 def open_local_retriever(settings: Settings, *, progress: bool = True) -> Any:

@@ -46,19 +46,23 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"-n {args.n}: the number of samples must be at least 1")
     from producer.sweep import load_questions  # noqa: PLC0415
 
-    load_questions(args.questions)
+    loaded = load_questions(args.questions)
     if args.eager:
-        return _run_eager(args, settings, modes, policy)
-    return _run_distributed(args, settings, modes, policy)
+        return _run_eager(args, settings, modes, policy, loaded)
+    return _run_distributed(args, settings, modes, policy, loaded)
 
 
-def _plan(args, settings: Settings, modes, policy, *, run_id, endpoints, simulated, retriever, eager):
+def _plan(args, settings: Settings, modes, policy, loaded, *, run_id, endpoints, simulated,
+          retriever, eager):
     from producer.sweep import plan_sweep  # noqa: PLC0415
 
+    questions, digest = loaded
     describe = getattr(retriever, "describe", lambda: {})()
     return plan_sweep(
         run_id=run_id,
         questions_path=args.questions,
+        questions=questions,
+        digest=digest,
         modes=modes,
         n=args.n,
         policy=policy,
@@ -74,7 +78,7 @@ def _plan(args, settings: Settings, modes, policy, *, run_id, endpoints, simulat
     )
 
 
-def _run_eager(args, settings: Settings, modes, policy) -> int:
+def _run_eager(args, settings: Settings, modes, policy, loaded) -> int:
     from producer.aggregator import Aggregator  # noqa: PLC0415
     from producer.runs import create_run_dir, new_run_id, update_run_status  # noqa: PLC0415
     from producer.sweep import enqueue_jobs  # noqa: PLC0415
@@ -84,7 +88,7 @@ def _run_eager(args, settings: Settings, modes, policy) -> int:
     with runtime.llm_endpoints(settings) as eps:
         settings = settings.model_copy(update={"llm_endpoints": ",".join(eps.urls)})
         svc, store = runtime.eager_services(settings, retriever)
-        plan = _plan(args, settings, modes, policy, run_id=new_run_id(), endpoints=eps.urls,
+        plan = _plan(args, settings, modes, policy, loaded, run_id=new_run_id(), endpoints=eps.urls,
                      simulated=eps.simulated, retriever=retriever, eager=True)
         run_dir = create_run_dir(settings.results_dir, plan.manifest)
         store.put_manifest(plan.manifest)
@@ -103,7 +107,7 @@ def _run_eager(args, settings: Settings, modes, policy) -> int:
     return _finish(run_dir, plan.manifest.n_jobs, agg.written)
 
 
-def _run_distributed(args, settings: Settings, modes, policy) -> int:
+def _run_distributed(args, settings: Settings, modes, policy, loaded) -> int:
     from producer.runs import create_run_dir, new_run_id, update_run_status  # noqa: PLC0415
     from producer.store import ProducerStore, connect  # noqa: PLC0415
     from producer.sweep import enqueue_jobs  # noqa: PLC0415
@@ -114,7 +118,7 @@ def _run_distributed(args, settings: Settings, modes, policy) -> int:
     retriever = runtime.open_local_retriever(settings, progress=not args.quiet)
     with runtime.llm_endpoints(settings, quiet=True) as eps:
         simulated = eps.simulated
-    plan = _plan(args, settings, modes, policy, run_id=new_run_id(), endpoints=eps.urls,
+    plan = _plan(args, settings, modes, policy, loaded, run_id=new_run_id(), endpoints=eps.urls,
                  simulated=simulated, retriever=retriever, eager=False)
     app = configure_app(settings)
     store = ProducerStore(client)
