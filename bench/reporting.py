@@ -14,9 +14,7 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING
 
 from common.compare import Comparison, compare_runs, render_compare
 from common.errors import InputError
@@ -24,6 +22,7 @@ from common.models import Manifest
 from common.report import render_stats
 from common.runstats import RunStats
 from common.stats import wilson_interval
+from producer.runs import read_manifest, read_run_status
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -33,7 +32,6 @@ log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
 ROWS = "rows.jsonl"
 SUMMARY = "summary.md"
-STATUS = "status.json"
 COMPARE = "compare.md"
 STRICT_PLOT = "strict_rate.png"
 LATENCY_PLOT = "latency.png"
@@ -41,22 +39,6 @@ DELTA_PLOT = "compare_deltas.png"
 
 
 # --------------------------------------------------------------------------- reading
-
-
-def read_manifest(run_dir: Path) -> Manifest:
-    path = run_dir / MANIFEST
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{path}: no manifest; is {run_dir} a qfarm run directory?") from None
-    try:
-        return Manifest.model_validate_json(text)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "manifest"
-        raise InputError(
-            f"{path}: invalid manifest at {where}: {first['msg']}; re-run the sweep or fix the file"
-        ) from exc
 
 
 def read_stats(rows_path: Path) -> RunStats:
@@ -224,15 +206,6 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def read_status(run_dir: Path) -> dict[str, Any]:
-    """``status.json`` beside the manifest (written by the producer), or {} if absent or unreadable."""
-    try:
-        data = json.loads((run_dir / STATUS).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def write_summary(run_dir: Path, *, finished_at: float | None = None) -> Path:
     """(Re)write ``summary.md`` and its plots in ``run_dir``; returns the summary's path.
 
@@ -241,7 +214,7 @@ def write_summary(run_dir: Path, *, finished_at: float | None = None) -> Path:
     """
     run_dir = Path(run_dir)
     manifest, stats = read_run(run_dir)
-    status = read_status(run_dir)
+    status = read_run_status(run_dir)
     if finished_at is None and isinstance(status.get("finished_at"), int | float):
         finished_at = float(status["finished_at"])
     plots: dict[str, str] = {}

@@ -7,7 +7,11 @@ import os
 import secrets
 import time
 from pathlib import Path
+from typing import Any
 
+from pydantic import ValidationError
+
+from common.errors import InputError
 from common.models import Manifest
 
 
@@ -30,17 +34,30 @@ def create_run_dir(results_dir: Path, manifest: Manifest) -> Path:
 
 
 def read_manifest(run_dir: Path) -> Manifest:
-    return Manifest.model_validate_json((run_dir / "manifest.json").read_text())
+    path = run_dir / "manifest.json"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: no manifest; is {run_dir} a qfarm run directory?") from None
+    try:
+        return Manifest.model_validate_json(text)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "manifest"
+        raise InputError(
+            f"{path}: invalid manifest at {where}: {first['msg']}; re-run the sweep or fix the file"
+        ) from exc
 
 
 def update_run_status(run_dir: Path, **fields: object) -> None:
     """Status lives beside the manifest (the manifest itself never changes)."""
-    path = run_dir / "status.json"
-    data = json.loads(path.read_text()) if path.exists() else {}
-    data.update(fields)
-    write_json_atomic(path, data)
+    write_json_atomic(run_dir / "status.json", {**read_run_status(run_dir), **fields})
 
 
-def read_run_status(run_dir: Path) -> dict:
-    path = run_dir / "status.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+def read_run_status(run_dir: Path) -> dict[str, Any]:
+    """``status.json`` beside the manifest, or {} if absent or unreadable."""
+    try:
+        data = json.loads((run_dir / "status.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}

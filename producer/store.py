@@ -111,12 +111,9 @@ class ProducerStore:
 
     def purge_run_messages(self, run_id: str, queues: Iterable[str] = keys.QUEUES) -> int:
         """Remove this run's pending messages from the queue lists; returns how many."""
-        removed = 0
-        for queue in queues:
-            for raw in self.client.lrange(queue, 0, -1):
-                if _message_run_id(raw) == run_id:
-                    removed += int(self.client.lrem(queue, 1, raw))
-        return removed
+        return sum(
+            int(self.client.lrem(queue, 1, raw)) for queue, raw in self._queued(run_id, queues)
+        )
 
     def pending_message_count(self, run_id: str, queues: Iterable[str] = keys.QUEUES) -> int:
         """This run's messages still in a queue or held unacknowledged by a worker.
@@ -124,9 +121,7 @@ class ProducerStore:
         Scans every queue list and kombu's ``unacked`` hash, so it is only called
         when a run has stalled.
         """
-        count = 0
-        for queue in queues:
-            count += sum(1 for raw in self.client.lrange(queue, 0, -1) if _message_run_id(raw) == run_id)
+        count = sum(1 for _ in self._queued(run_id, queues))
         for raw in self.client.hvals(UNACKED_KEY):
             try:
                 message = json.dumps(json.loads(raw)[0]).encode()
@@ -134,6 +129,13 @@ class ProducerStore:
                 continue
             count += _message_run_id(message) == run_id
         return count
+
+    def _queued(self, run_id: str, queues: Iterable[str]) -> Iterator[tuple[str, bytes]]:
+        """(queue, raw message) for each of this run's messages waiting in a queue list."""
+        for queue in queues:
+            for raw in self.client.lrange(queue, 0, -1):
+                if _message_run_id(raw) == run_id:
+                    yield queue, raw
 
     def queue_lengths(self, queues: Iterable[str] = keys.QUEUES) -> dict[str, int]:
         pipe = self.client.pipeline()

@@ -168,8 +168,7 @@ def internal_error_row(payload: dict, svc: Services, exc: BaseException) -> None
             if job is None:
                 return
             record = pipeline.begin(job, worker=svc.worker_name)
-        if svc.store.has_row(record.job.run_id, record.job.job_id):
-            return
+        # The write is set-if-absent: a job that already has a row keeps it.
         err = record.model_copy(update={"error": f"internal: {type(exc).__name__}: {exc}"})
         svc.store.write_row(pipeline.finish(err))
     except Exception:  # noqa: BLE001 - nothing more can be done; the task log has both

@@ -34,9 +34,6 @@ class WorkerStore:
             self._manifests.popitem(last=False)
         return manifest
 
-    def has_row(self, run_id: str, job_id: str) -> bool:
-        return bool(self.client.hexists(keys.run_key(run_id, "rows"), job_id))
-
     def enter_stage(self, run_id: str, job_id: str, stage: str) -> tuple[bool, bool]:
         """Count the job into ``stage``; returns (run cancelled, job already has a row).
 

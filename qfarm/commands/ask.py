@@ -118,7 +118,7 @@ def _ask_distributed(args, settings: Settings, question, modes, policy) -> tuple
     job_id = _submit(store, manifest, question, app)
     deadline = time.monotonic() + args.timeout
     while time.monotonic() < deadline:
-        if store.client.hexists(f"qfarm:run:{manifest.run_id}:rows", job_id):
+        if store.existing_job_ids(manifest.run_id, [job_id]):
             return _fetch(store, manifest.run_id, job_id)
         time.sleep(0.1)
     raise QfarmError(
