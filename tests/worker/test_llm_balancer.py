@@ -157,3 +157,25 @@ def test_snapshot_never_shows_keys() -> None:
         breaker_cooldown_s=1,
     )
     assert "sk-secret-123" not in repr(b.snapshot())
+
+
+def test_a_full_endpoint_makes_the_gateway_wait_for_a_slot_not_fail() -> None:
+    b = make(1, max_inflight=2, clock=None)
+    held = [b.acquire(), b.acquire()]
+    got: list[str] = []
+    t = threading.Thread(
+        target=lambda: got.append(b.acquire(wait_s=0.0, wait_for_slot=True).url)
+    )
+    t.start()
+    t.join(timeout=0.3)
+    assert t.is_alive() and got == []  # past wait_s, still waiting: the endpoint is only full
+    b.release(held[0], ok=True)
+    t.join(timeout=5)
+    assert got == ["http://e0"]
+
+
+def test_waiting_for_a_slot_still_gives_up_when_no_endpoint_is_merely_full() -> None:
+    b = make(1, max_inflight=2)
+    b.mark_health("http://e0", False, "down")
+    with pytest.raises(TransientServiceError, match="unhealthy"):
+        b.acquire(wait_s=0.0, wait_for_slot=True)

@@ -171,3 +171,29 @@ def test_helpers() -> None:
         "vllm:num_requests_waiting": 5.0,
     }
     assert build_body("m", ["a", "b"], Sampling(), stream=False)["prompt"] == ["a", "b"]
+
+
+def test_each_thread_talks_through_its_own_pool_and_close_ends_them_all() -> None:
+    import threading
+
+    client = client_for(lambda request: ok_reply([{"index": 0, "text": "hi"}]))
+    target = Target("http://gpu1:8000", None)
+    seen: dict[str, object] = {}
+
+    def use(name: str) -> None:
+        client.complete(target, ["p"], Sampling(), job_id=name)
+        seen[name] = client._http  # noqa: SLF001 - the pool this thread used
+
+    threads = [threading.Thread(target=use, args=(f"t{i}",)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    use("main")
+    use("main-again")
+    assert len({id(c) for c in seen.values()}) == 4  # three threads + this one, reused here
+    assert seen["main"] is seen["main-again"]
+    client.close()
+    assert seen["main"].is_closed  # type: ignore[attr-defined]
+    with pytest.raises(TransientServiceError, match="closed"):
+        client.complete(target, ["p"], Sampling(), job_id="late")

@@ -17,7 +17,9 @@ Rules, in the order ``acquire`` applies them:
    seen saturated it is assumed as large as the largest known one, so it gets
    at least an even share and reveals its capacity.
 4. Nothing usable: wait (bounded) for a slot, a Retry-After, a breaker
-   cool-down or a health recovery, then raise ``TransientServiceError``.
+   cool-down or a health recovery, then raise ``TransientServiceError``. The
+   gateway waits for a slot without that bound (``wait_for_slot``): a full
+   endpoint is back-pressure, not a failure.
 
 Circuit breaker (per endpoint): ``failures`` consecutive transient failures
 (connect errors, timeouts, dropped connections, 5xx, malformed replies; not
@@ -91,7 +93,9 @@ class Balancer:
 
     # ------------------------------------------------------------------ choosing
 
-    def _blocker(self, e: EndpointState, now: float, cost: int) -> str | None:
+    def _blocker(
+        self, e: EndpointState, now: float, cost: int, *, count_inflight: bool = True
+    ) -> str | None:
         """Why ``e`` cannot take a request now (None: it can)."""
         if not e.healthy:
             return f"unhealthy ({e.health_reason or '/health failed'})"
@@ -101,7 +105,7 @@ class Balancer:
             return "breaker half-open, trial request in flight"
         if now < e.not_before:
             return f"Retry-After for {e.not_before - now:.1f} s more"
-        if e.outstanding and e.outstanding + cost > self.max_inflight:
+        if count_inflight and e.outstanding and e.outstanding + cost > self.max_inflight:
             return f"{e.outstanding} requests in flight (max {self.max_inflight})"
         return None
 
@@ -142,8 +146,16 @@ class Balancer:
         wait_s: float = 60.0,
         job_id: str | None = None,
         cost: int = 1,
+        wait_for_slot: bool = False,
     ) -> EndpointState:
-        """Reserve the best usable endpoint, waiting up to ``wait_s`` for one."""
+        """Reserve the best usable endpoint, waiting up to ``wait_s`` for one.
+
+        With ``wait_for_slot``, a job does not give up while some endpoint is merely
+        full (healthy, at ``max_inflight`` from this process): that is back-pressure
+        from this process's own requests, and one of them frees a slot within the
+        request timeout. ``wait_s`` then bounds only the waits for endpoints that are
+        down, open, or behind a Retry-After.
+        """
         deadline = self._clock() + wait_s
         with self._cond:
             while True:
@@ -159,7 +171,7 @@ class Balancer:
                     e.outstanding += cost
                     e.sent += 1
                     return e
-                if now >= deadline:
+                if now >= deadline and not (wait_for_slot and self._any_only_full(now, cost)):
                     reasons = "; ".join(
                         f"{x.target.display}: {self._blocker(x, now, cost)}" for x in self.endpoints
                     )
@@ -168,7 +180,15 @@ class Balancer:
                         "servers, or raise QFARM_LLM_WAIT_FOR_ENDPOINT_S",
                         job_id=job_id,
                     )
-                self._cond.wait(timeout=min(deadline - now, self._next_change(now)))
+                self._cond.wait(timeout=max(min(deadline - now, self._next_change(now)), 0.001))
+
+    def _any_only_full(self, now: float, cost: int) -> bool:
+        """Is some endpoint blocked by nothing but its in-flight cap?"""
+        return any(
+            self._blocker(e, now, cost) is not None
+            and self._blocker(e, now, cost, count_inflight=False) is None
+            for e in self.endpoints
+        )
 
     def _next_change(self, now: float) -> float:
         """Seconds until a time-based blocker lifts (capped: health/slots arrive by notify)."""

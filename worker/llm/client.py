@@ -1,4 +1,4 @@
-"""HTTP to OpenAI-compatible endpoints: one ``httpx.Client`` per process, no retries.
+"""HTTP to OpenAI-compatible endpoints: one small ``httpx.Client`` per thread, no retries.
 
 This layer sends one request and translates what comes back into either a
 ``Reply`` (choices mapped by their ``index``, never by position) or a
@@ -7,6 +7,12 @@ job id. It never retries (``retry.py`` and the gateway own that) and never puts
 an API key in a message: keys travel only in the ``Authorization`` header of
 each request, and any text taken from a server is passed through ``redact``.
 
+Each thread gets its own client (a keep-alive connection per endpoint) instead of
+sharing one pool: httpcore 1.0's pool scans every connection under one lock on
+each request (encode/httpcore#1035), which with 64 threads on a 66-connection
+pool cost more CPU than the requests themselves (bench/perf/orchestration.py).
+A thread sends one request at a time, so its pool never needs more.
+
 Tests swap the transport for ``httpx.MockTransport``; integration tests use the
 simulator over real HTTP.
 """
@@ -14,7 +20,9 @@ simulator over real HTTP.
 from __future__ import annotations
 
 import json
+import threading
 import time
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -148,7 +156,7 @@ def _tag(exc: ServiceError, kind: str, status: int | None = None) -> ServiceErro
 
 
 class LLMClient:
-    """Thread-safe; share one per process."""
+    """Thread-safe; share one per process (each thread talks through its own pool)."""
 
     def __init__(
         self,
@@ -161,21 +169,51 @@ class LLMClient:
     ):
         self.model = model
         self._secrets: list[str] = []
-        self._http = httpx.Client(
-            timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s, pool=timeout_s),
-            limits=httpx.Limits(
-                max_connections=max_connections, max_keepalive_connections=max_connections
-            ),
-            transport=transport,
-            follow_redirects=False,
-        )
+        self._timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s, pool=timeout_s)
+        # Per thread: one request at a time, but failover may visit several endpoints.
+        self._per_thread = max(1, max_connections)
+        self._transport = transport
+        # Made once: building an SSL context costs ~20 ms, a client without one ~0.1 ms.
+        self._ssl = httpx.create_ssl_context()
+        self._local = threading.local()
+        self._clients: weakref.WeakSet[httpx.Client] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def _http(self) -> httpx.Client:
+        """This thread's client, made on first use."""
+        if self._closed:
+            raise TransientServiceError("the LLM client is closed")
+        client = getattr(self._local, "client", None)
+        if client is None:
+            client = httpx.Client(
+                timeout=self._timeout,
+                limits=httpx.Limits(
+                    max_connections=self._per_thread, max_keepalive_connections=self._per_thread
+                ),
+                transport=self._transport,
+                verify=self._ssl,
+                follow_redirects=False,
+            )
+            with self._lock:
+                if self._closed:
+                    client.close()
+                    raise TransientServiceError("the LLM client is closed")
+                self._clients.add(client)
+            self._local.client = client
+        return client
 
     def register_secret(self, secret: str | None) -> None:
         if secret:
             self._secrets.append(secret)
 
     def close(self) -> None:
-        self._http.close()
+        with self._lock:
+            self._closed = True
+            clients = list(self._clients)
+        for client in clients:
+            client.close()
 
     # ------------------------------------------------------------------ generation
 

@@ -139,7 +139,7 @@ class Gateway:
             model=settings.model,
             timeout_s=settings.llm_timeout_s,
             connect_timeout_s=settings.llm_connect_timeout_s,
-            max_connections=len(targets) * (max_inflight + 2),
+            max_connections=len(targets),  # per thread (see client.py)
             transport=transport,  # type: ignore[arg-type]
         )
         for t in targets:
@@ -286,7 +286,7 @@ class Gateway:
     ) -> EndpointState:
         try:
             return self._balancer.acquire(
-                avoid=tried, wait_s=self._wait_s, job_id=job_id, cost=cost
+                avoid=tried, wait_s=self._wait_s, job_id=job_id, cost=cost, wait_for_slot=True
             )
         except TransientServiceError as exc:
             suffix = f"; last error: {last}" if last else ""
