@@ -44,6 +44,7 @@ close enough to a Llama tokenizer for load modelling (~1.2 tokens per word).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import random
@@ -134,12 +135,19 @@ class Completion:
     failure: str | None  # the failure kind drawn, None for a good answer
 
 
+# The text helpers are pure and see the same prompts and evidence blocks over and
+# over (n samples of a question, one corpus), so they are memoized: the simulator
+# often shares its host's cores with the farm it serves (bench/perf).
+@functools.lru_cache(maxsize=4096)
 def count_tokens(text: str) -> int:
     return len(TOKEN_RE.findall(text))
 
 
-def content_words(text: str) -> set[str]:
-    return {w for w in WORD_RE.findall(text.casefold()) if w not in STOP_WORDS and len(w) > 1}
+@functools.lru_cache(maxsize=16384)
+def content_words(text: str) -> frozenset[str]:
+    return frozenset(
+        w for w in WORD_RE.findall(text.casefold()) if w not in STOP_WORDS and len(w) > 1
+    )
 
 
 def rng_for(prompt: str, seed: int | None, choice_index: int, temperature: float) -> random.Random:
@@ -151,14 +159,15 @@ def rng_for(prompt: str, seed: int | None, choice_index: int, temperature: float
     return random.Random(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big"))
 
 
-def split_sentences(text: str) -> list[str]:
+@functools.lru_cache(maxsize=4096)
+def split_sentences(text: str) -> tuple[str, ...]:
     """Sentences safe to copy verbatim into any of the three formats."""
     out = []
     for raw in SENTENCE_SPLIT_RE.split(text.strip()):
         s = " ".join(raw.split())
         if 25 <= len(s) <= 320 and len(WORD_RE.findall(s)) >= 5 and not (set(s) & UNSAFE_CHARS):
             out.append(s)
-    return out
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -184,8 +193,8 @@ def _blocks(parsed_blocks: tuple[tuple[str, str, str], ...]) -> list[Block]:
             # No clean sentence: fall back to a 12-word window of plain words.
             words = [w for w in text.split() if not (set(w) & UNSAFE_CHARS)][:12]
             if len(words) >= 6:
-                sentences = [" ".join(words)]
-        blocks.append(Block(bid, title, text, tuple(sentences)))
+                sentences = (" ".join(words),)
+        blocks.append(Block(bid, title, text, sentences))
     return blocks
 
 

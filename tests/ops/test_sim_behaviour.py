@@ -275,7 +275,7 @@ def test_sentences_are_safe_to_quote() -> None:
     out = split_sentences(
         'He said "hi" to them all today. A [note] is here in this one. Plain words are fine here.'
     )
-    assert out == ["Plain words are fine here."]
+    assert out == ("Plain words are fine here.",)
 
 
 def test_a_prompt_with_the_quantifier_reminder_is_heeded() -> None:
