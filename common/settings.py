@@ -29,6 +29,10 @@ class Settings(BaseSettings):
     redis_url: str = "redis://127.0.0.1:6379/0"
     visibility_timeout_s: int = 3600
     broker_socket_timeout_s: float = 30.0
+    # Jobs per sweep message: the stages handle a bundle's jobs together (one search per
+    # distinct question, prompts in flight together, one Redis round trip per step).
+    # The generate worker then has up to -c x bundle_size requests in flight.
+    bundle_size: int = Field(default=8, ge=1, le=256)
     # Flower needs task events (worker_send_task_events, task_send_sent_event).
     task_events: bool = False
     # LLM endpoints (comma-separated base URLs, e.g. http://gpu1:8000,http://gpu2:8000)

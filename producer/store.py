@@ -156,7 +156,7 @@ def _message_run_id(raw: bytes) -> str | None:
         if message.get("properties", {}).get("body_encoding") == "base64":
             body = base64.b64decode(body)
         args = json.loads(body)[0]
-        first = args[0]
+        first = args[0][0]  # the first job of the bundle in the task's one argument
         if "run_id" in first:
             return first["run_id"]
         return first["job"]["run_id"]

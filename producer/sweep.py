@@ -8,7 +8,7 @@ or a message is sent, so bad input leaves nothing half-written or half-enqueued.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,23 +116,49 @@ def plan_sweep(
     return SweepPlan(manifest=manifest, questions=questions)
 
 
-def enqueue_jobs(app, jobs: Iterable[Job], *, task_name: str = "qfarm.retrieve") -> int:
-    """Publish jobs as compact messages, pipelined through kombu's producer batch."""
+def enqueue_jobs(
+    app, jobs: Iterable[Job], *, task_name: str = "qfarm.retrieve", bundle_size: int = 1
+) -> int:
+    """Publish jobs as compact messages, pipelined through kombu's producer batch.
+
+    With ``bundle_size`` > 1, consecutive jobs share one message (a bundle: the
+    stages handle its jobs together; see worker/flow.py). Returns the number of
+    jobs sent.
+    """
     task = app.tasks[task_name]
     sent = 0
     with app.producer_or_acquire() as producer:
         batch = producer.batch(ENQUEUE_BATCH) if hasattr(producer, "batch") else _nullctx()
         with batch:
-            for job in jobs:
-                ref = ref_for(job.model_copy(update={"enqueued_at": time.time()}))
+            for bundle in bundles(jobs, bundle_size):
+                now = time.time()
+                refs = [
+                    ref_for(job.model_copy(update={"enqueued_at": now})).model_dump(
+                        mode="json", exclude_none=True
+                    )
+                    for job in bundle
+                ]
+                more = f" +{len(bundle) - 1}" if len(bundle) > 1 else ""
                 task.apply_async(
-                    args=[ref.model_dump(mode="json", exclude_none=True)],
+                    args=[refs],
                     producer=producer,
-                    argsrepr=f"<{job.run_id}/{job.job_id}>",
+                    argsrepr=f"<{bundle[0].run_id}/{bundle[0].job_id}{more}>",
                     kwargsrepr="",
                 )
-                sent += 1
+                sent += len(bundle)
     return sent
+
+
+def bundles(jobs: Iterable[Job], size: int) -> Iterator[list[Job]]:
+    """Consecutive jobs in lists of ``size`` (the last may be shorter); lazily."""
+    bundle: list[Job] = []
+    for job in jobs:
+        bundle.append(job)
+        if len(bundle) >= size:
+            yield bundle
+            bundle = []
+    if bundle:
+        yield bundle
 
 
 class _nullctx:
@@ -190,7 +216,7 @@ def follow(
         time.sleep(poll_s)
 
 
-def reconcile_run(app, plan: SweepPlan, store: ProducerStore) -> int:
+def reconcile_run(app, plan: SweepPlan, store: ProducerStore, *, bundle_size: int = 1) -> int:
     """Re-enqueue the jobs of a stalled run that have no row and no message anywhere.
 
     kombu's Redis transport moves a message into its ``unacked`` hash only after
@@ -203,4 +229,4 @@ def reconcile_run(app, plan: SweepPlan, store: ProducerStore) -> int:
     if store.pending_message_count(plan.manifest.run_id) > 0:
         return 0
     todo = missing_jobs(plan, store)
-    return enqueue_jobs(app, todo) if todo else 0
+    return enqueue_jobs(app, todo, bundle_size=bundle_size) if todo else 0

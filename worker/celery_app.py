@@ -85,6 +85,9 @@ def configure_app(settings: Settings, *, eager: bool = False) -> Celery:
     """Configure explicitly (eager runs, producers with their own settings)."""
     app._qfarm_configured = True  # type: ignore[attr-defined]
     app.conf.update(celery_config(settings, eager=eager))
+    # Connections already pooled still point at the previous broker (a process that
+    # reconfigures: tests, benchmarks); drop them as Celery does after a fork.
+    app._after_fork()  # type: ignore[attr-defined]
     return app
 
 

@@ -1,14 +1,21 @@
 """What each queue's task does with a message: store checks around the pipeline stages.
 
 Stage split (queues by role): ``retrieve`` (CPU: preflight, cache lookup,
-retrieval, prompt), ``generate`` (I/O: the LLM call; threads pool),
+retrieval, prompt), ``generate`` (I/O: the LLM calls; threads pool),
 ``verify`` (CPU: verification, sidecar, row write). ``interactive`` runs all
-stages in one task so single queries never wait behind a sweep.
+stages of one job in one task so single queries never wait behind a sweep.
+
+Sweep messages carry a *bundle* of jobs (``QFARM_BUNDLE_SIZE``, consecutive jobs
+of one run): each stage handles the bundle with one round trip to Redis for its
+checks and one for its writes, searches once per distinct question, sends the
+bundle's prompts to the gateway together and forwards the survivors as one
+message. A job is still the unit of failure: an error in one job becomes that
+job's row, and its bundle-mates go on.
 
 The retrieve, generate and interactive handlers check the run's cancel flag and
-whether the job already has a row before doing work (one Redis round trip that
-also counts the job into the stage); verify writes without a check, since the
-row write itself is set-if-absent: redelivery or duplicate messages can never
+whether each job already has a row before doing work (the same round trip also
+counts the jobs into the stage); verify writes without a check, since the row
+write itself is set-if-absent: redelivery or duplicate messages can never
 produce a second row.
 """
 
@@ -16,7 +23,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
+
+import redis
 
 from common import keys
 from common.jobs import job_from_ref
@@ -27,7 +37,11 @@ from worker.services import Services
 
 log = logging.getLogger("qfarm.worker")
 
-Send = Callable[[str, JobRecord], None]
+Send = Callable[[str, list[JobRecord]], None]
+T = TypeVar("T")
+
+# Redis hiccups are retried by the task (the whole bundle; finished jobs are skipped).
+REDIS_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
 
 def _load_job(ref_data: dict, svc: Services) -> Job | None:
@@ -39,11 +53,51 @@ def _load_job(ref_data: dict, svc: Services) -> Job | None:
     return job_from_ref(ref, manifest)
 
 
-def _should_skip(job: Job, svc: Services, stage: str) -> bool:
-    cancelled, has_row = svc.store.enter_stage(job.run_id, job.job_id, stage)
-    if cancelled:
-        log.info("run %s cancelled; skipping job %s", job.run_id, job.job_id)
-    return cancelled or has_row
+def _each(payloads: Iterable[dict], svc: Services, parse: Callable[[dict], T | None]) -> list[T]:
+    """Parse each payload of a bundle; a payload that cannot be parsed ends as an error row."""
+    out = []
+    for payload in payloads:
+        try:
+            item = parse(payload)
+        except REDIS_ERRORS:
+            raise
+        except Exception as exc:
+            log.exception("unusable job in a bundle; writing an error row")
+            internal_error_row(payload, svc, exc)
+            continue
+        if item is not None:
+            out.append(item)
+    return out
+
+
+def _safely(record: JobRecord, step: Callable[[JobRecord], JobRecord]) -> JobRecord:
+    """Run one job's stage; a bug in it becomes that job's error, not its bundle's."""
+    try:
+        return step(record)
+    except REDIS_ERRORS:
+        raise
+    except Exception as exc:
+        return _failed(record, exc)
+
+
+def _failed(record: JobRecord, exc: Exception) -> JobRecord:
+    log.exception("job %s failed unexpectedly; it will be an error row", record.job.job_id)
+    return record.model_copy(update={"error": f"internal: {type(exc).__name__}: {exc}"})
+
+
+def _live(items: Sequence[T], job_of: Callable[[T], Job], svc: Services, stage: str) -> list[T]:
+    """The items whose run is not cancelled and whose job has no row yet (one round trip a run)."""
+    by_run: dict[str, list[T]] = {}
+    for item in items:
+        by_run.setdefault(job_of(item).run_id, []).append(item)
+    live: list[T] = []
+    for run_id, group in by_run.items():
+        cancelled, has_row = svc.store.enter_stage(run_id, [job_of(i).job_id for i in group], stage)
+        if cancelled:
+            log.info("run %s cancelled; skipping %d job(s)", run_id, len(group))
+            continue
+        live.extend(i for i, done in zip(group, has_row, strict=True) if not done)
+    return live
 
 
 def _cache_digest(job: Job, svc: Services) -> str | None:
@@ -86,76 +140,131 @@ def row_from_cache(cached: dict, record: JobRecord) -> Row:
     return Row.model_validate(cached)
 
 
-def write_row(row: Row, svc: Services, cache_key: str | None = None) -> bool:
-    wrote = svc.store.write_row(row)
-    if wrote and cache_key and not row.error and not row.cache_hit:
-        svc.store.put_cached(cache_key, row)
-    return wrote
-
-
-def _start(job: Job, svc: Services) -> tuple[JobRecord, str | None, Row | None]:
-    """Preflight and cache lookup; returns a finished row when no further stage is needed."""
-    record = pipeline.preflight_stage(pipeline.begin(job, worker=svc.worker_name))
-    if record.verification is not None:  # reject-broad decided it
-        return record, None, pipeline.finish(record)
+def _with_cache_key(record: JobRecord, svc: Services) -> JobRecord:
     try:
-        digest = _cache_digest(job, svc)
+        digest = _cache_digest(record.job, svc)
     except Exception as exc:  # an unusable retriever is a row with its error
-        return record, None, pipeline.finish(record.model_copy(update={"error": f"retrieval: {exc}"}))
-    if digest:
-        cached = svc.store.get_cached(digest)
+        return record.model_copy(update={"error": f"retrieval: {exc}"})
+    return record.model_copy(update={"cache_key": digest})
+
+
+def _is_finished(record: JobRecord) -> bool:
+    """Failed, or decided by reject-broad: no further stage."""
+    return bool(record.error) or record.verification is not None
+
+
+def _start_many(jobs: Sequence[Job], svc: Services) -> tuple[list[JobRecord], list[Row]]:
+    """Preflight and cache lookup for a bundle: (records that need retrieval, finished rows)."""
+    records = [
+        _safely(pipeline.begin(job, worker=svc.worker_name), pipeline.preflight_stage) for job in jobs
+    ]
+    rows = [pipeline.finish(r) for r in records if _is_finished(r)]
+    records = [_with_cache_key(r, svc) for r in records if not _is_finished(r)]
+    rows += [pipeline.finish(r) for r in records if r.error]
+    records = [r for r in records if not r.error]
+    keyed = [r for r in records if r.cache_key]
+    hits: dict[str, dict] = {}
+    for record, cached in zip(keyed, svc.store.get_cached_many([r.cache_key for r in keyed]), strict=True):
         if cached is not None:
-            return record, digest, row_from_cache(cached, record)
-    return record.model_copy(update={"cache_key": digest}), digest, None
+            hits[record.job.job_id] = cached
+    rows += [_safely_row(r, hits[r.job.job_id]) for r in records if r.job.job_id in hits]
+    return [r for r in records if r.job.job_id not in hits], rows
 
 
-def handle_retrieve(ref_data: dict, svc: Services, send: Send) -> None:
-    job = _load_job(ref_data, svc)
-    if job is None or _should_skip(job, svc, "retrieve"):
+def _safely_row(record: JobRecord, cached: dict) -> Row:
+    try:
+        return row_from_cache(cached, record)
+    except Exception as exc:  # a cache entry from an older row schema: an error, not a crash
+        log.exception("unusable cache entry for job %s", record.job.job_id)
+        return pipeline.finish(record.model_copy(update={"error": f"internal: cache entry: {exc}"}))
+
+
+def write_rows(rows: Sequence[Row], svc: Services, cache_keys: Sequence[str | None] = ()) -> int:
+    """Write each row once; results of fresh successful jobs go into the cache. Returns rows written."""
+    wrote = svc.store.write_rows(rows)
+    keys_ = list(cache_keys) or [None] * len(rows)
+    svc.store.put_cached_many([
+        (key, row)
+        for row, key, w in zip(rows, keys_, wrote, strict=True)
+        if w and key and not row.error and not row.cache_hit
+    ])
+    return sum(wrote)
+
+
+def handle_retrieve(ref_data: list[dict], svc: Services, send: Send) -> None:
+    jobs = _live(_each(ref_data, svc, lambda d: _load_job(d, svc)), lambda j: j, svc, "retrieve")
+    if not jobs:
         return
-    record, digest, row = _start(job, svc)
-    if row is not None:
-        write_row(row, svc)
-        return
-    record = pipeline.retrieval_stage(record, svc.retriever)
-    if record.error:
-        write_row(pipeline.finish(record), svc)
-        return
-    send("generate", record)
+    records, rows = _start_many(jobs, svc)
+    if records:
+        records = _safely_many(records, lambda rs: pipeline.retrieval_stage_many(rs, svc.retriever))
+    rows += [pipeline.finish(r) for r in records if r.error]
+    write_rows(rows, svc)
+    forward = [r for r in records if not r.error]
+    if forward:
+        send("generate", forward)
 
 
-def handle_generate(record_data: dict, svc: Services, send: Send) -> None:
-    record = JobRecord.model_validate(record_data)
-    if _should_skip(record.job, svc, "generate"):
-        return
-    record = pipeline.generation_stage(record, svc.gateway)
-    send("verify", record)
+def handle_generate(record_data: list[dict], svc: Services, send: Send) -> None:
+    records = _each(record_data, svc, JobRecord.model_validate)
+    records = _live(records, lambda r: r.job, svc, "generate")
+    if records:
+        records = _safely_many(records, lambda rs: pipeline.generation_stage_many(rs, svc.gateway))
+        send("verify", records)
 
 
-def handle_verify(record_data: dict, svc: Services) -> None:
+def handle_verify(record_data: list[dict], svc: Services) -> None:
     # No pre-check: verification is cheap and the row write is set-if-absent anyway.
-    record = JobRecord.model_validate(record_data)
-    record = pipeline.verification_stage(record)
-    write_row(pipeline.finish(record), svc, record.cache_key)
+    records = [
+        _safely(r, pipeline.verification_stage)
+        for r in _each(record_data, svc, JobRecord.model_validate)
+    ]
+    write_rows([pipeline.finish(r) for r in records], svc, [r.cache_key for r in records])
+
+
+def _safely_many(
+    records: list[JobRecord], step: Callable[[list[JobRecord]], list[JobRecord]]
+) -> list[JobRecord]:
+    """A bundle step; should it fail as a whole, each job is retried alone so one bad job
+    cannot take its bundle-mates down with it."""
+    try:
+        return step(records)
+    except REDIS_ERRORS:
+        raise
+    except Exception as exc:
+        if len(records) == 1:
+            return [_failed(records[0], exc)]
+        log.warning("a bundle step failed; running its %d jobs one by one", len(records))
+        return [_safely(r, lambda one: step([one])[0]) for r in records]
 
 
 def handle_job(ref_data: dict, svc: Services) -> None:
-    """All stages in one task (the interactive queue)."""
-    job = _load_job(ref_data, svc)
-    if job is None or _should_skip(job, svc, "interactive"):
+    """All stages of one job in one task (the interactive queue)."""
+    jobs = _live(_each([ref_data], svc, lambda d: _load_job(d, svc)), lambda j: j, svc, "interactive")
+    if not jobs:
         return
-    record, digest, row = _start(job, svc)
-    if row is None:
-        record = pipeline.retrieval_stage(record, svc.retriever)
-        record = pipeline.generation_stage(record, svc.gateway)
-        record = pipeline.verification_stage(record)
+    record = _safely(pipeline.begin(jobs[0], worker=svc.worker_name), pipeline.preflight_stage)
+    if not _is_finished(record):
+        record = _with_cache_key(record, svc)
+    cached = svc.store.get_cached(record.cache_key) if record.cache_key and not record.error else None
+    if cached is not None:
+        row = _safely_row(record, cached)
+        record = record.model_copy(update={"cache_hit": True, "timings": row.timings})
+    else:
+        if not _is_finished(record):
+            record = _safely(record, lambda r: pipeline.retrieval_stage(r, svc.retriever))
+            record = _safely(record, lambda r: pipeline.generation_stage(r, svc.gateway))
+            record = _safely(record, pipeline.verification_stage)
         row = pipeline.finish(record)
         record = record.model_copy(update={"timings": row.timings, "finished_at": row.finished_at})
-    else:
-        record = record.model_copy(update={"cache_hit": True, "timings": row.timings})
-    if write_row(row, svc, digest):
+    if write_rows([row], svc, [record.cache_key]):
         # Single queries keep their claims and sidecar output for the audit line.
         svc.store.put_detail(record.model_copy(update={"prompt": None}))
+
+
+def internal_error_rows(payloads: Iterable[dict], svc: Services, exc: BaseException) -> None:
+    for payload in payloads:
+        internal_error_row(payload, svc, exc)
 
 
 def internal_error_row(payload: dict, svc: Services, exc: BaseException) -> None:

@@ -10,11 +10,13 @@ crashed sweep.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Protocol
 
 from common.errors import QfarmError, ServiceError
 from common.gold import match_gold
 from common.models import (
+    Evidence,
     Generation,
     Job,
     JobRecord,
@@ -35,6 +37,12 @@ class Gateway(Protocol):
     """What the pipeline needs of ``worker.llm.Gateway`` (tests pass canned ones)."""
 
     def generate(self, prompt: str, sampling: Sampling, *, job_id: str) -> Generation: ...
+
+    def generate_many(
+        self, items: list[tuple[str, Sampling, str]]
+    ) -> list[Generation | ServiceError]:
+        """Several prompts at once, results in input order; failures returned, not raised."""
+        ...
 
 
 def _ms_since(t0: float) -> float:
@@ -69,25 +77,53 @@ def retrieval_stage(record: JobRecord, retriever: Retriever) -> JobRecord:
     The prompt text itself is rebuilt (deterministically) where it is sent, so
     the messages between stages carry the evidence once, not twice.
     """
+    return retrieval_stage_many([record], retriever)[0]
+
+
+def retrieval_stage_many(records: Sequence[JobRecord], retriever: Retriever) -> list[JobRecord]:
+    """``retrieval_stage`` for a bundle: one ``search_many`` per distinct search.
+
+    Jobs that ask the same question with the same search settings (the modes and
+    samples of one question) share one search. Each job's ``retrieval_ms`` is
+    what it waited for its evidence: the shared search plus its own prompt fitting.
+    """
+    out = list(records)
+    groups: dict[tuple[int, float], list[int]] = {}
+    for i, record in enumerate(records):
+        policy = record.job.policy
+        groups.setdefault((policy.top_k, policy.title_boost), []).append(i)
+    for (top_k, title_boost), members in groups.items():
+        texts = list(dict.fromkeys(records[i].job.question.text for i in members))
+        t0 = time.perf_counter()
+        try:
+            found = retriever.search_many(texts, top_k=top_k, title_boost=title_boost)
+            version = retriever.index_version()
+        except QfarmError as exc:
+            ms = _ms_since(t0)
+            for i in members:
+                failed = records[i].model_copy(update={"error": f"retrieval: {exc}"})
+                out[i] = _with_timing(failed, retrieval_ms=ms)
+            continue
+        search_ms = _ms_since(t0)
+        hits = dict(zip(texts, found, strict=True))
+        for i in members:
+            out[i] = _fit_evidence(
+                records[i], hits[records[i].job.question.text], retriever.backend, version, search_ms
+            )
+    return out
+
+
+def _fit_evidence(
+    record: JobRecord, hits: Sequence[Evidence], backend: str, version: str, search_ms: float
+) -> JobRecord:
     job = record.job
     t0 = time.perf_counter()
-    try:
-        hits = retriever.search(
-            job.question.text, top_k=job.policy.top_k, title_boost=job.policy.title_boost
-        )
-        version = retriever.index_version()
-    except QfarmError as exc:
-        return _with_timing(
-            record.model_copy(update={"error": f"retrieval: {exc}"}), retrieval_ms=_ms_since(t0)
-        )
     built = build_prompt(job.question.text, job.mode, hits, job.policy, record.preflight)
-    ms = _ms_since(t0)
+    ms = round(search_ms + _ms_since(t0), 3)
     retrieval = Retrieval(
-        evidence=built.evidence, backend=retriever.backend, index_version=version, retrieval_ms=ms
+        evidence=built.evidence, backend=backend, index_version=version, retrieval_ms=ms
     )
-    return _with_timing(
-        record.model_copy(update={"retrieval": retrieval}), retrieval_ms=ms
-    )
+    return _with_timing(record.model_copy(update={"retrieval": retrieval}), retrieval_ms=ms)
 
 
 def sampling_for(job: Job) -> Sampling:
@@ -115,23 +151,45 @@ def render_prompt(record: JobRecord) -> str:
 def generation_stage(record: JobRecord, gateway: Gateway) -> JobRecord:
     if record.retrieval is None or record.error:
         return record
-    job = record.job
     t0 = time.perf_counter()
+    result: Generation | ServiceError
     try:
-        gen = gateway.generate(render_prompt(record), sampling_for(job), job_id=job.job_id)
+        result = gateway.generate(render_prompt(record), sampling_for(record.job), job_id=record.job.job_id)
     except ServiceError as exc:
+        result = exc
+    return _with_generation(record, result, t0)
+
+
+def generation_stage_many(records: Sequence[JobRecord], gateway: Gateway) -> list[JobRecord]:
+    """``generation_stage`` for a bundle: its prompts go to the gateway together, so they
+    are in flight at the same time (and share a micro-batch when batching is on)."""
+    out = list(records)
+    todo = [i for i, r in enumerate(records) if r.retrieval is not None and not r.error]
+    if not todo:
+        return out
+    t0 = time.perf_counter()
+    results = gateway.generate_many(
+        [(render_prompt(records[i]), sampling_for(records[i].job), records[i].job.job_id) for i in todo]
+    )
+    for i, result in zip(todo, results, strict=True):
+        out[i] = _with_generation(records[i], result, t0)
+    return out
+
+
+def _with_generation(record: JobRecord, result: Generation | ServiceError, t0: float) -> JobRecord:
+    if isinstance(result, ServiceError):
         failed = Generation(
             text="",
-            endpoint=exc.endpoint,
-            attempts=int(getattr(exc, "attempts", 1) or 1),
+            endpoint=result.endpoint,
+            attempts=int(getattr(result, "attempts", 1) or 1),
             llm_ms=_ms_since(t0),
         )
         return _with_timing(
-            record.model_copy(update={"generation": failed, "error": f"llm: {exc}"}),
+            record.model_copy(update={"generation": failed, "error": f"llm: {result}"}),
             llm_ms=failed.llm_ms,
         )
     return _with_timing(
-        record.model_copy(update={"generation": gen}), llm_ms=gen.llm_ms, ttft_ms=gen.ttft_ms
+        record.model_copy(update={"generation": result}), llm_ms=result.llm_ms, ttft_ms=result.ttft_ms
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
+from collections.abc import Sequence
 
 import redis
 
@@ -34,41 +35,68 @@ class WorkerStore:
             self._manifests.popitem(last=False)
         return manifest
 
-    def enter_stage(self, run_id: str, job_id: str, stage: str) -> tuple[bool, bool]:
-        """Count the job into ``stage``; returns (run cancelled, job already has a row).
+    def enter_stage(self, run_id: str, job_ids: Sequence[str], stage: str) -> tuple[bool, list[bool]]:
+        """Count a bundle's jobs into ``stage``; returns (run cancelled, [job already has a row]).
 
-        One round trip: this runs once per stage of every job.
+        One round trip per bundle: this runs at every stage of every job.
         """
         pipe = self.client.pipeline(transaction=False)
         pipe.exists(keys.run_key(run_id, "cancelled"))
-        pipe.hexists(keys.run_key(run_id, "rows"), job_id)
-        pipe.incr(keys.stage_key(run_id, stage))
-        cancelled, has_row, _ = pipe.execute()
-        return bool(cancelled), bool(has_row)
+        rows = keys.run_key(run_id, "rows")
+        for job_id in job_ids:
+            pipe.hexists(rows, job_id)
+        pipe.incrby(keys.stage_key(run_id, stage), len(job_ids))
+        cancelled, *has_row, _ = pipe.execute()
+        return bool(cancelled), [bool(h) for h in has_row]
 
     def write_row(self, row: Row, *, pipeline: redis.client.Pipeline | None = None) -> bool:
         """Write the row unless one exists for this job; True if this call wrote it.
 
         With ``pipeline`` the write is only queued (bulk loaders); the result is then False.
         """
-        wrote = self._write_row(
-            keys=[
+        wrote = self._write_row(**self._row_script_args(row), client=pipeline)
+        return pipeline is None and bool(wrote)
+
+    def write_rows(self, rows: Sequence[Row]) -> list[bool]:
+        """``write_row`` for a bundle in one pipeline; [True where this call wrote the row]."""
+        if len(rows) <= 1:
+            return [self.write_row(r) for r in rows]
+        pipe = self.client.pipeline(transaction=False)
+        for row in rows:
+            self._write_row(**self._row_script_args(row), client=pipe)
+        return [bool(w) for w in pipe.execute()]
+
+    @staticmethod
+    def _row_script_args(row: Row) -> dict[str, list]:
+        return {
+            "keys": [
                 keys.run_key(row.run_id, "rows"),
                 keys.run_key(row.run_id, "log"),
                 keys.run_key(row.run_id, "failed"),
                 keys.stage_key(row.run_id, "verify"),
             ],
-            args=[row.job_id, row.model_dump_json(), "1" if row.error else "0", keys.ROW_TTL_S],
-            client=pipeline,
-        )
-        return pipeline is None and bool(wrote)
+            "args": [row.job_id, row.model_dump_json(), "1" if row.error else "0", keys.ROW_TTL_S],
+        }
 
     def get_cached(self, digest: str) -> dict | None:
-        raw = self.client.get(keys.cache_key(digest))
-        return json.loads(raw) if raw else None
+        return self.get_cached_many([digest])[0]
+
+    def get_cached_many(self, digests: Sequence[str]) -> list[dict | None]:
+        if not digests:
+            return []
+        raws = self.client.mget([keys.cache_key(d) for d in digests])
+        return [json.loads(raw) if raw else None for raw in raws]
 
     def put_cached(self, digest: str, row: Row) -> None:
-        self.client.set(keys.cache_key(digest), row.model_dump_json(), ex=keys.CACHE_TTL_S)
+        self.put_cached_many([(digest, row)])
+
+    def put_cached_many(self, entries: Sequence[tuple[str, Row]]) -> None:
+        if not entries:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for digest, row in entries:
+            pipe.set(keys.cache_key(digest), row.model_dump_json(), ex=keys.CACHE_TTL_S)
+        pipe.execute()
 
     def put_detail(self, record: JobRecord, ttl_s: int = 24 * 3600) -> None:
         key = keys.run_key(record.job.run_id, f"detail:{record.job.job_id}")

@@ -1,8 +1,9 @@
-"""Thin Celery tasks: validate the payload, call worker.flow, dispatch the next stage.
+"""Thin Celery tasks: take a bundle of jobs, call worker.flow, dispatch the next stage.
 
-Retries are declared here for broker/row-store hiccups only; LLM retries live in
-the gateway alone (one retry layer, not three). Any other exception becomes an
-error row, so a failed job never leaves its sweep waiting forever.
+Retries are declared here for broker/row-store hiccups only (the whole bundle is
+retried; jobs that already have a row are skipped); LLM retries live in the
+gateway alone (one retry layer, not three). Any other exception becomes an
+error row per job, so a failed job never leaves its sweep waiting forever.
 """
 
 from __future__ import annotations
@@ -10,16 +11,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-import redis
-
 from common.models import JobRecord
 from worker import flow
 from worker.celery_app import app
+from worker.flow import REDIS_ERRORS
 from worker.services import Services, get_services
 
 log = logging.getLogger("qfarm.worker")
 
-REDIS_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 TASK_OPTIONS = {
     "ignore_result": True,
     "autoretry_for": REDIS_ERRORS,
@@ -29,44 +28,47 @@ TASK_OPTIONS = {
 }
 
 
-def send_stage(stage: str, record: JobRecord) -> None:
-    task = STAGE_TASKS[stage]
-    task.apply_async(
-        args=[record.model_dump(mode="json")],
-        argsrepr=f"<{stage} {record.job.run_id}/{record.job.job_id}>",
+def send_stage(stage: str, records: list[JobRecord]) -> None:
+    """Forward a bundle's surviving jobs to the next stage as one message."""
+    first = records[0].job
+    more = f" +{len(records) - 1}" if len(records) > 1 else ""
+    STAGE_TASKS[stage].apply_async(
+        args=[[r.model_dump(mode="json") for r in records]],
+        argsrepr=f"<{stage} {first.run_id}/{first.job_id}{more}>",
         kwargsrepr="",
     )
 
 
-def _guarded(payload: dict, body: Callable[[Services], None]) -> None:
+def _guarded(payloads: list[dict], body: Callable[[Services], None]) -> None:
     svc = get_services()
     try:
         body(svc)
     except REDIS_ERRORS:
         raise  # declared retry
     except Exception as exc:
-        log.exception("job failed unexpectedly; writing an error row")
-        flow.internal_error_row(payload, svc, exc)
+        log.exception("bundle failed unexpectedly; writing error rows for its jobs")
+        flow.internal_error_rows(payloads, svc, exc)
 
 
 @app.task(name="qfarm.retrieve", **TASK_OPTIONS)
-def retrieve(ref: dict) -> None:
-    _guarded(ref, lambda svc: flow.handle_retrieve(ref, svc, send_stage))
+def retrieve(refs: list[dict]) -> None:
+    _guarded(refs, lambda svc: flow.handle_retrieve(refs, svc, send_stage))
 
 
 @app.task(name="qfarm.generate", **TASK_OPTIONS)
-def generate(record: dict) -> None:
-    _guarded(record, lambda svc: flow.handle_generate(record, svc, send_stage))
+def generate(records: list[dict]) -> None:
+    _guarded(records, lambda svc: flow.handle_generate(records, svc, send_stage))
 
 
 @app.task(name="qfarm.verify", **TASK_OPTIONS)
-def verify(record: dict) -> None:
-    _guarded(record, lambda svc: flow.handle_verify(record, svc))
+def verify(records: list[dict]) -> None:
+    _guarded(records, lambda svc: flow.handle_verify(records, svc))
 
 
 @app.task(name="qfarm.run_job", **TASK_OPTIONS)
-def run_job(ref: dict) -> None:
-    _guarded(ref, lambda svc: flow.handle_job(ref, svc))
+def run_job(refs: list[dict]) -> None:
+    for ref in refs:  # single queries: one job a message, all stages in one task
+        _guarded([ref], lambda svc, ref=ref: flow.handle_job(ref, svc))
 
 
 @app.task(name="qfarm.noop", ignore_result=True)

@@ -1,13 +1,16 @@
 """Enqueue rate, Redis memory per pending job, producer and aggregator peak RSS (issue 3).
 
 * enqueue rate: 100k jobs through ``producer.sweep.enqueue_jobs`` (kombu publish
-  batches), against a baseline of plain one-by-one ``apply_async`` in the same run;
-* Redis memory per pending job: ``used_memory`` growth ÷ pending jobs;
+  batches, bundles of ``QFARM_BUNDLE_SIZE`` jobs a message as ``qfarm sweep``
+  sends them), against a baseline of plain one-by-one ``apply_async`` of
+  one-job messages in the same run;
+* Redis memory per pending job: ``used_memory`` growth ÷ pending jobs, for the
+  default bundle size and for one job a message;
 * producer peak RSS when enqueueing 10k and 100k jobs (flat = no growth with n);
 * aggregator peak RSS streaming 10k and 100k rows to rows.jsonl and rendering
   the summary from the file.
 
-    python -m bench.perf.enqueue [--jobs 100000]
+    python -m bench.perf.enqueue [--jobs 100000] [--bundle 8]
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ def _plan(run_id: str, jobs: int):
     return SweepPlan(manifest=manifest, questions=_questions(N_QUESTIONS))
 
 
-def child_producer(jobs: int) -> None:
+def child_producer(jobs: int, bundle: int) -> None:
     from common.settings import Settings
     from producer.store import ProducerStore, connect
     from producer.sweep import enqueue_jobs
@@ -60,7 +63,7 @@ def child_producer(jobs: int) -> None:
     plan = _plan(f"rss-{jobs}", jobs)
     ProducerStore(connect(settings.redis_url)).put_manifest(plan.manifest)
     t0 = time.perf_counter()
-    sent = enqueue_jobs(app, itertools.islice(plan.jobs(), jobs))
+    sent = enqueue_jobs(app, itertools.islice(plan.jobs(), jobs), bundle_size=bundle)
     dt = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"sent": sent, "seconds": dt, "rss_mb": rss}))
@@ -117,12 +120,13 @@ def _fill_rows(client, run_id: str, count: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=100_000)
+    ap.add_argument("--bundle", type=int, default=None, help="jobs per message (default: QFARM_BUNDLE_SIZE's)")
     ap.add_argument("--child", choices=["producer", "aggregator"])
     ap.add_argument("--run-id")
     ap.add_argument("--out")
     args = ap.parse_args()
     if args.child == "producer":
-        child_producer(args.jobs)
+        child_producer(args.jobs, args.bundle or 1)
         return
     if args.child == "aggregator":
         child_aggregator(args.run_id, args.out)
@@ -141,18 +145,22 @@ def main() -> None:
     refs = [ref_for(j).model_dump(mode="json", exclude_none=True) for j in plan.jobs()]
     t0 = time.perf_counter()
     for ref in refs:
-        task.apply_async(args=[ref])
+        task.apply_async(args=[[ref]])
     base_rate = len(refs) / (time.perf_counter() - t0)
     client.flushdb()
 
-    small = _child("--child", "producer", "--jobs", str(args.jobs // 10))
+    bundle = args.bundle or Settings().bundle_size
+    small = _child("--child", "producer", "--jobs", str(args.jobs // 10), "--bundle", str(bundle))
     client.flushdb()
-    mem0 = client.info("memory")["used_memory"]
-    big = _child("--child", "producer", "--jobs", str(args.jobs))
-    pending = client.llen("retrieve")
-    mem1 = client.info("memory")["used_memory"]
-    per_job = (mem1 - mem0) / max(pending, 1)
-    client.flushdb()
+    per_job = {}
+    for size in dict.fromkeys((bundle, 1)):
+        mem0 = client.info("memory")["used_memory"]
+        res = _child("--child", "producer", "--jobs", str(args.jobs), "--bundle", str(size))
+        mem1 = client.info("memory")["used_memory"]
+        per_job[size] = ((mem1 - mem0) / max(res["sent"], 1), client.llen("retrieve"))
+        if size == bundle:
+            big = res
+        client.flushdb()
 
     tmp = Path(tempfile.mkdtemp(prefix="qfarm-agg-"))
     agg = {}
@@ -166,8 +174,11 @@ def main() -> None:
 
     rate = big["sent"] / big["seconds"]
     print(f"baseline apply_async one by one: {base_rate:,.0f} jobs/s")
-    print(f"enqueue {big['sent']:,} jobs: {rate:,.0f} jobs/s ({rate / base_rate:.1f}x baseline)")
-    print(f"redis memory per pending job: {per_job:,.0f} bytes ({pending:,} pending)")
+    print(f"enqueue {big['sent']:,} jobs in bundles of {bundle}: {rate:,.0f} jobs/s "
+          f"({rate / base_rate:.1f}x baseline)")
+    for size, (nbytes, messages) in per_job.items():
+        print(f"redis memory per pending job, bundles of {size}: {nbytes:,.0f} bytes "
+              f"({big['sent']:,} jobs in {messages:,} messages)")
     print(f"producer peak RSS: {small['rss_mb']:.0f} MB at {small['sent']:,} jobs, "
           f"{big['rss_mb']:.0f} MB at {big['sent']:,} jobs")
     for res in agg.values():

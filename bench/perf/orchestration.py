@@ -2,12 +2,12 @@
 
 Baseline: bare Celery no-op tasks through the same Redis and the same worker
 processes. Measured: a sweep through the full pipeline (retrieve → generate →
-verify, three tasks per job, real retrieval and verification) with the
-simulator at zero latency. Prints ``orchestration_ratio = pipeline jobs/s ÷
+verify: three tasks per bundle of ``--bundle`` jobs, as ``qfarm sweep`` sends
+them; real retrieval and verification) with the simulator at zero latency. Prints ``orchestration_ratio = pipeline jobs/s ÷
 no-op tasks/s`` last. Simulated LLM: these are orchestration figures, not model
 throughput.
 
-    python -m bench.perf.orchestration [--jobs 600] [--noops 3000]
+    python -m bench.perf.orchestration [--jobs 1200] [--noops 3000] [--bundle 8]
 """
 
 from __future__ import annotations
@@ -66,10 +66,12 @@ def _pids_named(name: str) -> list[int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--jobs", type=int, default=600)
+    ap.add_argument("--jobs", type=int, default=1200)
     ap.add_argument("--noops", type=int, default=3000)
     ap.add_argument("--concurrency", type=int, default=2, help="prefork children (CPU stages)")
-    ap.add_argument("--threads", type=int, default=8, help="threads of the generate worker")
+    ap.add_argument("--threads", type=int, default=16, help="threads of the generate worker (README: -c 16)")
+    ap.add_argument("--bundle", type=int, default=None,
+                    help="jobs per message (default: QFARM_BUNDLE_SIZE's default, as qfarm sweep)")
     ap.add_argument("--shape", choices=["split", "threads"], default="split",
                     help="split: prefork CPU worker + threads generate worker (README); "
                          "threads: one threads worker for all queues")
@@ -94,6 +96,7 @@ def main() -> None:
     with start_simulator(ttft_ms=0, tpot_ms=0, max_num_seqs=512) as sim:
         env = farm_env(QFARM_LLM_ENDPOINTS=sim.url, QFARM_INDEX_PATH=str(index))
         settings = Settings(redis_url=bench_redis_url(), llm_endpoints=sim.url)
+        bundle = args.bundle or settings.bundle_size
         app = configure_app(settings)
         queues = ["retrieve", "generate", "verify", "interactive"]
         # The deployment the README documents: CPU stages on prefork, the LLM stage on threads.
@@ -135,7 +138,7 @@ def main() -> None:
                 "simulator": [sim.pid], "redis-server": _pids_named("redis-server")}
             cpu0 = {k: _cpu_s(v) for k, v in watched.items()}
             t2 = time.monotonic()
-            enqueue_jobs(app, jobs)
+            enqueue_jobs(app, jobs, bundle_size=bundle)
             while client.hlen("qfarm:run:orch:rows") < len(jobs):
                 time.sleep(0.02)
             t3 = time.monotonic()
@@ -150,7 +153,8 @@ def main() -> None:
     print("orchestration benchmark (simulated LLM at zero latency; same Redis and workers for "
           "baseline and pipeline: " + "; ".join(f"{n} -Q {q} -P {p} -c {c}" for n, q, p, c in spec) + ")")
     print(f"noop_tasks={args.noops} noop_tasks_per_s={noop_rate:.1f}")
-    print(f"pipeline_jobs={len(jobs)} tasks_per_job=3 pipeline_jobs_per_s={pipeline_rate:.1f} "
+    print(f"pipeline_jobs={len(jobs)} bundle_size={bundle} tasks_per_bundle=3 "
+          f"pipeline_jobs_per_s={pipeline_rate:.1f} "
           f"error_rows={errors}")
     print("CPU per pipeline job (ms): " + " ".join(f"{k}={v:.2f}" for k, v in cpu_ms.items())
           + f" total={sum(cpu_ms.values()):.2f}; the no-op baseline spends "

@@ -165,8 +165,11 @@ def drive_farm(
     urls: Sequence[str], items: Sequence[Item], concurrency: int, settings: dict[str, object]
 ) -> RunResult:
     """The distributed farm: Redis, a prefork worker for retrieve/verify, a threads worker
-    (``-c concurrency``) for generate. As many jobs as ``items``, but real questions from
-    ``bench/questions/general.jsonl`` through real retrieval and verification."""
+    for generate. ``qfarm sweep`` sends bundles, and a bundle holds its thread until its
+    slowest answer, so the worker gets ``-c`` = 2 × concurrency ÷ bundle size (the
+    README's sizing rule) and the gateway caps what is in flight per endpoint. As many
+    jobs as ``items``, but real questions from ``bench/questions/general.jsonl`` through
+    real retrieval and verification."""
     import json
     import tempfile
     from pathlib import Path
@@ -197,12 +200,16 @@ def drive_farm(
         endpoints=list(urls), simulated=True, retriever="embedded", index_version=None,
         corpus=None, eager=False, use_cache=False,
     )
+    bundle = min(Settings().bundle_size, concurrency)
+    threads = 1 if concurrency == 1 else -(-2 * concurrency // bundle)  # serial: one at a time
+    env["QFARM_BUNDLE_SIZE"] = str(bundle)
     spec = [("sat-cpu", "retrieve,verify", "prefork", 2),
-            ("sat-gpu", "generate", "threads", concurrency)]
+            ("sat-gpu", "generate", "threads", threads)]
+    print(f"farm: generate worker -P threads -c {spec[1][3]}, bundles of {bundle} jobs", flush=True)
     with workers(env, spec, tmp):
         ProducerStore(client).put_manifest(manifest)
         t0 = time.perf_counter()
-        enqueue_jobs(app, jobs)
+        enqueue_jobs(app, jobs, bundle_size=bundle)
         while client.hlen("qfarm:run:sat:rows") < len(jobs):
             time.sleep(0.05)
         wall = time.perf_counter() - t0

@@ -37,7 +37,10 @@ def run(args: argparse.Namespace) -> int:
     if not run_ids:
         print("no runs in Redis")
     lengths = store.queue_lengths()
-    print("queues: " + "  ".join(f"{q}={n}" for q, n in lengths.items()))
+    # Sweep messages are bundles of up to QFARM_BUNDLE_SIZE jobs; counting jobs would mean
+    # reading every message, so this counts messages.
+    print("queued messages: " + "  ".join(f"{q}={n}" for q, n in lengths.items())
+          + f"  (sweep messages carry up to {settings.bundle_size} jobs each)")
     app = configure_app(settings)
     replies = app.control.inspect(timeout=1.0).active_queues() or {}
     if not replies:

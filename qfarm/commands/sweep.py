@@ -127,7 +127,7 @@ def _run_distributed(args, settings: Settings, modes, policy, loaded) -> int:
     update_run_status(run_dir, status="enqueueing", started_at=time.time())
     t0 = time.perf_counter()
     try:
-        sent = enqueue_jobs(app, plan.jobs())
+        sent = enqueue_jobs(app, plan.jobs(), bundle_size=settings.bundle_size)
     except KeyboardInterrupt:
         update_run_status(run_dir, status="enqueue interrupted")
         print(f"\ninterrupted while enqueueing run {plan.manifest.run_id}; send the rest with: "
@@ -141,7 +141,7 @@ def _run_distributed(args, settings: Settings, modes, policy, loaded) -> int:
         print(f"detached; follow with: qfarm sweep --attach {plan.manifest.run_id}", file=sys.stderr)
         return 0
     return _follow(store, run_dir, plan.manifest.run_id, plan.manifest.n_jobs, args.quiet,
-                   reconcile=_reconciler(app, plan, store))
+                   reconcile=_reconciler(app, plan, store, settings.bundle_size))
 
 
 def _resume_or_attach(args, settings: Settings) -> int:
@@ -177,17 +177,17 @@ def _resume_or_attach(args, settings: Settings) -> int:
               "without re-sending lost jobs", file=sys.stderr)
     if args.resume:
         runtime.require_endpoints_for_workers(settings)
-        sent = enqueue_jobs(app, missing_jobs(plan, store))
+        sent = enqueue_jobs(app, missing_jobs(plan, store), bundle_size=settings.bundle_size)
         print(f"run {run_id}: re-enqueued {sent} jobs without a row", file=sys.stderr)
-    reconcile = _reconciler(app, plan, store) if plan else None
+    reconcile = _reconciler(app, plan, store, settings.bundle_size) if plan else None
     return _follow(store, run_dir, run_id, manifest.n_jobs, args.quiet, reconcile=reconcile)
 
 
-def _reconciler(app, plan, store):
+def _reconciler(app, plan, store, bundle_size: int):
     from producer.sweep import reconcile_run  # noqa: PLC0415
 
     def reconcile() -> int:
-        sent = reconcile_run(app, plan, store)
+        sent = reconcile_run(app, plan, store, bundle_size=bundle_size)
         if sent:
             print(f"\nrun {plan.manifest.run_id}: {sent} jobs had no row and no message left "
                   "(lost with a killed worker); re-enqueued them", file=sys.stderr)

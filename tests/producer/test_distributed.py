@@ -273,7 +273,7 @@ def test_status_shows_runs_queues_and_workers(farm, tmp_path):
     res = farm.qfarm("status", run_id)
     assert res.returncode == 0, res.stderr
     assert f"{run_id}  running   0/6 rows" in res.stdout
-    assert "retrieve=6" in res.stdout
+    assert "queued messages: interactive=0  retrieve=1 " in res.stdout  # one bundle of 6 jobs
     assert "worker w1@" in res.stdout and ": generate" in res.stdout
     res = farm.qfarm("status", "no-such-run")
     assert res.returncode == 2 and "run no-such-run: not found" in res.stderr

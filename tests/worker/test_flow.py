@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import fakeredis
 import pytest
 
@@ -17,10 +19,17 @@ class Canned:
     def __init__(self, text: str = '"Jazz is a music genre" [E1]'):
         self.text = text
         self.calls = 0
+        self.many_calls: list[int] = []  # prompts per generate_many call
 
     def generate(self, prompt, sampling, *, job_id):
         self.calls += 1
+        if "poison" in prompt:
+            raise RuntimeError("a bug for one prompt only")
         return Generation(text=self.text, endpoint="canned")
+
+    def generate_many(self, items):
+        self.many_calls.append(len(items))
+        return [self.generate(p, s, job_id=j) for p, s, j in items]
 
 
 class BrokenRetriever:
@@ -30,6 +39,9 @@ class BrokenRetriever:
         return "v"
 
     def search(self, query, *, top_k, title_boost):
+        raise ValueError("index file is corrupt")
+
+    def search_many(self, queries, *, top_k, title_boost):
         raise ValueError("index file is corrupt")
 
 
@@ -70,8 +82,8 @@ def test_the_three_stage_tasks_write_one_row(eager):
 
     svc, store, gateway = eager
     job, ref = a_ref()
-    tasks.retrieve.apply_async(args=[ref])
-    tasks.retrieve.apply_async(args=[ref])  # a duplicate delivery: skipped, no second row
+    tasks.retrieve.apply_async(args=[[ref]])
+    tasks.retrieve.apply_async(args=[[ref]])  # a duplicate delivery: skipped, no second row
     rows = [r for r in store.read_rows("r", 0)]
     assert len(rows) == 1 and gateway.calls == 1
     assert store.progress("r", 1).stages == {"retrieve": 2, "generate": 1, "verify": 1}
@@ -83,7 +95,7 @@ def test_an_unexpected_exception_becomes_an_error_row(eager):
     svc, store, _ = eager
     svc._retriever = BrokenRetriever()  # noqa: SLF001 - swap the backend under the task
     _, ref = a_ref()
-    tasks.retrieve.apply_async(args=[ref])
+    tasks.retrieve.apply_async(args=[[ref]])
     (raw,) = list(store.read_rows("r", 0))
     assert b'"error":"internal: ValueError: index file is corrupt"' in raw
     assert store.progress("r", 1).failed == 1
@@ -95,5 +107,94 @@ def test_a_cancelled_run_starts_nothing(eager):
     svc, store, gateway = eager
     store.set_cancelled("r", 0.0)
     _, ref = a_ref()
-    tasks.retrieve.apply_async(args=[ref])
+    tasks.retrieve.apply_async(args=[[ref]])
     assert list(store.read_rows("r", 0)) == [] and gateway.calls == 0
+
+
+class CountingRetriever:
+    """The real index, counting the searches the flow asks for."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.backend = inner.backend
+        self.queries: list[str] = []
+
+    def index_version(self) -> str:
+        return self.inner.index_version()
+
+    def search_many(self, queries, *, top_k, title_boost):
+        self.queries.extend(queries)
+        return self.inner.search_many(queries, top_k=top_k, title_boost=title_boost)
+
+
+def bundle_refs(run_id="r", texts=("What is jazz?", "Who was Napoleon?"), n=3):
+    questions = [Question(id=f"q{i}", text=t) for i, t in enumerate(texts)]
+    jobs = list(expand_jobs(run_id, questions, [Mode.QUOTE], n, Policy(), model="m"))
+    return jobs, [ref_for(j).model_dump(mode="json", exclude_none=True) for j in jobs]
+
+
+def manifest_for(store, run_id, n_questions, n, use_cache=False):
+    store.put_manifest(make_manifest(
+        run_id=run_id, question_file="-", question_file_digest="-", n_questions=n_questions,
+        modes=[Mode.QUOTE], n=n, policy=Policy(), model="m", endpoints=[], simulated=True,
+        retriever="embedded", index_version=None, corpus=None, eager=True, use_cache=use_cache,
+    ))
+
+
+def test_a_bundle_searches_once_per_question_and_sends_its_prompts_together(eager):
+    from worker import tasks
+
+    svc, store, gateway = eager
+    counting = CountingRetriever(svc.retriever)
+    svc._retriever = counting  # noqa: SLF001
+    manifest_for(store, "b", 2, 3)
+    jobs, refs = bundle_refs("b")
+    tasks.retrieve.apply_async(args=[refs])
+    rows = [json.loads(r) for r in store.read_rows("b", 0)]
+    assert sorted(r["job_id"] for r in rows) == sorted(j.job_id for j in jobs)
+    assert all(r["error"] is None and r["verdict"] for r in rows)
+    assert sorted(counting.queries) == ["What is jazz?", "Who was Napoleon?"]
+    assert gateway.many_calls == [6]
+    assert store.progress("b", 6).stages == {"retrieve": 6, "generate": 6, "verify": 6}
+
+
+def test_one_failing_job_does_not_take_its_bundle_down(eager):
+    from worker import tasks
+
+    svc, store, gateway = eager
+    manifest_for(store, "p", 2, 2)
+    jobs, refs = bundle_refs("p", texts=("What is jazz?", "What is poison ivy?"), n=2)
+    tasks.retrieve.apply_async(args=[refs])
+    rows = {r["job_id"]: r for r in map(json.loads, store.read_rows("p", 0))}
+    assert len(rows) == 4
+    failed = {j for j, r in rows.items() if r["error"]}
+    assert failed == {j.job_id for j in jobs if "poison" in j.question.text}
+    assert all("RuntimeError: a bug for one prompt only" in rows[j]["error"] for j in failed)
+    assert store.progress("p", 4).failed == 2
+
+
+def test_a_redelivered_bundle_only_redoes_jobs_without_a_row(eager):
+    from worker import tasks
+
+    svc, store, gateway = eager
+    manifest_for(store, "d", 2, 3)
+    jobs, refs = bundle_refs("d")
+    tasks.retrieve.apply_async(args=[refs[:2]])
+    assert gateway.calls == 2
+    tasks.retrieve.apply_async(args=[refs])  # the whole bundle again
+    assert gateway.calls == 6  # only the four new jobs went to the model
+    assert sorted(json.loads(r)["job_id"] for r in store.read_rows("d", 0)) == sorted(
+        j.job_id for j in jobs)
+
+
+def test_a_bundle_is_served_from_the_cache_on_a_second_run(eager):
+    from worker import tasks
+
+    svc, store, gateway = eager
+    for run_id in ("c1", "c2"):
+        manifest_for(store, run_id, 2, 3, use_cache=True)
+        tasks.retrieve.apply_async(args=[bundle_refs(run_id)[1]])
+    assert gateway.calls == 6
+    second = [json.loads(r) for r in store.read_rows("c2", 0)]
+    assert len(second) == 6 and all(r["cache_hit"] for r in second)
+    assert store.progress("c2", 6).stages["retrieve"] == 6

@@ -1,0 +1,47 @@
+"""The worker's Redis store on bundles: one round trip for the checks, one for the writes."""
+
+from __future__ import annotations
+
+import fakeredis
+import pytest
+
+from common.models import Mode, Row
+from worker.store import WorkerStore
+
+
+@pytest.fixture
+def store() -> WorkerStore:
+    return WorkerStore(fakeredis.FakeRedis(server=fakeredis.FakeServer()))
+
+
+def row(job_id: str, run_id: str = "r", error: str | None = None) -> Row:
+    return Row(run_id=run_id, job_id=job_id, question="q?", question_id="q", mode=Mode.QUOTE,
+               sample_index=0, error=error)
+
+
+def test_enter_stage_reports_rows_per_job_and_counts_the_bundle(store):
+    store.write_row(row("b"))
+    cancelled, has_row = store.enter_stage("r", ["a", "b", "c"], "retrieve")
+    assert cancelled is False and has_row == [False, True, False]
+    store.enter_stage("r", ["d"], "retrieve")
+    assert int(store.client.get("qfarm:run:r:stage:retrieve")) == 4
+
+
+def test_enter_stage_sees_the_cancel_flag(store):
+    store.client.set("qfarm:run:r:cancelled", "1")
+    assert store.enter_stage("r", ["a"], "generate")[0] is True
+
+
+def test_write_rows_writes_each_job_once_even_within_one_bundle(store):
+    assert store.write_rows([row("a"), row("b", error="llm: down"), row("a")]) == [True, True, False]
+    assert store.write_rows([row("b"), row("c")]) == [False, True]
+    assert store.client.hlen("qfarm:run:r:rows") == 3
+    assert store.client.lrange("qfarm:run:r:log", 0, -1) == [b"a", b"b", b"c"]
+    assert int(store.client.get("qfarm:run:r:failed")) == 1
+
+
+def test_the_cache_reads_and_writes_many_at_once(store):
+    store.put_cached_many([("d1", row("a")), ("d2", row("b"))])
+    got = store.get_cached_many(["d1", "missing", "d2"])
+    assert [g and g["job_id"] for g in got] == ["a", None, "b"]
+    assert store.get_cached_many([]) == []
