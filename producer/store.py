@@ -155,8 +155,10 @@ def _message_run_id(raw: bytes) -> str | None:
         body = message["body"]
         if message.get("properties", {}).get("body_encoding") == "base64":
             body = base64.b64decode(body)
-        args = json.loads(body)[0]
-        first = args[0][0]  # the first job of the bundle in the task's one argument
+        bundle = json.loads(body)[0][0]  # the task's one argument: its bundle of jobs
+        if isinstance(bundle, str):  # records between stages travel as one JSON string
+            bundle = json.loads(bundle)
+        first = bundle[0]
         if "run_id" in first:
             return first["run_id"]
         return first["job"]["run_id"]

@@ -33,13 +33,13 @@ def send_stage(stage: str, records: list[JobRecord]) -> None:
     first = records[0].job
     more = f" +{len(records) - 1}" if len(records) > 1 else ""
     STAGE_TASKS[stage].apply_async(
-        args=[[r.model_dump(mode="json") for r in records]],
+        args=[flow.dump_records(records)],
         argsrepr=f"<{stage} {first.run_id}/{first.job_id}{more}>",
         kwargsrepr="",
     )
 
 
-def _guarded(payloads: list[dict], body: Callable[[Services], None]) -> None:
+def _guarded(payloads: str | list[dict], body: Callable[[Services], None]) -> None:
     svc = get_services()
     try:
         body(svc)
@@ -56,12 +56,12 @@ def retrieve(refs: list[dict]) -> None:
 
 
 @app.task(name="qfarm.generate", **TASK_OPTIONS)
-def generate(records: list[dict]) -> None:
+def generate(records: str | list[dict]) -> None:
     _guarded(records, lambda svc: flow.handle_generate(records, svc, send_stage))
 
 
 @app.task(name="qfarm.verify", **TASK_OPTIONS)
-def verify(records: list[dict]) -> None:
+def verify(records: str | list[dict]) -> None:
     _guarded(records, lambda svc: flow.handle_verify(records, svc))
 
 

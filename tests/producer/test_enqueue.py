@@ -68,3 +68,19 @@ def test_status_scans_find_and_purge_a_runs_bundles_only(client, app):
     assert store.purge_run_messages("drop") == 4
     assert store.pending_message_count("drop") == 0
     assert store.pending_message_count("keep") == 4 and client.llen("retrieve") == 4
+
+
+def test_a_forwarded_bundle_is_found_by_its_run_too():
+    """Between stages a bundle travels as one JSON string of records."""
+    import base64
+
+    from common.models import JobRecord
+    from producer.store import _message_run_id
+    from worker.flow import dump_records
+
+    records = [JobRecord(job=j) for j in jobs("fwd", n_questions=1, n=1)]
+    body = json.dumps([[dump_records(records)], {}, {}]).encode()
+    raw = json.dumps({"body": base64.b64encode(body).decode(),
+                      "properties": {"body_encoding": "base64"}}).encode()
+    assert _message_run_id(raw) == "fwd"
+    assert _message_run_id(b'{"body": "not base64 json"}') is None

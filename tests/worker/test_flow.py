@@ -198,3 +198,22 @@ def test_a_bundle_is_served_from_the_cache_on_a_second_run(eager):
     second = [json.loads(r) for r in store.read_rows("c2", 0)]
     assert len(second) == 6 and all(r["cache_hit"] for r in second)
     assert store.progress("c2", 6).stages["retrieve"] == 6
+
+
+def test_an_unreadable_record_in_a_forwarded_bundle_spares_the_others(eager):
+    from worker import flow, pipeline
+
+    svc, store, gateway = eager
+    manifest_for(store, "v", 2, 1)
+    jobs, _ = bundle_refs("v", n=1)
+    records = [pipeline.retrieval_stage(pipeline.begin(j), svc.retriever) for j in jobs]
+    good = json.loads(flow.dump_records(records))
+    broken = dict(good[1], job={"run_id": "v"})  # no job id, no question: unusable
+    sent = []
+    flow.handle_generate(json.dumps([good[0], broken]), svc, lambda stage, rs: sent.extend(rs))
+    assert [r.job.job_id for r in sent] == [jobs[0].job_id]
+    assert gateway.calls == 1
+    # Forwarded as one string, the good one verifies into its row.
+    flow.handle_verify(flow.dump_records(sent), svc)
+    (row,) = [json.loads(r) for r in store.read_rows("v", 0)]
+    assert row["job_id"] == jobs[0].job_id and row["error"] is None
