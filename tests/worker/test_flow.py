@@ -217,3 +217,13 @@ def test_an_unreadable_record_in_a_forwarded_bundle_spares_the_others(eager):
     flow.handle_verify(flow.dump_records(sent), svc)
     (row,) = [json.loads(r) for r in store.read_rows("v", 0)]
     assert row["job_id"] == jobs[0].job_id and row["error"] is None
+
+
+def test_a_one_job_message_from_before_bundles_is_still_run(eager):
+    from worker import tasks
+
+    svc, store, gateway = eager
+    job, ref = a_ref()
+    tasks.retrieve.apply_async(args=[ref])  # a dict, as messages were before bundles
+    (raw,) = list(store.read_rows("r", 0))
+    assert json.loads(raw)["job_id"] == job.job_id and gateway.calls == 1
