@@ -155,22 +155,28 @@ def _is_finished(record: JobRecord) -> bool:
     return bool(record.error) or record.verification is not None
 
 
-def _start_many(jobs: Sequence[Job], svc: Services) -> tuple[list[JobRecord], list[Row]]:
-    """Preflight and cache lookup for a bundle: (records that need retrieval, finished rows)."""
+def _start_many(
+    jobs: Sequence[Job], svc: Services
+) -> tuple[list[JobRecord], list[tuple[JobRecord, Row]]]:
+    """Preflight and cache lookup for a bundle.
+
+    Returns the records that need retrieval, and (record, row) for the jobs already
+    finished: failed, decided by reject-broad, or served from the cache.
+    """
     records = [
         _safely(pipeline.begin(job, worker=svc.worker_name), pipeline.preflight_stage) for job in jobs
     ]
-    rows = [pipeline.finish(r) for r in records if _is_finished(r)]
+    done = [(r, pipeline.finish(r)) for r in records if _is_finished(r)]
     records = [_with_cache_key(r, svc) for r in records if not _is_finished(r)]
-    rows += [pipeline.finish(r) for r in records if r.error]
+    done += [(r, pipeline.finish(r)) for r in records if r.error]
     records = [r for r in records if not r.error]
     keyed = [r for r in records if r.cache_key]
     hits: dict[str, dict] = {}
     for record, cached in zip(keyed, svc.store.get_cached_many([r.cache_key for r in keyed]), strict=True):
         if cached is not None:
             hits[record.job.job_id] = cached
-    rows += [_safely_row(r, hits[r.job.job_id]) for r in records if r.job.job_id in hits]
-    return [r for r in records if r.job.job_id not in hits], rows
+    done += [(r, _safely_row(r, hits[r.job.job_id])) for r in records if r.job.job_id in hits]
+    return [r for r in records if r.job.job_id not in hits], done
 
 
 def _safely_row(record: JobRecord, cached: dict) -> Row:
@@ -197,7 +203,8 @@ def handle_retrieve(ref_data: list[dict], svc: Services, send: Send) -> None:
     jobs = _live(_each(ref_data, svc, lambda d: _load_job(d, svc)), lambda j: j, svc, "retrieve")
     if not jobs:
         return
-    records, rows = _start_many(jobs, svc)
+    records, done = _start_many(jobs, svc)
+    rows = [row for _, row in done]
     if records:
         records = _safely_many(records, lambda rs: pipeline.retrieval_stage_many(rs, svc.retriever))
     rows += [pipeline.finish(r) for r in records if r.error]
@@ -274,20 +281,18 @@ def handle_job(ref_data: dict, svc: Services) -> None:
     jobs = _live(_each([ref_data], svc, lambda d: _load_job(d, svc)), lambda j: j, svc, "interactive")
     if not jobs:
         return
-    record = _safely(pipeline.begin(jobs[0], worker=svc.worker_name), pipeline.preflight_stage)
-    if not _is_finished(record):
-        record = _with_cache_key(record, svc)
-    cached = svc.store.get_cached(record.cache_key) if record.cache_key and not record.error else None
-    if cached is not None:
-        row = _safely_row(record, cached)
-        record = record.model_copy(update={"cache_hit": True, "timings": row.timings})
+    todo, done = _start_many(jobs, svc)
+    if done:
+        ((record, row),) = done
     else:
-        if not _is_finished(record):
-            record = _safely(record, lambda r: pipeline.retrieval_stage(r, svc.retriever))
-            record = _safely(record, lambda r: pipeline.generation_stage(r, svc.gateway))
-            record = _safely(record, pipeline.verification_stage)
+        (record,) = todo
+        record = _safely(record, lambda r: pipeline.retrieval_stage(r, svc.retriever))
+        record = _safely(record, lambda r: pipeline.generation_stage(r, svc.gateway))
+        record = _safely(record, pipeline.verification_stage)
         row = pipeline.finish(record)
-        record = record.model_copy(update={"timings": row.timings, "finished_at": row.finished_at})
+    record = record.model_copy(
+        update={"cache_hit": row.cache_hit, "timings": row.timings, "finished_at": row.finished_at}
+    )
     if write_rows([row], svc, [record.cache_key]):
         # Single queries keep their claims and sidecar output for the audit line.
         svc.store.put_detail(record.model_copy(update={"prompt": None}))

@@ -59,7 +59,7 @@ class WorkerStore:
 
     def write_rows(self, rows: Sequence[Row]) -> list[bool]:
         """``write_row`` for a bundle in one pipeline; [True where this call wrote the row]."""
-        if len(rows) <= 1:
+        if len(rows) <= 1:  # a pipeline with a script costs an extra SCRIPT EXISTS round trip
             return [self.write_row(r) for r in rows]
         pipe = self.client.pipeline(transaction=False)
         for row in rows:
@@ -78,17 +78,11 @@ class WorkerStore:
             "args": [row.job_id, row.model_dump_json(), "1" if row.error else "0", keys.ROW_TTL_S],
         }
 
-    def get_cached(self, digest: str) -> dict | None:
-        return self.get_cached_many([digest])[0]
-
     def get_cached_many(self, digests: Sequence[str]) -> list[dict | None]:
         if not digests:
             return []
         raws = self.client.mget([keys.cache_key(d) for d in digests])
         return [json.loads(raw) if raw else None for raw in raws]
-
-    def put_cached(self, digest: str, row: Row) -> None:
-        self.put_cached_many([(digest, row)])
 
     def put_cached_many(self, entries: Sequence[tuple[str, Row]]) -> None:
         if not entries:
