@@ -79,6 +79,12 @@ def expand_jobs(
                 )
 
 
+def bundle_label(first: Job, size: int) -> str:
+    """How a bundle is named in task listings (Flower, logs): its run, first job, and how many more."""
+    more = f" +{size - 1}" if size > 1 else ""
+    return f"{first.run_id}/{first.job_id}{more}"
+
+
 def ref_for(job: Job) -> JobRef:
     """The compact queue message for a job."""
     return JobRef(

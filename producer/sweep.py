@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 from common.errors import InputError
-from common.jobs import expand_jobs, profile_id_for_model, ref_for
+from common.jobs import bundle_label, expand_jobs, profile_id_for_model, ref_for
 from common.models import Job, Manifest, Mode, Question
 from common.policy import Policy, governance_policy_hash, verifier_policy_hash
 from common.questions import digest_content, parse_questions
@@ -128,7 +129,8 @@ def enqueue_jobs(
     task = app.tasks[task_name]
     sent = 0
     with app.producer_or_acquire() as producer:
-        batch = producer.batch(ENQUEUE_BATCH) if hasattr(producer, "batch") else _nullctx()
+        # Producer.batch (kombu >= 5.7) pipelines the publishes; older kombu publishes one by one.
+        batch = producer.batch(ENQUEUE_BATCH) if hasattr(producer, "batch") else nullcontext()
         with batch:
             for bundle in bundles(jobs, bundle_size):
                 now = time.time()
@@ -138,11 +140,10 @@ def enqueue_jobs(
                     )
                     for job in bundle
                 ]
-                more = f" +{len(bundle) - 1}" if len(bundle) > 1 else ""
                 task.apply_async(
                     args=[refs],
                     producer=producer,
-                    argsrepr=f"<{bundle[0].run_id}/{bundle[0].job_id}{more}>",
+                    argsrepr=f"<{bundle_label(bundle[0], len(bundle))}>",
                     kwargsrepr="",
                 )
                 sent += len(bundle)
@@ -159,14 +160,6 @@ def bundles(jobs: Iterable[Job], size: int) -> Iterator[list[Job]]:
             bundle = []
     if bundle:
         yield bundle
-
-
-class _nullctx:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def missing_jobs(plan: SweepPlan, store: ProducerStore) -> list[Job]:

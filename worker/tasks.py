@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from common.jobs import bundle_label
 from common.models import JobRecord
 from worker import flow
 from worker.celery_app import app
@@ -30,11 +31,9 @@ TASK_OPTIONS = {
 
 def send_stage(stage: str, records: list[JobRecord]) -> None:
     """Forward a bundle's surviving jobs to the next stage as one message."""
-    first = records[0].job
-    more = f" +{len(records) - 1}" if len(records) > 1 else ""
     STAGE_TASKS[stage].apply_async(
         args=[flow.dump_records(records)],
-        argsrepr=f"<{stage} {first.run_id}/{first.job_id}{more}>",
+        argsrepr=f"<{stage} {bundle_label(records[0].job, len(records))}>",
         kwargsrepr="",
     )
 
