@@ -249,12 +249,17 @@ def compare_dirs(run_a: Path, run_b: Path, floor: float = 5.0) -> Comparison:
     return compare_runs(manifest_a, stats_a, manifest_b, stats_b, floor=floor)
 
 
-def write_compare(run_a: Path, run_b: Path, out_dir: Path, floor: float = 5.0) -> Path:
-    """Write ``compare.md`` and its delta plot into ``out_dir``; returns the markdown's path."""
+def check_floor(floor: float) -> None:
+    """The compare floor as given on the command line: points, not negative."""
     if floor < 0:
         raise InputError(
             f"--floor {floor}: the floor is in points and must be >= 0, e.g. --floor 5"
         )
+
+
+def write_compare(run_a: Path, run_b: Path, out_dir: Path, floor: float = 5.0) -> Path:
+    """Write ``compare.md`` and its delta plot into ``out_dir``; returns the markdown's path."""
+    check_floor(floor)
     return write_comparison(compare_dirs(run_a, run_b, floor), out_dir)
 
 

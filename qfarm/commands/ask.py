@@ -13,7 +13,7 @@ import sys
 import time
 
 from common.errors import InputError, QfarmError
-from common.jobs import expand_jobs, parse_modes
+from common.jobs import parse_modes
 from common.models import JobRecord, Question, Row
 from common.questions import digest_content, question_id_for
 from common.settings import Settings, load_settings
@@ -74,12 +74,10 @@ def _manifest(settings: Settings, question: Question, modes, policy, *, run_id, 
 
 
 def _submit(store, manifest, question: Question, app) -> str:
-    from producer.sweep import enqueue_jobs  # noqa: PLC0415
+    from producer.sweep import SweepPlan, enqueue_jobs  # noqa: PLC0415
 
     store.put_manifest(manifest)
-    job = next(iter(expand_jobs(manifest.run_id, [question], manifest.modes, 1, manifest.policy,
-                                model=manifest.model, keep_answers=True,
-                                use_cache=manifest.use_cache)))
+    job = next(iter(SweepPlan(manifest=manifest, questions=[question]).jobs()))
     enqueue_jobs(app, [job], task_name="qfarm.run_job")
     return job.job_id
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from common.errors import InputError
 from common.settings import load_settings
 
 
@@ -43,13 +42,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bench.reporting import compare_dirs, resolve_run, write_comparison  # noqa: PLC0415
+    from bench.reporting import check_floor, compare_dirs, resolve_run, write_comparison  # noqa: PLC0415
     from common.compare import headline  # noqa: PLC0415
 
-    if args.floor < 0:
-        raise InputError(
-            f"--floor {args.floor}: the floor is in points and must be >= 0, e.g. --floor 5"
-        )
+    check_floor(args.floor)
     results_dir = args.results_dir or load_settings().results_dir
     run_a = resolve_run(args.run_a, results_dir)
     run_b = resolve_run(args.run_b, results_dir)

@@ -16,6 +16,7 @@ from typing import Any
 
 from common.policy import Policy
 from common.settings import load_settings
+from qfarm import runtime
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -67,16 +68,13 @@ def _print_map(question: str, result: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from common.errors import InputError  # noqa: PLC0415
-    from worker.retrieval import ensure_default_index, open_retriever  # noqa: PLC0415
 
     if args.top_k < 1:
         raise InputError(f"--top-k {args.top_k}: must be at least 1")
     if args.title_boost <= 0:
         raise InputError(f"--title-boost {args.title_boost}: must be greater than 0")
     settings = load_settings(**({"retriever": args.backend} if args.backend else {}))
-    if settings.retriever == "embedded" and settings.index_path is None:
-        ensure_default_index(settings, progress=sys.stderr.isatty())
-    retriever = open_retriever(settings)
+    retriever = runtime.open_local_retriever(settings, progress=sys.stderr.isatty())
     try:
         t0 = time.perf_counter()
         evidence = retriever.search(args.question, top_k=args.top_k, title_boost=args.title_boost)
