@@ -159,16 +159,29 @@ def test_snapshot_never_shows_keys() -> None:
     assert "sk-secret-123" not in repr(b.snapshot())
 
 
+class CountingClock(Clock):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def __call__(self) -> float:
+        self.calls += 1
+        return self.now
+
+
 def test_a_full_endpoint_makes_the_gateway_wait_for_a_slot_not_fail() -> None:
-    b = make(1, max_inflight=2, clock=None)
+    clock = CountingClock()
+    b = make(1, clock, max_inflight=2)
     held = [b.acquire(), b.acquire()]
     got: list[str] = []
     t = threading.Thread(
-        target=lambda: got.append(b.acquire(wait_s=0.0, wait_for_slot=True).url)
+        target=lambda: got.append(b.acquire(wait_s=0.0, wait_for_slot=True).url), daemon=True
     )
+    calls_before = clock.calls
     t.start()
     t.join(timeout=0.3)
     assert t.is_alive() and got == []  # past wait_s, still waiting: the endpoint is only full
+    assert clock.calls - calls_before < 20  # it sleeps until notified, it does not spin
     b.release(held[0], ok=True)
     t.join(timeout=5)
     assert got == ["http://e0"]

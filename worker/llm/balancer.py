@@ -180,7 +180,10 @@ class Balancer:
                         "servers, or raise QFARM_LLM_WAIT_FOR_ENDPOINT_S",
                         job_id=job_id,
                     )
-                self._cond.wait(timeout=max(min(deadline - now, self._next_change(now)), 0.001))
+                # Past the deadline only a slot is awaited: release() notifies, so sleep until
+                # the next time-based change instead of spinning on a negative remainder.
+                remaining = deadline - now if now < deadline else float("inf")
+                self._cond.wait(timeout=min(remaining, self._next_change(now)))
 
     def _any_only_full(self, now: float, cost: int) -> bool:
         """Is some endpoint blocked by nothing but its in-flight cap?"""
