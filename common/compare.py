@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from common.models import Manifest
+from common.report import plots_section
 from common.runstats import RunStats, Tally
 from common.stats import newcombe_interval, paired_interval, welch_interval
 
@@ -444,8 +445,5 @@ def render_compare(cmp: Comparison, *, plots: Mapping[str, str] | None = None) -
             b = "—" if s.b is None else f"{s.b:.1f}% ({s.count_b})"
             delta = "—" if s.delta is None else f"{s.delta:+.1f}"
             out.append(f"| `{s.mode}` | {s.kind} | {a} | {b} | {delta} |")
-    if plots:
-        out += ["", "## Plots", ""]
-        for title, path in plots.items():
-            out += [f"![{title}]({path})", ""]
+    out += plots_section(plots)
     return "\n".join(out).rstrip() + "\n"

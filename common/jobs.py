@@ -8,6 +8,7 @@ from collections.abc import Iterator, Sequence
 from common.errors import InputError
 from common.models import ALL_MODES, Job, JobRef, Manifest, Mode, Question
 from common.policy import Policy
+from common.profiles import DEFAULT_PROFILE_ID, HERMES_3_8B_PROFILE_ID
 
 
 def parse_modes(text: str | Sequence[str]) -> list[Mode]:
@@ -41,9 +42,8 @@ def seed_for(question_id: str, mode: Mode | str, sample_index: int) -> int:
 
 def profile_id_for_model(model: str) -> str:
     """Model profile of SPEC §5 for a served model name."""
-    return (
-        "hermes-3-8b" if "hermes-3" in model.casefold() and "8b" in model.casefold() else "default"
-    )
+    folded = model.casefold()
+    return HERMES_3_8B_PROFILE_ID if "hermes-3" in folded and "8b" in folded else DEFAULT_PROFILE_ID
 
 
 def expand_jobs(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from common.models import Mode, Preflight
 from common.policy import Policy
+from common.preflight import is_guard_active
 
 _POINTER_RULES: dict[Mode, str] = {
     Mode.QUOTE: "Every quote must be followed by its [E#] id.",
@@ -46,7 +47,7 @@ def render_quantifier_reminder(
     """The reminder text, or None when it does not apply to this job."""
     if not policy.quantifier_reminder_enabled or preflight is None:
         return None
-    if not policy.quantifier_guard_enabled or mode.value not in policy.quantifier_guard_modes:
+    if not is_guard_active(mode, policy):
         return None
     cap = policy.claim_lattice_max_claims_per_answer
     if preflight.claim_cap is not None:

@@ -397,7 +397,7 @@ def _timings(stats: RunStats) -> list[str]:
     return out + _table(["stage", "rows", "p50 ms", "p95 ms", "mean ms"], rows)
 
 
-def _plots(plots: Mapping[str, str] | None) -> list[str]:
+def plots_section(plots: Mapping[str, str] | None) -> list[str]:
     if not plots:
         return []
     out = ["", "## Plots", ""]
@@ -427,7 +427,7 @@ def render_stats(
         _quantifier_table(stats),
         _errors(stats),
         _timings(stats),
-        _plots(plots),
+        plots_section(plots),
     ]
     return "\n".join(line for section in sections for line in section).rstrip() + "\n"
 

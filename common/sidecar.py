@@ -53,7 +53,7 @@ from typing import Any
 
 from common.models import Evidence, QuantifierInfo
 from common.policy import Policy
-from common.quantifier import classify
+from common.quantifier import BROAD_INTENSITIES, classify
 from common.verify.text import STOP_WORDS, normalize, tokens
 from common.versions import DENIAL_PATTERNS_VERSION, EXTRACTION_CUES_VERSION
 
@@ -61,8 +61,6 @@ DIAGNOSTIC_VERSION = "answerability-v1"
 MAX_SPANS = 10
 STRONG_MIN_CANDIDATES = 3
 CONFIDENCE_ORDER: tuple[str, ...] = ("weak", "medium", "strong")
-BROAD_FOR_EXTRACTION: frozenset[str] = frozenset({"ALL", "COMPREHENSIVE", "OPEN_REQUEST", "MANY"})
-
 DENIAL_PATTERNS: tuple[str, ...] = (
     "not mentioned",
     "not provided",
@@ -142,7 +140,6 @@ SUBJECT_DROP_WORDS: frozenset[str] = (
     | frozenset(w for cue in EXTRACTION_CUES for w in cue.split())
 )
 
-_WS_RE = re.compile(r"\s+")
 _CAP = r"[A-ZÀ-ÖØ-Þ][\w'’&-]*"
 # "Pride and Prejudice" is one title, "George Harrison and Ringo Starr" two names.
 _TITLE_CASE_RE = re.compile(
@@ -187,7 +184,7 @@ class Candidate:
 
 def match_denial(answer: str) -> str | None:
     """Clause A: the first denial pattern (in list order) found in the answer."""
-    text = _WS_RE.sub(" ", normalize(answer))
+    text = normalize(answer)  # already whitespace-collapsed
     return next((p for p in DENIAL_PATTERNS if p in text), None)
 
 
@@ -199,7 +196,7 @@ def match_extraction_shape(
     cue = next((c for c in EXTRACTION_CUES if f" {c} " in text), None)
     if cue is not None:
         return "cue", cue
-    if quantifier.intensity in BROAD_FOR_EXTRACTION:
+    if quantifier.intensity in BROAD_INTENSITIES:
         return "quantifier", None
     if any(t in PLURAL_THINGS for t in text.split()):
         return "plural", None

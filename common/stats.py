@@ -25,10 +25,6 @@ CONFIDENCE = 0.95
 Z95 = NormalDist().inv_cdf(0.5 + CONFIDENCE / 2)  # 1.959963984540054
 
 
-def z_for(confidence: float = CONFIDENCE) -> float:
-    return NormalDist().inv_cdf(0.5 + confidence / 2)
-
-
 # --------------------------------------------------------------------------- proportions
 
 
