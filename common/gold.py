@@ -17,6 +17,7 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 
 from common.models import Claim, Evidence
+from common.verify.text import joined
 
 ARTICLES = frozenset({"a", "an", "the"})
 
@@ -50,14 +51,9 @@ def normalize_tokens(text: str) -> tuple[str, ...]:
     return tuple(tokens)
 
 
-def _joined(tokens: Sequence[str]) -> str:
-    # Space-delimited with sentinels, so substring search respects token boundaries.
-    return " " + " ".join(tokens) + " "
-
-
 def contains_answer(text_tokens: Sequence[str], answers: Iterable[Sequence[str]]) -> bool:
-    haystack = _joined(text_tokens)
-    return any(answer and _joined(answer) in haystack for answer in answers)
+    haystack = joined(text_tokens)  # space-padded: matches respect token boundaries
+    return any(answer and joined(answer) in haystack for answer in answers)
 
 
 def match_gold(

@@ -54,7 +54,7 @@ from typing import Any
 from common.models import Evidence, QuantifierInfo
 from common.policy import Policy
 from common.quantifier import BROAD_INTENSITIES, classify
-from common.verify.text import STOP_WORDS, normalize, tokens
+from common.verify.text import STOP_WORDS, joined, normalize, tokens
 from common.versions import DENIAL_PATTERNS_VERSION, EXTRACTION_CUES_VERSION
 
 DIAGNOSTIC_VERSION = "answerability-v1"
@@ -192,7 +192,7 @@ def match_extraction_shape(
     question: str, quantifier: QuantifierInfo
 ) -> tuple[str | None, str | None]:
     """Clause B: ``(shape, cue)`` where shape is cue / quantifier / plural, or ``(None, None)``."""
-    text = " " + " ".join(tokens(question)) + " "
+    text = joined(tokens(question))
     cue = next((c for c in EXTRACTION_CUES if f" {c} " in text), None)
     if cue is not None:
         return "cue", cue

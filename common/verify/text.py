@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -89,7 +90,7 @@ def content_tokens(text: str) -> list[str]:
     return [t for t in tokens(text) if t not in STOP_WORDS]
 
 
-def joined(toks: list[str] | tuple[str, ...]) -> str:
+def joined(toks: Sequence[str]) -> str:
     """Space-padded token string: ``f" {a} {b} "``, for word-aligned substring tests."""
     return " " + " ".join(toks) + " "
 
