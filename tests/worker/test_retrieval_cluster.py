@@ -120,23 +120,12 @@ def test_msearch_error_for_one_question() -> None:
         _retriever(FakeClient(msearch=broken)).search_many(["a"], top_k=1, title_boost=2.0)
 
 
-def test_one_client_per_process_shared_and_closed_with_the_last_user() -> None:
-    made: list[FakeClient] = []
-
-    def factory() -> FakeClient:
-        made.append(FakeClient())
-        return made[-1]
-
-    key_a, client_a = cluster.lease_client(("test", "x"), factory)
-    key_b, client_b = cluster.lease_client(("test", "x"), factory)
-    assert client_a is client_b and len(made) == 1
-    cluster.release_client(key_a)
-    assert not client_a.closed
-    cluster.release_client(key_b)
-    assert client_a.closed
-    _, client_c = cluster.lease_client(("test", "x"), factory)
-    assert client_c is not client_a
-    cluster.release_client(key_b)
+def test_closing_the_retriever_closes_its_client() -> None:
+    client = FakeClient()
+    retriever = _retriever(client)
+    assert not client.closed
+    retriever.close()
+    assert client.closed
 
 
 @pytest.mark.parametrize("url", ["localhost:9200", "", "ftp://es:9200", "http://a:9200, es2:9200"])

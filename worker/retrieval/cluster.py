@@ -11,8 +11,6 @@ sees a half-built index.
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -42,34 +40,6 @@ def _status(exc: BaseException) -> int | None:
     return status if isinstance(status, int) else None
 
 
-# --------------------------------------------------------------------------- one client per process
-
-_clients: dict[tuple[Any, ...], list[Any]] = {}  # key -> [client, users]
-_clients_lock = threading.Lock()
-
-
-def lease_client(key: tuple[Any, ...], factory: Callable[[], Any]) -> tuple[tuple[Any, ...], Any]:
-    """This process's client for ``key`` (a fork gets its own: the pid is in the key)."""
-    full_key = (os.getpid(), *key)
-    with _clients_lock:
-        entry = _clients.get(full_key)
-        if entry is None:
-            entry = _clients[full_key] = [factory(), 0]
-        entry[1] += 1
-        return full_key, entry[0]
-
-
-def release_client(full_key: tuple[Any, ...]) -> None:
-    with _clients_lock:
-        entry = _clients.get(full_key)
-        if entry is None:
-            return
-        entry[1] -= 1
-        if entry[1] <= 0:
-            del _clients[full_key]
-            entry[0].close()
-
-
 class ClusterRetriever:
     """Search and index administration on one Elasticsearch/OpenSearch cluster."""
 
@@ -82,7 +52,6 @@ class ClusterRetriever:
         alias: str,
         errors: ClientErrors,
         bulk: Callable[..., Iterable[tuple[bool, dict[str, Any]]]],
-        lease: tuple[Any, ...] | None = None,
     ):
         self.backend = backend
         self.client = client
@@ -90,7 +59,6 @@ class ClusterRetriever:
         self.alias = alias
         self._errors = errors
         self._bulk = bulk
-        self._lease = lease
         self._version: tuple[float, str] | None = None
 
     # ------------------------------------------------------------------ errors
@@ -284,9 +252,8 @@ class ClusterRetriever:
         return old
 
     def close(self) -> None:
-        if self._lease is not None:
-            release_client(self._lease)
-            self._lease = None
+        # One retriever per process (worker.services), so the retriever owns its client.
+        self.client.close()
 
 
 def cluster_hosts(url_setting: str) -> list[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from common.settings import Settings
-from worker.retrieval.cluster import ClientErrors, ClusterRetriever, cluster_hosts, lease_client
+from worker.retrieval.cluster import ClientErrors, ClusterRetriever, cluster_hosts
 
 RETRY_ON_STATUS = (429, 502, 503, 504)
 
@@ -40,13 +40,12 @@ def client_options(settings: Settings) -> dict[str, Any]:
 
 
 def open_elasticsearch(settings: Settings) -> ClusterRetriever:
-    """A retriever on the ``QFARM_ES_INDEX`` alias; the client is shared within the process."""
+    """A retriever on the ``QFARM_ES_INDEX`` alias, with its own client."""
     import elasticsearch  # noqa: PLC0415
     from elasticsearch import helpers  # noqa: PLC0415
 
     options = client_options(settings)
-    key = ("elasticsearch", repr(sorted(options.items())))
-    lease, client = lease_client(key, lambda: elasticsearch.Elasticsearch(**options))
+    client = elasticsearch.Elasticsearch(**options)
     errors = ClientErrors(
         connection=(elasticsearch.ConnectionError, elasticsearch.ConnectionTimeout),
         wrong_product=(elasticsearch.UnsupportedProductError,),
@@ -60,5 +59,4 @@ def open_elasticsearch(settings: Settings) -> ClusterRetriever:
         alias=settings.es_index,
         errors=errors,
         bulk=helpers.streaming_bulk,
-        lease=lease,
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from common.settings import Settings
-from worker.retrieval.cluster import ClientErrors, ClusterRetriever, cluster_hosts, lease_client
+from worker.retrieval.cluster import ClientErrors, ClusterRetriever, cluster_hosts
 
 RETRY_ON_STATUS = (429, 502, 503, 504)
 
@@ -40,13 +40,12 @@ def client_options(settings: Settings) -> dict[str, Any]:
 
 
 def open_opensearch(settings: Settings) -> ClusterRetriever:
-    """A retriever on the ``QFARM_ES_INDEX`` alias; the client is shared within the process."""
+    """A retriever on the ``QFARM_ES_INDEX`` alias, with its own client."""
     import opensearchpy  # noqa: PLC0415
     from opensearchpy import helpers  # noqa: PLC0415
 
     options = client_options(settings)
-    key = ("opensearch", repr(sorted(options.items())))
-    lease, client = lease_client(key, lambda: opensearchpy.OpenSearch(**options))
+    client = opensearchpy.OpenSearch(**options)
     errors = ClientErrors(
         connection=(opensearchpy.ConnectionError,),
         not_found=(opensearchpy.NotFoundError,),
@@ -59,5 +58,4 @@ def open_opensearch(settings: Settings) -> ClusterRetriever:
         alias=settings.es_index,
         errors=errors,
         bulk=helpers.streaming_bulk,
-        lease=lease,
     )
