@@ -34,6 +34,9 @@ class ClientErrors:
     wrong_product: tuple[type[BaseException], ...] = ()
 
 
+# Transient statuses both clients retry (QFARM_ES_MAX_RETRIES); others fail at once.
+RETRY_ON_STATUS = (429, 502, 503, 504)
+
 def _status(exc: BaseException) -> int | None:
     meta = getattr(exc, "meta", None)
     status = getattr(meta, "status", None) or getattr(exc, "status_code", None)

@@ -11,9 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from common.settings import Settings
-from worker.retrieval.cluster import ClientErrors, ClusterRetriever, cluster_hosts
-
-RETRY_ON_STATUS = (429, 502, 503, 504)
+from worker.retrieval.cluster import RETRY_ON_STATUS, ClientErrors, ClusterRetriever, cluster_hosts
 
 
 def client_options(settings: Settings) -> dict[str, Any]:
