@@ -37,6 +37,7 @@ class ClientErrors:
 # Transient statuses both clients retry (QFARM_ES_MAX_RETRIES); others fail at once.
 RETRY_ON_STATUS = (429, 502, 503, 504)
 
+
 def _status(exc: BaseException) -> int | None:
     meta = getattr(exc, "meta", None)
     status = getattr(meta, "status", None) or getattr(exc, "status_code", None)
