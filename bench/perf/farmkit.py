@@ -15,10 +15,11 @@ import redis
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 BENCH_DB = int(os.environ.get("QFARM_BENCH_REDIS_DB", "12"))
+BENCH_PORT = int(os.environ.get("QFARM_BENCH_REDIS_PORT", "6379"))
 
 
 def bench_redis_url() -> str:
-    return f"redis://127.0.0.1:6379/{BENCH_DB}"
+    return f"redis://127.0.0.1:{BENCH_PORT}/{BENCH_DB}"
 
 
 def farm_env(**extra: str) -> dict[str, str]:

@@ -22,10 +22,12 @@ import redis
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 TEST_DB = int(os.environ.get("QFARM_TEST_REDIS_DB", "9"))
+# Another port lets several checkouts run the suite at once, each against its own server.
+TEST_PORT = int(os.environ.get("QFARM_TEST_REDIS_PORT", "6379"))
 
 
 def redis_url(db: int = TEST_DB) -> str:
-    return f"redis://127.0.0.1:6379/{db}"
+    return f"redis://127.0.0.1:{TEST_PORT}/{db}"
 
 
 @dataclass

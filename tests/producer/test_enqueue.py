@@ -16,7 +16,8 @@ from producer.store import ProducerStore
 from producer.sweep import bundles, enqueue_jobs
 
 DB = int(os.environ.get("QFARM_TEST_ENQUEUE_REDIS_DB", "10"))
-URL = f"redis://127.0.0.1:6379/{DB}"
+PORT = int(os.environ.get("QFARM_TEST_REDIS_PORT", "6379"))
+URL = f"redis://127.0.0.1:{PORT}/{DB}"
 
 
 def jobs(run_id: str, n_questions: int = 5, n: int = 2):
