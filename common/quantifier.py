@@ -27,8 +27,15 @@ Decisions where the SPEC left room (each one has a test in
   quantifiers the SPEC's "every" family implies).
 * "a couple of" names a number (2, SMALL_NUM_EXPLICIT); bare "a couple" is FEW.
   "half a dozen" is 6. "dozens of"/"hundreds of" are MANY.
-* Ordinals (first/second/third/last) alone give ``explicit_count`` 1 (one item
-  at that rank); "first three"/"last 5" give the number. "one" is a count only
+* Ordinals ("the second ...", "the 3rd largest", "the 5th") give
+  ``explicit_count`` 1: an ordinal asks for the one item at that rank, not for
+  N items. "top 3"/"the first three"/"last 5" give the number. "a third of" is
+  a fraction (PROPORTIONAL), "the 20th century" no count at all.
+* A negated wh-question ("who didn't ...", "which X did not ...", "who never
+  ...") keeps the wh-shape it negates: the negation narrows which items are
+  asked for, it does not ask for "none". Only a universal negation (none,
+  nobody, nothing, no X, ...) makes it ABSENT; "never" is one only outside a
+  wh-question ("has Brazil never won ..."). "one" is a count only
   after top/name/list/give/cite/pick ("name one song"), never in "no one",
   "one of", "which one".
 * Bare digits are counts only after top/first/last/best/name/list/give/cite or
@@ -76,7 +83,7 @@ OPERATIONAL_SHAPES: dict[str, str] = {
     "COMPARATIVE_BOUND": "inequality_bound",
     "FEW": "small_set",
     "MANY": "medium_set",
-    "ALL": "universal",
+    "ALL": "universal_enumeration",
     "COMPREHENSIVE": "exhaustive",
     "OPEN_REQUEST": "open_enumeration",
 }
@@ -119,6 +126,7 @@ _NUM = (
     r"eleven|twelve|thirteen|fourteen|fifteen|sixteen|seventeen|eighteen|nineteen|"
     rf"{_UNITS}|ten|hundred|a hundred|\d{{1,3}}(?:,\d{{3}})*)"
 )
+_ORDINAL_WORDS = "first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|last"
 _NUM_NO_ONE = _NUM.replace("|one|", "|").replace("(?:one|", "(?:")
 _COUNT_VERBS = r"(?:top|first|last|best|worst|name|list|give|cite|pick|mention|enumerate|provide|choose|select)"
 _TIME_UNITS = r"(?:second|minute|hour|day|night|week|weekend|month|year|decade|century|centurie|time|season|summer|winter|spring|autumn|morning|evening)s?"
@@ -169,6 +177,7 @@ def _m(
 # Boundaries: letters, digits, apostrophes and hyphens join words, so "all-time"
 # and "don't" are never split into a marker.
 _B = r"(?<![\w'-])"
+_WH_START = r"^(?!\W*(?:which|what|who|whom|whose|where|when|why|how)\b)"
 _E = r"(?![\w'-])"
 
 MARKERS: tuple[Marker, ...] = (
@@ -204,13 +213,14 @@ MARKERS: tuple[Marker, ...] = (
             r"what about",
             "discuss",
             r"elaborate on",
+            r"expound (?:on|upon)",
         )
     ),
     # ALL: list verbs + all/every first so the matched token names the verb.
     _m("ALL", _B + r"(?:list|name|enumerate|cite) (?:all|every)" + _E),
     _m("ALL", _B + r"each and every" + _E),
     _m("ALL", _B + r"every single" + _E),
-    _m("ALL", _B + r"the entirety of" + _E),
+    _m("ALL", _B + r"the (?:entirety|totality) of" + _E),
     _m("ALL", _B + r"the whole" + _E),
     _m("ALL", r"(?<!\bat )(?<!\bafter )(?<!\babove )" + _B + r"all" + _E + r"(?! of a sudden)"),
     _m("ALL", _B + r"every" + _E + rf"(?! (?:other |{_NUM} )?{_TIME_UNITS}\b)(?! other\b)"),
@@ -230,6 +240,8 @@ MARKERS: tuple[Marker, ...] = (
         _m("MANY", _B + s + _E)
         for s in (
             r"a great many",
+            r"several dozen",
+            r"multitudes of",
             r"(?<!how )(?<!not )(?<!so )(?<!too )(?<!as )many",
             "various",
             "multiple",
@@ -255,6 +267,7 @@ MARKERS: tuple[Marker, ...] = (
             r"not many",
             r"hardly any",
             r"a handful(?! of)",
+            r"a smattering of",
         )
     ),
     # COMPARATIVE_BOUND
@@ -284,9 +297,14 @@ MARKERS: tuple[Marker, ...] = (
         r"(?<!every )" + _B + rf"(?P<n>{_NUM_NO_ONE}) {_PLURAL_OR_SUPERLATIVE}",
         _group("n"),
     ),
+    # An ordinal asks for the one item at that rank; "a third of" is a fraction.
     _m(
         "SMALL_NUM_EXPLICIT",
-        _B + r"(?:first|second|third|fourth|fifth|last)" + _E + r"(?!-)",
+        r"(?<!\ba )(?<!\bone )(?<!\btwo )"
+        + _B
+        + rf"(?:{_ORDINAL_WORDS}|\d{{1,3}}(?:st|nd|rd|th))"
+        + _E
+        + r"(?!-)(?! (?:century|centuries|millennium)\b)",
         _fixed(1),
     ),
     # PROPORTIONAL ("the most X" is a superlative, not a fraction)
@@ -301,6 +319,7 @@ MARKERS: tuple[Marker, ...] = (
             r"(?:one|two) (?:third|thirds|quarter|quarters) of",
             r"\d+(?:\.\d+)? ?(?:%|percent|per cent) of",
             r"the bulk of",
+            r"the lion's share of",
             r"a fraction of",
         )
     ),
@@ -314,19 +333,15 @@ MARKERS: tuple[Marker, ...] = (
             r"no one",
             r"nowhere(?! near)",
             "neither",
-            "never",
             r"not a single",
             r"not one",
             "zero",
             r"no(?! (?:longer|doubt|matter|more|less|fewer|sooner|later)\b)(?= \w)",
         )
     ),
-    _m(
-        "ABSENT",
-        r"^(?:which|what|who|whom|where|when)\b[^?]*?"
-        r"(?P<neg>\b(?:is|are|was|were|did|does|do|has|have|had|can|could|will|would)"
-        r"(?: not|n't)|\bcannot|\bnot)\b",
-    ),
+    # "never" negates the verb of a wh-question ("who never won ...") and keeps its shape;
+    # elsewhere it is a universal negation over time ("has Brazil never won ...").
+    _m("ABSENT", _WH_START + r".*?" + _B + "never" + _E),
     # SINGULAR surfaces (the default when nothing else matches)
     *(
         _m("SINGULAR", _B + s + _E)
@@ -401,8 +416,8 @@ def _first_match_per_rung(text: str) -> dict[str, tuple[Marker, re.Match[str]]]:
 
 
 def _matched_text(marker: Marker, match: re.Match[str]) -> str:
-    if marker.rung == "ABSENT" and "neg" in match.groupdict() and match["neg"]:
-        return match["neg"]
+    if marker.rung == "ABSENT" and match.group(0).endswith("never"):
+        return "never"
     if marker.rung == "ALL" and match.group(0).endswith("any") and match.start() == 0:
         return "any"
     return match.group(0)
