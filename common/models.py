@@ -45,6 +45,7 @@ class Label(StrEnum):
     ANCHOR_WARRANTED = "ANCHOR-WARRANTED"
     POINTER_LINKED = "POINTER-LINKED"
     UNGROUNDED = "UNGROUNDED"
+    BROAD_CAPPED = "BROAD-CAPPED"
     BROAD_REJECTED = "BROAD-REJECTED"
     EXPLORATORY = "EXPLORATORY"
 
@@ -130,7 +131,8 @@ class Preflight(Frozen):
 
     quantifier: QuantifierInfo = Field(default_factory=QuantifierInfo)
     guard_active: bool = False  # guard enabled and mode in quantifier_guard_modes
-    claim_cap: int | None = None  # effective max claims for this intensity and profile (reported)
+    claim_cap: int | None = None  # the guard's cap (None when the guard is off for this job)
+    claim_cap_profile: int | None = None  # the profile table's cap for this rung, always reported
     cap_enforced: bool = False  # apply_caps on and the mode guarded: excess claims not admitted
     rejected: bool = False  # reject-broad fired: no retrieval, no model call
     reject_message: str | None = None
@@ -313,7 +315,8 @@ class Row(Frozen):
     quantifier_matched_token: str | None = None
     quantifier_explicit_count: int | None = None
     scope_bound_hint: str | None = None
-    claim_cap_applied: int | None = None  # the effective cap, reported whether enforced or not
+    claim_cap_applied: int | None = None  # the guard's cap; None when the guard is off for the job
+    claim_cap_profile: int | None = None  # the profile table's cap for the rung, enforced or not
     claim_cap_enforced: bool | None = None
     model_profile_id: str | None = None
     model: str | None = None

@@ -10,7 +10,9 @@ Which fields fold into which hash is one explicit list per hash:
   verified; ``verifier_policy_hash`` covers exactly these plus the verifier and
   prompt versions.
 * ``governance_policy_hash`` covers every field plus every rule-set version
-  (classifier, denial patterns, extraction cues, verifier, prompt). The
+  (classifier, denial patterns, extraction cues, verifier, prompt, model
+  profiles) and every cap of every model profile, so editing one cap
+  invalidates the cache. The
   answerability sidecar's settings fold into this hash only.
 """
 
@@ -150,9 +152,14 @@ def verifier_policy_hash(policy: Policy) -> str:
 
 
 def governance_policy_hash(policy: Policy) -> str:
-    """Hash of every policy field and every rule-set version."""
+    """Hash of every policy field, every rule-set version and the model-profile caps."""
+    # Imported here: common.profiles imports INTENSITIES from this module.
+    from common.profiles import MODEL_PROFILES
+
     payload = policy.model_dump(mode="json")
+    payload["_model_profiles"] = {pid: dict(caps) for pid, caps in MODEL_PROFILES.items()}
     payload["_versions"] = {
+        "model_profiles": versions.MODEL_PROFILES_VERSION,
         "classifier": versions.CLASSIFIER_VERSION,
         "denial_patterns": versions.DENIAL_PATTERNS_VERSION,
         "extraction_cues": versions.EXTRACTION_CUES_VERSION,

@@ -9,7 +9,12 @@ Decisions where the SPEC left room:
   job's mode is in ``quantifier_guard_modes``. Everything broad-specific
   (reject-broad, EXPLORATORY, cap enforcement, the reminder, the four
   BROAD_QUANTIFIER_* kinds) needs an active guard; the classification and the
-  cap are computed and reported for every job, guarded or not.
+  profile table's cap (``claim_cap_profile``) are computed and reported for
+  every job, guarded or not. ``claim_cap`` is None when the guard is off.
+* The regression rule wins over the cap table: ABSENT, SINGULAR and
+  PROPORTIONAL keep ``claim_lattice_max_claims_per_answer`` unless listed in
+  ``quantifier_caps_by_intensity`` (see ``guard_cap``). ``allow_broad`` does
+  the same for the broad rungs: EXPLORATORY answers get no cap reduction.
 * ``allow_broad`` wins over ``quantifier_reject_broad`` when both are set: the
   reject message itself offers ``--allow-broad`` as the way through.
 * Reject-broad fires for ALL, COMPREHENSIVE and OPEN_REQUEST with an
@@ -32,6 +37,8 @@ from common.profiles import cap_for_intensity
 from common.quantifier import classify
 
 REJECTABLE_INTENSITIES: frozenset[str] = frozenset({"ALL", "COMPREHENSIVE", "OPEN_REQUEST"})
+# Rungs whose profile cap is reported but never enforced unless the operator lists them.
+DEFAULT_CAP_INTENSITIES: frozenset[str] = frozenset({"ABSENT", "SINGULAR", "PROPORTIONAL"})
 
 _REJECT_WHY = {
     "ALL": "it asks for every item of an open-ended set",
@@ -58,15 +65,29 @@ def reject_message(quantifier: QuantifierInfo) -> str:
     )
 
 
+def guard_cap(quantifier: QuantifierInfo, policy: Policy, profile_cap: int) -> int:
+    """The cap the guard applies: the profile's, except where the policy default must stand.
+
+    Non-broad rungs (ABSENT, SINGULAR, PROPORTIONAL) and, with ``allow_broad``,
+    the broad ones keep ``claim_lattice_max_claims_per_answer`` unless the
+    operator listed the rung in ``quantifier_caps_by_intensity``.
+    """
+    if quantifier.intensity in policy.quantifier_caps_by_intensity:
+        return profile_cap
+    if quantifier.intensity in DEFAULT_CAP_INTENSITIES or (
+        quantifier.is_broad and policy.allow_broad
+    ):
+        return policy.claim_lattice_max_claims_per_answer
+    return profile_cap
+
+
 def run_preflight(question: str, mode: Mode, policy: Policy, model_profile_id: str) -> Preflight:
     """Classify the question and decide caps, reject-broad and exploratory."""
     quantifier = classify(question)
     guard_active = is_guard_active(mode, policy)
-    cap = cap_for_intensity(
-        quantifier.intensity,
-        model_profile_id,
-        quantifier.explicit_count,
-        policy.quantifier_caps_by_intensity,
+    overrides = policy.quantifier_caps_by_intensity
+    profile_cap = cap_for_intensity(
+        quantifier.intensity, model_profile_id, quantifier.explicit_count, overrides
     )
     broad = quantifier.is_broad and guard_active
     rejected = (
@@ -79,7 +100,8 @@ def run_preflight(question: str, mode: Mode, policy: Policy, model_profile_id: s
     return Preflight(
         quantifier=quantifier,
         guard_active=guard_active,
-        claim_cap=cap,
+        claim_cap=guard_cap(quantifier, policy, profile_cap) if guard_active else None,
+        claim_cap_profile=profile_cap,
         cap_enforced=guard_active and policy.quantifier_guard_apply_caps,
         rejected=rejected,
         reject_message=reject_message(quantifier) if rejected else None,

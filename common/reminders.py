@@ -5,25 +5,29 @@ reminder, only in guarded modes and only when ``quantifier_reminder_enabled``.
 
 Decisions where the SPEC left room:
 
-* The reminder is rendered for every guarded job when enabled, not only for
-  broad questions: it states the cap N, which matters as much for a SINGULAR
-  question (N = 1) as for a broad one. Non-broad questions have scope
-  ``unknown`` and get the unbounded template.
-* N is the preflight cap bounded by ``claim_lattice_max_claims_per_answer``,
+* The reminder goes only to broad questions: ALL, MANY, COMPREHENSIVE,
+  OPEN_REQUEST, and an explicit count above ``claim_lattice_max_claims_per_answer``
+  ("name the top 30 rivers"). A one-fact question ("What is the capital of
+  France?") gets none: telling it "at most N claims" only adds noise to a prompt
+  whose grounding reminder already covers it.
+* Only the two lattice modes get it, and only when the guard covers the mode:
+  quote mode answers in quotes, where a claim count means nothing to the model.
+* N is the guard's cap bounded by ``claim_lattice_max_claims_per_answer``,
   i.e. the cap that would be enforced with ``--apply-quantifier-caps``.
+* Bounded scope → the bounded template; unbounded → the unbounded template,
+  which also says the list must come from the evidence, not from memory.
 * The ``[E#]`` rule is restated in the mode's own terms (pointer tags for
   claim_lattice_pointer, the ``evidence`` list and a verbatim ``warrant`` for
-  claim_lattice, the id after the quote for quote mode if it is ever guarded).
+  claim_lattice).
 """
 
 from __future__ import annotations
 
-from common.models import Mode, Preflight
+from common.models import Mode, Preflight, QuantifierInfo
 from common.policy import Policy
 from common.preflight import is_guard_active
 
 _POINTER_RULES: dict[Mode, str] = {
-    Mode.QUOTE: "Every quote must be followed by its [E#] id.",
     Mode.CLAIM_LATTICE_POINTER: "Every claim must end with the [E#] pointer tags of the blocks that state it.",
     Mode.CLAIM_LATTICE: 'Every claim must list its [E#] ids in "evidence" and copy its "warrant" verbatim from a cited block.',
 }
@@ -36,9 +40,18 @@ BOUNDED_TEMPLATE = (
 )
 UNBOUNDED_TEMPLATE = (
     "Quantifier reminder: this question has no natural bound, so do not try to be exhaustive "
-    "and do not claim completeness. Give at most {cap}, only what the evidence states. "
+    "and do not claim completeness. Give at most {cap}, only what the evidence states: "
+    "the list must come from the evidence above, not from what you remember from training. "
     "{pointer_rule}"
 )
+
+
+def wants_reminder(quantifier: QuantifierInfo, policy: Policy) -> bool:
+    """A broad rung, or an explicit count above the policy's claim limit."""
+    count = quantifier.explicit_count
+    return quantifier.is_broad or (
+        count is not None and count > policy.claim_lattice_max_claims_per_answer
+    )
 
 
 def render_quantifier_reminder(
@@ -47,7 +60,9 @@ def render_quantifier_reminder(
     """The reminder text, or None when it does not apply to this job."""
     if not policy.quantifier_reminder_enabled or preflight is None:
         return None
-    if not is_guard_active(mode, policy):
+    if mode not in _POINTER_RULES or not is_guard_active(mode, policy):
+        return None
+    if not wants_reminder(preflight.quantifier, policy):
         return None
     cap = policy.claim_lattice_max_claims_per_answer
     if preflight.claim_cap is not None:

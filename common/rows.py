@@ -46,6 +46,7 @@ def build_row(record: JobRecord) -> Row:
         quantifier_explicit_count=q.explicit_count if q else None,
         scope_bound_hint=q.scope_bound_hint if q else None,
         claim_cap_applied=pre.claim_cap if pre else None,
+        claim_cap_profile=pre.claim_cap_profile if pre else None,
         claim_cap_enforced=pre.cap_enforced if pre else None,
         model_profile_id=job.model_profile_id,
         model=job.model,

@@ -8,7 +8,8 @@ different rules never share a governance hash.
 CLASSIFIER_VERSION = "quantifier-v3"
 DENIAL_PATTERNS_VERSION = "v1"
 EXTRACTION_CUES_VERSION = "v2"  # v2: qualifiers such as "well known" leave subject tokens
-VERIFIER_VERSION = "verifier-v1"
-PROMPT_VERSION = "prompt-v1"
+MODEL_PROFILES_VERSION = "profiles-v2"  # v2: non-broad rungs keep the policy default cap
+VERIFIER_VERSION = "verifier-v2"  # v2: BROAD-CAPPED label, non-broad rungs keep the default cap
+PROMPT_VERSION = "prompt-v2"  # v2: quantifier reminder for broad questions only
 CHUNKER_VERSION = "chunker-v1"
 ROW_SCHEMA_VERSION = 1

@@ -21,7 +21,9 @@ def add_policy_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--policy", action="append", default=[], metavar="KEY=VALUE",
                    help="override a policy field (repeatable); `qfarm policy` lists them")
     g.add_argument("--no-quantifier-guard", action="store_true", help="quantifier_guard_enabled=false")
-    g.add_argument("--allow-broad", action="store_true", help="allow_broad=true (EXPLORATORY label)")
+    g.add_argument("--allow-broad", action="store_true",
+                   help="allow_broad=true: answer broad questions as EXPLORATORY, never rejected, "
+                        "and with no cap reduction (their cap is the policy default)")
     g.add_argument("--reject-broad", action="store_true", help="quantifier_reject_broad=true")
     g.add_argument("--apply-quantifier-caps", action="store_true", help="quantifier_guard_apply_caps=true")
 

@@ -24,6 +24,12 @@ Decisions where the SPEC left room:
   evidence-warranted".
 * A broad question's row is EVIDENCE-WARRANTED only if no admitted claim has
   any problem at all (checked explicitly, on top of the STRICT rule).
+* BROAD-CAPPED: when BROAD_QUANTIFIER_CAP_APPLIED fired (a profile cap below
+  the default trimmed the answer), the label is BROAD-CAPPED instead of
+  EVIDENCE-WARRANTED or ANCHOR-WARRANTED, even when every admitted claim
+  verifies: the answer is a bounded sample of a broad set, not a verified
+  answer to it. A POINTER-LINKED or UNGROUNDED row keeps its weaker label (its
+  tail still says ``broad cap N``).
 """
 
 from __future__ import annotations
@@ -126,7 +132,11 @@ def decide_label(
         label = _cap(label, Label.ANCHOR_WARRANTED)
     if kinds & POINTER_LINKED_CAP_KINDS:
         label = _cap(label, Label.POINTER_LINKED)
-    return Label.EXPLORATORY if exploratory else label
+    if exploratory:
+        return Label.EXPLORATORY
+    if K.BROAD_QUANTIFIER_CAP_APPLIED in kinds and label is not Label.POINTER_LINKED:
+        return Label.BROAD_CAPPED
+    return label
 
 
 def render_tails(kinds: Iterable[K], *, cap: int | None, exploratory: bool) -> tuple[str, ...]:

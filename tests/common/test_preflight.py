@@ -28,7 +28,8 @@ def test_cap_enforced_only_with_apply_caps_and_a_guarded_mode() -> None:
     assert run_preflight("List all songs", POINTER, policy, "default").cap_enforced is True
     # quote mode is unguarded by default: the cap is reported, not enforced
     quote = run_preflight("List all songs", Mode.QUOTE, policy, "default")
-    assert (quote.cap_enforced, quote.guard_active, quote.claim_cap) == (False, False, 12)
+    assert (quote.cap_enforced, quote.guard_active, quote.claim_cap) == (False, False, None)
+    assert quote.claim_cap_profile == 12
     off = build_policy({"quantifier_guard_apply_caps": True, "quantifier_guard_enabled": False})
     assert run_preflight("List all songs", POINTER, off, "default").cap_enforced is False
 
@@ -37,7 +38,7 @@ def test_quote_mode_still_carries_the_classifier_telemetry() -> None:
     pre = run_preflight("Name the top 3 rivers", Mode.QUOTE, Policy(), "default")
     assert pre.quantifier.intensity == "SMALL_NUM_EXPLICIT"
     assert pre.quantifier.explicit_count == 3
-    assert pre.claim_cap == 3
+    assert (pre.claim_cap, pre.claim_cap_profile) == (None, 3)
 
 
 def test_reject_broad_is_opt_in() -> None:
@@ -134,7 +135,8 @@ def test_reminder_is_off_by_default_and_needs_a_preflight() -> None:
 def test_reminder_only_in_guarded_modes_and_with_the_guard_on() -> None:
     assert _reminder(BROAD_UNBOUNDED, Mode.QUOTE) is None
     assert _reminder(BROAD_UNBOUNDED, POINTER, quantifier_guard_enabled=False) is None
-    assert _reminder(BROAD_UNBOUNDED, Mode.QUOTE, quantifier_guard_modes=["quote"]) is not None
+    # quote mode answers in quotes: a claim count means nothing there, guarded or not
+    assert _reminder(BROAD_UNBOUNDED, Mode.QUOTE, quantifier_guard_modes=["quote"]) is None
 
 
 def test_bounded_and_unbounded_templates_state_the_cap_and_the_pointer_rule() -> None:
@@ -148,10 +150,38 @@ def test_bounded_and_unbounded_templates_state_the_cap_and_the_pointer_rule() ->
     assert "[E#]" in bounded and "[E#]" in unbounded
 
 
-def test_unknown_scope_falls_back_to_the_unbounded_template() -> None:
-    text = _reminder("What is the capital of France?") or ""
-    assert text.startswith("Quantifier reminder: this question has no natural bound")
-    assert "at most 1 claim," in text
+@pytest.mark.parametrize(
+    "question",
+    [
+        "What is the capital of France?",
+        "Which countries did not sign the treaty?",
+        "What did half of the voters choose?",
+        "Name the top 3 rivers of Europe",
+        "Name some songs by Queen",
+    ],
+)
+def test_a_question_that_is_not_broad_gets_no_reminder(question: str) -> None:
+    assert _reminder(question) is None
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "Name many songs by Queen",  # MANY
+        "List all songs by Queen",  # ALL
+        "Give me a comprehensive history of Rome",  # COMPREHENSIVE
+        "Describe the water cycle",  # OPEN_REQUEST
+        "Name the top 30 rivers of Europe",  # explicit count above the cap of 12
+    ],
+)
+def test_broad_questions_and_counts_above_the_cap_get_the_reminder(question: str) -> None:
+    assert _reminder(question) is not None
+
+
+def test_unbounded_template_says_the_list_comes_from_the_evidence() -> None:
+    text = _reminder(BROAD_UNBOUNDED) or ""
+    assert "must come from the evidence" in text
+    assert "not from what you remember from training" in text
 
 
 def test_json_mode_reminder_restates_the_warrant_rule() -> None:

@@ -457,7 +457,9 @@ def test_broad_cap_applied_when_an_enforced_profile_cap_cuts_claims() -> None:
         quantifier_caps_by_intensity={"ALL": 2},
     )
     assert set(v.violation_kinds) == {K.BROAD_QUANTIFIER_CAP_APPLIED, K.TOO_MANY_CLAIMS}
-    assert outcome(v) == (Verdict.HYBRID, Label.ANCHOR_WARRANTED)
+    # every admitted claim verifies, yet a trimmed broad answer is a sample: BROAD-CAPPED
+    assert all(c.verified for c in v.claims if c.admitted)
+    assert outcome(v) == (Verdict.HYBRID, Label.BROAD_CAPPED)
     assert "broad cap 2" in v.tails
     assert v.n_claims == 2
 
@@ -468,6 +470,57 @@ def test_broad_cap_applied_with_the_hermes_profile_states_cap_8() -> None:
     assert K.BROAD_QUANTIFIER_CAP_APPLIED in v.violation_kinds
     assert "broad cap 8" in v.tails
     assert v.n_claims == 8
+
+
+def test_a_trimmed_broad_answer_without_anchors_stays_pointer_linked() -> None:
+    unanchored = "Liverpool band Beatles were English rockers from 1960 [E1]"
+    v = verify(
+        "\n".join([unanchored] * 3),
+        BROAD_BOUNDED,
+        quantifier_guard_apply_caps=True,
+        quantifier_caps_by_intensity={"ALL": 2},
+    )
+    assert K.BROAD_QUANTIFIER_CAP_APPLIED in v.violation_kinds
+    assert v.label is Label.POINTER_LINKED
+
+
+@pytest.mark.parametrize(
+    ("question", "profile"),
+    [
+        ("What is the capital of France?", "hermes-3-8b"),  # SINGULAR: table 1
+        ("Which countries have no coastline?", "default"),  # ABSENT: table 1
+        ("What did most of the settlers grow?", "hermes-3-8b"),  # PROPORTIONAL: table 1
+    ],
+)
+def test_caps_applied_never_tighten_a_question_that_is_not_broad(
+    question: str, profile: str
+) -> None:
+    answer = "\n".join([GOOD_1] * 13)
+    v = verify(answer, question, profile=profile, quantifier_guard_apply_caps=True)
+    assert v.n_claims == 12  # the policy default, not the table's 1
+    assert K.BROAD_QUANTIFIER_CAP_APPLIED not in v.violation_kinds
+    listed = verify(
+        answer,
+        question,
+        profile=profile,
+        quantifier_guard_apply_caps=True,
+        quantifier_caps_by_intensity={"SINGULAR": 1, "ABSENT": 1, "PROPORTIONAL": 1},
+    )
+    assert listed.n_claims == 1  # the operator listed the rung: its cap is enforced
+
+
+def test_allow_broad_turns_cap_reduction_off_for_broad_rungs() -> None:
+    lines = "\n".join([GOOD_1, GOOD_2, GOOD_3] * 3)  # 9 claims, Hermes ALL cap is 8
+    v = verify(
+        lines,
+        BROAD_BOUNDED,
+        profile="hermes-3-8b",
+        quantifier_guard_apply_caps=True,
+        allow_broad=True,
+    )
+    assert v.n_claims == 9
+    assert K.BROAD_QUANTIFIER_CAP_APPLIED not in v.violation_kinds
+    assert v.label is Label.EXPLORATORY
 
 
 def test_broad_cap_near_misses() -> None:
