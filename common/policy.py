@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal
+from typing import Any, Literal, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -169,9 +169,31 @@ def governance_policy_hash(policy: Policy) -> str:
     return _digest(payload)
 
 
-def _parse_value(raw: str) -> Any:
-    """JSON where it parses (numbers, booleans, lists, objects), else the bare string."""
+def _is_list_field(key: str) -> bool:
+    return get_origin(Policy.model_fields[key].annotation) in (tuple, list)
+
+
+def _parse_list(key: str, text: str) -> list[str]:
+    """``a,b,c`` for a list-valued key: one element is a list of one, empty is an empty list."""
+    if not text:
+        return []
+    parts = [part.strip() for part in text.split(",")]
+    if not all(parts):
+        raise PolicyError(
+            f"--policy {key}={text}: empty element in the comma list; "
+            f'write {key}=a,b or {key}=\'["a", "b"]\''
+        )
+    return parts
+
+
+def _parse_value(raw: str, key: str | None = None) -> Any:
+    """JSON where it parses (numbers, booleans, lists, objects), else the bare string.
+
+    A list-valued key also takes a comma list (``quantifier_guard_modes=quote,claim_lattice``).
+    """
     text = raw.strip()
+    if key is not None and _is_list_field(key) and not text.startswith("["):
+        return _parse_list(key, text)
     lowered = text.lower()
     if lowered in ("true", "yes", "on"):
         return True
@@ -200,7 +222,7 @@ def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
             raise PolicyError(
                 f"--policy {key}: unknown policy key{hint}; run `qfarm policy` to list the keys"
             )
-        out[key] = _parse_value(raw)
+        out[key] = _parse_value(raw, key)
     return out
 
 
@@ -213,7 +235,8 @@ def build_policy(overrides: dict[str, Any] | None = None, base: Policy | None = 
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "policy"
+        msg = str(first["msg"]).removeprefix("Value error, ")
         raise PolicyError(
-            f"--policy {where}: {first['msg']} (got {first.get('input')!r}); "
+            f"--policy {where}: {msg} (got {first.get('input')!r}); "
             f"run `qfarm policy` to see each key's type and default"
         ) from exc
