@@ -28,10 +28,14 @@ Decisions where the SPEC left room:
   Quotes never span lines. Leading/trailing ellipses and edge punctuation are
   dropped before matching.
 * ``answer_brackets`` counts every single-line ``[...]`` group;
-  ``answer_pointer_count`` counts E-id references (``[E2, E5]`` is 2; in JSON
-  mode the ids listed in ``evidence`` when the JSON parsed);
-  ``answer_chars_with_brackets`` is the answer's length in characters, brackets
-  included; ``raw_meaningful_line_count`` counts raw lines over 20 characters.
+  ``answer_pointer_count`` counts the distinct evidence ids cited anywhere in
+  the answer (``[E2, E5]`` then ``[E2]`` is 2; in JSON mode the distinct ids
+  listed in ``evidence`` when the JSON parsed): how many blocks the answer
+  leans on, not how often it repeats a tag.
+  ``answer_chars_with_brackets`` counts only the characters inside those
+  ``[...]`` groups, the brackets themselves excluded (``[E2, E5]`` is 6): how
+  much of the answer is bracketed text. ``raw_meaningful_line_count`` counts
+  raw lines over 20 characters.
 """
 
 from __future__ import annotations
@@ -102,8 +106,8 @@ def bracket_diagnostics(answer: str) -> dict[str, int]:
     lines = answer.splitlines()
     return {
         "answer_brackets": len(BRACKET_RE.findall(answer)),
-        "answer_pointer_count": sum(len(tag_ids(t)) for t in TAG_RE.findall(answer)),
-        "answer_chars_with_brackets": len(answer),
+        "answer_pointer_count": len({i for t in TAG_RE.findall(answer) for i in tag_ids(t)}),
+        "answer_chars_with_brackets": sum(len(b) - 2 for b in BRACKET_RE.findall(answer)),
         "raw_meaningful_line_count": sum(
             1 for ln in lines if len(ln.strip()) > MEANINGFUL_LINE_CHARS
         ),

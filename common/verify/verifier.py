@@ -182,7 +182,7 @@ def verify_answer(
     if unparseable and not deflected:
         kinds.add(K.SCHEMA_INVALID)
     if mode is Mode.CLAIM_LATTICE and ext.json_parsed:
-        diag["answer_pointer_count"] = sum(len(c.ids) for c in ext.claims)
+        diag["answer_pointer_count"] = len({i for c in ext.claims for i in c.ids})
 
     cap, profile_cap_binding = _effective_cap(mode, policy, pre)
     admitted_raw = raw_claims if cap is None else raw_claims[:cap]

@@ -619,8 +619,8 @@ def test_bracket_diagnostics() -> None:
     )
     v = verify(answer)
     assert v.answer_brackets == 4  # [E1], [E1, E4], [note], [E2]
-    assert v.answer_pointer_count == 4  # E1, E1, E4, E2
-    assert v.answer_chars_with_brackets == len(answer)
+    assert v.answer_pointer_count == 3  # distinct ids: E1, E4, E2
+    assert v.answer_chars_with_brackets == len("E1" "E1, E4" "note" "E2")
     assert v.raw_meaningful_line_count == 3
 
 
@@ -630,6 +630,18 @@ def test_json_pointer_count_counts_listed_evidence_ids() -> None:
         ("Paris is the capital of France", ["E2"], "Paris is the capital"),
     )
     assert verify(answer, BEATLES_Q, JSON).answer_pointer_count == 3
+    repeated = json_answer(
+        ("The Beatles formed in Liverpool in 1960", ["E1", "E3"], "formed in Liverpool in 1960"),
+        ("The Beatles are from Liverpool", ["E1"], "Liverpool"),
+    )
+    assert verify(repeated, BEATLES_Q, JSON).answer_pointer_count == 2
+
+
+def test_pointer_count_is_distinct_ids_and_chars_are_those_inside_brackets() -> None:
+    answer = f"{GOOD_2[:-5]} [E2, E5]\n{GOOD_1[:-5]} [E2]"
+    v = verify(answer)
+    assert v.answer_pointer_count == 2  # [E2, E5] + [E2]
+    assert v.answer_chars_with_brackets == len("E2, E5") + len("E2")
 
 
 @pytest.mark.parametrize(
