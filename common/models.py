@@ -9,7 +9,7 @@ filled in. Everything here is a frozen pydantic model serialized with
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -78,6 +78,7 @@ class Question(Frozen):
     text: str
     answers: tuple[str, ...] | None = None
     source: str | None = None  # "file:line" it came from, for messages
+    scope: Literal["bounded", "unbounded"] | None = None  # the file's word on a broad question's scope
 
 
 class Evidence(Frozen):
@@ -220,6 +221,7 @@ class JobRef(Frozen):
     i: int = 0
     answers: tuple[str, ...] | None = None
     t: float | None = None  # enqueued at, epoch seconds
+    scope: Literal["bounded", "unbounded"] | None = None
 
 
 class JobRecord(Frozen):
@@ -311,6 +313,7 @@ class Row(Frozen):
     answer_chars_with_brackets: int | None = None
     raw_meaningful_line_count: int | None = None
     quote_match_layers: dict[str, int] | None = None
+    question_scope: str | None = None  # "bounded"/"unbounded" when the question file says so
     quantifier_intensity: str | None = None
     quantifier_matched_token: str | None = None
     quantifier_explicit_count: int | None = None

@@ -376,7 +376,7 @@ BOUNDED_ANCHORS: tuple[re.Pattern[str], ...] = tuple(
         r"oceans?",
         r"days of the week",
         r"months of the year",
-        r"(?:zodiac signs|signs of the zodiac)",
+        r"(?:zodiac signs?|signs? of the zodiac)",
         r"(?:1[0-9]{3}|20[0-9]{2})",
         r"(?:19|20)\d{2}[-/](?:\d{2}|\d{4})",
         r"season",

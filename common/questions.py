@@ -1,4 +1,4 @@
-"""Question files: plain text (one per line) or JSONL ``{"id", "question", "answers"?}``.
+"""Question files: plain text (one per line) or JSONL ``{"id", "question", "answers"?, "scope"?}``.
 
 Parsing works on text already read, so it stays pure; errors name file:line.
 """
@@ -48,11 +48,15 @@ def _parse_json_line(name: str, lineno: int, line: str) -> Question:
             answers = [answers]
         if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
             raise InputError(f'{where}: "answers" must be a list of strings')
+    scope = obj.get("scope")
+    if scope not in (None, "bounded", "unbounded"):
+        raise InputError(f'{where}: "scope" must be "bounded" or "unbounded", got {scope!r}')
     return Question(
         id=str(qid) if qid is not None else question_id_for(text),
         text=text.strip(),
         answers=tuple(answers) if answers else None,
         source=where,
+        scope=scope,
     )
 
 

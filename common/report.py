@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from common.models import Manifest, Row
+from common.models import Label, Manifest, Row
 from common.policy import Policy
 from common.runstats import (
     LATTICE_MODES,
@@ -216,19 +216,83 @@ def _mode_table(stats: RunStats, modes: list[str]) -> list[str]:
 
 def _kinds_table(stats: RunStats, modes: list[str]) -> list[str]:
     kinds = sorted(stats.kinds_seen)
-    header = ["mode", "FORMAT_COLLAPSED rate", "mean raw brackets", *kinds]
+    header = [
+        "mode", "FORMAT_COLLAPSED rate", "mean raw brackets", "mean ids cited",
+        "mean bracketed chars", *kinds,
+    ]  # fmt: skip
     rows = []
     for mode in modes:
         m = stats.modes.get(mode) or ModeStats()
         t = m.tally
-        brackets = fmt_num(m.brackets.mean, 2) if mode in LATTICE_MODES else "—"
+        lattice = mode in LATTICE_MODES
+        brackets = fmt_num(m.brackets.mean, 2) if lattice else "—"
+        pointers = fmt_num(m.pointers.mean, 2) if lattice else "—"
+        chars = fmt_num(m.bracket_chars.mean, 1) if lattice else "—"
         cells = [
             f"{m.kinds[k]} ({fmt_pct(m.kinds[k], t.valid, interval=False)})" if t.valid else "—"
             for k in kinds
         ]
-        rows.append([f"`{mode}`", fmt_pct(t.format_collapsed, t.valid), brackets, *cells])
+        rows.append(
+            [f"`{mode}`", fmt_pct(t.format_collapsed, t.valid), brackets, pointers, chars, *cells]
+        )
     out = ["", "## Format collapse and violation kinds", ""]
     out.append("Each kind: rows carrying it (share of rows with a verdict).")
+    return out + [""] + _table(header, rows)
+
+
+LABEL_ORDER: tuple[Label, ...] = (
+    Label.EVIDENCE_WARRANTED,
+    Label.ANCHOR_WARRANTED,
+    Label.POINTER_LINKED,
+    Label.BROAD_CAPPED,
+    Label.EXPLORATORY,
+    Label.BROAD_REJECTED,
+    Label.UNGROUNDED,
+)
+
+
+def _label_table(stats: RunStats, modes: list[str]) -> list[str]:
+    out = ["", "## Labels by mode", ""]
+    out.append(
+        "Rows per audit label (share of rows with a verdict). BROAD-CAPPED rows are broad "
+        "answers trimmed to a profile cap: a bounded sample, never counted as EVIDENCE-WARRANTED."
+    )
+    names = [label.value for label in LABEL_ORDER]
+    names += sorted({k for m in stats.modes.values() for k in m.labels} - set(names))
+    rows = []
+    for mode in modes:
+        m = stats.modes.get(mode) or ModeStats()
+        valid = m.tally.valid
+        rows.append(
+            [
+                f"`{mode}`",
+                *(
+                    f"{m.labels[n]} ({fmt_pct(m.labels[n], valid, interval=False)})"
+                    if valid
+                    else "—"
+                    for n in names
+                ),
+            ]
+        )
+    return out + [""] + _table(["mode", *names], rows)
+
+
+def _reject_broad_table(man: Manifest, stats: RunStats, modes: list[str]) -> list[str]:
+    """With reject-broad on: the share of bounded questions it refused, per mode."""
+    if not man.policy.quantifier_reject_broad:
+        return []
+    out = ["", "## Reject-broad false positives", ""]
+    out.append(
+        'Rows whose question file marks the question `"scope": "bounded"` (a finite, known '
+        "set such as the members of a band), and the share reject-broad refused: every one of "
+        "them is a false positive. `bench/questions/bounded_universal.jsonl` is such a set."
+    )
+    rows = []
+    for mode in modes:
+        m = stats.modes.get(mode) or ModeStats()
+        rate = fmt_pct(m.bounded_rejected, m.bounded_n) if m.bounded_n else "— (no bounded rows)"
+        rows.append([f"`{mode}`", str(m.bounded_n), str(m.bounded_rejected), rate])
+    header = ["mode", "bounded rows", "rejected", "reject-broad false-positive rate"]
     return out + [""] + _table(header, rows)
 
 
@@ -421,6 +485,8 @@ def render_stats(
         _header(man, stats, finished_at, status),
         _mode_table(stats, modes),
         _kinds_table(stats, modes),
+        _label_table(stats, modes),
+        _reject_broad_table(man, stats, modes),
         _gold_table(stats, modes),
         _answerability(stats, modes),
         _question_table(stats, modes),

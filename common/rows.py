@@ -41,6 +41,7 @@ def build_row(record: JobRecord) -> Row:
         answer_chars_with_brackets=ver.answer_chars_with_brackets if ver else None,
         raw_meaningful_line_count=ver.raw_meaningful_line_count if ver else None,
         quote_match_layers=ver.quote_match_layers if ver else None,
+        question_scope=job.question.scope,
         quantifier_intensity=q.intensity if q else None,
         quantifier_matched_token=q.matched_token if q else None,
         quantifier_explicit_count=q.explicit_count if q else None,

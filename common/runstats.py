@@ -29,6 +29,7 @@ STAGES: tuple[tuple[str, str], ...] = (
 )
 LATTICE_MODES = ("claim_lattice_pointer", "claim_lattice")
 CANCELLED = "cancelled"
+REJECTED_KIND = "BROAD_QUANTIFIER_REJECTED"
 MAX_DISTINCT = 50  # distinct error texts, hashes, models... kept before folding into "(other)"
 MAX_QUESTION_ROWS = 200
 QUESTION_TEXT_CHARS = 90
@@ -56,6 +57,7 @@ class Tally:
         "recall_n",
         "recall_hits",
         "ratio",
+        "claims",
     )
 
     def __init__(self) -> None:
@@ -63,6 +65,7 @@ class Tally:
         self.format_collapsed = self.no_evidence_pointer = 0
         self.gold_n = self.gold_hits = self.recall_n = self.recall_hits = 0
         self.ratio = Moments()
+        self.claims = Moments()  # n_claims per answer
 
     @property
     def valid(self) -> int:
@@ -87,6 +90,8 @@ class Tally:
             self.no_evidence_pointer += 1
         if row.get("ratio") is not None:
             self.ratio.add(float(row["ratio"]))
+        if row.get("n_claims") is not None:
+            self.claims.add(float(row["n_claims"]))
         if row.get("gold_in_claims") is not None:
             self.gold_n += 1
             self.gold_hits += bool(row["gold_in_claims"])
@@ -124,6 +129,11 @@ class ModeStats:
         "answerability",
         "cancelled",
         "cache_hits",
+        "labels",
+        "pointers",
+        "bracket_chars",
+        "bounded_n",
+        "bounded_rejected",
     )
 
     def __init__(self) -> None:
@@ -136,6 +146,11 @@ class ModeStats:
         self.answerability: Counter[str] = Counter()
         self.cancelled = 0
         self.cache_hits = 0
+        self.labels: Counter[str] = Counter()
+        self.pointers = Moments()  # distinct evidence ids cited per answer
+        self.bracket_chars = Moments()  # characters inside [...] per answer
+        # questions the question file marks bounded, and how many reject-broad refused
+        self.bounded_n = self.bounded_rejected = 0
 
 
 class QuestionStats:
@@ -239,6 +254,15 @@ class RunStats:
             self.kinds_seen.setdefault(kind, None)
         if r.get("answer_brackets") is not None:
             m.brackets.add(float(r["answer_brackets"]))
+        if r.get("answer_pointer_count") is not None:
+            m.pointers.add(float(r["answer_pointer_count"]))
+        if r.get("answer_chars_with_brackets") is not None:
+            m.bracket_chars.add(float(r["answer_chars_with_brackets"]))
+        if r.get("label") is not None:
+            _bump(m.labels, str(r["label"]))
+        if r.get("question_scope") == "bounded":
+            m.bounded_n += 1
+            m.bounded_rejected += REJECTED_KIND in kinds
         if timings.get("total_ms") is not None:
             m.latency.add(float(timings["total_ms"]))
         usage = r.get("usage") or {}

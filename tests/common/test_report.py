@@ -251,7 +251,7 @@ def test_mode_table(summary: str) -> None:
 def test_kinds_table(summary: str) -> None:
     modes = by(table(summary, "## Format collapse and violation kinds"), "mode")
     kinds = ["CITATION_MISMATCH", "DEFLECTION_DETECTED", "FORMAT_COLLAPSED", "NO_EVIDENCE_POINTER"]
-    assert list(modes["`quote`"])[3:] == kinds  # one column per kind seen, sorted
+    assert list(modes["`quote`"])[5:] == kinds  # one column per kind seen, sorted
     quote, cpl, cl = modes["`quote`"], modes["`claim_lattice_pointer`"], modes["`claim_lattice`"]
     assert quote["FORMAT_COLLAPSED rate"] == "0.0% [0.0–27.8]"
     assert quote["mean raw brackets"] == "—"  # lattice modes only
@@ -421,3 +421,81 @@ def test_question_table_is_bounded() -> None:
     # Every all-UNGROUNDED question is among those shown.
     shown_ids = {r["id"] for r in shown}
     assert all(f"`q{k:04d}`" in shown_ids for k in range(0, n_questions, 7))
+
+
+# --------------------------------------------------------------------------- issue 18
+
+
+def labelled_rows() -> list[dict[str, Any]]:
+    """Pointer rows with known labels, pointer counts and bracketed characters."""
+    labels = [
+        ("EVIDENCE-WARRANTED", "STRICT"),
+        ("EVIDENCE-WARRANTED", "STRICT"),
+        ("BROAD-CAPPED", "HYBRID"),
+        ("ANCHOR-WARRANTED", "HYBRID"),
+        ("UNGROUNDED", "UNGROUNDED"),
+    ]
+    return [
+        make_row(
+            f"q{k}",
+            "claim_lattice_pointer",
+            0,
+            verdict,
+            label=label,
+            answer_pointer_count=k,
+            answer_chars_with_brackets=2 * k,
+        )
+        for k, (label, verdict) in enumerate(labels)
+    ]
+
+
+def test_label_table_counts_broad_capped_apart_from_evidence_warranted() -> None:
+    text = render_summary(make_manifest(modes=("claim_lattice_pointer",)), labelled_rows())
+    row = by(table(text, "## Labels by mode"), "mode")["`claim_lattice_pointer`"]
+    assert row["EVIDENCE-WARRANTED"] == "2 (40.0%)"
+    assert row["BROAD-CAPPED"] == "1 (20.0%)"
+    assert row["ANCHOR-WARRANTED"] == "1 (20.0%)"
+    assert row["UNGROUNDED"] == "1 (20.0%)"
+    assert row["POINTER-LINKED"] == "0 (0.0%)"
+
+
+def test_pointer_and_bracket_columns_average_the_row_fields() -> None:
+    text = render_summary(make_manifest(modes=("claim_lattice_pointer",)), labelled_rows())
+    row = by(table(text, "## Format collapse and violation kinds"), "mode")[
+        "`claim_lattice_pointer`"
+    ]
+    assert (row["mean ids cited"], row["mean bracketed chars"]) == ("2.00", "4.0")  # 0..4, ×2
+
+
+def bounded_rows() -> list[dict[str, Any]]:
+    rejected = {"violation_kinds": ["BROAD_QUANTIFIER_REJECTED"], "label": "BROAD-REJECTED"}
+    rows = [
+        make_row(
+            "b1", "claim_lattice_pointer", 0, "UNGROUNDED", question_scope="bounded", **rejected
+        ),
+        make_row("b2", "claim_lattice_pointer", 0, "STRICT", question_scope="bounded"),
+        make_row("b3", "claim_lattice_pointer", 0, "STRICT", question_scope="bounded"),
+        make_row("b4", "claim_lattice_pointer", 0, "STRICT", question_scope="bounded"),
+        # an unbounded question rejected is no false positive
+        make_row("u1", "claim_lattice_pointer", 0, "UNGROUNDED", **rejected),
+        make_row("b1", "quote", 0, "STRICT", question_scope="bounded"),
+    ]
+    return rows
+
+
+def test_reject_broad_false_positive_rate_per_mode() -> None:
+    policy = build_policy({"quantifier_reject_broad": True})
+    man = make_manifest(modes=("quote", "claim_lattice_pointer"), policy=policy)
+    modes = by(
+        table(render_summary(man, bounded_rows()), "## Reject-broad false positives"), "mode"
+    )
+    cpl, quote = modes["`claim_lattice_pointer`"], modes["`quote`"]
+    assert (cpl["bounded rows"], cpl["rejected"]) == ("4", "1")
+    assert cpl["reject-broad false-positive rate"].startswith("25.0% [")
+    assert (quote["bounded rows"], quote["rejected"]) == ("1", "0")
+    assert quote["reject-broad false-positive rate"].startswith("0.0% [")
+
+
+def test_no_false_positive_section_without_reject_broad() -> None:
+    text = render_summary(make_manifest(), bounded_rows())
+    assert "## Reject-broad false positives" not in text
