@@ -13,6 +13,16 @@ Decisions where the SPEC left room:
 * Latency is ``timings.total_ms``: under one second in whole milliseconds
   (``340 ms``), above it in seconds with one decimal (``1.2 s``); ``-`` when
   unknown.
+* ``render_audit_block`` is what ``qfarm ask`` prints above the claims. A
+  question reject-broad refused prints the preflight header
+  ``BROAD-QUANTIFIER PREFLIGHT REJECTED · scope unbounded`` and, instead of the
+  usual audit line, ``UNGROUNDED · via BROAD_QUANTIFIER_REJECTED · ALL ("all")
+  · cap was 8  0/0  2 ms (preflight)``: the verdict (the row's label stays
+  BROAD-REJECTED), the stage that decided it named where the mode usually is,
+  the rung and its words, and the cap it would have had. A broad question that
+  was answered in a guarded mode prints ``BROAD-QUANTIFIER PREFLIGHT · ALL
+  ("all") · scope bounded · cap 8 enforced`` (or ``not enforced``) above its
+  audit line, so the reader sees the rung and cap that shaped the label.
 * ``render_claims`` prints one line per claim, ``✓``/``✗``, its ids, its
   text (cut at 160 characters) and its problems; claims the cap did not admit
   are marked ``(not admitted)``. A reject-broad job prints the reject message
@@ -21,7 +31,7 @@ Decisions where the SPEC left room:
 
 from __future__ import annotations
 
-from common.models import Claim, JobRecord
+from common.models import Claim, JobRecord, Preflight
 
 SEP = " · "
 MAX_CLAIM_CHARS = 160
@@ -51,6 +61,43 @@ def render_audit_line(record: JobRecord) -> str:
     if tails:
         head += SEP + ", ".join(tails)
     return f"{head}  {ver.n_verified}/{ver.n_claims}  {latency}"
+
+
+PREFLIGHT_HEAD = "BROAD-QUANTIFIER PREFLIGHT"
+
+
+def _rung(pre: Preflight) -> str:
+    q = pre.quantifier
+    return f'{q.intensity} ("{q.matched_token}")' if q.matched_token else q.intensity
+
+
+def _cap(pre: Preflight) -> int | None:
+    return pre.claim_cap if pre.claim_cap is not None else pre.claim_cap_profile
+
+
+def render_audit_block(record: JobRecord) -> list[str]:
+    """The preflight line (broad questions in guarded modes) and the audit line."""
+    pre = record.preflight
+    if pre is not None and pre.rejected and not record.error:
+        latency = format_latency(record.timings.total_ms)
+        return [
+            f"{PREFLIGHT_HEAD} REJECTED{SEP}scope {pre.quantifier.scope_bound_hint}",
+            f"UNGROUNDED{SEP}via BROAD_QUANTIFIER_REJECTED{SEP}{_rung(pre)}{SEP}"
+            f"cap was {_cap(pre)}  0/0  {latency} (preflight)",
+        ]
+    lines = []
+    if pre is not None and pre.guard_active and pre.quantifier.is_broad and not record.error:
+        enforced = "enforced" if pre.cap_enforced else "not enforced"
+        parts = [
+            PREFLIGHT_HEAD,
+            _rung(pre),
+            f"scope {pre.quantifier.scope_bound_hint}",
+            f"cap {_cap(pre)} {enforced}",
+        ]
+        if pre.exploratory:
+            parts.append("allow-broad: EXPLORATORY")
+        lines.append(SEP.join(parts))
+    return [*lines, render_audit_line(record)]
 
 
 def _claim_line(claim: Claim) -> str:

@@ -156,12 +156,13 @@ def _print(row: Row, record: JobRecord | None, *, as_json: bool) -> None:
         )
         print(json.dumps(data, indent=2, ensure_ascii=False))
         return
-    from common.audit import render_audit_line, render_claims  # noqa: PLC0415
+    from common.audit import render_audit_block, render_claims  # noqa: PLC0415
 
     if row.error:
         print(f"ERROR · via {row.mode.value} · {row.error}", file=sys.stderr)
     if record is not None and record.verification is not None:
-        print(render_audit_line(record))
+        for line in render_audit_block(record):
+            print(line)
         for line in render_claims(record):
             print("  " + line)
         if record.answerability:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from common.audit import format_latency, render_audit_line, render_claims
+from common.audit import format_latency, render_audit_block, render_audit_line, render_claims
 from common.models import (
     Claim,
     Evidence,
@@ -85,6 +85,53 @@ def test_audit_line_of_a_rejected_broad_question() -> None:
     )
     lines = render_claims(record)
     assert len(lines) == 1 and "--allow-broad" in lines[0]
+
+
+def test_a_rejected_broad_question_prints_the_preflight_header_and_the_reject_audit_line() -> None:
+    policy = build_policy({"quantifier_reject_broad": True})
+    pre = run_preflight(
+        "Which songs did all rock bands record?", Mode.CLAIM_LATTICE_POINTER, policy, "hermes-3-8b"
+    )
+    record = make_record(
+        preflight=pre, verification=rejected_verification(pre), timings=Timings(total_ms=2.0)
+    )
+    assert render_audit_block(record) == [
+        "BROAD-QUANTIFIER PREFLIGHT REJECTED · scope unbounded",
+        'UNGROUNDED · via BROAD_QUANTIFIER_REJECTED · ALL ("all") · cap was 8  0/0  2 ms (preflight)',
+    ]
+    (advice,) = render_claims(record)
+    assert "Narrow the question" in advice and "--allow-broad" in advice
+
+
+def _answered(question: str, **overrides: object) -> list[str]:
+    policy = build_policy(overrides)
+    pre = run_preflight(question, Mode.CLAIM_LATTICE_POINTER, policy, "hermes-3-8b")
+    ver = Verification(
+        n_claims=1, n_verified=1, ratio=1.0, verdict=Verdict.STRICT, label=Label.EVIDENCE_WARRANTED
+    )
+    return render_audit_block(
+        make_record(preflight=pre, verification=ver, timings=Timings(total_ms=5.0))
+    )
+
+
+def test_an_answered_broad_question_prints_the_preflight_line_above_its_audit_line() -> None:
+    lines = _answered("List all members of the Beatles", quantifier_guard_apply_caps=True)
+    assert lines == [
+        'BROAD-QUANTIFIER PREFLIGHT · ALL ("list all") · scope bounded · cap 8 enforced',
+        "EVIDENCE-WARRANTED · via claim_lattice_pointer  1/1  5 ms",
+    ]
+    reported = _answered("List all members of the Beatles")
+    assert reported[0].endswith("· cap 8 not enforced")
+    exploratory = _answered("Tell me about jazz", allow_broad=True)
+    assert exploratory[0] == (
+        'BROAD-QUANTIFIER PREFLIGHT · OPEN_REQUEST ("tell me about") · scope unbounded · '
+        "cap 12 not enforced · allow-broad: EXPLORATORY"
+    )
+
+
+def test_no_preflight_line_for_a_narrow_question_or_an_unguarded_mode() -> None:
+    assert len(_answered("What is the capital of France?")) == 1
+    assert len(_answered("List all members of the Beatles", quantifier_guard_enabled=False)) == 1
 
 
 def test_audit_line_from_a_real_verification_carries_its_tails() -> None:
