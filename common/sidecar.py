@@ -4,7 +4,13 @@ Read-only and byte-deterministic: no model calls, no writes, never changes the
 answer or the verdict. It returns None unless all three clauses fire:
 
 * A, denial: the casefolded, whitespace-normalized answer contains one of
-  ``DENIAL_PATTERNS`` (version ``DENIAL_PATTERNS_VERSION``);
+  ``DENIAL_PATTERNS`` (version ``DENIAL_PATTERNS_VERSION``), the documented
+  set ``denial_phrasings()`` writes out: the SPEC's v1 substrings, then
+  first-person failures to find ("i could not find"), sources that do not say
+  ("passages do not list"), absence in the sources ("not listed in the"), "no
+  information about", "makes no mention of", "none of the passages mention";
+  each needs its object, so "he could not find a publisher" and "the evidence
+  does not contradict" are no denials;
 * B, extraction shape: an ``EXTRACTION_CUES`` phrase, a broad quantifier
   (ALL, COMPREHENSIVE, OPEN_REQUEST, MANY), or a plural of things
   (``PLURAL_THINGS``) in the question;
@@ -23,14 +29,19 @@ Decisions where the SPEC left room:
   insensitive, on word boundaries); a mention is any occurrence of a subject
   token there, an *exact* mention the whole subject phrase in order. This is
   what keeps "songs by John Smith" silent on a block naming "John Harvard".
-* Candidates: title_like → quoted strings (``"…"``, ``“…”``), Title Case runs of
-  two or more capitalized words (small connectors such as "of", "the", "and"
-  allowed inside), and items of comma lists of three or more short items;
-  person → Title Case runs without "and"/"of"/"the" inside (name particles
-  such as "da", "von" allowed);
-  date → years 1000–2099 and day-month-year dates. A candidate made only of
-  subject and stop words (the subject's own name) is dropped; a Title Case run
-  or list item overlapping a quoted string is dropped in its favour.
+* Candidates, by kind: title_like → ``quoted_string`` (``"…"``, ``“…”``),
+  ``title_case_span`` (two or more capitalized words; small connectors such as
+  "of", "the", "and" allowed inside) and ``comma_list_item`` (items of comma
+  lists of three or more short items); person → ``title_case_span`` without
+  "and"/"of"/"the" inside (name particles such as "da", "von" allowed); date →
+  ``date`` (day-month-year) and ``year`` (1000–2099, not inside a date). A
+  quoted string is never dropped for its words ("What's Up With That" is all
+  stop words and still a title: the quotes say so); an unquoted run or list
+  item made only of subject and stop words (the subject's own name) is
+  dropped, and so is one overlapping a quoted string.
+* Evidence may be ``Evidence`` objects or plain dicts with the same keys (the
+  sidecar also runs on logged rows); a block without a string ``text`` is
+  skipped, one without an ``id`` takes its positional id E1..Ek.
 * Confidence: ``strong`` = a quoted candidate within proximity of an exact
   subject mention and at least ``STRONG_MIN_CANDIDATES`` candidates;
   ``medium`` = at least 2 candidates, or a quoted one near an exact mention;
@@ -47,7 +58,7 @@ Decisions where the SPEC left room:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,11 +68,13 @@ from common.quantifier import BROAD_INTENSITIES, classify
 from common.verify.text import STOP_WORDS, joined, normalize, tokens
 from common.versions import DENIAL_PATTERNS_VERSION, EXTRACTION_CUES_VERSION
 
-DIAGNOSTIC_VERSION = "answerability-v1"
+DIAGNOSTIC_VERSION = "answerability-v2"  # v2: design's candidate kinds, quoted strings always kept
 MAX_SPANS = 10
 STRONG_MIN_CANDIDATES = 3
 CONFIDENCE_ORDER: tuple[str, ...] = ("weak", "medium", "strong")
-DENIAL_PATTERNS: tuple[str, ...] = (
+# Clause A. The SPEC's v1 substrings first (so an old row's ``denial_pattern_matched`` keeps
+# its meaning), then ``denial_phrasings()``: negation × verb × object, written out.
+_DENIAL_V1: tuple[str, ...] = (
     "not mentioned",
     "not provided",
     "the evidence does not say",
@@ -72,6 +85,68 @@ DENIAL_PATTERNS: tuple[str, ...] = (
     "is not stated",
     "is not specified",
 )
+_FIRST_PERSON_FAILURES = (
+    "i could not",
+    "i couldn't",
+    "i cannot",
+    "i can't",
+    "i was unable to",
+    "i am unable to",
+    "i'm unable to",
+    "we could not",
+    "we couldn't",
+    "we were unable to",
+)
+_FIND_VERBS = ("find", "identify", "locate")
+_SOURCE_NOUNS_SINGULAR = ("evidence", "context", "provided text")
+_SOURCE_NOUNS_PLURAL = ("passages", "documents", "sources", "excerpts")
+_NEGATED_VERBS = ("mention", "list", "include", "contain", "name", "provide", "specify", "identify")
+_ABSENT_IN = ("listed", "named", "found", "included", "given", "present", "discussed")
+
+
+def denial_phrasings() -> tuple[str, ...]:
+    """The documented denial set: every phrasing clause A matches, in match order."""
+    out: list[str] = list(_DENIAL_V1)
+    # "I could not find any works by X ..." (first person only: "he could not find a
+    # publisher" is a fact about him, not a denial about the evidence)
+    out += [f"{who} {verb}" for who in _FIRST_PERSON_FAILURES for verb in _FIND_VERBS]
+    # "The provided passages do not list works by X"
+    for neg, nouns in (("does not", _SOURCE_NOUNS_SINGULAR), ("do not", _SOURCE_NOUNS_PLURAL)):
+        short = neg.replace(" not", "n't")
+        out += [f"{noun} {n} {verb}" for noun in nouns for n in (neg, short) for verb in _NEGATED_VERBS]
+    # "The songs are not listed in the evidence" (bare "not listed" is often a plain fact)
+    out += [f"not {verb} in the" for verb in _ABSENT_IN]
+    out += [f"not {verb} anywhere in the" for verb in ("mentioned", "listed", "named")]
+    # "There is no information about X", "the passages make no mention of X"
+    out += [
+        f"no {what} {about}"
+        for what in ("information", "mention", "details", "record")
+        for about in ("about", "of", "on", "regarding")
+    ]
+    out += [
+        "makes no mention of",
+        "make no mention of",
+        "evidence is silent on",
+        "passages are silent on",
+    ]
+    # "None of the passages mention X"
+    out += [
+        f"none of the {noun} {verb}"
+        for noun in ("passages", "documents", "sources", "evidence blocks")
+        for verb in ("mention", "mentions", "list", "lists", "name", "names", "include", "includes")
+    ]
+    out += [
+        "not in the evidence",
+        "not in the provided",
+        "not contained in the",
+        "cannot be determined from the",
+        "not possible to determine from the",
+        "unable to determine from the",
+    ]
+    return tuple(dict.fromkeys(out))
+
+
+DENIAL_PATTERNS: tuple[str, ...] = denial_phrasings()
 
 CUE_ANSWER_TYPES: dict[str, str] = {
     "songs by": "title_like",
@@ -148,16 +223,24 @@ _TITLE_CASE_RE = re.compile(
 _NAME_RE = re.compile(rf"(?<![\w'’-]){_CAP}(?:\s+(?:(?:de|da|del|di|van|von)\s+)*{_CAP})+")
 _QUOTED_RE = re.compile(r'"([^"\n]{1,120})"|“([^”\n]{1,120})”')
 _MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
+_YEAR = "(?:1[0-9]{3}|20[0-9]{2})"
 _DATE_RE = re.compile(
-    rf"\b(?:\d{{1,2}} (?:{_MONTHS}) (?:1[0-9]{{3}}|20[0-9]{{2}})"
-    rf"|(?:{_MONTHS}) \d{{1,2}}, (?:1[0-9]{{3}}|20[0-9]{{2}})"
-    r"|(?:1[0-9]{3}|20[0-9]{2}))\b"
+    rf"\b(?:\d{{1,2}} (?:{_MONTHS}) {_YEAR}|(?:{_MONTHS}) \d{{1,2}}, {_YEAR})\b"
 )
+_YEAR_RE = re.compile(rf"\b{_YEAR}\b")
 _SENTENCE_RE = re.compile(r"[^.;:!?\n]+")
+# Candidate kinds (the names the design uses; ``DIAGNOSTIC_VERSION`` v2).
+QUOTED, TITLE_CASE, LIST_ITEM, YEAR, DATE = (
+    "quoted_string",
+    "title_case_span",
+    "comma_list_item",
+    "year",
+    "date",
+)
 _KINDS_BY_TYPE: dict[str, frozenset[str]] = {
-    "title_like": frozenset({"quoted", "title_case", "list_item"}),
-    "person": frozenset({"title_case"}),
-    "date": frozenset({"date"}),
+    "title_like": frozenset({QUOTED, TITLE_CASE, LIST_ITEM}),
+    "person": frozenset({TITLE_CASE}),
+    "date": frozenset({YEAR, DATE}),
 }
 
 
@@ -228,13 +311,19 @@ def _raw_candidates(text: str, answer_type: str) -> list[tuple[str, int, int]]:
     """``(kind, start, end)`` spans of the answer type in a block's text."""
     found: list[tuple[str, int, int]] = []
     if answer_type == "date":
-        return [("date", m.start(), m.end()) for m in _DATE_RE.finditer(text)]
+        dates = [(DATE, m.start(), m.end()) for m in _DATE_RE.finditer(text)]
+        years = [
+            (YEAR, m.start(), m.end())
+            for m in _YEAR_RE.finditer(text)
+            if not any(s <= m.start() < e for _, s, e in dates)
+        ]
+        return dates + years
     if answer_type == "title_like":
         for m in _QUOTED_RE.finditer(text):
             group = 1 if m.group(1) is not None else 2
-            found.append(("quoted", m.start(group), m.end(group)))
+            found.append((QUOTED, m.start(group), m.end(group)))
     runs = _TITLE_CASE_RE if answer_type == "title_like" else _NAME_RE
-    found += [("title_case", m.start(), m.end()) for m in runs.finditer(text)]
+    found += [(TITLE_CASE, m.start(), m.end()) for m in runs.finditer(text)]
     if answer_type == "title_like":
         found += _list_items(text)
     return found
@@ -254,7 +343,7 @@ def _list_items(text: str) -> list[tuple[str, int, int]]:
             stripped = part.strip()
             if stripped and len(stripped.split()) <= 5:
                 lead = part.index(stripped)
-                items.append(("list_item", start + lead, start + lead + len(stripped)))
+                items.append((LIST_ITEM, start + lead, start + lead + len(stripped)))
     return items
 
 
@@ -262,10 +351,25 @@ def _distance(a: tuple[int, int], b: tuple[int, int]) -> int:
     return max(0, max(a[0], b[0]) - min(a[1], b[1]))
 
 
+def _blocks(evidence: Sequence[Evidence | Mapping[str, Any]]) -> list[tuple[int, str, str]]:
+    """``(rank, id, text)`` of each usable block, from ``Evidence`` objects or logged dicts.
+
+    A block without a string ``text`` is skipped (a logged row may hold only ids and
+    titles); one without an ``id`` takes its positional id, E1..Ek, as the prompt did.
+    """
+    out = []
+    for rank, ev in enumerate(evidence):
+        raw = ev if isinstance(ev, Mapping) else {"id": ev.id, "text": ev.text}
+        text = raw.get("text")
+        if not isinstance(text, str):
+            continue
+        out.append((rank, str(raw.get("id") or f"E{rank + 1}"), text))
+    return out
+
+
 def _block_candidates(
-    rank: int, ev: Evidence, subject: list[str], answer_type: str, proximity: int
+    rank: int, ev_id: str, text: str, subject: list[str], answer_type: str, proximity: int
 ) -> list[Candidate]:
-    text = ev.text
     mentions: list[tuple[int, int]] = []
     for tok in subject:
         spans = [(m.start(), m.end()) for m in _word_re(tok).finditer(text)]
@@ -279,27 +383,31 @@ def _block_candidates(
     quoted_spans: list[tuple[int, int]] = []
     allowed = _KINDS_BY_TYPE[answer_type]
     for kind, start, end in sorted(
-        _raw_candidates(text, answer_type), key=lambda c: c[0] != "quoted"
+        _raw_candidates(text, answer_type), key=lambda c: c[0] != QUOTED
     ):
         span = (start, end)
         if kind not in allowed or span in kept:
             continue
         words = set(tokens(text[start:end]))
-        if not words or words <= (subject_set | STOP_WORDS):
+        if not words:
             continue
-        if kind != "quoted" and any(_distance(span, q) == 0 for q in quoted_spans):
+        # Quoting is the evidence's own word that this is a title ("What's Up With That"
+        # is all stop words); only unquoted runs that are just the subject's name drop out.
+        if kind != QUOTED and words <= (subject_set | STOP_WORDS):
+            continue
+        if kind != QUOTED and any(_distance(span, q) == 0 for q in quoted_spans):
             continue
         if not any(_distance(span, m) <= proximity for m in mentions):
             continue
         near_exact = any(_distance(span, m) <= proximity for m in exact)
-        kept[span] = Candidate(rank, ev.id, kind, start, end, text[start:end], near_exact)
-        if kind == "quoted":
+        kept[span] = Candidate(rank, ev_id, kind, start, end, text[start:end], near_exact)
+        if kind == QUOTED:
             quoted_spans.append(span)
     return list(kept.values())
 
 
 def _confidence(candidates: list[Candidate]) -> str | None:
-    quoted_near_exact = any(c.kind == "quoted" and c.near_exact for c in candidates)
+    quoted_near_exact = any(c.kind == QUOTED and c.near_exact for c in candidates)
     if quoted_near_exact and len(candidates) >= STRONG_MIN_CANDIDATES:
         return "strong"
     if len(candidates) >= 2 or quoted_near_exact:
@@ -310,7 +418,7 @@ def _confidence(candidates: list[Candidate]) -> str | None:
 def assess_answerability(
     question: str,
     answer: str,
-    evidence: Sequence[Evidence],
+    evidence: Sequence[Evidence | Mapping[str, Any]],
     policy: Policy,
     quantifier: QuantifierInfo | None = None,
 ) -> dict | None:
@@ -330,8 +438,8 @@ def assess_answerability(
     proximity = policy.answerability_proximity_chars
     candidates = [
         c
-        for rank, ev in enumerate(evidence)
-        for c in _block_candidates(rank, ev, subject, answer_type, proximity)
+        for rank, ev_id, text in _blocks(evidence)
+        for c in _block_candidates(rank, ev_id, text, subject, answer_type, proximity)
     ]
     confidence = _confidence(candidates)
     if confidence is None:
@@ -339,7 +447,7 @@ def assess_answerability(
     if CONFIDENCE_ORDER.index(confidence) < CONFIDENCE_ORDER.index(policy.answerability_threshold):
         return None
     ordered = sorted(
-        candidates, key=lambda c: (c.kind != "quoted", c.evidence_rank, c.start, c.end)
+        candidates, key=lambda c: (c.kind != QUOTED, c.evidence_rank, c.start, c.end)
     )
     return {
         "diagnostic_version": DIAGNOSTIC_VERSION,

@@ -6,7 +6,7 @@ different rules never share a governance hash.
 
 # v2: "member of <band>" is a bounded anchor; v3: issue 18's surfaces, ordinals, negated wh-questions
 CLASSIFIER_VERSION = "quantifier-v3"
-DENIAL_PATTERNS_VERSION = "v1"
+DENIAL_PATTERNS_VERSION = "v2"  # v2: 200+ phrasings, negation × verb × object (issue 18)
 EXTRACTION_CUES_VERSION = "v2"  # v2: qualifiers such as "well known" leave subject tokens
 MODEL_PROFILES_VERSION = "profiles-v2"  # v2: non-broad rungs keep the policy default cap
 VERIFIER_VERSION = "verifier-v2"  # v2: BROAD-CAPPED label, non-broad rungs keep the default cap

@@ -12,6 +12,7 @@ from common.sidecar import (
     DENIAL_PATTERNS,
     MAX_SPANS,
     assess_answerability,
+    match_denial,
     subject_tokens_for,
 )
 
@@ -243,3 +244,155 @@ def test_qualifiers_like_well_known_are_not_subject_tokens() -> None:
 
     assert subject_tokens_for("What songs by Gabriel Fauré are well known?") == ["gabriel", "fauré"]
     assert subject_tokens_for("Which influential works by Kafka are remembered?") == ["kafka"]
+
+
+# --------------------------------------------------------------------------- issue 18
+
+SEED = make_ev(
+    2,
+    "Veronica Ballestrini",
+    "Veronica Ballestrini is an American country pop singer and songwriter from Brookfield, "
+    'Connecticut. Her debut album included the singles "Amazing", "Out There Somewhere", '
+    '"Hoochie Coochie", "What\'s Up With That" and "Pretty Ugly".',
+)
+SEED_TITLES = [
+    "Amazing",
+    "Out There Somewhere",
+    "Hoochie Coochie",
+    "What's Up With That",
+    "Pretty Ugly",
+]
+
+
+def test_seed_positive_case_reports_all_five_song_titles() -> None:
+    result = assess_answerability(SONGS_Q, DENIAL, [FILLER, SEED], Policy())
+    assert result is not None
+    quoted = [
+        s["text"] for s in result["missed_answer_candidate_spans"] if s["kind"] == "quoted_string"
+    ]
+    assert quoted == SEED_TITLES  # "What's Up With That" is all stop words, and still a title
+
+
+def test_an_unquoted_run_that_is_only_the_subjects_name_is_still_dropped() -> None:
+    result = assess_answerability(SONGS_Q, DENIAL, [SEED], Policy())
+    assert result is not None
+    assert "Veronica Ballestrini" not in [
+        s["text"] for s in result["missed_answer_candidate_spans"]
+    ]
+
+
+def test_candidate_kinds_use_the_design_names() -> None:
+    titles = assess_answerability(SONGS_Q, DENIAL, [SEED], Policy())
+    assert titles is not None and titles["diagnostic_version"] == "answerability-v2"
+    assert {s["kind"] for s in titles["missed_answer_candidate_spans"]} <= {
+        "quoted_string",
+        "title_case_span",
+        "comma_list_item",
+    }
+    listing = make_ev(
+        1,
+        "Veronica Ballestrini",
+        "Veronica Ballestrini played Brookfield, Danbury, Hartford and Stamford before Nashville.",
+    )
+    spans = assess_answerability(SONGS_Q, DENIAL, [listing], Policy())
+    assert spans is not None
+    assert "comma_list_item" in {s["kind"] for s in spans["missed_answer_candidate_spans"]}
+    dated = make_ev(
+        1,
+        "Veronica Ballestrini",
+        "Veronica Ballestrini released her debut on 12 May 2009 and a second album in 2012.",
+    )
+    when = assess_answerability(
+        "When did Veronica Ballestrini release albums?", DENIAL, [dated], Policy()
+    )
+    assert when is not None
+    kinds = {s["text"]: s["kind"] for s in when["missed_answer_candidate_spans"]}
+    assert kinds == {"12 May 2009": "date", "2012": "year"}
+
+
+WORKS_EV = make_ev(
+    1,
+    "Albert Camus",
+    "Albert Camus was a French philosopher and author. His works by year include "
+    '"The Stranger", "The Plague", "The Myth of Sisyphus" and "The Fall".',
+)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "I could not find any works by Albert Camus in the provided evidence.",
+        "The provided passages do not list works by Albert Camus.",
+        "I couldn't identify any of his works in the passages.",
+        "I was unable to locate a list of works by Albert Camus.",
+        "The evidence doesn't mention any titles by Albert Camus.",
+        "The sources do not include his works.",
+        "There is no information about works by Albert Camus.",
+        "The passages make no mention of his novels.",
+        "None of the passages list works by Albert Camus.",
+        "His works are not listed in the evidence.",
+        "Works by Camus are not found in the provided passages.",
+        "This is not in the evidence I was given.",
+        "It cannot be determined from the passages which works he wrote.",
+        "The context does not provide the titles of his works.",
+        "We were unable to find his works.",
+    ],
+)
+def test_common_denials_fire_on_evidence_that_lists_the_works(answer: str) -> None:
+    result = assess_answerability(
+        "What are the works by Albert Camus?", answer, [WORKS_EV], Policy()
+    )
+    assert result is not None, answer
+
+
+def test_the_denial_set_is_documented_and_large() -> None:
+    assert len(DENIAL_PATTERNS) >= 60
+    assert len(set(DENIAL_PATTERNS)) == len(DENIAL_PATTERNS)
+    assert DENIAL_PATTERNS[0] == "not mentioned"  # the v1 substrings come first, in order
+
+
+NON_DENIALS = [
+    "The evidence does not contradict the claim that Camus wrote The Stranger.",
+    "Camus wrote not only novels but also plays and essays.",
+    "It was not until 1942 that The Stranger was published.",
+    "He did not find success until The Stranger appeared.",
+    "He was unable to find a publisher for his first essays.",
+    "The Fall was not released as a film until much later.",
+    "The passages list The Stranger, The Plague and The Fall. [E1]",
+    "Passage E1 mentions The Plague. [E1]",
+    "Camus never stopped writing.",
+    "There is no doubt that The Stranger is his best known work.",
+    "The evidence names no fewer than four works.",
+    "None of his novels was a commercial failure.",
+    "I found his works listed in E1.",
+    "The Plague was not a commercial success at first.",
+    "The passages do not disagree about his works.",
+    "The publisher did not announce a date, but the evidence gives 1947.",
+    "The evidence does not only list novels, it lists essays too.",
+    "He could not identify with either side of the war.",
+    "The novel does not include a happy ending.",
+    "Nothing in his life was simple, yet he wrote The Stranger.",
+    "He is silent on the matter in The Fall.",
+]
+
+
+@pytest.mark.parametrize("answer", NON_DENIALS)
+def test_non_denials_do_not_match(answer: str) -> None:
+    assert match_denial(answer) is None
+
+
+def test_assess_answerability_takes_logged_dicts_and_skips_blocks_without_text() -> None:
+    as_dicts = [
+        {"id": "E1", "title": "Country music"},  # a logged row kept no text here
+        {"id": "E2", "title": SEED.title, "text": SEED.text},
+        {"text": None},
+    ]
+    from_dicts = assess_answerability(SONGS_Q, DENIAL, as_dicts, Policy())
+    from_objects = assess_answerability(SONGS_Q, DENIAL, [FILLER, SEED], Policy())
+    assert from_dicts is not None and from_objects is not None
+    assert (
+        from_dicts["missed_answer_candidate_spans"] == from_objects["missed_answer_candidate_spans"]
+    )
+    positional = assess_answerability(SONGS_Q, DENIAL, [{"text": SEED.text}], Policy())
+    assert positional is not None
+    assert {s["evidence_id"] for s in positional["missed_answer_candidate_spans"]} == {"E1"}
