@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -26,21 +27,27 @@ from typing import Any, Literal
 from common.models import Manifest
 from common.report import plots_section
 from common.runstats import RunStats, Tally
-from common.stats import newcombe_interval, paired_interval, welch_interval
+from common.stats import Moments, newcombe_interval, paired_interval, welch_interval
 
 DEFAULT_FLOOR = 5.0
 Verdict = Literal["signal", "noise", "n/a"]
 
 
+MEAN_METRICS = ("ratio", "claims")
+
+
 @dataclass(frozen=True)
 class Metric:
-    key: str  # a ``Tally.proportion`` metric, or "ratio"
+    key: str  # a ``Tally.proportion`` metric, "ratio" or "claims"
     label: str
-    higher_is_better: bool
+    higher_is_better: bool | None  # None: neither direction is better in itself
 
     @property
     def is_rate(self) -> bool:
-        return self.key != "ratio"
+        return self.key not in MEAN_METRICS
+
+    def moments(self, cell: Tally) -> Moments:
+        return cell.claims if self.key == "claims" else cell.ratio
 
 
 METRICS: tuple[Metric, ...] = (
@@ -51,6 +58,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("no_evidence_pointer", "NO_EVIDENCE_POINTER rate", False),
     Metric("accuracy", "answer accuracy", True),
     Metric("recall", "retrieval recall", True),
+    # Δ in percent of A's mean, so the same 5-point floor reads "5% more or fewer claims".
+    Metric("claims", "mean claims per answer", None),
 )
 
 
@@ -84,6 +93,58 @@ class KindShift:
         return None if self.a is None or self.b is None else self.b - self.a
 
 
+DRIFT_POINTS = 5.0  # a rung whose share of questions moves by more than this is flagged
+# Policy switches that turn one phase of the quantifier guard on or off.
+QUANTIFIER_PHASE_SWITCHES: tuple[str, ...] = (
+    "quantifier_guard_enabled",
+    "quantifier_guard_apply_caps",
+    "quantifier_reminder_enabled",
+    "quantifier_reject_broad",
+    "allow_broad",
+)
+Decision = Literal["turn on", "keep off", "no signal"]
+
+
+@dataclass(frozen=True)
+class IntensityShift:
+    """One rung's share of the classified questions in A and B (points)."""
+
+    rung: str
+    count_a: int
+    count_b: int
+    share_a: float | None
+    share_b: float | None
+
+    @property
+    def delta(self) -> float | None:
+        if self.share_a is None or self.share_b is None:
+            return None
+        return self.share_b - self.share_a
+
+    @property
+    def drifted(self) -> bool:
+        return self.delta is not None and abs(self.delta) > DRIFT_POINTS
+
+
+@dataclass(frozen=True)
+class RungChange:
+    question_id: str
+    question: str
+    rung_a: str
+    rung_b: str
+
+
+@dataclass(frozen=True)
+class PhaseDecision:
+    """What the 5-point rule says about one quantifier-phase switch, from strict-rate."""
+
+    switch: str
+    on_in: str  # "A" or "B"
+    decision: Decision
+    # per mode: strict-rate with the switch on minus off (points), its interval, n, verdict
+    evidence: tuple[tuple[str, float | None, float | None, float | None, int, str], ...]
+
+
 @dataclass
 class Comparison:
     run_a: str
@@ -99,6 +160,9 @@ class Comparison:
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     mixed: list[str] = field(default_factory=list)
+    intensity: list[IntensityShift] = field(default_factory=list)
+    rung_changes: list[RungChange] = field(default_factory=list)
+    phase: PhaseDecision | None = None
 
     @property
     def signals(self) -> list[MetricDelta]:
@@ -118,9 +182,10 @@ def _cell_value(cell: Tally, metric: Metric) -> tuple[float, float, int] | None:
     if metric.is_rate:
         k, n = cell.proportion(metric.key)
         return (k, k / n, n) if n else None
-    if cell.ratio.n == 0:
+    m = metric.moments(cell)
+    if m.n == 0:
         return None
-    return (cell.ratio.total, cell.ratio.total / cell.ratio.n, cell.ratio.n)
+    return (m.total, m.total / m.n, m.n)
 
 
 def _paired(
@@ -155,9 +220,10 @@ def _unpaired(
         a = ka / na if na else math.nan
         b = kb / nb if nb else math.nan
         return a, b, na, nb, newcombe_interval(ka, na, kb, nb), "Newcombe (unpaired)"
-    a = ta.ratio.mean if ta.ratio.mean is not None else math.nan
-    b = tb.ratio.mean if tb.ratio.mean is not None else math.nan
-    return a, b, ta.ratio.n, tb.ratio.n, welch_interval(ta.ratio, tb.ratio), "Welch (unpaired)"
+    ma, mb = metric.moments(ta), metric.moments(tb)
+    a = ma.mean if ma.mean is not None else math.nan
+    b = mb.mean if mb.mean is not None else math.nan
+    return a, b, ma.n, mb.n, welch_interval(ma, mb), "Welch (unpaired)"
 
 
 def compare_metric(
@@ -177,14 +243,18 @@ def compare_metric(
         method = f"paired over {len(deltas)} questions"
     else:
         a, b, n_a, n_b, (low, high), method = _unpaired(stats_a, stats_b, mode, metric)
-    if not n_a or not n_b or math.isnan(a) or math.isnan(b):
+    relative = metric.key == "claims"
+    if not n_a or not n_b or math.isnan(a) or math.isnan(b) or (relative and a <= 0):
         return MetricDelta(
             mode, metric, None, None, n_a, n_b, None, None, None, "no data", "n/a", "—"
         )
-    delta, low_pp, high_pp = 100 * (b - a), 100 * low, 100 * high
+    unit = 100 / a if relative else 100
+    delta, low_pp, high_pp = unit * (b - a), unit * low, unit * high
     verdict = classify_delta(delta, low_pp, high_pp, floor)
     effect = "—"
-    if verdict == "signal":
+    if verdict == "signal" and metric.higher_is_better is None:
+        effect = "more" if delta > 0 else "fewer"
+    elif verdict == "signal":
         effect = "better" if (delta > 0) == metric.higher_is_better else "worse"
     scale = 100.0 if metric.is_rate else 1.0
     return MetricDelta(
@@ -227,6 +297,58 @@ def _kind_shifts(stats_a: RunStats, stats_b: RunStats, modes: list[str]) -> list
                 )
             )
     return shifts
+
+
+def _intensity_shifts(stats_a: RunStats, stats_b: RunStats) -> list[IntensityShift]:
+    from common.quantifier import PRIORITY  # noqa: PLC0415  (keeps this module's imports light)
+
+    counts_a = Counter(q.intensity for q in stats_a.questions.values() if q.intensity)
+    counts_b = Counter(q.intensity for q in stats_b.questions.values() if q.intensity)
+    total_a, total_b = sum(counts_a.values()), sum(counts_b.values())
+    rungs = [r for r in reversed(PRIORITY) if r in counts_a or r in counts_b]
+    rungs += sorted((set(counts_a) | set(counts_b)) - set(rungs))
+    return [
+        IntensityShift(
+            rung,
+            counts_a[rung],
+            counts_b[rung],
+            100 * counts_a[rung] / total_a if total_a else None,
+            100 * counts_b[rung] / total_b if total_b else None,
+        )
+        for rung in rungs
+    ]
+
+
+def _rung_changes(stats_a: RunStats, stats_b: RunStats, shared: list[str]) -> list[RungChange]:
+    changes = []
+    for qid in shared:
+        qa, qb = stats_a.questions[qid], stats_b.questions[qid]
+        if qa.intensity and qb.intensity and qa.intensity != qb.intensity:
+            changes.append(RungChange(qid, qb.text, qa.intensity, qb.intensity))
+    return changes
+
+
+def _phase_decision(cmp: Comparison) -> PhaseDecision | None:
+    """For a pair differing in exactly one quantifier-phase switch: turn on / keep off / no signal."""
+    if len(cmp.policy_changes) != 1:
+        return None
+    ((switch, (va, vb)),) = cmp.policy_changes.items()
+    if switch not in QUANTIFIER_PHASE_SWITCHES or not isinstance(vb, bool):
+        return None
+    sign = 1.0 if vb else -1.0  # orient every delta as (switch on) − (switch off)
+    evidence: list[tuple[str, float | None, float | None, float | None, int, str]] = []
+    for d in cmp.deltas:
+        if d.metric.key != "strict":
+            continue
+        if d.delta is None or d.low is None or d.high is None:
+            evidence.append((d.mode, None, None, None, min(d.n_a, d.n_b), d.verdict))
+            continue
+        low, high = sorted((sign * d.low, sign * d.high))
+        evidence.append((d.mode, sign * d.delta, low, high, min(d.n_a, d.n_b), d.verdict))
+    helps = any(v == "signal" and (x or 0) > 0 for _, x, _, _, _, v in evidence)
+    hurts = any(v == "signal" and (x or 0) < 0 for _, x, _, _, _, v in evidence)
+    decision: Decision = "keep off" if hurts else "turn on" if helps else "no signal"
+    return PhaseDecision(switch, "B" if vb else "A", decision, tuple(evidence))
 
 
 def _provenance_warnings(a: Manifest, b: Manifest, n_shared: int, n_a: int, n_b: int) -> list[str]:
@@ -332,6 +454,9 @@ def compare_runs(
     if ma.simulated and mb.simulated:
         cmp.notes.append("Both runs are SIMULATED: deltas describe the simulator, not the model.")
     cmp.mixed = _mixed_effects(cmp.deltas)
+    cmp.intensity = _intensity_shifts(stats_a, stats_b)
+    cmp.rung_changes = _rung_changes(stats_a, stats_b, shared)
+    cmp.phase = _phase_decision(cmp)
     return cmp
 
 
@@ -341,6 +466,8 @@ def compare_runs(
 def _fmt_value(d: MetricDelta, value: float | None) -> str:
     if value is None:
         return "—"
+    if d.metric.key == "claims":
+        return f"{value:.2f}"
     return f"{value:.1f}%" if d.metric.is_rate else f"{value:.3f}"
 
 
@@ -421,8 +548,8 @@ def render_compare(cmp: Comparison, *, plots: Mapping[str, str] | None = None) -
         "",
         "## Per mode and metric",
         "",
-        f"Δ = B − A in points. `signal` needs |Δ| ≥ {cmp.floor:g} points and a 95% interval "
-        "excluding zero; otherwise `noise`.",
+        f"Δ = B − A in points (mean claims per answer: in percent of A's mean). `signal` needs "
+        f"|Δ| ≥ {cmp.floor:g} points and a 95% interval excluding zero; otherwise `noise`.",
         "",
         "| mode | metric | A | B | Δ pp | 95% CI (pp) | n A / n B | interval | verdict | effect |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -445,5 +572,70 @@ def render_compare(cmp: Comparison, *, plots: Mapping[str, str] | None = None) -
             b = "—" if s.b is None else f"{s.b:.1f}% ({s.count_b})"
             delta = "—" if s.delta is None else f"{s.delta:+.1f}"
             out.append(f"| `{s.mode}` | {s.kind} | {a} | {b} | {delta} |")
+    out += _render_intensity(cmp)
+    out += _render_phase(cmp)
     out += plots_section(plots)
     return "\n".join(out).rstrip() + "\n"
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1f}%"
+
+
+def _render_intensity(cmp: Comparison) -> list[str]:
+    out = ["", "## Quantifier intensity", ""]
+    if not cmp.intensity:
+        return out + ["Neither run carries quantifier telemetry."]
+    out += [
+        f"Questions per rung (share of classified questions). A rung whose share moved by more "
+        f"than {DRIFT_POINTS:g} points is flagged DRIFT: the classifier, or the question set, "
+        "changed under the comparison.",
+        "",
+        "| rung | A | B | Δ pp | drift |",
+        "|---|---|---|---|---|",
+    ]
+    for s in cmp.intensity:
+        delta = "—" if s.delta is None else f"{s.delta:+.1f}"
+        out.append(
+            f"| {s.rung} | {s.count_a} ({_pct(s.share_a)}) | {s.count_b} ({_pct(s.share_b)}) | "
+            f"{delta} | {'DRIFT' if s.drifted else ''} |"
+        )
+    if cmp.rung_changes:
+        out += ["", f"{len(cmp.rung_changes)} shared question(s) changed rung:", ""]
+        out += ["| question | id | A | B |", "|---|---|---|---|"]
+        out += [
+            f"| {c.question.replace('|', '/')} | `{c.question_id}` | {c.rung_a} | {c.rung_b} |"
+            for c in cmp.rung_changes
+        ]
+    else:
+        out += ["", "No shared question changed rung."]
+    return out
+
+
+def phase_line(phase: PhaseDecision) -> str:
+    """The decision in one sentence, with the numbers it rests on."""
+    numbers = "; ".join(
+        f"`{mode}` "
+        + ("no data" if x is None else f"{x:+.1f} pp {_fmt_interval(lo, hi)} n={n}, {v}")
+        for mode, x, lo, hi, n, v in phase.evidence
+    )
+    return (
+        f"`{phase.switch}` (on in run {phase.on_in}): **{phase.decision}**. Strict-rate with it "
+        f"on minus off: {numbers}."
+    )
+
+
+def _render_phase(cmp: Comparison) -> list[str]:
+    if cmp.phase is None:
+        return []
+    return [
+        "",
+        "## Quantifier phase decision",
+        "",
+        "The runs differ in exactly one quantifier-phase switch. The 5-point rule on "
+        "strict-rate: **turn on** when some mode gains a signal (|Δ| ≥ the floor and a 95% "
+        "interval excluding zero) and none loses one; **keep off** when any mode loses one; "
+        "**no signal** otherwise (leave it at its default).",
+        "",
+        f"- {phase_line(cmp.phase)}",
+    ]

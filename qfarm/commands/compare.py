@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bench.reporting import check_floor, compare_dirs, resolve_run, write_comparison  # noqa: PLC0415
-    from common.compare import headline  # noqa: PLC0415
+    from common.compare import headline, phase_line  # noqa: PLC0415
 
     check_floor(args.floor)
     results_dir = args.results_dir or load_settings().results_dir
@@ -57,5 +57,10 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     for line in cmp.mixed:
         print(f"mixed: {line}")
+    for shift in cmp.intensity:
+        if shift.drifted:
+            print(f"drift: {shift.rung} {shift.share_a or 0:.1f}% → {shift.share_b or 0:.1f}% of questions")
+    if cmp.phase is not None:
+        print(f"phase: {phase_line(cmp.phase).replace('**', '')}")
     print(f"compare: {path}")
     return 0

@@ -232,3 +232,113 @@ def test_floor_is_a_parameter() -> None:
     assert compare_metric(a, b, "quote", STRICT, floor=2.0).verdict == "signal"
     with pytest.raises(ValueError):
         compare_runs(manifest("A"), a, manifest("B"), b, floor=-1)
+
+
+# --------------------------------------------------------------------------- issue 18
+
+CLAIMS = next(m for m in METRICS if m.key == "claims")
+
+
+def rows_with(
+    n: int,
+    *,
+    n_strict: int = 0,
+    claims: int = 3,
+    rungs: dict[int, str] | None = None,
+    mode: str = "claim_lattice",
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "run_id": "r",
+            "job_id": f"q{k}-{mode}",
+            "question": f"question {k}",
+            "question_id": f"q{k}",
+            "mode": mode,
+            "sample_index": 0,
+            "verdict": "STRICT" if k < n_strict else "UNGROUNDED",
+            "ratio": 1.0 if k < n_strict else 0.0,
+            "n_claims": claims + k % 2,  # alternating so the paired deltas have a spread
+            "quantifier_intensity": (rungs or {}).get(k, "SINGULAR"),
+        }
+        for k in range(n)
+    ]
+
+
+def test_claim_count_metric_is_paired_and_relative_to_a() -> None:
+    a = accumulate(rows_with(100, claims=4))  # mean 4.5
+    b = accumulate(
+        {**r, "n_claims": r["n_claims"] - (1 if i % 2 else 0)}
+        for i, r in enumerate(rows_with(100, claims=4))
+    )  # mean 4.0
+    d = compare_metric(a, b, "claim_lattice", CLAIMS)
+    assert (d.a, d.b) == pytest.approx((4.5, 4.0))
+    assert d.method == "paired over 100 questions"
+    assert d.delta == pytest.approx(-100 * 0.5 / 4.5)
+    assert d.low is not None and d.high is not None and d.high < 0
+    assert d.verdict == "signal" and d.effect == "fewer"
+    same = compare_metric(a, a, "claim_lattice", CLAIMS)
+    assert same.verdict == "noise" and same.delta == pytest.approx(0.0)
+
+
+def test_claim_count_is_in_the_rendered_table() -> None:
+    a = accumulate(rows_with(10))
+    cmp = compare_runs(manifest("A"), a, manifest("B"), a)
+    assert "| `claim_lattice` | mean claims per answer | 3.50 | 3.50 | +0.0 |" in render_compare(
+        cmp
+    )
+
+
+def test_intensity_section_flags_drift_above_five_points_and_lists_changed_questions() -> None:
+    a = accumulate(rows_with(20))  # 20 SINGULAR
+    b = accumulate(rows_with(20, rungs={0: "ALL"}))  # one question moved: 5 points, no flag
+    cmp = compare_runs(manifest("A"), a, manifest("B"), b)
+    shifts = {s.rung: s for s in cmp.intensity}
+    assert (shifts["ALL"].count_a, shifts["ALL"].count_b) == (0, 1)
+    assert shifts["ALL"].delta == pytest.approx(5.0) and not shifts["ALL"].drifted
+    assert [(c.question_id, c.rung_a, c.rung_b) for c in cmp.rung_changes] == [
+        ("q0", "SINGULAR", "ALL")
+    ]
+    c = accumulate(rows_with(20, rungs={0: "ALL", 1: "MANY"}))  # 10 points off SINGULAR
+    drift = compare_runs(manifest("A"), a, manifest("B"), c)
+    flagged = {s.rung for s in drift.intensity if s.drifted}
+    assert flagged == {"SINGULAR"}
+    text = render_compare(drift)
+    assert "## Quantifier intensity" in text
+    assert "| SINGULAR | 20 (100.0%) | 18 (90.0%) | -10.0 | DRIFT |" in text
+    assert "| question 1 | `q1` | SINGULAR | MANY |" in text
+
+
+@pytest.mark.parametrize(
+    ("strict_a", "strict_b", "b_policy", "decision"),
+    [
+        (150, 180, {"quantifier_reminder_enabled": True}, "turn on"),  # +10 pp with it on
+        (180, 150, {"quantifier_reminder_enabled": True}, "keep off"),  # −10 pp with it on
+        (150, 153, {"quantifier_reminder_enabled": True}, "no signal"),  # +1 pp: noise
+        # the switch is on in A: B − A = +10 pp means "off" is better
+        (150, 180, {"quantifier_guard_enabled": False}, "keep off"),
+    ],
+)
+def test_one_phase_switch_gets_the_five_point_decision(
+    strict_a: int, strict_b: int, b_policy: dict[str, Any], decision: str
+) -> None:
+    a = accumulate(rows_with(300, n_strict=strict_a))
+    b = accumulate(rows_with(300, n_strict=strict_b))
+    cmp = compare_runs(manifest("A"), a, manifest("B", build_policy(b_policy)), b)
+    assert cmp.phase is not None
+    assert (cmp.phase.switch, cmp.phase.decision) == (next(iter(b_policy)), decision)
+    (mode, delta, low, high, n, verdict) = next(
+        e for e in cmp.phase.evidence if e[0] == "claim_lattice"
+    )
+    sign = 1 if next(iter(b_policy.values())) else -1
+    assert delta == pytest.approx(sign * 100 * (strict_b - strict_a) / 300)
+    assert low is not None and high is not None and low <= delta <= high and n == 300
+    text = render_compare(cmp)
+    assert "## Quantifier phase decision" in text and f"**{decision}**" in text
+
+
+def test_no_phase_decision_unless_exactly_one_phase_switch_differs() -> None:
+    a = accumulate(rows_with(10))
+    two = build_policy({"quantifier_reminder_enabled": True, "top_k": 4})
+    assert compare_runs(manifest("A"), a, manifest("B", two), a).phase is None
+    other = build_policy({"top_k": 4})
+    assert compare_runs(manifest("A"), a, manifest("B", other), a).phase is None
