@@ -65,10 +65,13 @@ def test_smoke_sweep_over_three_modes(env, tmp_path):
 def test_ask_prints_the_audit_line(env, mode):
     res = qfarm(env, "ask", "Who were all the members of the Beatles?", "--mode", mode, "--eager")
     assert res.returncode in (0, 1), res.stderr
-    first = res.stdout.splitlines()[0]
+    lines = res.stdout.splitlines()
+    if mode != "quote":  # a broad question in a guarded mode: the preflight line comes first
+        assert lines.pop(0).startswith("BROAD-QUANTIFIER PREFLIGHT · ALL")
+    first = lines[0]
     assert f" · via {mode}" in first
     assert first.split(" · ")[0] in {"EVIDENCE-WARRANTED", "ANCHOR-WARRANTED", "POINTER-LINKED",
-                                     "UNGROUNDED", "EXPLORATORY", "BROAD-REJECTED"}
+                                     "UNGROUNDED", "EXPLORATORY", "BROAD-REJECTED", "BROAD-CAPPED"}
 
 
 def test_ask_json_carries_the_row_and_the_sidecar(env):
