@@ -391,6 +391,7 @@ def _quantifier_table(stats: RunStats) -> list[str]:
         if q.intensity is None:
             continue
         caps = ", ".join(str(c) for c in sorted(q.caps)) or "—"
+        table_caps = ", ".join(str(c) for c in sorted(q.profile_caps)) or "—"
         rows.append(
             [
                 str(q.order + 1),
@@ -400,9 +401,10 @@ def _quantifier_table(stats: RunStats) -> list[str]:
                 "—" if q.count is None else str(q.count),
                 q.scope or "—",
                 caps + (" (enforced)" if q.enforced else ""),
+                table_caps,
             ]
         )
-    header = ["#", "question", "intensity", "matched", "count", "scope", "cap"]
+    header = ["#", "question", "intensity", "matched", "count", "scope", "cap", "profile cap"]
     return out + [""] + _table(header, rows)
 
 

@@ -163,6 +163,7 @@ class QuestionStats:
         "count",
         "scope",
         "caps",
+        "profile_caps",
         "enforced",
     )
 
@@ -176,7 +177,8 @@ class QuestionStats:
         self.token: str | None = None
         self.count: int | None = None
         self.scope: str | None = None
-        self.caps: set[int] = set()
+        self.caps: set[int] = set()  # the guard's caps (guarded modes only)
+        self.profile_caps: set[int] = set()  # the profile table's caps, enforced or not
         self.enforced = False
 
 
@@ -292,6 +294,8 @@ class RunStats:
             q.scope = r.get("scope_bound_hint")
         if r.get("claim_cap_applied") is not None and len(q.caps) < 8:
             q.caps.add(int(r["claim_cap_applied"]))
+        if r.get("claim_cap_profile") is not None and len(q.profile_caps) < 8:
+            q.profile_caps.add(int(r["claim_cap_profile"]))
         q.enforced = q.enforced or bool(r.get("claim_cap_enforced"))
 
     def _add_endpoint(self, r: Mapping[str, Any], error: Any, is_error: bool) -> None:

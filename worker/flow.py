@@ -127,6 +127,7 @@ def row_from_cache(cached: dict, record: JobRecord) -> Row:
         job_id=job.job_id,
         question=job.question.text,
         question_id=job.question.id,
+        question_scope=job.question.scope,
         sample_index=job.sample_index,
         cache_hit=True,
         answerability=None,  # the sidecar does not run on the cache-hit path (SPEC §8)

@@ -62,7 +62,12 @@ def make_row(qid: str, mode: str, i: int, verdict: str | None, **kw: Any) -> dic
 
 
 QUANT = {
-    "q1": dict(quantifier_intensity="SINGULAR", scope_bound_hint="unknown", claim_cap_applied=1),
+    "q1": dict(
+        quantifier_intensity="SINGULAR",
+        scope_bound_hint="unknown",
+        claim_cap_applied=12,
+        claim_cap_profile=1,
+    ),
     "q2": dict(
         quantifier_intensity="ALL",
         quantifier_matched_token="all",
@@ -302,7 +307,9 @@ def test_quantifier_table(summary: str) -> None:
     assert "Intensities: SINGULAR 1, ALL 1, OPEN_REQUEST 1, SMALL_NUM_EXPLICIT 1, FEW 1." in summary
     rows = by(table(summary, "## Quantifier preflight"), "#")
     cols = ("intensity", "matched", "count", "scope", "cap")
-    assert tuple(rows["1"][c] for c in cols) == ("SINGULAR", "—", "—", "unknown", "1")
+    assert tuple(rows["1"][c] for c in cols) == ("SINGULAR", "—", "—", "unknown", "12")
+    assert rows["1"]["profile cap"] == "1"  # the table's value, reported but not enforced
+    assert rows["2"]["profile cap"] == "—"
     assert tuple(rows["2"][c] for c in cols) == ("ALL", "all", "—", "bounded", "8")
     assert tuple(rows["3"][c] for c in cols) == (
         "OPEN_REQUEST",

@@ -1,0 +1,19 @@
+"""A cached row re-issued for another run carries that run's question scope (issue 18)."""
+
+from __future__ import annotations
+
+from common.jobs import expand_jobs
+from common.models import JobRecord, Mode, Question
+from common.policy import Policy
+from common.rows import build_row
+from worker.flow import row_from_cache
+
+
+def test_a_cache_hit_takes_the_scope_of_the_question_file_that_asked() -> None:
+    def job(scope):
+        q = Question(id="q1", text="List all members of the Beatles", scope=scope)
+        return next(iter(expand_jobs("r", [q], [Mode.QUOTE], 1, Policy(), model="m")))
+
+    cached = build_row(JobRecord(job=job(None))).model_dump(mode="json")
+    row = row_from_cache(cached, JobRecord(job=job("bounded")))
+    assert row.question_scope == "bounded"
