@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from common.models import Manifest
-from common.report import plots_section
+from common.report import md_table, plots_section
 from common.runstats import RunStats, Tally
 from common.stats import Moments, newcombe_interval, paired_interval, welch_interval
 
@@ -591,22 +591,22 @@ def _render_intensity(cmp: Comparison) -> list[str]:
         f"than {DRIFT_POINTS:g} points is flagged DRIFT: the classifier, or the question set, "
         "changed under the comparison.",
         "",
-        "| rung | A | B | Δ pp | drift |",
-        "|---|---|---|---|---|",
     ]
-    for s in cmp.intensity:
-        delta = "—" if s.delta is None else f"{s.delta:+.1f}"
-        out.append(
-            f"| {s.rung} | {s.count_a} ({_pct(s.share_a)}) | {s.count_b} ({_pct(s.share_b)}) | "
-            f"{delta} | {'DRIFT' if s.drifted else ''} |"
-        )
+    rows = [
+        [
+            s.rung,
+            f"{s.count_a} ({_pct(s.share_a)})",
+            f"{s.count_b} ({_pct(s.share_b)})",
+            "—" if s.delta is None else f"{s.delta:+.1f}",
+            "DRIFT" if s.drifted else "",
+        ]
+        for s in cmp.intensity
+    ]
+    out += md_table(["rung", "A", "B", "Δ pp", "drift"], rows)
     if cmp.rung_changes:
         out += ["", f"{len(cmp.rung_changes)} shared question(s) changed rung:", ""]
-        out += ["| question | id | A | B |", "|---|---|---|---|"]
-        out += [
-            f"| {c.question.replace('|', '/')} | `{c.question_id}` | {c.rung_a} | {c.rung_b} |"
-            for c in cmp.rung_changes
-        ]
+        changes = [[c.question, f"`{c.question_id}`", c.rung_a, c.rung_b] for c in cmp.rung_changes]
+        out += md_table(["question", "id", "A", "B"], changes)
     else:
         out += ["", "No shared question changed rung."]
     return out

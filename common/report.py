@@ -66,7 +66,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
     return lines
@@ -124,7 +124,7 @@ def _header(
         ("throughput", "—" if not wall or wall <= 0 else f"{stats.rows / wall:.2f} jobs/s"),
         ("cache hits", str(stats.cache_hits)),
     ]
-    out += _table(["run", ""], [[k, v] for k, v in facts])
+    out += md_table(["run", ""], [[k, v] for k, v in facts])
     out += _warnings(man, stats, status)
     return out
 
@@ -207,7 +207,7 @@ def _mode_table(stats: RunStats, modes: list[str]) -> list[str]:
                 fmt_num(m.completion_tokens.mean, 1),
             ]
         )
-    out = ["", "## Verdicts by mode", ""] + _table(header, rows)
+    out = ["", "## Verdicts by mode", ""] + md_table(header, rows)
     out += ["", _uncertainty_note(stats, modes)]
     if any(stats.modes[m].latency.relative_error for m in modes if m in stats.modes):
         out.append("Latency percentiles come from a bounded sketch (within 1% of a true value).")
@@ -237,7 +237,7 @@ def _kinds_table(stats: RunStats, modes: list[str]) -> list[str]:
         )
     out = ["", "## Format collapse and violation kinds", ""]
     out.append("Each kind: rows carrying it (share of rows with a verdict).")
-    return out + [""] + _table(header, rows)
+    return out + [""] + md_table(header, rows)
 
 
 LABEL_ORDER: tuple[Label, ...] = (
@@ -274,7 +274,7 @@ def _label_table(stats: RunStats, modes: list[str]) -> list[str]:
                 ),
             ]
         )
-    return out + [""] + _table(["mode", *names], rows)
+    return out + [""] + md_table(["mode", *names], rows)
 
 
 def _reject_broad_table(man: Manifest, stats: RunStats, modes: list[str]) -> list[str]:
@@ -293,7 +293,7 @@ def _reject_broad_table(man: Manifest, stats: RunStats, modes: list[str]) -> lis
         rate = fmt_pct(m.bounded_rejected, m.bounded_n) if m.bounded_n else "— (no bounded rows)"
         rows.append([f"`{mode}`", str(m.bounded_n), str(m.bounded_rejected), rate])
     header = ["mode", "bounded rows", "rejected", "reject-broad false-positive rate"]
-    return out + [""] + _table(header, rows)
+    return out + [""] + md_table(header, rows)
 
 
 def _gold_table(stats: RunStats, modes: list[str]) -> list[str]:
@@ -316,7 +316,7 @@ def _gold_table(stats: RunStats, modes: list[str]) -> list[str]:
             ]
         )
     return (
-        out + [""] + _table(["mode", "rows with gold", "answer accuracy", "retrieval recall"], rows)
+        out + [""] + md_table(["mode", "rows with gold", "answer accuracy", "retrieval recall"], rows)
     )
 
 
@@ -336,7 +336,7 @@ def _answerability(stats: RunStats, modes: list[str]) -> list[str]:
             ]
             for mode in modes
         ]
-        out += [""] + _table(["mode", *classes], rows)
+        out += [""] + md_table(["mode", *classes], rows)
     return out
 
 
@@ -373,7 +373,7 @@ def _question_table(stats: RunStats, modes: list[str]) -> list[str]:
         [str(q.order + 1), q.text, f"`{qid}`", *(_verdict_cell(q.cells.get(m)) for m in modes)]
         for qid, q in selected
     ]
-    return out + [""] + _table(["#", "question", "id", *(f"`{m}`" for m in modes)], rows)
+    return out + [""] + md_table(["#", "question", "id", *(f"`{m}`" for m in modes)], rows)
 
 
 def _quantifier_table(stats: RunStats) -> list[str]:
@@ -405,7 +405,7 @@ def _quantifier_table(stats: RunStats) -> list[str]:
             ]
         )
     header = ["#", "question", "intensity", "matched", "count", "scope", "cap", "profile cap"]
-    return out + [""] + _table(header, rows)
+    return out + [""] + md_table(header, rows)
 
 
 def _errors(stats: RunStats) -> list[str]:
@@ -439,7 +439,7 @@ def _errors(stats: RunStats) -> list[str]:
         "LLM p50 ms",
         "LLM p95 ms",
     ]
-    out += [""] + _table(header, rows)
+    out += [""] + md_table(header, rows)
     if stats.errors:
         out += ["", "Most frequent errors:", ""]
         out += [f"- {count} × `{text}`" for text, count in stats.errors.most_common(10)]
@@ -460,7 +460,7 @@ def _timings(stats: RunStats) -> list[str]:
             ]
         )
     out = ["", "## Stage timings", ""]
-    return out + _table(["stage", "rows", "p50 ms", "p95 ms", "mean ms"], rows)
+    return out + md_table(["stage", "rows", "p50 ms", "p95 ms", "mean ms"], rows)
 
 
 def plots_section(plots: Mapping[str, str] | None) -> list[str]:

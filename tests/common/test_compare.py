@@ -49,20 +49,26 @@ def run(
     """``n`` questions × 1 sample in ``mode``; questions 0..n_strict-1 are STRICT, the rest UNGROUNDED."""
     rows = (
         {
-            "run_id": "r",
-            "job_id": f"{prefix}{k}-{mode}",
-            "question": f"question {k}",
-            "question_id": f"{prefix}{k}",
-            "mode": mode,
-            "sample_index": 0,
-            "verdict": "STRICT" if k < n_strict else "UNGROUNDED",
-            "ratio": 1.0 if k < n_strict else 0.0,
+            **base_row(k, mode, k < n_strict, prefix),
             "violation_kinds": (kinds or {}).get(k, []),
             "gold_in_claims": k < n_strict,
         }
         for k in range(n)
     )
     return accumulate(rows)
+
+
+def base_row(k: int, mode: str, strict: bool, prefix: str = "q") -> dict[str, Any]:
+    return {
+        "run_id": "r",
+        "job_id": f"{prefix}{k}-{mode}",
+        "question": f"question {k}",
+        "question_id": f"{prefix}{k}",
+        "mode": mode,
+        "sample_index": 0,
+        "verdict": "STRICT" if strict else "UNGROUNDED",
+        "ratio": 1.0 if strict else 0.0,
+    }
 
 
 # --------------------------------------------------------------------------- the verdict rule
@@ -249,14 +255,7 @@ def rows_with(
 ) -> list[dict[str, Any]]:
     return [
         {
-            "run_id": "r",
-            "job_id": f"q{k}-{mode}",
-            "question": f"question {k}",
-            "question_id": f"q{k}",
-            "mode": mode,
-            "sample_index": 0,
-            "verdict": "STRICT" if k < n_strict else "UNGROUNDED",
-            "ratio": 1.0 if k < n_strict else 0.0,
+            **base_row(k, mode, k < n_strict),
             "n_claims": claims + k % 2,  # alternating so the paired deltas have a spread
             "quantifier_intensity": (rungs or {}).get(k, "SINGULAR"),
         }
