@@ -147,6 +147,7 @@ def denial_phrasings() -> tuple[str, ...]:
 
 
 DENIAL_PATTERNS: tuple[str, ...] = denial_phrasings()
+DENIAL_TRIGGERS: tuple[str, ...] = ("not", "n't", "no ", "none", "unable", "silent")
 
 CUE_ANSWER_TYPES: dict[str, str] = {
     "songs by": "title_like",
@@ -268,6 +269,9 @@ class Candidate:
 def match_denial(answer: str) -> str | None:
     """Clause A: the first denial pattern (in list order) found in the answer."""
     text = normalize(answer)  # already whitespace-collapsed
+    # Every phrasing holds one of these words; most answers hold none, and skip 200+ scans.
+    if not any(t in text for t in DENIAL_TRIGGERS):
+        return None
     return next((p for p in DENIAL_PATTERNS if p in text), None)
 
 
