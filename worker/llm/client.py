@@ -414,7 +414,9 @@ class LLMClient:
                 "overload" if overload else "http",
                 status,
             )
-        if status == 400 and "context length" in message.lower():
+        if status == 400 and (
+            "context length" in message.lower() or "than max_model_len" in message
+        ):
             return _tag(
                 ContextOverflowError(
                     f"context overflow: {where}: {detail}; lower max_context_chars_by_mode or "
