@@ -501,6 +501,51 @@ def _split_usage(reply: Reply, items: list[BatchItem]) -> list[Usage]:
     ]
 
 
+def endpoint_report(settings: Settings, timeout_s: float = 2.0) -> list[str]:
+    """One line per configured endpoint, as ``qfarm status`` prints them: health, the
+    context window, and whether load weighting works for it (and why not)."""
+    if not settings.endpoints:
+        return ["LLM endpoints: none configured (sweeps start the simulator)"]
+    try:
+        targets = build_targets(settings)
+    except ConfigError as exc:
+        return [f"LLM endpoints: {exc}"]
+    client = LLMClient(
+        model=settings.model,
+        timeout_s=timeout_s,
+        connect_timeout_s=min(timeout_s, settings.llm_connect_timeout_s),
+        max_connections=1,
+    )
+    for t in targets:
+        client.register_secret(t.api_key)
+    balancer = Balancer(
+        targets,
+        max_inflight=1,
+        breaker_failures=1,
+        breaker_cooldown_s=0.0,
+        metrics_weighting=settings.llm_metrics_weighting,
+    )
+    lines = []
+    try:
+        for e in balancer.endpoints:
+            healthy = client.check_health(e.target, timeout_s)
+            window = client.max_model_len(e.target, timeout_s) if healthy else None
+            if healthy and settings.llm_metrics_weighting:
+                balancer.set_metrics_problem(
+                    e.url, client.scrape_metrics(e.target, timeout_s).problem
+                )
+            elif not healthy:
+                balancer.set_metrics_problem(e.url, "endpoint not healthy")
+            lines.append(
+                f"endpoint {e.target.display}: {'healthy' if healthy else '/health failed'}  "
+                f"max_model_len={window or 'unknown'}  "
+                f"load weighting {balancer.weighting_state(e)}"
+            )
+    finally:
+        client.close()
+    return lines
+
+
 def open_gateway(settings: Settings) -> Gateway:
     """The process's gateway; call once per process and share it across threads."""
     return Gateway(settings)
