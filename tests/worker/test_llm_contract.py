@@ -440,3 +440,19 @@ def test_a_truncated_answer_is_marked_in_its_row() -> None:
     row = build_row(JobRecord(job=make_job("Who?"), generation=gen))
     assert row.truncated is True and row.finish_reason == "length"
     assert row.max_tokens_effective == 7
+
+
+def test_queue_full_waits_without_using_up_the_attempt_budget() -> None:
+    server = Server([httpx.Response(503, json=QUEUE_FULL)] * 5 + [completion("finally")])
+    with gateway(server, llm_max_attempts=2) as gw:
+        gen = gw.generate("q", Sampling(max_tokens=8), job_id="j")
+        state = gw.endpoint_states()[0]
+    assert gen.text == "finally" and gen.attempts == 6  # six requests, none charged but the last
+    assert state["breaker"] == "closed"
+
+
+def test_queue_full_for_longer_than_the_wait_setting_fails_the_job() -> None:
+    server = Server([httpx.Response(503, json=QUEUE_FULL)])
+    with gateway(server, llm_max_attempts=2, llm_wait_for_endpoint_s=0.3) as gw:
+        with pytest.raises(TransientServiceError, match="queue full"):
+            gw.generate("q", Sampling(max_tokens=8), job_id="j")

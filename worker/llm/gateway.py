@@ -10,7 +10,9 @@
   the time has passed;
 * back-pressure from a live server (a proxy's 429 + Retry-After, vLLM's
   queue-full 503) is retried the same way but never counts towards the
-  circuit breaker;
+  circuit breaker; a queue-full endpoint is held off for one backoff interval,
+  and those retries do not use up the attempt budget for
+  ``llm_wait_for_endpoint_s``;
 * a reply is an answer only when its choice finished with ``stop`` or
   ``length``: an error event inside a stream, a finish of ``abort`` (or any
   other reason, or none) is a failed attempt; ``length`` is kept and marked
@@ -308,7 +310,11 @@ class Gateway:
         last: ServiceError | None = None,
     ) -> Generation:
         tried = list(tried or [])
-        while attempts < self._policy.max_attempts:
+        # Back-pressure (vLLM's queue-full 503) is a wait, not a failure: those retries do not
+        # use up the attempt budget, for up to llm_wait_for_endpoint_s after the first one.
+        uncharged = overloads = 0
+        pressed_since: float | None = None
+        while attempts - uncharged < self._policy.max_attempts:
             if attempts and not self._balancer.has_available(avoid=tried):
                 time.sleep(compute_backoff(attempts, self._policy, self._rng))
             ep = self._acquire(tried, job_id, attempts, last)
@@ -325,6 +331,13 @@ class Gateway:
                 exc.attempts = attempts
                 raise
             except TransientServiceError as exc:
+                if getattr(exc, "kind", None) == "overload":
+                    overloads += 1
+                    pressed_since = pressed_since or time.monotonic()
+                    if time.monotonic() - pressed_since < self._wait_s:
+                        uncharged += 1
+                    if exc.retry_after_s is None:  # vLLM sends none: hold the endpoint briefly
+                        exc.retry_after_s = compute_backoff(overloads, self._policy, self._rng)
                 self._balancer.release(ep, ok=False, error=exc)
                 last = exc
                 log.warning("job %s: attempt %d failed: %s", job_id, attempts, exc)
