@@ -23,7 +23,9 @@
 Changes from the original: ``model_config`` forbids extra fields (vLLM allows them,
 which would let a field the simulator invents pass unseen); fields the simulator
 never sends (logprobs details, tool calls, KV-transfer parameters, per-request
-metrics, audio) are typed ``Any``; the request validators raise ``ValueError``
+metrics, audio) are typed ``Any``; fields several classes share sit in small
+base classes (``_Request``, ``_Choice``, ``_Reply``) instead of being repeated;
+the request validators raise ``ValueError``
 instead of ``VLLMValidationError``. Only the checks the simulator claims to copy
 are rebuilt. When vLLM changes, rebuild this file from the new wheel (docs/llm.md,
 "Re-checking against a new vLLM release").
@@ -92,21 +94,17 @@ class StreamOptions(Strict):
     continuous_usage_stats: bool | None = False
 
 
-class CompletionRequest(BaseModel):
-    """The fields qfarm sends, with vLLM's request-level validators."""
+class _Request(BaseModel):
+    """Fields and checks the completion and chat requests share."""
 
     model_config = ConfigDict(extra="allow")
     model: str | None = None
-    prompt: list[int] | list[list[int]] | str | list[str] | None = None
-    max_tokens: int | None = 16
-    n: int = 1
     seed: int | None = None
     stop: StopParam = []
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     temperature: float | None = None
     top_p: float | None = None
-    response_format: Any = None
 
     @model_validator(mode="before")
     @classmethod
@@ -114,6 +112,15 @@ class CompletionRequest(BaseModel):
         if isinstance(data, dict) and data.get("stream_options") and not data.get("stream"):
             raise ValueError("Stream options can only be defined when `stream=True`.")
         return data
+
+
+class CompletionRequest(_Request):
+    """The fields qfarm sends, with vLLM's request-level validators."""
+
+    prompt: list[int] | list[list[int]] | str | list[str] | None = None
+    max_tokens: int | None = 16
+    n: int = 1
+    response_format: Any = None
 
     @model_validator(mode="before")
     @classmethod
@@ -145,26 +152,11 @@ class CompletionRequest(BaseModel):
         return data
 
 
-class ChatCompletionRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class ChatCompletionRequest(_Request):
     messages: list[dict[str, Any]]
-    model: str | None = None
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     n: int | None = 1
-    seed: int | None = None
-    stop: StopParam = []
-    stream: bool | None = False
-    stream_options: StreamOptions | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def validate_stream_options(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("stream_options") and not data.get("stream"):
-            raise ValueError("Stream options can only be defined when `stream=True`.")
-        return data
 
 
 def verify_sampling(max_tokens: int | None, temperature: float, n: int) -> None:
@@ -184,53 +176,50 @@ def verify_sampling(max_tokens: int | None, temperature: float, n: int) -> None:
 # --------------------------------------------------------------------------- completions
 
 
-class CompletionResponseChoice(Strict):
+class _Choice(Strict):
     index: int
-    text: str
     logprobs: Any = None
     finish_reason: str | None = None
     stop_reason: int | str | None = None
     token_ids: list[int] | None = None
+
+
+class _Reply(Strict):
+    """Fields every response and stream chunk shares."""
+
+    id: str
+    created: int
+    model: str
+    system_fingerprint: str | None = None
+    metrics: Any = None
+    kv_transfer_params: Any = None
+
+
+class CompletionResponseChoice(_Choice):
+    text: str
     prompt_logprobs: Any = None
     prompt_token_ids: list[int] | None = None
     routed_experts: str | None = None
 
 
-class CompletionResponse(Strict):
-    id: str
+class CompletionResponse(_Reply):
     object: Literal["text_completion"] = "text_completion"
-    created: int
-    model: str
     choices: list[CompletionResponseChoice]
     service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
-    system_fingerprint: str | None = None
     usage: UsageInfo
-    kv_transfer_params: Any = None
     ec_transfer_params: Any = None
-    metrics: Any = None
 
 
-class CompletionResponseStreamChoice(Strict):
-    index: int
+class CompletionResponseStreamChoice(_Choice):
     text: str
-    logprobs: Any = None
-    finish_reason: str | None = None
-    stop_reason: int | str | None = None
     prompt_token_ids: list[int] | None = None
-    token_ids: list[int] | None = None
     weight_versions: Any = None
 
 
-class CompletionStreamResponse(Strict):
-    id: str
+class CompletionStreamResponse(_Reply):
     object: str = "text_completion"
-    created: int
-    model: str
     choices: list[CompletionResponseStreamChoice]
     usage: UsageInfo | None = None
-    system_fingerprint: str | None = None
-    metrics: Any = None
-    kv_transfer_params: Any = None
 
 
 # --------------------------------------------------------------------------- chat
@@ -247,32 +236,22 @@ class ChatMessage(Strict):
     reasoning: str | None = None
 
 
-class ChatCompletionResponseChoice(Strict):
-    index: int
+class ChatCompletionResponseChoice(_Choice):
     message: ChatMessage
-    logprobs: Any = None
     finish_reason: str | None = "stop"
-    stop_reason: int | str | None = None
-    token_ids: list[int] | None = None
     routed_experts: str | None = None
     weight_versions: Any = None
 
 
-class ChatCompletionResponse(Strict):
-    id: str
+class ChatCompletionResponse(_Reply):
     object: Literal["chat.completion"] = "chat.completion"
-    created: int
-    model: str
     choices: list[ChatCompletionResponseChoice]
     service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
-    system_fingerprint: str | None = None
     usage: UsageInfo
     prompt_logprobs: Any = None
     prompt_token_ids: list[int] | None = None
     prompt_text: str | None = None
-    kv_transfer_params: Any = None
     ec_transfer_params: Any = None
-    metrics: Any = None
 
 
 class DeltaMessage(Strict):
@@ -282,25 +261,14 @@ class DeltaMessage(Strict):
     tool_calls: list[Any] = Field(default_factory=list)
 
 
-class ChatCompletionResponseStreamChoice(Strict):
-    index: int
+class ChatCompletionResponseStreamChoice(_Choice):
     delta: DeltaMessage
-    logprobs: Any = None
-    finish_reason: str | None = None
-    stop_reason: int | str | None = None
-    token_ids: list[int] | None = None
     weight_versions: Any = None
 
 
-class ChatCompletionStreamResponse(Strict):
-    id: str
+class ChatCompletionStreamResponse(_Reply):
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
-    created: int
-    model: str
     choices: list[ChatCompletionResponseStreamChoice]
     usage: UsageInfo | None = None
-    system_fingerprint: str | None = None
     prompt_token_ids: list[int] | None = None
     prompt_text: str | None = None
-    metrics: Any = None
-    kv_transfer_params: Any = None

@@ -8,33 +8,24 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
 
 import pytest
 
 from common.errors import TransientServiceError
 from common.models import Sampling
-from common.settings import Settings
 from ops.sim import behaviour
 from ops.sim.launch import SimulatorHandle, start_simulator
-from worker.llm import Gateway, open_gateway
+from worker.llm import open_gateway
 from worker.llm.gateway import endpoint_report
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_llm_gateway import generation_requests, settings_for  # noqa: E402
 
 pytestmark = pytest.mark.slow
 FAST = {"latency": "zero", "profile": "clean"}
 MODEL = "adamo1139/Hermes-3-Llama-3.1-8B-FP8-Dynamic"
-
-
-def settings_for(*sims: SimulatorHandle, **overrides: object) -> Settings:
-    opts: dict[str, object] = {
-        "llm_endpoints": ",".join(s.url for s in sims),
-        "llm_health_interval_s": 0.0,
-        "llm_backoff_base_s": 0.01,
-        "llm_backoff_max_s": 0.05,
-        "llm_timeout_s": 10.0,
-        "llm_wait_for_endpoint_s": 10.0,
-        **overrides,
-    }
-    return Settings(**opts)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
@@ -55,20 +46,8 @@ def sims(pair: tuple[SimulatorHandle, SimulatorHandle]) -> tuple[SimulatorHandle
 
 @pytest.fixture
 def gateways() -> Iterator:
-    opened: list[Gateway] = []
-
-    def make(*sims: SimulatorHandle, **overrides: object) -> Gateway:
-        gw = open_gateway(settings_for(*sims, **overrides))
-        opened.append(gw)
-        return gw
-
-    yield make
-    for gw in opened:
-        gw.close()
-
-
-def completions(sim: SimulatorHandle) -> list[dict]:
-    return [r for r in sim.stats()["requests"] if "completions" in r["path"]]
+    with ExitStack() as opened:
+        yield lambda *sims, **kw: opened.enter_context(open_gateway(settings_for(*sims, **kw)))
 
 
 def test_vllms_queue_full_sends_the_job_elsewhere_without_opening_the_breaker(sims, gateways):
@@ -88,7 +67,7 @@ def test_stream_error_events_and_aborts_are_retried_not_answers(sims, gateways, 
     a.set_faults(next=[fault])
     gen = gw.generate("hello there", Sampling(max_tokens=20), job_id="j")
     assert gen.attempts == 2 and gen.finish_reason in ("stop", "length")
-    assert [r["fault"] for r in completions(a)] == [fault, None]
+    assert [r["fault"] for r in generation_requests(a)] == [fault, None]
 
 
 def test_a_silent_shrink_by_the_simulator_is_recorded_in_the_generation(sims, gateways):
