@@ -135,6 +135,8 @@ def parse_params(
     n = _int(body, "n", 1, 1)
     if chat and body.get("max_completion_tokens") is not None:
         max_tokens = _int(body, "max_completion_tokens", None, 0)
+    elif "max_tokens" in body and body["max_tokens"] is None:
+        max_tokens = None  # an explicit null: vLLM lets the answer fill the window
     else:
         max_tokens = _int(body, "max_tokens", None if chat else 16, 0)
     seed = body.get("seed")

@@ -155,6 +155,8 @@ def test_chat_default_max_tokens_is_the_rest_of_the_context(sim: SimulatorHandle
     assert (full.usage.completion_tokens or 0) > 16
     legacy = post(sim, {"model": MODEL, "prompt": prompt()}).json()
     assert legacy["usage"]["completion_tokens"] == 16
+    nulled = post(sim, {"model": MODEL, "prompt": prompt(), "max_tokens": None}).json()
+    assert nulled["usage"]["completion_tokens"] == full.usage.completion_tokens  # no limit
 
 
 def test_chat_accepts_content_as_a_list_of_text_parts(sim: SimulatorHandle) -> None:

@@ -456,3 +456,26 @@ def test_queue_full_for_longer_than_the_wait_setting_fails_the_job() -> None:
     with gateway(server, llm_max_attempts=2, llm_wait_for_endpoint_s=0.3) as gw:
         with pytest.raises(TransientServiceError, match="queue full"):
             gw.generate("q", Sampling(max_tokens=8), job_id="j")
+
+
+def test_a_batch_sends_a_prompt_too_tight_for_the_window_alone_with_a_lowered_budget() -> None:
+    server = Server([completion("ok")], max_model_len=200)
+    greedy = Sampling(temperature=0.0, max_tokens=100)
+    tight = "y" * 400  # estimated at 135 tokens: room for 65
+    with gateway(server, llm_batch_size=3, llm_batch_wait_ms=200) as gw:
+        results = gw.generate_many(
+            [("a", greedy, "j0"), (tight, greedy, "j1"), ("b", greedy, "j2")]
+        )
+    assert all(not isinstance(r, Exception) for r in results)
+    alone = [b for b in server.bodies if b["prompt"] == tight]
+    assert len(alone) == 1 and alone[0]["max_tokens"] == 200 - estimate_tokens(tight)
+    assert ["a", "b"] in [b["prompt"] for b in server.bodies]
+    assert results[1].max_tokens_effective == 65  # type: ignore[union-attr]
+
+
+def test_without_health_polling_weighting_says_it_is_off(caplog) -> None:
+    with caplog.at_level(logging.WARNING, logger="qfarm.llm"):
+        with gateway(Server([completion()])) as gw:  # llm_health_interval_s=0 in gateway()
+            state = gw.endpoint_states()[0]
+    assert state["weighting"] == "off: no /metrics polling (QFARM_LLM_HEALTH_INTERVAL_S=0)"
+    assert any("QFARM_LLM_HEALTH_INTERVAL_S=0" in r.getMessage() for r in caplog.records)

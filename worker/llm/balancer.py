@@ -280,6 +280,12 @@ class Balancer:
         with self._cond:
             self._by_url[url].max_model_len = value
 
+    def smallest_window(self) -> int | None:
+        """The smallest ``max_model_len`` any endpoint reported (None: none did)."""
+        with self._cond:
+            known = [e.max_model_len for e in self.endpoints if e.max_model_len]
+            return min(known) if known else None
+
     def set_metrics_problem(self, url: str, problem: str | None) -> bool:
         """Record why an endpoint has no load figures; True when that changed."""
         with self._cond:

@@ -225,6 +225,14 @@ class Gateway:
         for e in self._balancer.endpoints:
             self._balancer.set_max_model_len(e.url, self._client.max_model_len(e.target, probe_s))
         self._poller: HealthPoller | None = None
+        if settings.llm_health_interval_s <= 0 and settings.llm_metrics_weighting:
+            log.warning(
+                "load weighting is off: QFARM_LLM_HEALTH_INTERVAL_S=0 stops /metrics polling"
+            )
+            for e in self._balancer.endpoints:
+                self._balancer.set_metrics_problem(
+                    e.url, "no /metrics polling (QFARM_LLM_HEALTH_INTERVAL_S=0)"
+                )
         if settings.llm_health_interval_s > 0:
             self._balancer.enable_passive_health()
             self._poller = HealthPoller(
@@ -373,8 +381,16 @@ class Gateway:
     # ------------------------------------------------------------------ batches
 
     def _dispatch_batch(self, items: list[BatchItem]) -> None:
-        if len(items) == 1:
-            self._finish_single(items[0], 0, [], None)
+        # A prompt that may not leave room for max_tokens in the smallest known window goes
+        # alone, where its max_tokens can be lowered without touching its batch-mates.
+        window = self._balancer.smallest_window()
+        tight = [i for i in items if _fit_context(i.prompt, i.sampling, window) is not i.sampling]
+        for item in tight:
+            self._executor.submit(self._finish_single, item, 0, [], None)
+        items = [i for i in items if i not in tight]
+        if len(items) <= 1:
+            for item in items:
+                self._finish_single(item, 0, [], None)
             return
         sampling = items[0].sampling
         try:
