@@ -221,7 +221,8 @@ class Gateway:
         self._executor = ThreadPoolExecutor(
             max_workers=len(targets) * max_inflight, thread_name_prefix="qfarm-llm"
         )
-        probe_s = max(0.5, min(5.0, settings.llm_connect_timeout_s))
+        # Short: an endpoint down at start-up is asked again by the health poller.
+        probe_s = max(0.5, min(2.0, settings.llm_connect_timeout_s))
         for e in self._balancer.endpoints:
             self._balancer.set_max_model_len(e.url, self._client.max_model_len(e.target, probe_s))
         self._poller: HealthPoller | None = None
