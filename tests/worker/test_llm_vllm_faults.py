@@ -117,3 +117,22 @@ def test_an_unfinished_answer_on_every_attempt_is_a_failed_job(sims, gateways):
     a.set_faults(next=["abort", "abort"])
     with pytest.raises(TransientServiceError, match="abort"):
         gw.generate("hello", Sampling(max_tokens=20), job_id="j")
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"llm_health_interval_s": 0.2},  # a passing /health brings it back
+        {"llm_retry_after_max_s": 0.5},  # no poller: the cap does
+    ],
+)
+def test_an_absurd_retry_after_does_not_park_a_healthy_endpoint(sims, gateways, overrides):
+    a, _ = sims
+    gw = gateways(a, llm_wait_for_endpoint_s=5.0, **overrides)
+    a.set_faults(retry_after_s=1_000_000_000, next=["429"])
+    first = gw.generate("one", Sampling(max_tokens=5), job_id="j1")
+    t0 = time.monotonic()
+    later = gw.generate("two", Sampling(max_tokens=5), job_id="j2")
+    assert first.attempts == 2 and later.attempts == 1
+    assert time.monotonic() - t0 < 3.0
+    assert [r["status"] for r in generation_requests(a)] == [429, 200, 200]
