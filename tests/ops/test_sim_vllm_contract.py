@@ -150,13 +150,16 @@ def test_chat_responses_validate_and_honour_max_completion_tokens(sim: Simulator
 
 def test_chat_default_max_tokens_is_the_rest_of_the_context(sim: SimulatorHandle) -> None:
     # Completions default to 16 tokens; chat (as vLLM) to whatever the window leaves.
-    full = v.ChatCompletionResponse.model_validate(post(sim, chat_body(), chat=True).json())
+    full = v.ChatCompletionResponse.model_validate(post(sim, chat_body(seed=1), chat=True).json())
     assert full.choices[0].finish_reason == "stop"
     assert (full.usage.completion_tokens or 0) > 16
-    legacy = post(sim, {"model": MODEL, "prompt": prompt()}).json()
+    legacy = post(sim, {"model": MODEL, "prompt": prompt(), "seed": 1}).json()
     assert legacy["usage"]["completion_tokens"] == 16
-    nulled = post(sim, {"model": MODEL, "prompt": prompt(), "max_tokens": None}).json()
-    assert nulled["usage"]["completion_tokens"] == full.usage.completion_tokens  # no limit
+    # An explicit null is no limit either (vLLM falls back to the rest of the window).
+    nulled = post(sim, {"model": MODEL, "prompt": prompt(), "seed": 1, "max_tokens": None}).json()
+    ample = post(sim, {"model": MODEL, "prompt": prompt(), "seed": 1, "max_tokens": 1000}).json()
+    assert nulled["choices"][0]["finish_reason"] == "stop"
+    assert nulled["usage"]["completion_tokens"] == ample["usage"]["completion_tokens"] > 16
 
 
 def test_chat_accepts_content_as_a_list_of_text_parts(sim: SimulatorHandle) -> None:
@@ -227,7 +230,7 @@ def test_queue_full_is_a_fault_rate_kind() -> None:
 
 def test_stream_error_fault_sends_an_error_event_mid_stream(sim: SimulatorHandle) -> None:
     sim.set_faults(next=["stream_error"])
-    body = {"model": MODEL, "prompt": prompt(), "max_tokens": 64, "stream": True}
+    body = {"model": MODEL, "prompt": prompt(), "max_tokens": 64, "stream": True, "seed": 1}
     resp = post(sim, body)
     assert resp.status_code == 200
     chunks = events(resp)
