@@ -163,6 +163,10 @@ class Generation(Frozen):
     llm_ms: float = 0.0
     ttft_ms: float | None = None
     simulated: bool = False
+    # finish_reason "length": the answer ran out of tokens (kept, and the row says so)
+    truncated: bool = False
+    # set when the token budget was lowered to fit max_model_len (by qfarm or by the server)
+    max_tokens_effective: int | None = None
 
 
 class Claim(Frozen):
@@ -344,3 +348,6 @@ class Row(Frozen):
     started_at: float | None = None
     finished_at: float | None = None
     answer: str | None = None  # only with --keep-answers
+    finish_reason: str | None = None  # the model's, for an answer that came back
+    truncated: bool | None = None  # finish_reason "length": scored, but cut off at max_tokens
+    max_tokens_effective: int | None = None  # budget lowered to fit the context window

@@ -446,6 +446,25 @@ def _errors(stats: RunStats) -> list[str]:
     return out
 
 
+def _truncations(stats: RunStats, modes: list[str]) -> list[str]:
+    """Answers cut off at max_tokens (finish_reason "length"): scored, but say so."""
+    if not stats.truncated and not stats.budget_lowered:
+        return []
+    header = ["mode", "truncated answers", "max_tokens lowered to fit the context"]
+    rows = [
+        [f"`{m}`", str(stats.truncated[m]), str(stats.budget_lowered[m])]
+        for m in modes
+        if stats.truncated[m] or stats.budget_lowered[m]
+    ]
+    out = ["", "## Truncated answers", ""]
+    out.append(
+        "Rows with `truncated: true` ended at their token budget (finish_reason `length`); "
+        "they are verified and counted like any answer. `max_tokens_effective` in a row is the "
+        "lowered budget."
+    )
+    return out + [""] + _table(header, rows)
+
+
 def _timings(stats: RunStats) -> list[str]:
     rows = []
     for key, label in STAGES:
@@ -494,6 +513,7 @@ def render_stats(
         _question_table(stats, modes),
         _quantifier_table(stats),
         _errors(stats),
+        _truncations(stats, modes),
         _timings(stats),
         plots_section(plots),
     ]

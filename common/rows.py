@@ -72,4 +72,7 @@ def build_row(record: JobRecord) -> Row:
         started_at=record.started_at,
         finished_at=record.finished_at,
         answer=gen.text if (gen and job.keep_answers) else None,
+        finish_reason=gen.finish_reason if gen else None,
+        truncated=gen.truncated if gen and not record.error else None,
+        max_tokens_effective=gen.max_tokens_effective if gen else None,
     )

@@ -213,6 +213,8 @@ class RunStats:
         self.retrievers: Counter[str] = Counter()
         self.index_versions: Counter[str] = Counter()
         self.simulated_rows = 0
+        self.truncated: Counter[str] = Counter()  # mode -> answers cut off at max_tokens
+        self.budget_lowered: Counter[str] = Counter()  # mode -> max_tokens lowered to fit context
 
     def note_unreadable(self, lineno: int) -> None:
         self.unreadable += 1
@@ -247,6 +249,10 @@ class RunStats:
         else:
             self._add_verdict_row(r, m, kinds, timings)
         self._add_provenance(r)
+        if r.get("truncated"):
+            self.truncated[mode] += 1
+        if r.get("max_tokens_effective") is not None:
+            self.budget_lowered[mode] += 1
 
     def _add_verdict_row(
         self, r: Mapping[str, Any], m: ModeStats, kinds: list[str], timings: Mapping[str, Any]

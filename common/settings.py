@@ -55,6 +55,7 @@ class Settings(BaseSettings):
     llm_backoff_base_s: float = 0.25  # retry backoff: base * 2**(attempt-1), equal jitter
     llm_backoff_max_s: float = 8.0
     llm_wait_for_endpoint_s: float = 60.0  # how long a job waits when no endpoint is usable
+    llm_retry_after_max_s: float = 60.0  # cap on an honoured Retry-After (absurd values: the cap)
     # retrieval
     retriever: Literal["embedded", "elasticsearch", "opensearch"] = "embedded"
     index_path: Path | None = None  # embedded index file; default data_dir/index/default.sqlite

@@ -130,7 +130,7 @@ class Completion:
     """One simulated choice."""
 
     text: str
-    finish_reason: str  # "stop" or "length"
+    finish_reason: str  # "stop" or "length" ("abort" from an injected fault)
     completion_tokens: int
     failure: str | None  # the failure kind drawn, None for a good answer
 
@@ -427,3 +427,13 @@ def complete(
     )
     text, finish, n_tokens = apply_limits(text, stop, max_tokens)
     return Completion(text=text, finish_reason=finish, completion_tokens=n_tokens, failure=failure)
+
+
+def aborted(done: Completion) -> Completion:
+    """``done`` cut to its first half, as vLLM returns a request it aborted engine-side."""
+    spans = list(TOKEN_RE.finditer(done.text))
+    keep = len(spans) // 2
+    text = done.text[: spans[keep - 1].end()] if keep else ""
+    return Completion(
+        text=text, finish_reason="abort", completion_tokens=keep, failure=done.failure
+    )

@@ -37,6 +37,7 @@ class SimConfig:
     seed: int | None = None  # latency and fault draws; answers depend only on (prompt, seed)
     port_file: str | None = None  # written once the port is bound (for port 0)
     log_requests: bool = False
+    disable_log_stats: bool = False  # like vllm --disable-log-stats: no vllm:* series in /metrics
 
     def accepted_models(self) -> set[str]:
         return {self.model, *self.served_model_names}
@@ -140,6 +141,11 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None, help="seed for latency and fault draws")
     p.add_argument("--port-file", default=None, help=argparse.SUPPRESS)
     p.add_argument("--log-requests", action="store_true", help="print one line per request")
+    p.add_argument(
+        "--disable-log-stats",
+        action="store_true",
+        help="serve /metrics without vLLM's series, as vllm --disable-log-stats does",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> SimConfig:
@@ -181,6 +187,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         seed=args.seed,
         port_file=args.port_file,
         log_requests=args.log_requests,
+        disable_log_stats=args.disable_log_stats,
     )
 
 
@@ -188,7 +195,7 @@ OPTION_NAMES = frozenset(
     {
         "model", "served_model_names", "max_num_seqs", "max_model_len", "latency", "ttft_ms",
         "tpot_ms", "profile", "rates", "fault_rates", "retry_after_s", "hang_s",
-        "shuffle_choices", "stream_interval", "seed", "log_requests",
+        "shuffle_choices", "stream_interval", "seed", "log_requests", "disable_log_stats",
     }
 )  # fmt: skip
 

@@ -2,18 +2,31 @@
 
 Kinds, and what the client sees:
 
-=========  ===================================================================
-429        ``429 Too Many Requests`` with ``Retry-After: <retry_after_s>``
-503        ``503 Service Unavailable`` (engine overloaded or restarting)
-timeout    the request is accepted and never answered (client read timeout)
-drop       the connection is closed without a response
-malformed  ``200`` with a body that is not valid JSON
-empty      ``200`` with ``"choices": []``
-=========  ===================================================================
+============  ================================================================
+queue_full    ``503`` with vLLM's admission-control error (``--max-num-queued-reqs``
+              reached): type ``Service Unavailable``, "The engine is currently
+              busy and cannot accept new requests. ..."; no Retry-After (vLLM
+              never sends one)
+429           the *proxy* fault: ``429 Too Many Requests`` with ``Retry-After:
+              <retry_after_s>``, as a rate-limiting proxy in front of vLLM sends
+              (vLLM itself never answers 429)
+503           ``503 Service Unavailable`` without vLLM's envelope: a server or
+              proxy with no live engine behind it
+timeout       the request is accepted and never answered (client read timeout)
+drop          the connection is closed without a response
+malformed     ``200`` with a body that is not valid JSON
+empty         ``200`` with ``"choices": []``
+stream_error  streaming: part of the answer, then vLLM's error event
+              (``data: {"error": {... "code": 500}}``) and ``[DONE]``; without
+              streaming the ``500`` vLLM answers for a failed generation
+abort         the choice ends with ``finish_reason: "abort"`` after part of the
+              answer (vLLM aborted the request engine-side)
+============  ================================================================
 
-429/503/timeout/drop happen on arrival, before the request queues for a slot
-(as a proxy or an overloaded engine would); malformed/empty happen after the
-generation, so they cost the server the same time as a good answer. Forced
+queue_full/429/503/timeout/drop happen on arrival, before the request queues
+for a slot (as a proxy or an overloaded engine would); the rest happen during
+or after the generation, so they cost the server the same time as a good
+answer. Forced
 faults (``POST /sim/faults {"next": ["429", "drop"]}``) are consumed in
 arrival order before the rates are consulted. ``down`` makes every request and
 ``/health`` answer 503 until cleared, like a dead engine.
@@ -26,8 +39,10 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
-FAULT_KINDS: tuple[str, ...] = ("429", "503", "timeout", "drop", "malformed", "empty")
-ARRIVAL_FAULTS = frozenset({"429", "503", "timeout", "drop"})
+FAULT_KINDS: tuple[str, ...] = (
+    "queue_full", "429", "503", "timeout", "drop", "malformed", "empty", "stream_error", "abort",
+)  # fmt: skip
+ARRIVAL_FAULTS = frozenset({"queue_full", "429", "503", "timeout", "drop"})
 
 
 def check_rates(rates: dict[str, float]) -> dict[str, float]:

@@ -1,7 +1,9 @@
 """Prometheus metrics under vLLM's names, rendered as text for ``GET /metrics``.
 
-Gauges and histograms carry the ``model_name`` label as vLLM's do, so a
-scraper written for vLLM reads the simulator unchanged. Counts are per
+Gauges and histograms carry the ``model_name`` and ``engine`` labels as vLLM
+0.33's do (vllm/v1/metrics/loggers.py), so a scraper written for vLLM reads
+the simulator unchanged; ``--disable-log-stats`` leaves them all out, as vLLM
+does. Counts are per
 sequence (one prompt of a list is one engine request in vLLM too). Extra
 ``qfarm_sim_*`` series say the numbers are simulated.
 """
@@ -69,12 +71,29 @@ class Metrics:
     def count_fault(self, kind: str) -> None:
         self.faults[kind] = self.faults.get(kind, 0) + 1
 
-    def render(self, model_name: str, max_num_seqs: int) -> str:
-        labels = f'model_name="{model_name}"'
+    def render(self, model_name: str, max_num_seqs: int, *, vllm_series: bool = True) -> str:
+        """Prometheus text; without ``vllm_series`` (``--disable-log-stats``) only ours."""
         out = [
             "# qfarm vLLM simulator: every value below is SIMULATED, not from a real model server",
             "# TYPE qfarm_sim_simulated gauge",
             "qfarm_sim_simulated 1",
+        ]
+        if vllm_series:
+            out += self._vllm_series(model_name, max_num_seqs)
+        out.append("# TYPE qfarm_sim_http_requests_total counter")
+        for status, count in sorted(self.http_requests.items()):
+            out.append(f'qfarm_sim_http_requests_total{{status="{status}"}} {count}')
+        out.append("# TYPE qfarm_sim_faults_injected_total counter")
+        for kind, count in sorted(self.faults.items()):
+            out.append(f'qfarm_sim_faults_injected_total{{kind="{kind}"}} {count}')
+        out.append("# TYPE qfarm_sim_max_concurrent_requests gauge")
+        out.append(f"qfarm_sim_max_concurrent_requests {self.max_concurrent_requests}")
+        return "\n".join(out) + "\n"
+
+    def _vllm_series(self, model_name: str, max_num_seqs: int) -> list[str]:
+        # vLLM 0.33 labels every series with model_name and engine (the engine index; one here).
+        labels = f'engine="0",model_name="{model_name}"'
+        out = [
             "# TYPE vllm:num_requests_running gauge",
             f"vllm:num_requests_running{{{labels}}} {self.running}",
             "# TYPE vllm:num_requests_waiting gauge",
@@ -92,12 +111,4 @@ class Metrics:
         out += self.ttft.render("vllm:time_to_first_token_seconds", labels)
         out += self.e2e.render("vllm:e2e_request_latency_seconds", labels)
         out += self.queue.render("vllm:request_queue_time_seconds", labels)
-        out.append("# TYPE qfarm_sim_http_requests_total counter")
-        for status, count in sorted(self.http_requests.items()):
-            out.append(f'qfarm_sim_http_requests_total{{status="{status}"}} {count}')
-        out.append("# TYPE qfarm_sim_faults_injected_total counter")
-        for kind, count in sorted(self.faults.items()):
-            out.append(f'qfarm_sim_faults_injected_total{{kind="{kind}"}} {count}')
-        out.append("# TYPE qfarm_sim_max_concurrent_requests gauge")
-        out.append(f"qfarm_sim_max_concurrent_requests {self.max_concurrent_requests}")
-        return "\n".join(out) + "\n"
+        return out

@@ -1,14 +1,27 @@
 """The simulator's side of vLLM's OpenAI-compatible protocol: request parsing, reply bodies.
 
-Mirrors vLLM where the farm depends on it: ``max_tokens`` defaults to 16,
-errors use the ``{"error": {"message", "type", "param", "code"}}`` envelope,
-an unknown model is a 404, a prompt longer than ``max_model_len`` a 400 with
-vLLM's wording, choices carry ``index = prompt_i * n + j`` and ``usage`` is
-summed over the request.
+Mirrors vLLM 0.33 where the farm depends on it (docs/llm.md lists the source lines):
+
+* errors use the ``{"error": {"message", "type", "param", "code"}}`` envelope; an
+  unknown model is a 404;
+* rejected with 400 as vLLM does: ``max_tokens`` < 1, ``temperature`` outside
+  [0, 2], ``n`` > 1 with greedy sampling, more than 4 stop strings, an empty
+  prompt, ``stream_options`` without ``stream``, more than 1024 prompts. Checks
+  vLLM makes while validating the request body answer with type ``Bad Request``
+  and a "1 validation error" message (the simulator's text after that line is
+  shorter than pydantic's); sampling checks answer with ``BadRequestError``;
+* ``/v1/completions``: ``max_tokens`` defaults to 16; chat: ``max_completion_tokens``
+  wins over ``max_tokens``, and without either the answer may use the whole
+  context window;
+* context: a prompt longer than ``max_model_len``, or ``max_tokens`` above it, is a
+  400; when each fits but the sum does not, ``max_tokens`` is silently lowered to
+  what the window leaves (``finish_reason: length`` when that bites);
+* choices carry ``index = prompt_i * n + j`` and ``usage`` is summed over the request.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from typing import Any
@@ -19,19 +32,53 @@ from common.prompts import chatml_turn
 from ops.sim import SIMULATOR_OWNER, behaviour
 from ops.sim.config import SimConfig
 
+MAX_COMPLETION_PROMPTS = 1024  # vLLM's VLLM_MAX_COMPLETION_PROMPTS default
+MAX_STOP_STRINGS = 4  # vLLM's VLLM_MAX_STOP_STRINGS default
+GREEDY_EPS = 1e-5  # below this temperature vLLM samples greedily (_SAMPLING_EPS)
+QUEUE_FULL_MESSAGE = (
+    "The engine is currently busy and cannot accept new requests. "
+    "Please try again later or on a different instance."
+)
+
 
 class RequestError(Exception):
     """A request the server refuses, rendered as vLLM's error envelope."""
 
-    def __init__(self, status: int, message: str, err_type: str = "BadRequestError"):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        err_type: str = "BadRequestError",
+        param: str | None = None,
+    ):
         super().__init__(message)
         self.status = status
         self.err_type = err_type
+        self.param = param
 
 
-def error_response(status: int, message: str, err_type: str) -> web.Response:
-    body = {"error": {"message": message, "type": err_type, "param": None, "code": status}}
-    return web.json_response(body, status=status)
+def error_body(status: int, message: str, err_type: str, param: str | None = None) -> dict:
+    return {"error": {"message": message, "type": err_type, "param": param, "code": status}}
+
+
+def error_response(
+    status: int, message: str, err_type: str, param: str | None = None
+) -> web.Response:
+    return web.json_response(error_body(status, message, err_type, param), status=status)
+
+
+def body_invalid(param: str, message: str) -> RequestError:
+    """A check vLLM runs while validating the request body (FastAPI's 400 handler)."""
+    return RequestError(400, f"1 validation error:\n  Value error, {message}", "Bad Request", param)
+
+
+def sampling_invalid(param: str | None, message: str, value: Any = None) -> RequestError:
+    """A check of vLLM's SamplingParams (``VLLMValidationError``, rendered with its extras)."""
+    extras = [f"parameter={param}"] if param else []
+    if value is not None:
+        extras.append(f"value={value}")
+    text = f"{message} ({', '.join(extras)})" if extras else message
+    return RequestError(400, text, "BadRequestError", param)
 
 
 # --------------------------------------------------------------------------- parsing
@@ -52,6 +99,14 @@ def _stop_list(value: Any) -> list[str]:
     if isinstance(value, str):
         return [value]
     if isinstance(value, list) and all(isinstance(s, str) for s in value):
+        if len(value) > MAX_STOP_STRINGS:
+            raise RequestError(
+                400,
+                "1 validation error:\n  List should have at most "
+                f"{MAX_STOP_STRINGS} items after validation, not {len(value)}",
+                "Bad Request",
+                "stop",
+            )
         return value
     raise RequestError(400, f"stop must be a string or a list of strings (got {value!r})")
 
@@ -64,20 +119,44 @@ def _is_structured(body: dict) -> bool:
     return isinstance(so, dict) and bool(so.get("json"))
 
 
-def parse_params(body: dict, config: SimConfig, rng: random.Random) -> dict[str, Any]:
+def parse_params(
+    body: dict, config: SimConfig, rng: random.Random, chat: bool = False
+) -> dict[str, Any]:
+    """Sampling parameters, checked in vLLM's order: the request body, then the model name,
+    then SamplingParams. ``max_tokens`` None means "whatever the context window leaves"."""
+    stop = _stop_list(body.get("stop"))
+    if body.get("stream_options") and not body.get("stream"):
+        raise body_invalid(
+            "stream_options", "Stream options can only be defined when `stream=True`."
+        )
     model = body.get("model") or config.model
     if model not in config.accepted_models():
-        raise RequestError(404, f"The model `{model}` does not exist.", "NotFoundError")
+        raise RequestError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
     n = _int(body, "n", 1, 1)
-    max_tokens = _int(body, "max_tokens", 16, 0)
+    if chat and body.get("max_completion_tokens") is not None:
+        max_tokens = _int(body, "max_completion_tokens", None, 0)
+    elif "max_tokens" in body and body["max_tokens"] is None:
+        max_tokens = None  # an explicit null: vLLM lets the answer fill the window
+    else:
+        max_tokens = _int(body, "max_tokens", None if chat else 16, 0)
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise RequestError(400, f"seed must be an integer (got {seed!r})")
     temperature = body.get("temperature", 1.0)
     if temperature is None:
         temperature = 1.0
-    if not isinstance(temperature, int | float) or temperature < 0:
-        raise RequestError(400, f"temperature must be a number >= 0 (got {temperature!r})")
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float):
+        raise RequestError(400, f"temperature must be a number (got {temperature!r})")
+    if not math.isfinite(temperature) or temperature < 0 or temperature > 2:
+        raise sampling_invalid(
+            "temperature", f"temperature must be in [0, 2], got {float(temperature)}.", temperature
+        )
+    if max_tokens is not None and max_tokens < 1:
+        raise sampling_invalid(
+            "max_tokens", f"max_tokens must be at least 1, got {max_tokens}.", max_tokens
+        )
+    if temperature < GREEDY_EPS and n is not None and n > 1:
+        raise sampling_invalid(None, f"n must be 1 when using greedy sampling, got {n}.")
     if seed is None:
         seed = rng.getrandbits(31)  # vLLM without a seed is not reproducible either
     return {
@@ -86,7 +165,7 @@ def parse_params(body: dict, config: SimConfig, rng: random.Random) -> dict[str,
         "max_tokens": max_tokens,
         "seed": seed,
         "temperature": float(temperature),
-        "stop": _stop_list(body.get("stop")),
+        "stop": stop,
         "stream": bool(body.get("stream", False)),
         "include_usage": bool((body.get("stream_options") or {}).get("include_usage", False)),
         "structured": _is_structured(body),
@@ -95,6 +174,17 @@ def parse_params(body: dict, config: SimConfig, rng: random.Random) -> dict[str,
 
 def parse_prompts(body: dict) -> list[str]:
     prompt = body.get("prompt")
+    if prompt is None or prompt == "":
+        raise body_invalid(
+            "prompt", "Either prompt or prompt_embeds must be provided and non-empty."
+        )
+    if isinstance(prompt, list) and len(prompt) > MAX_COMPLETION_PROMPTS:
+        raise body_invalid(
+            "prompt",
+            f"prompt list length {len(prompt)} exceeds the maximum allowed count of "
+            f"{MAX_COMPLETION_PROMPTS}. To increase this limit, set the "
+            "VLLM_MAX_COMPLETION_PROMPTS environment variable.",
+        )
     if isinstance(prompt, str):
         return [prompt]
     if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
@@ -105,31 +195,67 @@ def parse_prompts(body: dict) -> list[str]:
     )
 
 
+def _message_text(content: Any) -> str:
+    """A message's text: a string, or a list of ``{"type": "text", "text": ...}`` parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(
+        isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+        for p in content
+    ):
+        return "\n".join(p["text"] for p in content)  # vLLM joins text parts with newlines
+    raise RequestError(
+        400, "each message needs a string 'content' or a list of text parts (text only)"
+    )
+
+
 def render_messages(body: dict) -> str:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise RequestError(400, "messages must be a non-empty list of {role, content} objects")
     parts = []
     for m in messages:
-        if not isinstance(m, dict) or not isinstance(m.get("content"), str):
-            raise RequestError(400, "each message needs a string 'content' (text only)")
-        parts.append(chatml_turn(str(m.get("role", "user")), m["content"]))
+        if not isinstance(m, dict):
+            raise RequestError(400, "each message must be a {role, content} object")
+        parts.append(chatml_turn(str(m.get("role", "user")), _message_text(m.get("content"))))
     return "".join(parts) + "<|im_start|>assistant\n"
 
 
-def check_context(prompts: list[str], max_tokens: int, limit: int) -> list[int]:
-    counts = []
+def check_context(
+    prompts: list[str], max_tokens: int | None, limit: int, param: str = "max_tokens"
+) -> list[tuple[int, int]]:
+    """(prompt tokens, effective max_tokens) per prompt, as vLLM 0.33 decides them.
+
+    A prompt longer than the window, or ``max_tokens`` above it, is refused; otherwise
+    ``max_tokens`` is lowered, silently, to what the prompt leaves of the window.
+    """
+    if max_tokens is not None and max_tokens > limit:
+        raise RequestError(
+            400,
+            f"{param}={max_tokens} cannot be greater than max_model_len={limit}. "
+            "Please request fewer output tokens.",
+            "BadRequestError",
+            param,
+        )
+    out = []
     for p in prompts:
         n_prompt = behaviour.count_tokens(p)
-        if n_prompt + max_tokens > limit:
+        if n_prompt > limit:
             raise RequestError(
                 400,
-                f"This model's maximum context length is {limit} tokens. However, you requested "
-                f"{n_prompt + max_tokens} tokens ({n_prompt} in the messages, {max_tokens} in the "
-                "completion). Please reduce the length of the messages or completion.",
+                f"This model's maximum context length is {limit} tokens. However, your prompt "
+                f"contains {n_prompt} input tokens, which exceeds this limit even without any "
+                "output tokens. Please reduce the length of the input prompt.",
+                "BadRequestError",
+                "input_tokens",
             )
-        counts.append(n_prompt)
-    return counts
+        budget = limit - n_prompt if max_tokens is None else min(max_tokens, limit - n_prompt)
+        if budget < 1:  # vLLM passes the lowered 0 on to SamplingParams, which refuses it
+            raise sampling_invalid(
+                "max_tokens", f"max_tokens must be at least 1, got {budget}.", budget
+            )
+        out.append((n_prompt, budget))
+    return out
 
 
 class Sequence:

@@ -34,9 +34,11 @@ from ops.sim.config import SimConfig, describe
 from ops.sim.faults import ARRIVAL_FAULTS, FaultInjector
 from ops.sim.metrics import Metrics
 from ops.sim.protocol import (
+    QUEUE_FULL_MESSAGE,
     RequestError,
     Sequence,
     check_context,
+    error_body,
     error_response,
     parse_params,
     parse_prompts,
@@ -103,7 +105,9 @@ async def hold_slot(state: SimState, seq: Sequence, on_token: Any = None) -> Non
     m.success[reason] = m.success.get(reason, 0) + 1
 
 
-def build_sequences(prompts: list[str], params: dict[str, Any], state: SimState) -> list[Sequence]:
+def build_sequences(
+    prompts: list[str], budgets: list[int], params: dict[str, Any], state: SimState
+) -> list[Sequence]:
     seqs = []
     n = params["n"]
     for i, prompt in enumerate(prompts):
@@ -113,7 +117,7 @@ def build_sequences(prompts: list[str], params: dict[str, Any], state: SimState)
                 seed=params["seed"],
                 choice_index=j,
                 temperature=params["temperature"],
-                max_tokens=params["max_tokens"],
+                max_tokens=budgets[i],
                 stop=params["stop"],
                 rates=state.config.rates,
                 structured=params["structured"],
@@ -126,6 +130,8 @@ def build_sequences(prompts: list[str], params: dict[str, Any], state: SimState)
 
 
 async def arrival_fault(kind: str, request: web.Request, state: SimState) -> web.StreamResponse:
+    if kind == "queue_full":  # vLLM's QueueOverflowError, exactly as its error handler renders it
+        return error_response(503, QUEUE_FULL_MESSAGE, "Service Unavailable")
     if kind == "429":
         retry = max(1, math.ceil(state.faults.retry_after_s))  # delay-seconds is an integer
         resp = error_response(429, "Too many requests (simulated rate limit)", "RateLimitError")
@@ -143,6 +149,8 @@ async def arrival_fault(kind: str, request: web.Request, state: SimState) -> web
 
 
 def post_fault(kind: str, req_id: str) -> web.Response:
+    if kind == "stream_error":  # without streaming vLLM answers a failed generation with a 500
+        return error_response(500, "Internal server error", "InternalServerError")
     if kind == "malformed":
         text = f'{{"id": "{req_id}", "object": "text_completion", "choices": [{{"index": 0, "text": "trunc'
         return web.Response(text=text, content_type="application/json")
@@ -164,11 +172,13 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
         raise RequestError(400, "the request body is not valid JSON") from None
     if not isinstance(body, dict):
         raise RequestError(400, "the request body must be a JSON object")
-    params = parse_params(body, state.config, state.rng)
+    params = parse_params(body, state.config, state.rng, chat)
     prompts = [render_messages(body)] if chat else parse_prompts(body)
     entry["n_prompts"] = len(prompts)
     entry["seed"] = body.get("seed")
-    prompt_counts = check_context(prompts, params["max_tokens"], state.config.max_model_len)
+    param = "max_completion_tokens" if chat and body.get("max_completion_tokens") else "max_tokens"
+    fitted = check_context(prompts, params["max_tokens"], state.config.max_model_len, param)
+    prompt_counts = [count for count, _ in fitted]
     fault = state.faults.draw()
     if fault:
         entry["fault"] = fault
@@ -176,12 +186,15 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
         if fault in ARRIVAL_FAULTS:
             return await arrival_fault(fault, request, state)
     state.metrics.prompt_tokens += sum(prompt_counts)
-    seqs = build_sequences(prompts, params, state)
+    seqs = build_sequences(prompts, [budget for _, budget in fitted], params, state)
+    if fault == "abort":
+        for seq in seqs:
+            seq.completion = behaviour.aborted(seq.completion)
     req_id = f"{'chatcmpl' if chat else 'cmpl'}-sim-{entry['id']}"
     if params["stream"]:
         return await stream(request, state, seqs, params, req_id, sum(prompt_counts), chat, fault)
     await asyncio.gather(*(hold_slot(state, s) for s in seqs))
-    if fault:
+    if fault and fault != "abort":
         return post_fault(fault, req_id)
     return web.json_response(
         response_body(
@@ -237,10 +250,11 @@ async def stream(
         async with lock:
             await resp.write(f"data: {data}\n\n".encode())
 
-    def chunk(index: int, delta: str, finish: str | None) -> dict[str, Any]:
+    def chunk(index: int, delta: str, finish: str | None, role: bool = False) -> dict[str, Any]:
         choice: dict[str, Any] = {"index": index, "finish_reason": finish, "logprobs": None}
         if chat:
-            choice["delta"] = {"content": delta}
+            # vLLM opens each chat choice with a chunk carrying only the role.
+            choice["delta"] = {"role": "assistant", "content": ""} if role else {"content": delta}
         else:
             choice["text"] = delta
         return {"id": req_id, "object": obj, "created": int(time.time()), "model": params["model"],
@@ -257,6 +271,12 @@ async def stream(
             return
         if fault == "empty":
             return
+        if chat:
+            await send(chunk(seq.index, "", None, role=True))
+        if fault == "stream_error":
+            await send(chunk(seq.index, pieces[0], None))
+            await send(error_body(500, "Internal server error", "InternalServerError"))
+            return
         for k, piece in enumerate(pieces):
             if k and tpot:
                 await asyncio.sleep(tpot * len(behaviour.TOKEN_RE.findall(piece)))
@@ -264,7 +284,7 @@ async def stream(
             await send(chunk(seq.index, piece, seq.completion.finish_reason if last else None))
 
     await asyncio.gather(*(hold_slot(state, s, on_token) for s in seqs))
-    if params["include_usage"] and not fault:
+    if params["include_usage"] and fault in (None, "abort"):
         completion_tokens = sum(s.completion.completion_tokens for s in seqs)
         await send({"id": req_id, "object": obj, "created": int(time.time()),
                     "model": params["model"], "choices": [],
@@ -302,7 +322,11 @@ async def models(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    text = state.metrics.render(state.config.model, state.config.max_num_seqs)
+    text = state.metrics.render(
+        state.config.model,
+        state.config.max_num_seqs,
+        vllm_series=not state.config.disable_log_stats,
+    )
     return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
 
@@ -385,7 +409,7 @@ async def bookkeeping(request: web.Request, handler: Any) -> web.StreamResponse:
         try:
             resp = await handler(request)
         except RequestError as exc:
-            resp = error_response(exc.status, str(exc), exc.err_type)
+            resp = error_response(exc.status, str(exc), exc.err_type, exc.param)
         return _finish(resp, entry, state)
     finally:
         m.open_requests -= 1

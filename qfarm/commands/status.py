@@ -41,6 +41,9 @@ def run(args: argparse.Namespace) -> int:
     # reading every message, so this counts messages.
     print("queued messages: " + "  ".join(f"{q}={n}" for q, n in lengths.items())
           + f"  (sweep messages carry up to {settings.bundle_size} jobs each)")
+    from worker.llm.gateway import endpoint_report  # noqa: PLC0415
+
+    print("\n".join(endpoint_report(settings)))
     app = configure_app(settings)
     replies = app.control.inspect(timeout=1.0).active_queues() or {}
     if not replies:

@@ -284,7 +284,9 @@ def test_a_prompt_with_the_quantifier_reminder_is_heeded() -> None:
     rates = PROFILES["small-model"]
     plain, cap = follows_reminder("no reminder here", rates)
     assert plain == rates and cap is None
-    prompt = "<|im_start|>user\nQuantifier reminder: no natural bound. Give at most 5 claims.<|im_end|>"
+    prompt = (
+        "<|im_start|>user\nQuantifier reminder: no natural bound. Give at most 5 claims.<|im_end|>"
+    )
     heeded, cap = follows_reminder(prompt, rates)
     assert cap == 5
     assert heeded.format_collapse == rates.format_collapse / 2

@@ -119,7 +119,7 @@ def test_chat_completions(sim: SimulatorHandle) -> None:
 def test_errors_follow_vllm(sim: SimulatorHandle) -> None:
     r = post(sim, {"model": "nope", "prompt": "x"})
     assert r.status_code == 404 and "does not exist" in r.json()["error"]["message"]
-    r = post(sim, {"prompt": "word " * 4000, "max_tokens": 200})
+    r = post(sim, {"prompt": "word " * 4100, "max_tokens": 200})  # the prompt alone is too long
     assert r.status_code == 400 and "maximum context length is 4096" in r.json()["error"]["message"]
     r = httpx.post(f"{sim.url}/v1/completions", content=b"{not json", timeout=5)
     assert r.status_code == 400

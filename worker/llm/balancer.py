@@ -23,7 +23,8 @@ Rules, in the order ``acquire`` applies them:
 
 Circuit breaker (per endpoint): ``failures`` consecutive transient failures
 (connect errors, timeouts, dropped connections, 5xx, malformed replies; not
-429, which is back-pressure and sets the Retry-After time instead) open it;
+back-pressure from a live server: a 429, which sets the Retry-After time
+instead, or vLLM's queue-full 503) open it;
 after ``cooldown_s`` one trial request is let through (half-open); its success
 closes the breaker, its failure re-opens it for another cool-down.
 """
@@ -56,10 +57,14 @@ class EndpointState:
     others_load: float = 0.0
     capacity_seen: float = 0.0
     saturated_seen: bool = False
+    retry_after_set_at: float = 0.0
+    last_healthy_poll: float = float("-inf")
     sent: int = 0
     succeeded: int = 0
     failed: int = 0
     times_opened: int = 0
+    max_model_len: int | None = None  # from /v1/models; None: not reported
+    metrics_problem: str | None = None  # why load weighting gets no figures from this endpoint
 
     @property
     def url(self) -> str:
@@ -218,12 +223,16 @@ class Balancer:
             retry_after = getattr(error, "retry_after_s", None)
             if retry_after:
                 e.not_before = max(e.not_before, now + retry_after)
+                e.retry_after_set_at = now
             if ok:
                 e.succeeded += 1
                 e.consecutive_failures = 0
                 e.breaker = CLOSED
-            elif getattr(error, "status", None) == 429:
-                # Back-pressure from a live server: Retry-After governs, the breaker does not.
+            elif (
+                getattr(error, "status", None) == 429 or getattr(error, "kind", None) == "overload"
+            ):
+                # Back-pressure from a live server (a proxy's 429, vLLM's queue-full 503): the
+                # job goes elsewhere or waits; the breaker is for servers that are failing.
                 e.failed += 1
                 if was_trial:
                     e.breaker = CLOSED
@@ -247,13 +256,50 @@ class Balancer:
         self._passive_health = True
 
     def mark_health(self, url: str, healthy: bool, reason: str | None = None) -> None:
+        """A ``/health`` poll's result.
+
+        A passing poll also lifts a Retry-After that was set before the previous passing
+        poll: the endpoint has rested a whole poll interval and says it is well, so a
+        server (or proxy) cannot keep it out of rotation longer than that.
+        """
         with self._cond:
             e = self._by_url[url]
+            now = self._clock()
             changed = e.healthy != healthy
             e.healthy = healthy
             e.health_reason = None if healthy else (reason or "/health failed")
+            if healthy:
+                if e.not_before > now and e.retry_after_set_at <= e.last_healthy_poll:
+                    e.not_before = now
+                    changed = True
+                e.last_healthy_poll = now
             if changed:
                 self._cond.notify_all()
+
+    def set_max_model_len(self, url: str, value: int | None) -> None:
+        with self._cond:
+            self._by_url[url].max_model_len = value
+
+    def smallest_window(self) -> int | None:
+        """The smallest ``max_model_len`` any endpoint reported (None: none did)."""
+        with self._cond:
+            known = [e.max_model_len for e in self.endpoints if e.max_model_len]
+            return min(known) if known else None
+
+    def set_metrics_problem(self, url: str, problem: str | None) -> bool:
+        """Record why an endpoint has no load figures; True when that changed."""
+        with self._cond:
+            e = self._by_url[url]
+            changed = e.metrics_problem != problem
+            e.metrics_problem = problem
+            return changed
+
+    def weighting_state(self, e: EndpointState) -> str:
+        if not self.metrics_weighting:
+            return "off (QFARM_LLM_METRICS_WEIGHTING=false)"
+        if e.metrics_problem:
+            return f"off: {e.metrics_problem}"
+        return "on"
 
     def update_load(self, url: str, running: float, waiting: float) -> None:
         """Fold one ``/metrics`` scrape into the endpoint's load and capacity estimates."""
@@ -286,6 +332,8 @@ class Balancer:
                     "times_opened": e.times_opened,
                     "retry_after_left_s": round(max(0.0, e.not_before - now), 3),
                     "weight": self._weight(e),
+                    "weighting": self.weighting_state(e),
+                    "max_model_len": e.max_model_len,
                     "blocked": self._blocker(e, now, 1),
                 }
                 for e in self.endpoints

@@ -32,12 +32,30 @@ import httpx
 
 from common.errors import PermanentServiceError, ServiceError, TransientServiceError
 from common.models import Sampling, Usage
-from worker.llm.retry import is_transient_status, parse_retry_after
+from worker.llm.retry import DEFAULT_RETRY_AFTER_MAX_S, is_transient_status, parse_retry_after
 
 # Set by the qfarm simulator on every response (ops/sim); worker/ must not import ops/.
 SIMULATOR_HEADER = "x-qfarm-simulator"
 BODY_EXCERPT_CHARS = 300
 METRIC_NAMES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+# vLLM's admission control (--max-num-queued-reqs / --max-num-queued-tokens) answers 503 with
+# error.type "Service Unavailable" and one of these messages (vllm/exceptions.py,
+# QueueOverflowError and MaxQueuedTokensError): a live server pushing back, not a dead one.
+OVERLOAD_TYPE = "Service Unavailable"
+OVERLOAD_MARKERS = ("cannot accept new requests", "prefill token backlog limit")
+FINISHED_OK = frozenset({"stop", "length"})
+
+
+class ContextOverflowError(PermanentServiceError):
+    """The prompt (or prompt + max_tokens) does not fit the endpoint's ``max_model_len``."""
+
+
+@dataclass(frozen=True)
+class MetricsScrape:
+    """One ``/metrics`` read: the gauges, or why there are none."""
+
+    values: dict[str, float] | None
+    problem: str | None = None  # None: values present
 
 
 @dataclass(frozen=True)
@@ -133,19 +151,28 @@ def parse_prometheus(text: str, names: Sequence[str] = METRIC_NAMES) -> dict[str
     return out
 
 
-def _error_message(resp_text: str) -> str:
-    """The server's own message from vLLM's (or OpenAI's) error envelope, else the body."""
+def _error_message(resp_text: str) -> tuple[str, str | None]:
+    """The server's own (message, type) from vLLM's (or OpenAI's) error envelope, else the body."""
     try:
         payload = json.loads(resp_text)
     except (json.JSONDecodeError, ValueError):
-        return resp_text.strip()[:BODY_EXCERPT_CHARS]
+        return resp_text.strip()[:BODY_EXCERPT_CHARS], None
     if isinstance(payload, dict):
         err = payload.get("error", payload)
         if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])[:BODY_EXCERPT_CHARS]
+            kind = err.get("type")
+            return str(err["message"])[:BODY_EXCERPT_CHARS], str(kind) if kind else None
         if isinstance(err, str):
-            return err[:BODY_EXCERPT_CHARS]
-    return resp_text.strip()[:BODY_EXCERPT_CHARS]
+            return err[:BODY_EXCERPT_CHARS], None
+    return resp_text.strip()[:BODY_EXCERPT_CHARS], None
+
+
+def is_overload(status: int, message: str, err_type: str | None) -> bool:
+    """vLLM's queue-full 503 (back-pressure), as opposed to a 503 from a dead or absent server."""
+    if status != 503:
+        return False
+    text = message.lower()
+    return err_type == OVERLOAD_TYPE and any(m in text for m in OVERLOAD_MARKERS)
 
 
 def _tag(exc: ServiceError, kind: str, status: int | None = None) -> ServiceError:
@@ -166,8 +193,10 @@ class LLMClient:
         connect_timeout_s: float,
         max_connections: int,
         transport: httpx.BaseTransport | None = None,
+        retry_after_max_s: float = DEFAULT_RETRY_AFTER_MAX_S,
     ):
         self.model = model
+        self.retry_after_max_s = retry_after_max_s
         self._secrets: list[str] = []
         self._timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s, pool=timeout_s)
         # Per thread: one request at a time, but failover may visit several endpoints.
@@ -261,6 +290,11 @@ class LLMClient:
                     chunk = json.loads(data)
                 except json.JSONDecodeError:
                     raise self._malformed(target, job_id, "a streamed chunk is not JSON") from None
+                if not isinstance(chunk, dict):
+                    raise self._malformed(target, job_id, "a streamed chunk is not an object")
+                if chunk.get("error") is not None:
+                    # vLLM reports a failure after the 200 as an error event, then [DONE].
+                    raise self._stream_error(chunk, target, job_id)
                 for c in chunk.get("choices") or ():
                     idx = int(c.get("index", 0))
                     piece = c.get("text") or ""
@@ -317,14 +351,48 @@ class LLMClient:
             "malformed",
         )
 
+    def _stream_error(
+        self, chunk: dict[str, Any], target: Target, job_id: str | None
+    ) -> ServiceError:
+        err = chunk["error"]
+        message, err_type = _error_message(json.dumps(chunk))
+        code = err.get("code") if isinstance(err, dict) else None
+        status = code if isinstance(code, int) and not isinstance(code, bool) else 500
+        return self._http_error(
+            status, message, err_type, target, job_id, None, where="streamed an error event,"
+        )
+
     def _raise_for_status(self, resp: httpx.Response, target: Target, job_id: str | None) -> None:
-        status = resp.status_code
-        if status < 400:
+        if resp.status_code < 400:
             return
-        detail = redact(_error_message(resp.text), [target.api_key, *self._secrets])
-        where = f"{target.display} answered {status}"
+        message, err_type = _error_message(resp.text)
+        raise self._http_error(
+            resp.status_code,
+            message or resp.reason_phrase,
+            err_type,
+            target,
+            job_id,
+            resp.headers.get("Retry-After"),
+        )
+
+    def _http_error(
+        self,
+        status: int,
+        message: str,
+        err_type: str | None,
+        target: Target,
+        job_id: str | None,
+        retry_after: str | None,
+        *,
+        where: str | None = None,
+    ) -> ServiceError:
+        """An HTTP error status (or a stream's error event with that code) as a ServiceError."""
+        detail = redact(message, [target.api_key, *self._secrets])
+        if err_type:
+            detail = f"{detail} [{redact(err_type, [target.api_key, *self._secrets])}]"
+        where = f"{target.display} {where or 'answered'} {status}"
         if status in (401, 403):
-            raise _tag(
+            return _tag(
                 PermanentServiceError(
                     f"{where}: the API key was refused; set QFARM_LLM_API_KEY (or this endpoint's "
                     "entry in QFARM_LLM_API_KEYS) to a key the server accepts",
@@ -335,24 +403,38 @@ class LLMClient:
                 status,
             )
         if is_transient_status(status):
-            raise _tag(
+            overload = is_overload(status, message, err_type)
+            return _tag(
                 TransientServiceError(
-                    f"{where}: {detail or resp.reason_phrase}",
+                    f"{where}: {detail}" + (" (queue full: back-pressure)" if overload else ""),
                     endpoint=target.display,
                     job_id=job_id,
-                    retry_after_s=parse_retry_after(resp.headers.get("Retry-After")),
+                    retry_after_s=parse_retry_after(retry_after, cap_s=self.retry_after_max_s),
                 ),
-                "http",
+                "overload" if overload else "http",
+                status,
+            )
+        if status == 400 and (
+            "context length" in message.lower() or "than max_model_len" in message
+        ):
+            return _tag(
+                ContextOverflowError(
+                    f"context overflow: {where}: {detail}; lower max_context_chars_by_mode or "
+                    "max_tokens in the policy, or serve the model with a larger --max-model-len",
+                    endpoint=target.display,
+                    job_id=job_id,
+                ),
+                "context_overflow",
                 status,
             )
         hint = ""
         if status == 404:
             hint = f"; check QFARM_MODEL ({self.model}) against the server's /v1/models"
-        elif "context length" in detail.lower():
-            hint = "; lower max_context_chars_by_mode or max_tokens in the policy"
-        raise _tag(
+        elif status == 501:
+            hint = "; the server does not implement this feature (e.g. structured output)"
+        return _tag(
             PermanentServiceError(
-                f"{where}: {detail or resp.reason_phrase}{hint}",
+                f"{where}: {detail}{hint}",
                 endpoint=target.display,
                 job_id=job_id,
             ),
@@ -389,17 +471,41 @@ class LLMClient:
             return False
         return resp.status_code == 200
 
-    def scrape_metrics(self, target: Target, timeout_s: float) -> dict[str, float] | None:
+    def scrape_metrics(self, target: Target, timeout_s: float) -> MetricsScrape:
         try:
             resp = self._http.get(
                 f"{target.url}/metrics", headers=target.headers(), timeout=timeout_s
             )
-        except httpx.HTTPError:
-            return None
+        except httpx.HTTPError as exc:
+            return MetricsScrape(None, f"/metrics unreachable ({type(exc).__name__})")
         if resp.status_code != 200:
-            return None
+            return MetricsScrape(None, f"/metrics answered {resp.status_code}")
         values = parse_prometheus(resp.text)
-        return values if len(values) == len(METRIC_NAMES) else None
+        if len(values) != len(METRIC_NAMES):
+            # vLLM started with --disable-log-stats still serves /metrics, without vllm:* gauges.
+            return MetricsScrape(
+                None,
+                "/metrics has no vllm:num_requests_running/waiting gauges (vLLM started with "
+                "--disable-log-stats?)",
+            )
+        return MetricsScrape(values)
+
+    def max_model_len(self, target: Target, timeout_s: float) -> int | None:
+        """``max_model_len`` of QFARM_MODEL as the server's ``/v1/models`` reports it (vLLM does)."""
+        try:
+            resp = self._http.get(
+                f"{target.url}/v1/models", headers=target.headers(), timeout=timeout_s
+            )
+            payload = resp.json() if resp.status_code == 200 else None
+        except (httpx.HTTPError, json.JSONDecodeError, UnicodeDecodeError):
+            return None
+        entries = payload.get("data") if isinstance(payload, dict) else None
+        for entry in entries if isinstance(entries, list) else ():
+            if isinstance(entry, dict) and entry.get("id") == self.model:
+                value = entry.get("max_model_len")
+                if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                    return value
+        return None
 
 
 def _usage(raw: dict[str, Any]) -> Usage:

@@ -8,8 +8,17 @@
   (failover), otherwise after an exponential backoff with jitter; a
   ``Retry-After`` keeps every request of this process off that endpoint until
   the time has passed;
-* a permanent failure (400 incl. context length, 401/403, 404, 422) raises
-  ``PermanentServiceError`` at once;
+* back-pressure from a live server (a proxy's 429 + Retry-After, vLLM's
+  queue-full 503) is retried the same way but never counts towards the
+  circuit breaker; a queue-full endpoint is held off for one backoff interval,
+  and those retries do not use up the attempt budget for
+  ``llm_wait_for_endpoint_s``;
+* a reply is an answer only when its choice finished with ``stop`` or
+  ``length``: an error event inside a stream, a finish of ``abort`` (or any
+  other reason, or none) is a failed attempt; ``length`` is kept and marked
+  ``truncated``;
+* a permanent failure (400 incl. validation and context length, 401/403, 404,
+  422, 501) raises ``PermanentServiceError`` at once;
 * giving up raises ``TransientServiceError``; both carry ``endpoint``,
   ``job_id`` and ``attempts``, and their messages never contain a key.
 
@@ -20,6 +29,16 @@ same retry loop one prompt at a time, so batch-mates never fail silently.
 A background thread polls each endpoint's ``/health`` (out of rotation on
 failure, back on success) and ``/metrics`` (load weighting) every
 ``llm_health_interval_s``.
+
+Context window: at start-up the gateway reads each endpoint's
+``max_model_len`` from ``/v1/models``. vLLM rejects a prompt longer than it,
+but silently lowers ``max_tokens`` when prompt + ``max_tokens`` does not fit.
+So before sending, a prompt whose estimated token count (``estimate_tokens``,
+an over-estimate for English text) leaves less than ``max_tokens`` gets a
+lowered ``max_tokens``; after the reply, the server's own prompt token count
+tells whether it lowered the budget itself. Either way the row records
+``max_tokens_effective``, so a short answer is never silently scored as the
+model's failure.
 """
 
 from __future__ import annotations
@@ -36,10 +55,36 @@ from common.models import Generation, Sampling, Usage
 from common.settings import Settings
 from worker.llm.balancer import Balancer, EndpointState
 from worker.llm.batcher import BatchItem, MicroBatcher
-from worker.llm.client import LLMClient, Reply, Target
+from worker.llm.client import FINISHED_OK, Choice, LLMClient, Reply, Target
 from worker.llm.retry import RetryPolicy, compute_backoff
 
 log = logging.getLogger("qfarm.llm")
+
+# vLLM refuses more prompts per /v1/completions request (VLLM_MAX_COMPLETION_PROMPTS).
+MAX_COMPLETION_PROMPTS = 1024
+# Characters per token assumed when estimating a prompt's size: Llama-3's tokenizer averages
+# ~4 on English prose, so 3 over-estimates the tokens and under-estimates what is left.
+CHARS_PER_TOKEN_ESTIMATE = 3
+
+
+def estimate_tokens(prompt: str) -> int:
+    """A conservative (high) estimate of a prompt's token count, plus one for BOS."""
+    return -(-len(prompt) // CHARS_PER_TOKEN_ESTIMATE) + 1
+
+
+def batch_size_for(settings: Settings) -> int:
+    """``QFARM_LLM_BATCH_SIZE``, clamped to what one vLLM request may carry (with a warning)."""
+    size = settings.llm_batch_size
+    if size > MAX_COMPLETION_PROMPTS:
+        log.warning(
+            "QFARM_LLM_BATCH_SIZE=%d is above vLLM's limit of %d prompts per request "
+            "(VLLM_MAX_COMPLETION_PROMPTS); using %d",
+            size,
+            MAX_COMPLETION_PROMPTS,
+            MAX_COMPLETION_PROMPTS,
+        )
+        return MAX_COMPLETION_PROMPTS
+    return size
 
 
 def parse_api_keys(raw: str | None, endpoints: list[str]) -> dict[str, str]:
@@ -100,13 +145,26 @@ class HealthPoller:
         for e in self._balancer.endpoints:
             healthy = self._client.check_health(e.target, timeout)
             self._balancer.mark_health(e.url, healthy)
+            if healthy and e.max_model_len is None:
+                self._balancer.set_max_model_len(
+                    e.url, self._client.max_model_len(e.target, timeout)
+                )
             if healthy and self._metrics:
-                values = self._client.scrape_metrics(e.target, timeout)
-                if values:
+                scrape = self._client.scrape_metrics(e.target, timeout)
+                if self._balancer.set_metrics_problem(e.url, scrape.problem):
+                    if scrape.problem:
+                        log.warning(
+                            "%s: load weighting is off for this endpoint: %s",
+                            e.target.display,
+                            scrape.problem,
+                        )
+                    else:
+                        log.info("%s: load weighting is on (metrics found)", e.target.display)
+                if scrape.values:
                     self._balancer.update_load(
                         e.url,
-                        values["vllm:num_requests_running"],
-                        values["vllm:num_requests_waiting"],
+                        scrape.values["vllm:num_requests_running"],
+                        scrape.values["vllm:num_requests_waiting"],
                     )
 
     def _loop(self) -> None:
@@ -141,6 +199,7 @@ class Gateway:
             connect_timeout_s=settings.llm_connect_timeout_s,
             max_connections=len(targets),  # per thread (see client.py)
             transport=transport,  # type: ignore[arg-type]
+            retry_after_max_s=settings.llm_retry_after_max_s,
         )
         for t in targets:
             self._client.register_secret(t.api_key)
@@ -162,7 +221,19 @@ class Gateway:
         self._executor = ThreadPoolExecutor(
             max_workers=len(targets) * max_inflight, thread_name_prefix="qfarm-llm"
         )
+        # Short: an endpoint down at start-up is asked again by the health poller.
+        probe_s = max(0.5, min(2.0, settings.llm_connect_timeout_s))
+        for e in self._balancer.endpoints:
+            self._balancer.set_max_model_len(e.url, self._client.max_model_len(e.target, probe_s))
         self._poller: HealthPoller | None = None
+        if settings.llm_health_interval_s <= 0 and settings.llm_metrics_weighting:
+            log.warning(
+                "load weighting is off: QFARM_LLM_HEALTH_INTERVAL_S=0 stops /metrics polling"
+            )
+            for e in self._balancer.endpoints:
+                self._balancer.set_metrics_problem(
+                    e.url, "no /metrics polling (QFARM_LLM_HEALTH_INTERVAL_S=0)"
+                )
         if settings.llm_health_interval_s > 0:
             self._balancer.enable_passive_health()
             self._poller = HealthPoller(
@@ -172,10 +243,11 @@ class Gateway:
                 settings.llm_metrics_weighting,
             )
         self._batcher: MicroBatcher | None = None
-        if settings.llm_batch_size > 1:
+        batch_size = batch_size_for(settings)
+        if batch_size > 1:
             self._batcher = MicroBatcher(
                 self._dispatch_batch,
-                max_batch=settings.llm_batch_size,
+                max_batch=batch_size,
                 max_wait_s=settings.llm_batch_wait_ms / 1000.0,
                 executor=self._executor,
             )
@@ -247,31 +319,41 @@ class Gateway:
         last: ServiceError | None = None,
     ) -> Generation:
         tried = list(tried or [])
-        while attempts < self._policy.max_attempts:
+        # Back-pressure (vLLM's queue-full 503) is a wait, not a failure: those retries do not
+        # use up the attempt budget, for up to llm_wait_for_endpoint_s after the first one.
+        uncharged = overloads = 0
+        pressed_since: float | None = None
+        while attempts - uncharged < self._policy.max_attempts:
             if attempts and not self._balancer.has_available(avoid=tried):
                 time.sleep(compute_backoff(attempts, self._policy, self._rng))
             ep = self._acquire(tried, job_id, attempts, last)
             attempts += 1
             tried.append(ep.url)
+            sent = _fit_context(prompt, sampling, ep.max_model_len)
             try:
                 reply = self._client.complete(
-                    ep.target, [prompt], sampling, stream=self._stream, job_id=job_id
+                    ep.target, [prompt], sent, stream=self._stream, job_id=job_id
                 )
-                choice = reply.choices.get(0)
-                if choice is None:
-                    raise self._client.missing_choice(ep.target, job_id, 0)
+                choice = self._usable_choice(reply, ep, job_id, 0)
             except PermanentServiceError as exc:
                 self._balancer.release(ep, ok=True)  # the server answered: it is alive
                 exc.attempts = attempts
                 raise
             except TransientServiceError as exc:
+                if getattr(exc, "kind", None) == "overload":
+                    overloads += 1
+                    pressed_since = pressed_since or time.monotonic()
+                    if time.monotonic() - pressed_since < self._wait_s:
+                        uncharged += 1
+                    if exc.retry_after_s is None:  # vLLM sends none: hold the endpoint briefly
+                        exc.retry_after_s = compute_backoff(overloads, self._policy, self._rng)
                 self._balancer.release(ep, ok=False, error=exc)
                 last = exc
                 log.warning("job %s: attempt %d failed: %s", job_id, attempts, exc)
                 continue
             self._balancer.release(ep, ok=True)
             return _generation(
-                choice.text, choice.finish_reason, reply, ep, attempts, started, reply.usage
+                choice, reply, ep, attempts, started, reply.usage, sampling.max_tokens, sent
             )
         assert last is not None
         raise TransientServiceError(
@@ -300,8 +382,16 @@ class Gateway:
     # ------------------------------------------------------------------ batches
 
     def _dispatch_batch(self, items: list[BatchItem]) -> None:
-        if len(items) == 1:
-            self._finish_single(items[0], 0, [], None)
+        # A prompt that may not leave room for max_tokens in the smallest known window goes
+        # alone, where its max_tokens can be lowered without touching its batch-mates.
+        window = self._balancer.smallest_window()
+        tight = [i for i in items if _fit_context(i.prompt, i.sampling, window) is not i.sampling]
+        for item in tight:
+            self._executor.submit(self._finish_single, item, 0, [], None)
+        items = [i for i in items if i not in tight]
+        if len(items) <= 1:
+            for item in items:
+                self._finish_single(item, 0, [], None)
             return
         sampling = items[0].sampling
         try:
@@ -328,16 +418,33 @@ class Gateway:
         self._balancer.release(ep, ok=True, cost=len(items))
         shares = _split_usage(reply, items)
         for i, item in enumerate(items):
-            choice = reply.choices.get(i)  # n == 1: index == prompt position
-            if choice is None:
-                missing = self._client.missing_choice(ep.target, item.job_id, i)
-                self._executor.submit(self._finish_single, item, 1, [ep.url], missing)
+            try:
+                choice = self._usable_choice(reply, ep, item.job_id, i)  # n == 1: index == position
+            except TransientServiceError as exc:
+                self._executor.submit(self._finish_single, item, 1, [ep.url], exc)
                 continue
             item.future.set_result(
                 _generation(
-                    choice.text, choice.finish_reason, reply, ep, 1, item.started, shares[i]
+                    choice, reply, ep, 1, item.started, shares[i], sampling.max_tokens, sampling
                 )
             )
+
+    def _usable_choice(self, reply: Reply, ep: EndpointState, job_id: str, index: int) -> Choice:
+        """Choice ``index`` if it is an answer; a transient error if it is missing or unfinished."""
+        choice = reply.choices.get(index)
+        if choice is None:
+            raise self._client.missing_choice(ep.target, job_id, index)
+        if choice.finish_reason not in FINISHED_OK:
+            exc = TransientServiceError(
+                f"{ep.target.display} ended the answer with finish_reason "
+                f"{choice.finish_reason!r} (not stop/length): the request did not complete",
+                endpoint=ep.target.display,
+                job_id=job_id,
+            )
+            exc.kind = "unfinished"  # type: ignore[attr-defined]
+            exc.status = None  # type: ignore[attr-defined]
+            raise exc
+        return choice
 
     def _finish_single(
         self, item: BatchItem, attempts: int, tried: list[str], last: ServiceError | None
@@ -352,18 +459,48 @@ class Gateway:
             item.future.set_result(gen)
 
 
+def _fit_context(prompt: str, sampling: Sampling, max_model_len: int | None) -> Sampling:
+    """``sampling`` with ``max_tokens`` lowered when the estimated prompt leaves less room.
+
+    A prompt estimated to fill the whole window is sent unchanged: the estimate is high on
+    purpose, so only the server can say it does not fit (a ContextOverflowError then).
+    """
+    if max_model_len is None:
+        return sampling
+    room = max_model_len - estimate_tokens(prompt)
+    if room >= sampling.max_tokens or room < 1:
+        return sampling
+    return sampling.model_copy(update={"max_tokens": room})
+
+
+def _effective_max_tokens(
+    asked: int, sent: Sampling, usage: Usage, max_model_len: int | None
+) -> int | None:
+    """The token budget the answer really had, when lower than the policy's ``max_tokens``."""
+    budget = sent.max_tokens
+    if max_model_len is not None and usage.prompt_tokens is not None:
+        # vLLM lowers max_tokens to what the window leaves, without saying so.
+        budget = min(budget, max_model_len - usage.prompt_tokens)
+    return budget if budget < asked else None
+
+
 def _generation(
-    text: str,
-    finish_reason: str | None,
+    choice: Choice,
     reply: Reply,
     ep: EndpointState,
     attempts: int,
     started: float,
     usage: Usage,
+    asked_max_tokens: int,
+    sent: Sampling,
 ) -> Generation:
     return Generation(
-        text=text,
-        finish_reason=finish_reason,
+        text=choice.text,
+        finish_reason=choice.finish_reason,
+        truncated=choice.finish_reason == "length",
+        max_tokens_effective=_effective_max_tokens(
+            asked_max_tokens, sent, reply.usage, ep.max_model_len
+        ),
         endpoint=ep.target.display,
         attempts=attempts,
         usage=usage,
@@ -392,6 +529,51 @@ def _split_usage(reply: Reply, items: list[BatchItem]) -> list[Usage]:
         )
         for k in range(len(items))
     ]
+
+
+def endpoint_report(settings: Settings, timeout_s: float = 2.0) -> list[str]:
+    """One line per configured endpoint, as ``qfarm status`` prints them: health, the
+    context window, and whether load weighting works for it (and why not)."""
+    if not settings.endpoints:
+        return ["LLM endpoints: none configured (sweeps start the simulator)"]
+    try:
+        targets = build_targets(settings)
+    except ConfigError as exc:
+        return [f"LLM endpoints: {exc}"]
+    client = LLMClient(
+        model=settings.model,
+        timeout_s=timeout_s,
+        connect_timeout_s=min(timeout_s, settings.llm_connect_timeout_s),
+        max_connections=1,
+    )
+    for t in targets:
+        client.register_secret(t.api_key)
+    balancer = Balancer(
+        targets,
+        max_inflight=1,
+        breaker_failures=1,
+        breaker_cooldown_s=0.0,
+        metrics_weighting=settings.llm_metrics_weighting,
+    )
+    lines = []
+    try:
+        for e in balancer.endpoints:
+            healthy = client.check_health(e.target, timeout_s)
+            window = client.max_model_len(e.target, timeout_s) if healthy else None
+            if healthy and settings.llm_metrics_weighting:
+                balancer.set_metrics_problem(
+                    e.url, client.scrape_metrics(e.target, timeout_s).problem
+                )
+            elif not healthy:
+                balancer.set_metrics_problem(e.url, "endpoint not healthy")
+            lines.append(
+                f"endpoint {e.target.display}: {'healthy' if healthy else '/health failed'}  "
+                f"max_model_len={window or 'unknown'}  "
+                f"load weighting {balancer.weighting_state(e)}"
+            )
+    finally:
+        client.close()
+    return lines
 
 
 def open_gateway(settings: Settings) -> Gateway:

@@ -5,10 +5,16 @@ Nothing else in qfarm retries an LLM call: Celery tasks do not retry on
 the attempt budget here is the whole story.
 
 * Transient (retry, possibly elsewhere): connect errors, timeouts, dropped
-  connections, 408/409/425/429, every 5xx, a 200 whose body is malformed or
-  has no usable choice.
-* Permanent (fail the job at once): other 4xx (400 bad request or context
-  length, 401/403 key, 404 model, 413, 422).
+  connections, 408/409/425/429, 5xx other than 501/505, a 200 whose body is
+  malformed or has no usable choice, an error event inside a stream with a
+  transient code, a choice that finished other than ``stop``/``length``.
+* Permanent (fail the job at once): other 4xx (400 bad request, validation or
+  context length, 401/403 key, 404 model, 413, 422) and 501/505 (vLLM answers
+  501 for a feature it does not implement: asking again cannot help).
+
+``Retry-After`` is honoured up to a cap (``QFARM_LLM_RETRY_AFTER_MAX_S``): a
+server, or a proxy in front of it, cannot park an endpoint for longer than
+that, whatever it sends (a huge number, ``inf``, a date decades away).
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ import time
 from dataclasses import dataclass
 
 TRANSIENT_STATUSES = frozenset({408, 409, 425, 429})
+PERMANENT_5XX = frozenset({501, 505})
+DEFAULT_RETRY_AFTER_MAX_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -29,7 +37,7 @@ class RetryPolicy:
 
 
 def is_transient_status(status: int) -> bool:
-    return status in TRANSIENT_STATUSES or status >= 500
+    return status in TRANSIENT_STATUSES or (status >= 500 and status not in PERMANENT_5XX)
 
 
 def compute_backoff(attempt: int, policy: RetryPolicy, rng: random.Random | None = None) -> float:
@@ -43,8 +51,15 @@ def compute_backoff(attempt: int, policy: RetryPolicy, rng: random.Random | None
     return ceiling / 2 + r * ceiling / 2
 
 
-def parse_retry_after(value: str | None, now_epoch: float | None = None) -> float | None:
-    """``Retry-After`` as seconds from now: delay-seconds or an HTTP-date; None if absent/bad."""
+def parse_retry_after(
+    value: str | None,
+    now_epoch: float | None = None,
+    cap_s: float = DEFAULT_RETRY_AFTER_MAX_S,
+) -> float | None:
+    """``Retry-After`` as seconds from now, at most ``cap_s``: delay-seconds or an HTTP-date.
+
+    None if absent or unreadable; an absurd value (huge, ``inf``, a far date) is the cap.
+    """
     if not value:
         return None
     text = value.strip()
@@ -58,4 +73,6 @@ def parse_retry_after(value: str | None, now_epoch: float | None = None) -> floa
         if when is None:
             return None
         seconds = when.timestamp() - (time.time() if now_epoch is None else now_epoch)
-    return max(0.0, seconds) if seconds == seconds else None  # NaN guard
+    if seconds != seconds:  # NaN
+        return None
+    return min(max(0.0, seconds), max(0.0, cap_s))
