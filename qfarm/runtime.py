@@ -9,11 +9,24 @@ import contextlib
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from common.errors import ConfigError
+from common.errors import ConfigError, InputError
 from common.policy import Policy, build_policy, parse_overrides
-from common.settings import Settings
+from common.settings import Settings, results_dir_problem
+
+
+def results_dir_arg(value: str) -> Path:
+    """argparse type of ``--out``: a directory that exists or can be created.
+
+    Raises InputError rather than argparse's error so the message is one line, like
+    every other input error.
+    """
+    problem = results_dir_problem(Path(value))
+    if problem:
+        raise InputError(f"--out {value}: {problem}")
+    return Path(value)
 
 
 def add_policy_flags(p: argparse.ArgumentParser) -> None:

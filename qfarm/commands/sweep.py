@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--modes", default=",".join(m.value for m in ALL_MODES))
     p.add_argument("-n", type=int, default=1, help="samples per question and mode")
     p.add_argument("--eager", action="store_true", help="run in this process (no Redis, no workers)")
-    p.add_argument("--out", type=Path, default=None, help="results directory (default bench/results)")
+    p.add_argument("--out", type=runtime.results_dir_arg, default=None, help="results directory (default bench/results)")
     p.add_argument("--keep-answers", action="store_true", help="store the answer text in rows")
     p.add_argument("--burn", action="store_true", help="bypass the result cache")
     p.add_argument("--resume", metavar="RUN_ID", help="re-enqueue only the jobs of RUN_ID without a row")

@@ -1,0 +1,78 @@
+"""Bad flags, settings and input files: one `qfarm: error:` line, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # each case starts the qfarm command
+
+REPO = Path(__file__).resolve().parents[2]
+QFARM = str(Path(sys.executable).parent / "qfarm")
+
+
+@pytest.fixture
+def run_qfarm(tmp_path, default_index):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QFARM_")}
+    env.update(QFARM_INDEX_PATH=str(default_index), QFARM_RESULTS_DIR=str(tmp_path / "results"))
+
+    def run(*args: str, **extra_env: str) -> subprocess.CompletedProcess:
+        return subprocess.run([QFARM, *args], cwd=REPO, env=env | extra_env, capture_output=True,
+                              text=True, timeout=300)
+
+    return run
+
+
+def assert_one_line_error(res: subprocess.CompletedProcess, *needles: str) -> None:
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith("qfarm: error: "), res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    for needle in needles:
+        assert needle in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "needles"),
+    [
+        (["--policy", "title_boost=inf"], ["--policy title_boost", "0 < title_boost <= 100"]),
+        (["--policy", "title_boost=NaN"], ["--policy title_boost", "finite"]),
+        (["--policy", "temperature=-Infinity"], ["--policy temperature", "0.0 <= temperature"]),
+    ],
+)
+def test_a_non_finite_policy_value_stops_the_sweep_before_anything_runs(
+    run_qfarm, tmp_path, flags, needles
+):
+    (tmp_path / "q.txt").write_text("What is jazz?\n")
+    res = run_qfarm("sweep", str(tmp_path / "q.txt"), "--eager", *flags)
+    assert_one_line_error(res, *needles)
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [(["--title-boost", "nan"], "--title-boost"), (["--title-boost", "inf"], "--title-boost"),
+     (["--top-k", "0"], "--top-k")],
+)
+def test_search_refuses_what_the_policy_refuses(run_qfarm, flags, needle):
+    assert_one_line_error(run_qfarm("search", "What is jazz?", *flags), needle, "allowed:")
+
+
+@pytest.mark.parametrize("below", ["", "/run"])
+def test_out_pointing_at_a_file_is_one_line_naming_the_flag(run_qfarm, tmp_path, below):
+    (tmp_path / "q.txt").write_text("What is jazz?\n")
+    (tmp_path / "taken").write_text("not a directory\n")
+    res = run_qfarm("sweep", str(tmp_path / "q.txt"), "--eager", "--out", f"{tmp_path / 'taken'}{below}")
+    assert_one_line_error(res, "--out", "is a file; expected a directory")
+    assert (tmp_path / "taken").read_text() == "not a directory\n"
+
+
+def test_garbage_per_endpoint_keys_are_one_line_naming_the_setting(run_qfarm, tmp_path):
+    (tmp_path / "q.txt").write_text("What is jazz?\n")
+    res = run_qfarm("sweep", str(tmp_path / "q.txt"), "--eager", QFARM_LLM_API_KEYS="garbage")
+    assert_one_line_error(res, "QFARM_LLM_API_KEYS", "expected URL=KEY")
+    assert "garbage" not in res.stderr  # the value may be a key: never echoed
+    assert not (tmp_path / "results").exists()
