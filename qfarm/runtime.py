@@ -84,12 +84,19 @@ def llm_endpoints(settings: Settings, *, quiet: bool = False) -> Iterator[Endpoi
 
 
 def open_local_retriever(settings: Settings, *, progress: bool = True) -> Any:
-    """The retriever this process will use; builds the embedded default index if needed."""
+    """The retriever this process will use; builds the embedded default index if needed.
+
+    An embedded index with a damaged page is refused here, before any job runs.
+    """
     from worker.retrieval import ensure_default_index, open_retriever  # noqa: PLC0415
+    from worker.retrieval.embedded import check_index_pages  # noqa: PLC0415
 
     if settings.retriever == "embedded" and settings.index_path is None:
         ensure_default_index(settings, progress=progress)
-    return open_retriever(settings)
+    retriever = open_retriever(settings)
+    if retriever.backend == "embedded":
+        check_index_pages(retriever.path, retriever.describe().get("corpus"))
+    return retriever
 
 
 def eager_services(settings: Settings, retriever: Any) -> tuple[Any, Any]:

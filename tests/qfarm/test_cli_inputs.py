@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from common.errors import RetrievalError
+from worker.retrieval.embedded import EmbeddedRetriever
 
 pytestmark = pytest.mark.slow  # each case starts the qfarm command
 
@@ -76,3 +81,52 @@ def test_garbage_per_endpoint_keys_are_one_line_naming_the_setting(run_qfarm, tm
     assert_one_line_error(res, "QFARM_LLM_API_KEYS", "expected URL=KEY")
     assert "garbage" not in res.stderr  # the value may be a key: never echoed
     assert not (tmp_path / "results").exists()
+
+
+
+BEATLES = "Who were the members of the Beatles?"
+
+
+def damage_a_page_the_query_does_not_read(index: Path) -> None:
+    """Overwrite one passages leaf page such that BEATLES still gets its evidence.
+
+    That is the damage a query cannot notice: the command must find it anyway.
+    """
+    with sqlite3.connect(index) as conn:
+        leaves = [r[0] for r in conn.execute(
+            "SELECT pageno FROM dbstat WHERE name = 'passages' AND pagetype = 'leaf' ORDER BY pageno")]
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    pristine = index.read_bytes()
+    for victim in leaves[len(leaves) // 2:]:
+        index.write_bytes(pristine)
+        with index.open("r+b") as f:
+            f.seek((victim - 1) * page_size)
+            f.write(b"\xa5" * page_size)
+        try:
+            if EmbeddedRetriever(index).search(BEATLES, top_k=8, title_boost=2.0):
+                return
+        except RetrievalError:  # this page was on the query's path; try the next
+            continue
+    raise AssertionError("no page could be damaged without the query noticing")
+
+
+def test_search_and_sweep_refuse_a_damaged_index_naming_the_rebuild(run_qfarm, tmp_path, default_index):
+    index = tmp_path / "index.sqlite"
+    shutil.copy(default_index, index)
+    assert run_qfarm("search", BEATLES, QFARM_INDEX_PATH=str(index)).returncode == 0
+    damage_a_page_the_query_does_not_read(index)
+
+    res = run_qfarm("search", BEATLES, QFARM_INDEX_PATH=str(index))
+    assert res.returncode == 1 and res.stdout == "", res.stdout
+    assert res.stderr.startswith(f"qfarm: error: embedded index {index} is damaged"), res.stderr
+    assert "rebuild it with `qfarm index --force`" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+    (tmp_path / "q.txt").write_text(BEATLES + "\n")
+    sweep = run_qfarm("sweep", str(tmp_path / "q.txt"), "--eager", QFARM_INDEX_PATH=str(index))
+    assert sweep.returncode == 1 and "rebuild it with `qfarm index --force`" in sweep.stderr
+    assert not (tmp_path / "results").exists()
+
+    rebuilt = run_qfarm("index", "--force", "--no-progress", QFARM_INDEX_PATH=str(index))
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert run_qfarm("search", BEATLES, QFARM_INDEX_PATH=str(index)).returncode == 0
