@@ -50,6 +50,8 @@ class Settings(BaseSettings):
     # distinct question, prompts in flight together, one Redis round trip per step).
     # The generate worker then has up to -c x bundle_size requests in flight.
     bundle_size: int = Field(default=8, ge=1, le=256)
+    # A larger plan is refused before anything is sent (a typo like -n 1000000000).
+    max_jobs_per_run: int = Field(default=5_000_000, ge=1)
     # Flower needs task events (worker_send_task_events, task_send_sent_event).
     task_events: bool = False
     # LLM endpoints (comma-separated base URLs, e.g. http://gpu1:8000,http://gpu2:8000)

@@ -11,6 +11,7 @@ from common.errors import InputError
 from common.jobs import parse_modes
 from common.models import ALL_MODES
 from common.settings import Settings, load_settings
+from producer.capacity import check_plan_fits
 from qfarm import runtime
 
 
@@ -90,6 +91,7 @@ def _run_eager(args, settings: Settings, modes, policy, loaded) -> int:
         svc, store = runtime.eager_services(settings, retriever)
         plan = _plan(args, settings, modes, policy, loaded, run_id=new_run_id(), endpoints=eps.urls,
                      simulated=eps.simulated, retriever=retriever, eager=True)
+        check_plan_fits(plan.manifest, settings)
         run_dir = create_run_dir(settings.results_dir, plan.manifest)
         store.put_manifest(plan.manifest)
         update_run_status(run_dir, status="running", started_at=time.time())
@@ -120,6 +122,7 @@ def _run_distributed(args, settings: Settings, modes, policy, loaded) -> int:
         simulated = eps.simulated
     plan = _plan(args, settings, modes, policy, loaded, run_id=new_run_id(), endpoints=eps.urls,
                  simulated=simulated, retriever=retriever, eager=False)
+    check_plan_fits(plan.manifest, settings, client)
     app = configure_app(settings)
     store = ProducerStore(client)
     run_dir = create_run_dir(settings.results_dir, plan.manifest)
