@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -38,35 +36,10 @@ def test_free_memory_is_maxmemory_left_or_a_share_of_the_host_or_unknown():
     assert free_redis_bytes({"used_memory": 10, "maxmemory": 0}) is None
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
-def small_redis(tmp_path):
-    """A Redis of our own with a 3 MB maxmemory (the shared test server is left alone)."""
-    port = free_port()
-    proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--maxmemory", "3mb", "--dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    client = redis.Redis(port=port)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            assert time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.05)
-    try:
-        yield client
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+def small_redis(own_redis):
+    """A Redis of our own with a 3 MB maxmemory."""
+    return redis.Redis.from_url(own_redis("--maxmemory", "3mb"))
 
 
 @pytest.fixture

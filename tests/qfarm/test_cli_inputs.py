@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-import redis
 
 from common.errors import RetrievalError
 from worker.retrieval.embedded import EmbeddedRetriever
@@ -135,33 +132,9 @@ def test_search_and_sweep_refuse_a_damaged_index_naming_the_rebuild(run_qfarm, t
     assert run_qfarm("search", BEATLES, QFARM_INDEX_PATH=str(index)).returncode == 0
 
 
-def test_status_never_prints_a_redis_password_given_as_a_query_parameter(run_qfarm, tmp_path):
-    port = free_port()
-    server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
-         "no", "--requirepass", "s3cr3t-pw", "--dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    try:
-        url = f"redis://127.0.0.1:{port}/0?password=s3cr3t-pw"
-        client = redis.Redis.from_url(url)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                assert time.monotonic() < deadline, "redis-server did not start"
-                time.sleep(0.05)
-        res = run_qfarm("status", "no-such-run", QFARM_REDIS_URL=url)
-        assert "run no-such-run: not found in Redis" in res.stderr, res.stderr
-        assert "s3cr3t-pw" not in res.stderr and "password=***" in res.stderr
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def test_status_never_prints_a_redis_password_given_as_a_query_parameter(run_qfarm, own_redis):
+    url = own_redis("--requirepass", "s3cr3t-pw", password="s3cr3t-pw")
+    assert url.endswith("?password=s3cr3t-pw")
+    res = run_qfarm("status", "no-such-run", QFARM_REDIS_URL=url)
+    assert "run no-such-run: not found in Redis" in res.stderr, res.stderr
+    assert "s3cr3t-pw" not in res.stderr and "password=***" in res.stderr
