@@ -18,20 +18,12 @@ DEFAULT_MODEL = "adamo1139/Hermes-3-Llama-3.1-8B-FP8-Dynamic"
 API_KEYS_FORM = "URL=KEY,URL=KEY (e.g. http://gpu1:8000=KEY1,http://gpu2:8000=KEY2)"
 
 
-def blocking_file(directory: Path) -> Path | None:
-    """The existing file (not a directory) at or above ``directory`` that stops it being made."""
+def results_dir_problem(directory: Path) -> str | None:
+    """Why run directories cannot be created under ``directory`` (a file in the way), or None."""
     for path in (directory, *directory.parents):
         if path.exists():
-            return None if path.is_dir() else path
+            return None if path.is_dir() else f"{path} is a file; expected a directory (it is created if missing)"
     return None
-
-
-def results_dir_problem(directory: Path) -> str | None:
-    """Why run directories cannot be created under ``directory``, or None."""
-    blocker = blocking_file(directory)
-    if blocker is None:
-        return None
-    return f"{blocker} is a file; expected a directory (it is created if missing)"
 
 
 class Settings(BaseSettings):
