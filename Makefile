@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install run test lint bench
+.PHONY: install run test lint bench check-install
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ test: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest
+
+# `pip install .` without extras into a fresh venv, then one small eager sweep (CI runs it).
+check-install:
+	bash ops/scripts/check-install.sh
 
 bench: install
 	bash ops/scripts/ensure-redis.sh

@@ -41,23 +41,31 @@ INTENSITIES = (
     "OPEN_REQUEST",
 )
 
+# Bounds of the values inside the two per-mode / per-intensity maps (inclusive).
+CONTEXT_CHARS_RANGE = (0, 200_000)
+QUANTIFIER_CAP_RANGE = (1, 1000)
+
 
 class Policy(BaseModel):
     """Every knob that changes what a job asks or how it is judged."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+    # allow_inf_nan=False: an infinite or NaN knob (``title_boost=inf``) is refused at parse
+    # time; downstream it would make a job that can never be serialised or scored.
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", validate_default=True, allow_inf_nan=False
+    )
 
     # retrieval and prompt
     top_k: int = Field(8, ge=1, le=100)
-    title_boost: float = Field(2.0, gt=0)
+    title_boost: float = Field(2.0, gt=0, le=100)
     max_context_chars_by_mode: dict[str, int] = Field(
         default_factory=lambda: {m: 6000 for m in MODE_NAMES}
     )
     user_payload_layout: Literal["tail", "bookend", "per_chunk"] = "tail"
     # claims
-    claim_lattice_max_claims_per_answer: int = Field(12, ge=1)
-    min_claim_content_tokens: int = Field(3, ge=0)
-    max_evidence_ids_per_claim: int = Field(3, ge=1)
+    claim_lattice_max_claims_per_answer: int = Field(12, ge=1, le=100)
+    min_claim_content_tokens: int = Field(3, ge=0, le=100)
+    max_evidence_ids_per_claim: int = Field(3, ge=1, le=100)
     format_collapse_check_enabled: bool = True
     # quantifier guard
     quantifier_guard_enabled: bool = True
@@ -70,7 +78,7 @@ class Policy(BaseModel):
     # answerability sidecar (governance hash only)
     answerability_sidecar_enabled: bool = True
     answerability_threshold: Literal["weak", "medium", "strong"] = "medium"
-    answerability_proximity_chars: int = Field(600, ge=1)
+    answerability_proximity_chars: int = Field(600, ge=1, le=100_000)
     # sampling
     temperature: float = Field(0.7, ge=0.0, le=2.0)
     max_tokens: int = Field(512, ge=1, le=32768)
@@ -82,8 +90,9 @@ class Policy(BaseModel):
         unknown = sorted(set(value) - set(MODE_NAMES))
         if unknown:
             raise ValueError(f"unknown mode(s) {unknown}; modes are {list(MODE_NAMES)}")
-        if any(v < 0 for v in value.values()):
-            raise ValueError("character caps must be >= 0")
+        lo, hi = CONTEXT_CHARS_RANGE
+        if any(not lo <= v <= hi for v in value.values()):
+            raise ValueError(f"character caps must be between {lo} and {hi}")
         return {m: value.get(m, 6000) for m in MODE_NAMES}
 
     @field_validator("quantifier_guard_modes")
@@ -100,12 +109,34 @@ class Policy(BaseModel):
         unknown = sorted(set(value) - set(INTENSITIES))
         if unknown:
             raise ValueError(f"unknown intensity {unknown}; intensities are {list(INTENSITIES)}")
-        if any(v < 1 for v in value.values()):
-            raise ValueError("caps must be >= 1")
+        lo, hi = QUANTIFIER_CAP_RANGE
+        if any(not lo <= v <= hi for v in value.values()):
+            raise ValueError(f"caps must be between {lo} and {hi}")
         return dict(sorted(value.items()))
 
     def context_chars(self, mode: str) -> int:
         return self.max_context_chars_by_mode.get(mode, 6000)
+
+
+def allowed_range(name: str) -> str | None:
+    """A numeric policy key's allowed values, e.g. ``0 < title_boost <= 100``; None if not numeric."""
+    if name == "max_context_chars_by_mode":
+        return "each mode's cap from {} to {}".format(*CONTEXT_CHARS_RANGE)
+    if name == "quantifier_caps_by_intensity":
+        return "each cap from {} to {}".format(*QUANTIFIER_CAP_RANGE)
+    field = Policy.model_fields[name]
+    if field.annotation not in (int, float):
+        return None
+    low = high = ""
+    for bound in field.metadata:
+        for attr, text in (("ge", "{} <= "), ("gt", "{} < ")):
+            if getattr(bound, attr, None) is not None:
+                low = text.format(getattr(bound, attr))
+        for attr, text in (("le", " <= {}"), ("lt", " < {}")):
+            if getattr(bound, attr, None) is not None:
+                high = text.format(getattr(bound, attr))
+    kind = "an integer" if field.annotation is int else "a finite number"
+    return f"{kind}, {low}{name}{high}"
 
 
 VERIFIER_FIELDS: tuple[str, ...] = (
@@ -236,7 +267,9 @@ def build_policy(overrides: dict[str, Any] | None = None, base: Policy | None = 
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "policy"
         msg = str(first["msg"]).removeprefix("Value error, ")
+        allowed = allowed_range(str(first["loc"][0])) if first["loc"] else None
         raise PolicyError(
-            f"--policy {where}: {msg} (got {first.get('input')!r}); "
-            f"run `qfarm policy` to see each key's type and default"
+            f"--policy {where}: {msg} (got {first.get('input')!r})"
+            + (f"; allowed: {allowed}" if allowed else "")
+            + "; run `qfarm policy` to see each key's type, default and range"
         ) from exc

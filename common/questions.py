@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 
 from common.errors import InputError
 from common.models import Question
@@ -25,6 +26,26 @@ def _is_jsonl(name: str, lines: list[str]) -> bool:
     return first.startswith("{")
 
 
+ID_FORM = '"id" must be a non-empty string or a finite number (e.g. "q7", 7 or 1.5)'
+
+
+def _question_id(where: str, value: object) -> str | None:
+    """A JSONL ``id`` as text: a string as given, a number in its shortest form (1.5 is
+    "1.5"; 2.0 is "2", the same JSON number as 2)."""
+    if value is None:
+        return None
+    # bool is an int to Python; `"id": true` is a mistake, not the id "True".
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise InputError(f"{where}: {ID_FORM}, got {json.dumps(value)}")
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InputError(f"{where}: {ID_FORM}, got {value}")
+        return str(int(value)) if value.is_integer() else repr(value)
+    if isinstance(value, str) and not value.strip():
+        raise InputError(f"{where}: {ID_FORM}, got an empty string")
+    return str(value)
+
+
 def _parse_json_line(name: str, lineno: int, line: str) -> Question:
     where = f"{name}:{lineno}"
     try:
@@ -39,9 +60,7 @@ def _parse_json_line(name: str, lineno: int, line: str) -> Question:
     text = obj.get("question")
     if not isinstance(text, str) or not text.strip():
         raise InputError(f'{where}: missing "question" (a non-empty string)')
-    qid = obj.get("id")
-    if qid is not None and not isinstance(qid, str | int):
-        raise InputError(f'{where}: "id" must be a string or a number')
+    qid = _question_id(where, obj.get("id"))
     answers = obj.get("answers")
     if answers is not None:
         if isinstance(answers, str):
@@ -52,7 +71,7 @@ def _parse_json_line(name: str, lineno: int, line: str) -> Question:
     if scope not in (None, "bounded", "unbounded"):
         raise InputError(f'{where}: "scope" must be "bounded" or "unbounded", got {scope!r}')
     return Question(
-        id=str(qid) if qid is not None else question_id_for(text),
+        id=qid if qid is not None else question_id_for(text),
         text=text.strip(),
         answers=tuple(answers) if answers else None,
         source=where,
@@ -62,7 +81,10 @@ def _parse_json_line(name: str, lineno: int, line: str) -> Question:
 
 def parse_questions(name: str, content: str) -> list[Question]:
     """Parse a question file's content; raises InputError naming file:line."""
-    lines = content.splitlines()
+    # Lines end at "\n" only: str.splitlines() would also split at U+2028, U+0085 and
+    # other characters that are valid, unescaped, inside a JSON string. A UTF-8 BOM
+    # (editors on Windows write one) is not part of the first line.
+    lines = content.removeprefix("\ufeff").split("\n")
     questions: list[Question] = []
     jsonl = _is_jsonl(name, lines)
     for lineno, raw in enumerate(lines, start=1):

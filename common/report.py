@@ -462,7 +462,7 @@ def _truncations(stats: RunStats, modes: list[str]) -> list[str]:
         "they are verified and counted like any answer. `max_tokens_effective` in a row is the "
         "lowered budget."
     )
-    return out + [""] + _table(header, rows)
+    return out + [""] + md_table(header, rows)
 
 
 def _timings(stats: RunStats) -> list[str]:

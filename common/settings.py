@@ -9,12 +9,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from common.errors import ConfigError
 
 DEFAULT_MODEL = "adamo1139/Hermes-3-Llama-3.1-8B-FP8-Dynamic"
+API_KEYS_FORM = "URL=KEY,URL=KEY (e.g. http://gpu1:8000=KEY1,http://gpu2:8000=KEY2)"
+
+
+def results_dir_problem(directory: Path) -> str | None:
+    """Why run directories cannot be created under ``directory`` (a file in the way), or None."""
+    for path in (directory, *directory.parents):
+        if path.exists():
+            return None if path.is_dir() else f"{path} is a file; expected a directory (it is created if missing)"
+    return None
 
 
 class Settings(BaseSettings):
@@ -33,6 +42,8 @@ class Settings(BaseSettings):
     # distinct question, prompts in flight together, one Redis round trip per step).
     # The generate worker then has up to -c x bundle_size requests in flight.
     bundle_size: int = Field(default=8, ge=1, le=256)
+    # A larger plan is refused before anything is sent (a typo like -n 1000000000).
+    max_jobs_per_run: int = Field(default=5_000_000, ge=1)
     # Flower needs task events (worker_send_task_events, task_send_sent_event).
     task_events: bool = False
     # LLM endpoints (comma-separated base URLs, e.g. http://gpu1:8000,http://gpu2:8000)
@@ -76,12 +87,50 @@ class Settings(BaseSettings):
     def _strip_endpoints(cls, value: str) -> str:
         return ",".join(p.strip().rstrip("/") for p in value.split(",") if p.strip())
 
+    # The two validators below raise ConfigError, not ValueError: pydantic would put the
+    # offending input (a secret, or a path) into a multi-line error; these are one line.
+    @field_validator("llm_api_keys")
+    @classmethod
+    def _api_keys_name_endpoints(
+        cls, value: SecretStr | None, info: ValidationInfo
+    ) -> SecretStr | None:
+        if value is not None:
+            endpoints = [e for e in info.data.get("llm_endpoints", "").split(",") if e]
+            api_keys_by_endpoint(value.get_secret_value(), endpoints)
+        return value
+
+    @field_validator("results_dir")
+    @classmethod
+    def _results_dir_can_exist(cls, value: Path) -> Path:
+        problem = results_dir_problem(value)
+        if problem:
+            raise ConfigError(f"QFARM_RESULTS_DIR: {problem}")
+        return value
+
     @property
     def endpoints(self) -> list[str]:
         return [e for e in self.llm_endpoints.split(",") if e]
 
     def embedded_index_path(self) -> Path:
         return self.index_path or (self.data_dir / "index" / "default.sqlite")
+
+
+def api_keys_by_endpoint(raw: str | None, endpoints: list[str]) -> dict[str, str]:
+    """``URL=KEY,URL=KEY`` → {url: key}. Errors name the entry's position, never its text."""
+    keys: dict[str, str] = {}
+    for pos, entry in enumerate((e for e in (raw or "").split(",") if e.strip()), start=1):
+        url, sep, key = entry.strip().partition("=")
+        url = url.strip().rstrip("/")
+        # Only something shaped like a URL is echoed: a swapped KEY=URL must not print the key.
+        if not sep or not key.strip() or "://" not in url:
+            raise ConfigError(f"QFARM_LLM_API_KEYS: entry {pos} is not URL=KEY; expected {API_KEYS_FORM}")
+        if url not in endpoints:
+            raise ConfigError(
+                f"QFARM_LLM_API_KEYS: entry {pos} names {url}, which is not in QFARM_LLM_ENDPOINTS "
+                f"({','.join(endpoints) or 'empty'}); each entry names one of those endpoints"
+            )
+        keys[url] = key.strip()
+    return keys
 
 
 def load_settings(**overrides: object) -> Settings:
@@ -91,4 +140,6 @@ def load_settings(**overrides: object) -> Settings:
     except ValidationError as exc:
         first = exc.errors()[0]
         name = "QFARM_" + "__".join(str(p) for p in first["loc"]).upper()
-        raise ConfigError(f"{name}: {first['msg']} (got {first.get('input')!r})") from exc
+        secret = any(w in name for w in ("KEY", "PASSWORD"))
+        got = "" if secret else f" (got {first.get('input')!r})"
+        raise ConfigError(f"{name}: {first['msg']}{got}") from exc

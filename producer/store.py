@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 import redis
 
@@ -16,8 +16,29 @@ from common.models import Manifest
 
 
 def redact_url(url: str) -> str:
-    """A Redis URL safe to print: the password replaced by ***."""
-    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+    """A Redis URL safe to print: every password (userinfo or ``?password=``) replaced by ***.
+
+    Split the way redis-py splits it (``urlsplit``: the userinfo ends at the last ``@``
+    of the authority, so a password may contain ``@``); a URL that does not parse is
+    not printed at all.
+    """
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # a malformed authority raises here, not later
+    except ValueError:
+        return "<unparseable URL>"
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    netloc = f"{userinfo.partition(':')[0]}:***@{hostport}" if at and ":" in userinfo else parts.netloc
+    return urlunsplit(parts._replace(netloc=netloc, query=_redact_query(parts.query)))
+
+
+def _redact_query(query: str) -> str:
+    fields = query.split("&") if query else []
+    return "&".join(
+        f"{name}=***" if unquote_plus(name).lower() == "password" else field
+        for field in fields
+        for name in (field.partition("=")[0],)
+    )
 
 
 def connect(url: str, *, timeout_s: float = 5.0) -> redis.Redis:

@@ -42,8 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
     try:
+        # Inside the try: a flag's type (e.g. --out) may raise an InputError of its own.
+        args = parser.parse_args(argv)
         return int(args.func(args) or 0)
     except QfarmError as exc:
         print(f"qfarm: error: {exc}", file=sys.stderr)

@@ -9,11 +9,24 @@ import contextlib
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from common.errors import ConfigError
+from common.errors import ConfigError, InputError
 from common.policy import Policy, build_policy, parse_overrides
-from common.settings import Settings
+from common.settings import Settings, results_dir_problem
+
+
+def results_dir_arg(value: str) -> Path:
+    """argparse type of ``--out``: a directory that exists or can be created.
+
+    Raises InputError rather than argparse's error so the message is one line, like
+    every other input error.
+    """
+    problem = results_dir_problem(Path(value))
+    if problem:
+        raise InputError(f"--out {value}: {problem}")
+    return Path(value)
 
 
 def add_policy_flags(p: argparse.ArgumentParser) -> None:
@@ -73,12 +86,19 @@ def llm_endpoints(settings: Settings, *, quiet: bool = False) -> Iterator[Endpoi
 
 
 def open_local_retriever(settings: Settings, *, progress: bool = True) -> Any:
-    """The retriever this process will use; builds the embedded default index if needed."""
+    """The retriever this process will use; builds the embedded default index if needed.
+
+    An embedded index with a damaged page is refused here, before any job runs.
+    """
     from worker.retrieval import ensure_default_index, open_retriever  # noqa: PLC0415
+    from worker.retrieval.embedded import check_index_pages  # noqa: PLC0415
 
     if settings.retriever == "embedded" and settings.index_path is None:
         ensure_default_index(settings, progress=progress)
-    return open_retriever(settings)
+    retriever = open_retriever(settings)
+    if retriever.backend == "embedded":
+        check_index_pages(retriever.path, retriever.describe().get("corpus"))
+    return retriever
 
 
 def eager_services(settings: Settings, retriever: Any) -> tuple[Any, Any]:

@@ -24,3 +24,43 @@ def default_index(tmp_path_factory: pytest.TempPathFactory):
     data_dir = tmp_path_factory.mktemp("qfarm-data")
     settings = Settings(data_dir=data_dir)
     return ensure_default_index(settings, progress=False)
+
+
+@pytest.fixture
+def own_redis(tmp_path_factory: pytest.TempPathFactory):
+    """Start a private ``redis-server`` (extra arguments appended); returns a URL for it.
+
+    For tests that configure or restart Redis: the shared test server is left alone.
+    """
+    import socket
+    import subprocess
+    import time
+
+    import redis
+
+    servers: list[subprocess.Popen] = []
+
+    def start(*args: str, password: str | None = None) -> str:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        work = tmp_path_factory.mktemp("redis")
+        servers.append(subprocess.Popen(
+            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(work), *args],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        ))
+        url = f"redis://127.0.0.1:{port}/0" + (f"?password={password}" if password else "")
+        client, deadline = redis.Redis.from_url(url), time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                return url
+            except redis.ConnectionError:
+                assert time.monotonic() < deadline, "redis-server did not start"
+                time.sleep(0.05)
+
+    yield start
+    for server in servers:
+        server.terminate()
+        server.wait(timeout=10)

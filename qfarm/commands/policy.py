@@ -1,4 +1,4 @@
-"""`qfarm policy`: list every policy key with its type and default, and the hashes."""
+"""`qfarm policy`: list every policy key with its type, default and range, and the hashes."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from common.policy import (
     GOVERNANCE_ONLY_FIELDS,
     VERIFIER_FIELDS,
     Policy,
+    allowed_range,
     build_policy,
     governance_policy_hash,
     parse_overrides,
@@ -32,7 +33,9 @@ def run(args: argparse.Namespace) -> int:
     for name, field in Policy.model_fields.items():
         which = "verifier+governance" if name in VERIFIER_FIELDS else "governance"
         assert name in VERIFIER_FIELDS or name in GOVERNANCE_ONLY_FIELDS
-        print(f"{name:40s} {json.dumps(data[name]):50s} [{which}]  {field.annotation}")
+        allowed = allowed_range(name)
+        print(f"{name:40s} {json.dumps(data[name]):50s} [{which}]  {field.annotation}"
+              + (f"  ({allowed})" if allowed else ""))
     print(f"\nverifier_policy_hash   {verifier_policy_hash(policy)}")
     print(f"governance_policy_hash {governance_policy_hash(policy)}")
     return 0

@@ -14,7 +14,8 @@ import textwrap
 import time
 from typing import Any
 
-from common.policy import Policy
+from common.errors import PolicyError
+from common.policy import Policy, build_policy
 from common.settings import load_settings
 from qfarm import runtime
 
@@ -67,12 +68,12 @@ def _print_map(question: str, result: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from common.errors import InputError  # noqa: PLC0415
-
-    if args.top_k < 1:
-        raise InputError(f"--top-k {args.top_k}: must be at least 1")
-    if args.title_boost <= 0:
-        raise InputError(f"--title-boost {args.title_boost}: must be greater than 0")
+    # The policy's own ranges (finite, bounded): search refuses what a sweep refuses.
+    try:
+        build_policy({"top_k": args.top_k, "title_boost": args.title_boost})
+    except PolicyError as exc:
+        message = str(exc).replace("--policy top_k", "--top-k")
+        raise PolicyError(message.replace("--policy title_boost", "--title-boost")) from exc
     settings = load_settings(**({"retriever": args.backend} if args.backend else {}))
     retriever = runtime.open_local_retriever(settings, progress=sys.stderr.isatty())
     try:

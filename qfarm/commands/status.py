@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from producer.store import ProducerStore, connect  # noqa: PLC0415
+    from producer.store import ProducerStore, connect, redact_url  # noqa: PLC0415
     from worker.celery_app import configure_app  # noqa: PLC0415
 
     settings = load_settings()
@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     for run_id in run_ids:
         manifest = store.manifest(run_id)
         if manifest is None:
-            raise InputError(f"run {run_id}: not found in Redis ({settings.redis_url.split('@')[-1]})")
+            raise InputError(f"run {run_id}: not found in Redis ({redact_url(settings.redis_url)})")
         prog = store.progress(run_id, manifest.n_jobs)
         age = time.time() - manifest.created_at
         state = "cancelled" if prog.cancelled else ("complete" if prog.done >= prog.total else "running")

@@ -11,6 +11,7 @@ from common.errors import InputError
 from common.jobs import parse_modes
 from common.models import ALL_MODES
 from common.settings import Settings, load_settings
+from producer.capacity import check_plan_fits
 from qfarm import runtime
 
 
@@ -20,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--modes", default=",".join(m.value for m in ALL_MODES))
     p.add_argument("-n", type=int, default=1, help="samples per question and mode")
     p.add_argument("--eager", action="store_true", help="run in this process (no Redis, no workers)")
-    p.add_argument("--out", type=Path, default=None, help="results directory (default bench/results)")
+    p.add_argument("--out", type=runtime.results_dir_arg, default=None, help="results directory (default bench/results)")
     p.add_argument("--keep-answers", action="store_true", help="store the answer text in rows")
     p.add_argument("--burn", action="store_true", help="bypass the result cache")
     p.add_argument("--resume", metavar="RUN_ID", help="re-enqueue only the jobs of RUN_ID without a row")
@@ -90,6 +91,7 @@ def _run_eager(args, settings: Settings, modes, policy, loaded) -> int:
         svc, store = runtime.eager_services(settings, retriever)
         plan = _plan(args, settings, modes, policy, loaded, run_id=new_run_id(), endpoints=eps.urls,
                      simulated=eps.simulated, retriever=retriever, eager=True)
+        check_plan_fits(plan.manifest, settings)
         run_dir = create_run_dir(settings.results_dir, plan.manifest)
         store.put_manifest(plan.manifest)
         update_run_status(run_dir, status="running", started_at=time.time())
@@ -120,6 +122,7 @@ def _run_distributed(args, settings: Settings, modes, policy, loaded) -> int:
         simulated = eps.simulated
     plan = _plan(args, settings, modes, policy, loaded, run_id=new_run_id(), endpoints=eps.urls,
                  simulated=simulated, retriever=retriever, eager=False)
+    check_plan_fits(plan.manifest, settings, client)
     app = configure_app(settings)
     store = ProducerStore(client)
     run_dir = create_run_dir(settings.results_dir, plan.manifest)

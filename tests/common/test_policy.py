@@ -16,6 +16,7 @@ from common.policy import (
     GOVERNANCE_ONLY_FIELDS,
     VERIFIER_FIELDS,
     Policy,
+    allowed_range,
     build_policy,
     governance_policy_hash,
     parse_overrides,
@@ -192,3 +193,42 @@ def test_bad_values_are_policy_errors_naming_the_key(overrides: dict[str, Any], 
     with pytest.raises(PolicyError, match=where) as info:
         build_policy(overrides)
     assert "qfarm policy" in str(info.value)  # says how to find the right value
+
+
+@pytest.mark.parametrize(
+    ("item", "allowed"),
+    [
+        ("title_boost=inf", "0 < title_boost <= 100"),
+        ("title_boost=-inf", "0 < title_boost <= 100"),
+        ("title_boost=Infinity", "0 < title_boost <= 100"),
+        ("title_boost=NaN", "0 < title_boost <= 100"),
+        ("title_boost=nan", "0 < title_boost <= 100"),
+        ("title_boost=1e999", "0 < title_boost <= 100"),
+        ("title_boost=1e6", "0 < title_boost <= 100"),
+        ("temperature=NaN", "0.0 <= temperature <= 2.0"),
+        ("temperature=inf", "0.0 <= temperature <= 2.0"),
+        ("top_k=NaN", "1 <= top_k <= 100"),
+        ("top_k=1e300", "1 <= top_k <= 100"),
+        ("max_tokens=Infinity", "1 <= max_tokens <= 32768"),
+        ("claim_lattice_max_claims_per_answer=100000", "<= 100"),
+        ("answerability_proximity_chars=1e12", "<= 100000"),
+        ('max_context_chars_by_mode={"quote": 1e999}', "from 0 to 200000"),
+        ('max_context_chars_by_mode={"quote": 10000000}', "from 0 to 200000"),
+        ('quantifier_caps_by_intensity={"ALL": 1000000}', "from 1 to 1000"),
+    ],
+)
+def test_non_finite_and_out_of_range_values_are_refused_with_the_range(item: str, allowed: str) -> None:
+    with pytest.raises(PolicyError) as info:
+        build_policy(parse_overrides([item]))
+    message = str(info.value)
+    assert f"--policy {item.split('=')[0]}" in message and allowed in message, message
+
+
+def test_every_numeric_key_has_a_range_and_the_readme_lists_it() -> None:
+    readme = (ROOT / "README.md").read_text()
+    numeric = [n for n, f in Policy.model_fields.items() if f.annotation in (int, float)]
+    numeric += ["max_context_chars_by_mode", "quantifier_caps_by_intensity"]
+    for name in numeric:
+        allowed = allowed_range(name)
+        assert allowed is not None, name
+        assert f"| `{name}` | {allowed} |" in readme, f"README policy ranges: {name}"

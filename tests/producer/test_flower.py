@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -42,10 +43,56 @@ def test_the_procfile_names_every_role_with_commands_that_exist():
         assert (VENV_BIN / shlex.split(cmd)[0]).exists(), cmd
 
 
+def test_the_procfile_flower_line_listens_on_loopback_only(tmp_path):
+    # Flower shows every task and question without a login: nothing but this host may reach it.
+    port = free_port()
+    argv = shlex.split(procfile()["flower"]) + [f"--port={port}"]  # only the port is ours
+    redis_port = os.environ.get("QFARM_TEST_REDIS_PORT", "6379")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QFARM_")}
+    env["QFARM_REDIS_URL"] = f"redis://127.0.0.1:{redis_port}/9"
+    log = tmp_path / "flower.log"
+    flower = subprocess.Popen(
+        [str(VENV_BIN / argv[0]), *argv[1:]], cwd=REPO, env=env, stdout=log.open("wb"),
+        stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not listening_addresses(flower.pid) and time.monotonic() < deadline:
+            assert flower.poll() is None, log.read_text()
+            time.sleep(0.2)
+        time.sleep(0.5)  # a second (IPv6) socket would be bound right after the first
+        assert listening_addresses(flower.pid) == {("127.0.0.1", port)}, log.read_text()
+    finally:
+        os.killpg(flower.pid, signal.SIGTERM)
+        flower.wait(timeout=15)
+
+
+def listening_addresses(pid: int) -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket the process listens on, read from /proc."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    found = set()
+    for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A" and inode in inodes:  # 0A: LISTEN
+                hex_addr, hex_port = local.split(":")
+                raw = bytes.fromhex(hex_addr)
+                # /proc prints the address as 32-bit words in host (little-endian) order.
+                raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+                found.add((socket.inet_ntop(family, raw), int(hex_port, 16)))
+    return found
+
+
 def test_flower_shows_the_farm_tasks_with_task_events_on(farm, tmp_path):
     farm.env["QFARM_TASK_EVENTS"] = "true"
     port = free_port()
-    argv = shlex.split(procfile()["flower"]) + [f"--port={port}", "--address=127.0.0.1"]
+    argv = shlex.split(procfile()["flower"]) + [f"--port={port}"]
     log = (tmp_path / "flower.log").open("wb")
     flower = subprocess.Popen(
         [str(VENV_BIN / argv[0]), *argv[1:]], cwd=REPO, env=farm.env | {"FLOWER_UNAUTHENTICATED_API": "true"},

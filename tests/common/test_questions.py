@@ -1,0 +1,73 @@
+"""Question files: JSONL lines are JSON (any Unicode inside a string), ids are strings or numbers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from common.errors import InputError
+from common.questions import parse_questions
+from producer.sweep import load_questions
+
+
+@pytest.mark.parametrize("char", ["\u2028", "\u2029", "\u0085"])
+def test_a_raw_line_separator_inside_a_json_string_stays_in_its_question(char: str) -> None:
+    question = f"What is{char}jazz?"
+    line = json.dumps({"id": "q1", "question": question}, ensure_ascii=False)
+    assert char in line  # written raw, as a JSON encoder may
+    content = line + "\n" + json.dumps({"id": "q2", "question": "Who was Bach?"}) + "\n"
+    parsed = parse_questions("q.jsonl", content)
+    assert [q.id for q in parsed] == ["q1", "q2"]
+    assert parsed[0].text == question
+    assert parsed[1].source == "q.jsonl:2"
+
+
+def test_windows_line_endings_still_number_lines() -> None:
+    content = '{"id": "a", "question": "What is jazz?"}\r\n\r\n{"id": "b", "question": "Who?"}\r\n'
+    assert [q.source for q in parse_questions("q.jsonl", content)] == ["q.jsonl:1", "q.jsonl:3"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [('"q7"', "q7"), ("7", "7"), ("1.5", "1.5"), ("2.0", "2"), ("-3", "-3"), ("1e2", "100")],
+)
+def test_an_id_is_a_string_or_a_finite_number(raw: str, expected: str) -> None:
+    (q,) = parse_questions("q.jsonl", f'{{"id": {raw}, "question": "What is jazz?"}}\n')
+    assert q.id == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "got"),
+    [("true", "got true"), ("false", "got false"), ("[1]", "got [1]"), ('{"a": 1}', 'got {"a": 1}'),
+     ("NaN", "got nan"), ("Infinity", "got inf"), ("1e999", "got inf"), ('""', "empty string")],
+)
+def test_any_other_id_is_refused_with_file_line_and_what_is_allowed(raw: str, got: str) -> None:
+    content = f'{{"id": "ok", "question": "Who?"}}\n{{"id": {raw}, "question": "What is jazz?"}}\n'
+    with pytest.raises(InputError) as info:
+        parse_questions("q.jsonl", content)
+    message = str(info.value)
+    assert message.startswith("q.jsonl:2: ") and got in message, message
+    assert "non-empty string or a finite number" in message
+
+
+def test_two_ids_that_are_the_same_number_collide() -> None:
+    content = '{"id": 2, "question": "What is jazz?"}\n{"id": 2.0, "question": "Who?"}\n'
+    with pytest.raises(InputError, match=r"q.jsonl:2: duplicate question id '2' \(first at q.jsonl:1\)"):
+        parse_questions("q.jsonl", content)
+
+
+@pytest.mark.parametrize(
+    ("name", "body"),
+    [("q.jsonl", '{"id": "a", "question": "What is jazz?"}\n'),
+     ("q.txt", '{"id": "a", "question": "What is jazz?"}\n'),  # JSONL sniffed from the first line
+     ("q.txt", "What is jazz?\n")],
+)
+def test_a_utf8_bom_is_not_part_of_the_file(tmp_path: Path, name: str, body: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(b"\xef\xbb\xbf" + body.encode())
+    questions, digest = load_questions(path)
+    assert [q.text for q in questions] == ["What is jazz?"]
+    assert "\ufeff" not in questions[0].id
+    assert digest.startswith("sha256:")
