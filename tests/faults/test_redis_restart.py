@@ -1,0 +1,36 @@
+"""Redis restarted under a run: without persistence (then --resume) and with AOF."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_restart_without_persistence_then_resume_gives_each_job_exactly_one_row(
+    redis_server, farm_on, tmp_path, kit
+):
+    """Issue 11.1: rows.jsonl had 304 lines but 264 distinct ids after such a resume."""
+    farm = farm_on(redis_server)
+    n = 4  # 10 questions x 3 modes x 4 = 120 jobs
+    planned = kit.planned_ids(n)
+    run_id = kit.detached_sweep(farm, tmp_path, n)
+    worker = farm.start_worker("w1", concurrency=4)
+    follower = farm.qfarm_bg("sweep", "--attach", run_id, "--quiet")
+    assert farm.wait_for(lambda: len(farm.rows(run_id)) >= 40, timeout_s=120)
+    farm.kill9(worker)
+    in_redis = len(farm.rows(run_id))
+    assert farm.wait_for(lambda: len(kit.file_ids(farm, run_id)) >= in_redis, timeout_s=30)
+    kit.interrupt(follower)
+    in_file = set(kit.file_ids(farm, run_id))
+    assert 0 < len(in_file) < len(planned)
+
+    redis_server.restart()  # no persistence: rows, log, manifest and queues are gone
+    assert farm.redis.dbsize() == 0
+
+    farm.start_worker("w2", concurrency=8)
+    res = farm.qfarm("sweep", "--resume", run_id, "--quiet", timeout_s=300)
+    assert res.returncode == 0, res.stderr
+    assert f"re-enqueued {len(planned) - len(in_file)} jobs" in res.stderr
+    assert f"recovered {len(in_file)} rows from rows.jsonl and 0 from Redis" in res.stderr
+    kit.assert_exactly_once(farm, run_id, planned)
