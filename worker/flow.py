@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 import redis
+from kombu.exceptions import OperationalError
 from pydantic import TypeAdapter
 
 from common import keys
@@ -42,8 +43,15 @@ log = logging.getLogger("qfarm.worker")
 Send = Callable[[str, list[JobRecord]], None]
 T = TypeVar("T")
 
-# Redis hiccups are retried by the task (the whole bundle; finished jobs are skipped).
-REDIS_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+# Redis or the broker connection failing (kombu wraps a failed publish in its
+# OperationalError): the task leaves its message for redelivery instead of
+# acknowledging work whose result or next stage was not stored.
+REDIS_ERRORS: tuple[type[Exception], ...] = (
+    redis.exceptions.ConnectionError,  # includes BusyLoadingError (a restarted server loading its AOF)
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ReadOnlyError,
+    OperationalError,
+)
 
 
 def _load_job(ref_data: dict, svc: Services) -> Job | None:
@@ -316,5 +324,7 @@ def internal_error_row(payload: dict, svc: Services, exc: BaseException) -> None
         # The write is set-if-absent: a job that already has a row keeps it.
         err = record.model_copy(update={"error": f"internal: {type(exc).__name__}: {exc}"})
         svc.store.write_row(pipeline.finish(err))
+    except REDIS_ERRORS:
+        raise  # the row is not stored: the message must be redelivered, not acknowledged
     except Exception:  # noqa: BLE001 - nothing more can be done; the task log has both
         log.exception("could not write the error row")

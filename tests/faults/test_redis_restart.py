@@ -34,3 +34,26 @@ def test_restart_without_persistence_then_resume_gives_each_job_exactly_one_row(
     assert f"re-enqueued {len(planned) - len(in_file)} jobs" in res.stderr
     assert f"recovered {len(in_file)} rows from rows.jsonl and 0 from Redis" in res.stderr
     kit.assert_exactly_once(farm, run_id, planned)
+
+
+@pytest.mark.parametrize("kill", [False, True], ids=["shutdown", "kill-9"])
+def test_restart_with_aof_under_a_followed_sweep_loses_and_doubles_nothing(
+    aof_redis_server, farm_on, tmp_path, kit, kill
+):
+    """Issue 11.2/11.3: with appendonly, 88 and 96 of 304 jobs were lost and the following
+    sweep died with a traceback. Workers and the follower ride the restart out."""
+    farm = farm_on(aof_redis_server)
+    n = 5  # 150 jobs
+    planned = kit.planned_ids(n)
+    farm.start_worker("w1", concurrency=8)
+    sweep = farm.qfarm_bg("sweep", str(kit.question_file(tmp_path)), "-n", str(n), "--quiet")
+    assert farm.wait_for(lambda: farm.redis.keys("qfarm:run:*:rows"), timeout_s=60)
+    (rows_key,) = farm.redis.keys("qfarm:run:*:rows")
+    run_id = rows_key.decode().split(":")[2]
+    assert farm.wait_for(lambda: farm.redis.hlen(rows_key) >= 30, timeout_s=120)
+    aof_redis_server.restart(kill=kill)
+    _, err = sweep.communicate(timeout=240)
+    assert sweep.returncode == 0, err
+    assert "Traceback" not in err, err
+    kit.assert_exactly_once(farm, run_id, planned)
+    assert "Redis unreachable" in err and "Redis is back" in err, err

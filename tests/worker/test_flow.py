@@ -227,3 +227,44 @@ def test_a_one_job_message_from_before_bundles_is_still_run(eager):
     tasks.retrieve.apply_async(args=[ref])  # a dict, as messages were before bundles
     (raw,) = list(store.read_rows("r", 0))
     assert json.loads(raw)["job_id"] == job.job_id and gateway.calls == 1
+
+
+def test_a_failed_hand_off_to_the_next_stage_leaves_the_message_for_redelivery(eager, monkeypatch):
+    """Issue 11.2: kombu's OperationalError on the publish was taken for a bug, an error
+    row was attempted and the message acknowledged; now the message is requeued."""
+    from celery.exceptions import Reject
+    from kombu.exceptions import OperationalError
+
+    from worker import tasks
+
+    svc, store, gateway = eager
+    _, ref = a_ref()
+
+    def broker_down(stage, records):
+        raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(tasks, "send_stage", broker_down)
+    with pytest.raises(Reject) as caught:
+        tasks.retrieve.run([ref])
+    assert caught.value.requeue is True
+    assert list(store.read_rows("r", 0)) == []  # no error row for a job that did not fail
+
+
+def test_an_error_row_that_cannot_be_stored_leaves_the_message_for_redelivery(eager, monkeypatch):
+    import redis
+    from celery.exceptions import Reject
+
+    from worker import tasks
+
+    svc, store, _ = eager
+    svc._retriever = BrokenRetriever()  # noqa: SLF001 - a bug, so the task writes error rows
+
+    def refused(*args, **kwargs):
+        raise redis.exceptions.ConnectionError("Connection refused")
+
+    monkeypatch.setattr(svc.store, "write_row", refused)
+    monkeypatch.setattr(svc.store, "write_rows", refused)
+    _, ref = a_ref()
+    with pytest.raises(Reject) as caught:
+        tasks.retrieve.run([ref])
+    assert caught.value.requeue is True
