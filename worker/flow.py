@@ -35,6 +35,7 @@ from common import keys
 from common.jobs import job_from_ref
 from common.models import Job, JobRecord, JobRef, Row, Timings, Usage
 from common.policy import governance_policy_hash
+from common.text import replace_lone_surrogates
 from worker import pipeline
 from worker.services import Services
 
@@ -91,8 +92,27 @@ def _safely(record: JobRecord, step: Callable[[JobRecord], JobRecord]) -> JobRec
 
 
 def _failed(record: JobRecord, exc: Exception) -> JobRecord:
-    log.exception("job %s failed unexpectedly; it will be an error row", record.job.job_id)
-    return record.model_copy(update={"error": f"internal: {type(exc).__name__}: {exc}"})
+    # One line per failed job (its row carries the error); the traceback only at DEBUG,
+    # so an eager sweep's terminal is not flooded with them.
+    log.warning("job %s failed (%s: %s); it will be an error row", record.job.job_id,
+                type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG))
+    error = replace_lone_surrogates(f"internal: {type(exc).__name__}: {exc}")
+    return record.model_copy(update={"error": error})
+
+
+def _send(send: Send, stage: str, records: list[JobRecord], svc: Services) -> None:
+    """Forward a bundle; should it not go as a whole (a record that cannot be
+    serialised), each job goes alone and the one that cannot becomes its error row."""
+    try:
+        send(stage, records)
+    except REDIS_ERRORS:
+        raise
+    except Exception as exc:
+        if len(records) == 1:
+            write_rows([pipeline.finish(_failed(records[0], exc))], svc)
+            return
+        for record in records:
+            _send(send, stage, [record], svc)
 
 
 def _live(items: Sequence[T], job_of: Callable[[T], Job], svc: Services, stage: str) -> list[T]:
@@ -219,7 +239,7 @@ def handle_retrieve(ref_data: list[dict], svc: Services, send: Send) -> None:
     write_rows(rows, svc)
     forward = [r for r in records if not r.error]
     if forward:
-        send("generate", forward)
+        _send(send, "generate", forward, svc)
 
 
 # Records travel between stages as one JSON string (``dump_records``): pydantic's Rust
@@ -259,7 +279,7 @@ def handle_generate(record_data: str | list[dict], svc: Services, send: Send) ->
     records = _live(records, lambda r: r.job, svc, "generate")
     if records:
         records = _safely_many(records, lambda rs: pipeline.generation_stage_many(rs, svc.gateway))
-        send("verify", records)
+        _send(send, "verify", records, svc)
 
 
 def handle_verify(record_data: str | list[dict], svc: Services) -> None:

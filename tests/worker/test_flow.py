@@ -268,3 +268,50 @@ def test_an_error_row_that_cannot_be_stored_leaves_the_message_for_redelivery(ea
     with pytest.raises(Reject) as caught:
         tasks.retrieve.run([ref])
     assert caught.value.requeue is True
+
+
+class SurrogateForOne(Canned):
+    """A model whose reply to one question carries a lone surrogate (invalid in UTF-8)."""
+
+    def generate(self, prompt, sampling, *, job_id):
+        gen = super().generate(prompt, sampling, job_id=job_id)
+        if "Napoleon" in prompt:
+            return gen.model_copy(update={"text": gen.text + " \ud800 and \udfff"})
+        return gen
+
+
+def test_a_lone_surrogate_in_one_reply_fails_nothing(eager, capsys):
+    """Issue 11.5: a reply with "\\ud800" made all 8 jobs of its bundle
+    `internal: PydanticSerializationError`, and eager mode printed a traceback."""
+    from worker import tasks
+
+    svc, store, _ = eager
+    svc._gateway = SurrogateForOne()  # noqa: SLF001
+    manifest_for(store, "s", 2, 4)
+    jobs, refs = bundle_refs("s", n=4)
+    tasks.retrieve.apply_async(args=[refs])
+    rows = [json.loads(r) for r in store.read_rows("s", 0)]
+    assert sorted(r["job_id"] for r in rows) == sorted(j.job_id for j in jobs)
+    assert [r["error"] for r in rows] == [None] * 8
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_record_that_cannot_be_sent_is_that_jobs_error_row_only(eager):
+    from worker import flow, pipeline
+
+    svc, store, gateway = eager
+    manifest_for(store, "x", 2, 1)
+    jobs, _ = bundle_refs("x", n=1)
+    records = [pipeline.retrieval_stage(pipeline.begin(j), svc.retriever) for j in jobs]
+    sent = []
+
+    def send(stage, bundle):
+        flow.dump_records(bundle)
+        if any(r.job.job_id == jobs[1].job_id for r in bundle):
+            raise ValueError("cannot serialise this one")
+        sent.extend(bundle)
+
+    flow.handle_generate(flow.dump_records(records), svc, send)
+    assert [r.job.job_id for r in sent] == [jobs[0].job_id]
+    (row,) = [json.loads(r) for r in store.read_rows("x", 0)]
+    assert row["job_id"] == jobs[1].job_id and "cannot serialise" in row["error"]
