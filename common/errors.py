@@ -75,6 +75,10 @@ class PermanentServiceError(ServiceError):
     """A failure that will not go away by retrying."""
 
 
+class ManifestError(QfarmError):
+    """A worker cannot read a run's manifest: an error of the whole run, not of a job."""
+
+
 class RetrievalError(QfarmError):
     """Retrieval failed: backend unreachable, index missing, bad query."""
 

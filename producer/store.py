@@ -12,6 +12,7 @@ import redis
 
 from common import keys
 from common.errors import ConfigError
+from common.jobs import manifest_from_json
 from common.models import Manifest
 
 
@@ -56,8 +57,12 @@ class ProducerStore:
         pipe.execute()
 
     def manifest(self, run_id: str) -> Manifest | None:
+        """The run's manifest, None if Redis has none, a ManifestError if it is unreadable."""
         raw = self.client.get(keys.run_key(run_id, "manifest"))
-        return Manifest.model_validate_json(raw) if raw else None
+        return manifest_from_json(run_id, raw) if raw else None
+
+    def has_manifest(self, run_id: str) -> bool:
+        return bool(self.client.exists(keys.run_key(run_id, "manifest")))
 
     def run_ids(self, limit: int = 20) -> list[str]:
         return [r.decode() for r in self.client.zrevrange(keys.RUNS_KEY, 0, limit - 1)]

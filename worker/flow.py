@@ -32,6 +32,7 @@ from kombu.exceptions import OperationalError
 from pydantic import TypeAdapter
 
 from common import keys
+from common.errors import ManifestError
 from common.jobs import job_from_ref
 from common.models import Job, JobRecord, JobRef, Row, Timings, Usage
 from common.policy import governance_policy_hash
@@ -57,7 +58,14 @@ REDIS_ERRORS: tuple[type[Exception], ...] = (
 
 def _load_job(ref_data: dict, svc: Services) -> Job | None:
     ref = JobRef.model_validate(ref_data)
-    manifest = svc.store.manifest(ref.run_id)
+    try:
+        manifest = svc.store.manifest(ref.run_id)
+    except ManifestError as exc:
+        # Every job of the run would fail the same way: a run-level error the producer
+        # and `qfarm status` show, not a row per job nor a redelivery loop.
+        log.error("%s; dropping job %s", exc, ref.qid)
+        svc.store.set_run_error(ref.run_id, str(exc))
+        return None
     if manifest is None:
         log.error("run %s has no manifest in Redis (expired or deleted); dropping job", ref.run_id)
         return None

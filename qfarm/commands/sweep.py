@@ -104,6 +104,11 @@ def _run_eager(args, settings: Settings, modes, policy, loaded) -> int:
             bar.close()
             svc.close()
         agg.drain()
+    error = store.progress(plan.manifest.run_id, plan.manifest.n_jobs).error
+    if error:
+        update_run_status(run_dir, status="failed", error=error, rows=agg.written)
+        print(f"run {plan.manifest.run_id} failed: {error}", file=sys.stderr)
+        return 1
     return _finish(run_dir, plan.manifest.n_jobs, agg.written)
 
 
@@ -158,7 +163,7 @@ def _resume_or_attach(args, settings: Settings) -> int:
     if manifest.eager:
         raise InputError(f"run {run_id} was an eager run; eager runs cannot be resumed, rerun it")
     store = ProducerStore(connect(settings.redis_url))
-    if store.manifest(run_id) is None:
+    if not store.has_manifest(run_id):
         store.put_manifest(manifest)  # Redis lost it (restart): restore before re-enqueueing
     app = configure_app(settings)
     plan = None

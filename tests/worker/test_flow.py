@@ -315,3 +315,21 @@ def test_a_record_that_cannot_be_sent_is_that_jobs_error_row_only(eager):
     assert [r.job.job_id for r in sent] == [jobs[0].job_id]
     (row,) = [json.loads(r) for r in store.read_rows("x", 0)]
     assert row["job_id"] == jobs[1].job_id and "cannot serialise" in row["error"]
+
+
+def test_a_manifest_workers_cannot_read_is_a_run_level_error(eager):
+    """Issue 11.6: `title_boost=inf` went into the manifest as null; every job then failed
+    to load, no row was written and the producer re-sent the jobs forever."""
+    from common import keys
+    from worker import tasks
+
+    svc, store, gateway = eager
+    manifest_for(store, "m", 2, 1)
+    raw = json.loads(store.client.get(keys.run_key("m", "manifest")))
+    raw["policy"]["title_boost"] = None  # what pydantic writes for a non-finite float
+    store.client.set(keys.run_key("m", "manifest"), json.dumps(raw))
+    _, refs = bundle_refs("m", n=1)
+    tasks.retrieve.apply_async(args=[refs])
+    prog = store.progress("m", 2)
+    assert prog.error and "policy.title_boost" in prog.error and "new sweep" in prog.error
+    assert prog.done == 0 and gateway.calls == 0
