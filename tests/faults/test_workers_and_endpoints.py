@@ -1,0 +1,83 @@
+"""Workers killed with SIGKILL (pool children, then the main process), an endpoint
+killed mid-run, and the simulator's injected HTTP faults."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def followed_sweep(farm, tmp_path, kit, n: int):
+    proc = farm.qfarm_bg("sweep", str(kit.question_file(tmp_path)), "-n", str(n), "--quiet")
+    assert farm.wait_for(lambda: farm.redis.keys("qfarm:run:*:rows"), timeout_s=60)
+    (rows_key,) = farm.redis.keys("qfarm:run:*:rows")
+    return proc, rows_key.decode().split(":")[2], rows_key
+
+
+def test_kill_9_of_pool_children_and_then_of_the_main_process(redis_server, farm_on, tmp_path, kit):
+    farm = farm_on(redis_server)
+    n = 5  # 150 jobs
+    planned = kit.planned_ids(n)
+    victim = farm.start_worker("victim", pool="prefork", concurrency=2)
+    sweep, run_id, rows_key = followed_sweep(farm, tmp_path, kit, n)
+    assert farm.wait_for(lambda: farm.redis.hlen(rows_key) >= 20, timeout_s=120)
+    pool = children(victim.pid)
+    assert pool, "the prefork worker has no children"
+    for pid in pool:
+        os.kill(pid, signal.SIGKILL)  # the main process replaces them; their tasks are redelivered
+    done = farm.redis.hlen(rows_key)
+    assert farm.wait_for(lambda: farm.redis.hlen(rows_key) >= done + 20, timeout_s=120)
+    os.kill(victim.pid, signal.SIGKILL)  # the main process alone: its unacked messages wait
+    farm.start_worker("survivor", concurrency=8)
+    _, err = sweep.communicate(timeout=240)
+    assert sweep.returncode == 0, err
+    kit.assert_exactly_once(farm, run_id, planned)
+
+
+def test_an_endpoint_killed_mid_run_fails_over_to_the_other(redis_server, farm_on, tmp_path, kit):
+    from ops.sim.launch import start_simulator
+
+    with start_simulator(ttft_ms=0, tpot_ms=0) as one, start_simulator(ttft_ms=0, tpot_ms=0) as two:
+        farm = farm_on(redis_server, endpoints=f"{one.url},{two.url}")
+        n = 5
+        planned = kit.planned_ids(n)
+        farm.start_worker("w1", concurrency=8)
+        sweep, run_id, rows_key = followed_sweep(farm, tmp_path, kit, n)
+        assert farm.wait_for(lambda: farm.redis.hlen(rows_key) >= 30, timeout_s=120)
+        two.kill()
+        _, err = sweep.communicate(timeout=240)
+        assert sweep.returncode == 0, err
+        kit.assert_exactly_once(farm, run_id, planned)
+        rows = farm.rows(run_id)
+        assert [r["error"] for r in rows.values() if r["error"]] == []
+        assert {r["endpoint"] for r in rows.values()} >= {one.url}
+
+
+def test_injected_http_faults_end_as_rows_each_job_once(redis_server, farm_on, tmp_path, kit):
+    from ops.sim.launch import start_simulator
+
+    faults = {"429": 0.05, "503": 0.1, "drop": 0.05, "malformed": 0.05, "empty": 0.05}
+    with start_simulator(ttft_ms=0, tpot_ms=0, fault_rates=faults, retry_after_s=0.2, seed=7) as sim:
+        farm = farm_on(redis_server, endpoints=sim.url, QFARM_LLM_BACKOFF_BASE_S="0.05",
+                       QFARM_LLM_BACKOFF_MAX_S="0.5", QFARM_LLM_BREAKER_COOLDOWN_S="0.5")
+        n = 5
+        planned = kit.planned_ids(n)
+        farm.start_worker("w1", concurrency=8)
+        sweep, run_id, _ = followed_sweep(farm, tmp_path, kit, n)
+        _, err = sweep.communicate(timeout=240)
+        assert sweep.returncode == 0, err
+        kit.assert_exactly_once(farm, run_id, planned)
+        injected = sim.stats()["faults"]
+        assert sum(injected.values()) >= 10, injected  # the simulator did inject faults
