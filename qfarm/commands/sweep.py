@@ -212,7 +212,7 @@ def _reconciler(app, plan, store, bundle_size: int):
         sent = reconcile_run(app, plan, store, bundle_size=bundle_size)
         if sent:
             print(f"\nrun {plan.manifest.run_id}: {sent} jobs had no row and no message left "
-                  "(lost with a killed worker); re-enqueued them", file=sys.stderr)
+                  "(lost with a killed worker or a Redis restart); re-enqueued them", file=sys.stderr)
         return sent
 
     return reconcile

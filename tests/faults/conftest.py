@@ -248,11 +248,39 @@ def interrupt(proc: subprocess.Popen, timeout_s: float = 20) -> tuple[str, str]:
     return proc.communicate(timeout=timeout_s)
 
 
+def llm_calls(sim) -> int:
+    """Generation requests the simulator has answered so far (its request log)."""
+    return sum(1 for r in sim.stats()["requests"] if "completions" in r["path"])
+
+
+def fault_cost(farm: Farm, run_id: str, name: str, t_fault: float, *, planned: int,
+               llm_calls: int | None = None, stderr: str = "") -> dict:
+    """What a fault cost the run, printed for docs/distributed.md (run with -s):
+    jobs the producer re-sent, model calls beyond one a job, and the longest stretch
+    after the fault with no row landing (time to recover)."""
+    finished = sorted(r["finished_at"] for r in farm.rows(run_id).values() if r.get("finished_at"))
+    after = [t for t in finished if t >= t_fault]
+    before = [t for t in finished if t < t_fault]
+    points = ([before[-1]] if before else [t_fault]) + after
+    stall = max((b - a for a, b in zip(points, points[1:], strict=False)), default=0.0)
+    cost = {
+        "fault": name,
+        "jobs": planned,
+        "resent_by_producer": sum(
+            int(a or b) for a, b in re.findall(r"re-enqueued (\d+) jobs without a row|(\d+) jobs had no row", stderr)
+        ),
+        "llm_calls_beyond_one_a_job": None if llm_calls is None else llm_calls - planned,
+        "longest_gap_without_rows_s": round(stall, 1),
+    }
+    print(f"\nfault-cost {json.dumps(cost)}")
+    return cost
+
+
 @pytest.fixture
 def kit():
     """The suite's helpers, for test modules (which cannot import this conftest)."""
     return SimpleNamespace(
         planned_ids=planned_ids, run_id_from=run_id_from, question_file=question_file,
         detached_sweep=detached_sweep, interrupt=interrupt, file_ids=file_ids,
-        assert_exactly_once=assert_exactly_once,
+        assert_exactly_once=assert_exactly_once, fault_cost=fault_cost, llm_calls=llm_calls,
     )

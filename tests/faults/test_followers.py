@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 pytestmark = pytest.mark.slow
@@ -33,9 +35,12 @@ def test_a_watching_follower_takes_over_when_the_drainer_dies(redis_server, farm
     watcher = farm.qfarm_bg("sweep", "--attach", run_id, "--quiet")
     farm.start_worker("w1", concurrency=4)
     assert farm.wait_for(lambda: len(kit.file_ids(farm, run_id)) >= 30, timeout_s=120)
+    t_fault = time.time()
     drainer.kill()  # no release: the watcher waits for the lease to expire
     drainer.communicate(timeout=10)
     _, err = watcher.communicate(timeout=240)
     assert watcher.returncode == 0, err
     assert "drains the rows now" in err, err
     kit.assert_exactly_once(farm, run_id, planned)
+    kit.fault_cost(farm, run_id, "the draining follower kill -9 (a watcher takes over)", t_fault,
+                   planned=len(planned), stderr=err)

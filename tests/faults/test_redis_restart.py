@@ -11,7 +11,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_restart_without_persistence_then_resume_gives_each_job_exactly_one_row(
-    redis_server, farm_on, tmp_path, kit
+    redis_server, farm_on, tmp_path, kit, simulator
 ):
     """Issue 11.1: rows.jsonl had 304 lines but 264 distinct ids after such a resume."""
     farm = farm_on(redis_server)
@@ -28,6 +28,7 @@ def test_restart_without_persistence_then_resume_gives_each_job_exactly_one_row(
     in_file = set(kit.file_ids(farm, run_id))
     assert 0 < len(in_file) < len(planned)
 
+    calls, t_fault = kit.llm_calls(simulator), time.time()
     redis_server.restart()  # no persistence: rows, log, manifest and queues are gone
     assert farm.redis.dbsize() == 0
 
@@ -37,6 +38,9 @@ def test_restart_without_persistence_then_resume_gives_each_job_exactly_one_row(
     assert f"re-enqueued {len(planned) - len(in_file)} jobs" in res.stderr
     assert f"recovered {len(in_file)} rows from rows.jsonl and 0 from Redis" in res.stderr
     kit.assert_exactly_once(farm, run_id, planned)
+    kit.fault_cost(farm, run_id, "redis restart, no persistence, then --resume", t_fault,
+                   planned=len(planned) - len(in_file), llm_calls=kit.llm_calls(simulator) - calls,
+                   stderr=res.stderr)
 
 
 def resent_jobs(stderr: str) -> int:
@@ -56,7 +60,7 @@ def supervise(farm, worker, name: str):
 
 @pytest.mark.parametrize("kill", [False, True], ids=["shutdown", "kill-9"])
 def test_restart_with_aof_under_a_followed_sweep_loses_and_doubles_nothing(
-    aof_redis_server, farm_on, tmp_path, kit, kill
+    aof_redis_server, farm_on, tmp_path, kit, kill, simulator
 ):
     """Issue 11.2/11.3: with appendonly, 88 and 96 of 304 jobs were lost and the following
     sweep died with a traceback. Workers and the follower ride the restart out."""
@@ -64,11 +68,13 @@ def test_restart_with_aof_under_a_followed_sweep_loses_and_doubles_nothing(
     n = 5  # 150 jobs
     planned = kit.planned_ids(n)
     worker = farm.start_worker("w1", concurrency=8)
+    calls = kit.llm_calls(simulator)
     sweep = farm.qfarm_bg("sweep", str(kit.question_file(tmp_path)), "-n", str(n), "--quiet")
     assert farm.wait_for(lambda: farm.redis.keys("qfarm:run:*:rows"), timeout_s=60)
     (rows_key,) = farm.redis.keys("qfarm:run:*:rows")
     run_id = rows_key.decode().split(":")[2]
     assert farm.wait_for(lambda: farm.redis.hlen(rows_key) >= 30, timeout_s=120)
+    t_fault = time.time()
     aof_redis_server.restart(kill=kill)
     time.sleep(3)
     supervise(farm, worker, "w1-restarted")
@@ -81,10 +87,13 @@ def test_restart_with_aof_under_a_followed_sweep_loses_and_doubles_nothing(
     # a message popped by the worker's BRPOP as the connection dropped (at most one
     # bundle a consumer), which the follower re-sends.
     assert resent_jobs(err) <= 8, err
+    kit.fault_cost(farm, run_id, f"redis restart with AOF ({'kill -9' if kill else 'SHUTDOWN'})",
+                   t_fault, planned=len(planned), llm_calls=kit.llm_calls(simulator) - calls,
+                   stderr=err)
 
 
 def test_restart_without_persistence_under_a_followed_sweep_heals_without_attach(
-    redis_server, farm_on, tmp_path, kit
+    redis_server, farm_on, tmp_path, kit, simulator
 ):
     """Issue 11.3: the follower waits for Redis, puts back what Redis lost (manifest,
     rows from rows.jsonl) and re-sends the jobs that have neither a row nor a message."""
@@ -92,11 +101,13 @@ def test_restart_without_persistence_under_a_followed_sweep_heals_without_attach
     n = 5
     planned = kit.planned_ids(n)
     worker = farm.start_worker("w1", concurrency=8)
+    calls = kit.llm_calls(simulator)
     sweep = farm.qfarm_bg("sweep", str(kit.question_file(tmp_path)), "-n", str(n), "--quiet")
     assert farm.wait_for(lambda: farm.redis.keys("qfarm:run:*:rows"), timeout_s=60)
     (rows_key,) = farm.redis.keys("qfarm:run:*:rows")
     run_id = rows_key.decode().split(":")[2]
     assert farm.wait_for(lambda: farm.redis.hlen(rows_key) >= 30, timeout_s=120)
+    t_fault = time.time()
     redis_server.restart()
     time.sleep(3)
     supervise(farm, worker, "w1-restarted")
@@ -105,3 +116,5 @@ def test_restart_without_persistence_under_a_followed_sweep_heals_without_attach
     assert "Traceback" not in err, err
     assert "Redis had lost this run" in err, err
     kit.assert_exactly_once(farm, run_id, planned)
+    kit.fault_cost(farm, run_id, "redis restart, no persistence, under a follower", t_fault,
+                   planned=len(planned), llm_calls=kit.llm_calls(simulator) - calls, stderr=err)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -26,15 +27,19 @@ def followed_sweep(farm, tmp_path, kit, n: int):
     return proc, rows_key.decode().split(":")[2], rows_key
 
 
-def test_kill_9_of_pool_children_and_then_of_the_main_process(redis_server, farm_on, tmp_path, kit):
+def test_kill_9_of_pool_children_and_then_of_the_main_process(
+    redis_server, farm_on, tmp_path, kit, simulator
+):
     farm = farm_on(redis_server)
     n = 5  # 150 jobs
     planned = kit.planned_ids(n)
     victim = farm.start_worker("victim", pool="prefork", concurrency=2)
+    calls = kit.llm_calls(simulator)
     sweep, run_id, rows_key = followed_sweep(farm, tmp_path, kit, n)
     assert farm.wait_for(lambda: farm.redis.hlen(rows_key) >= 20, timeout_s=120)
     pool = children(victim.pid)
     assert pool, "the prefork worker has no children"
+    t_fault = time.time()
     for pid in pool:
         os.kill(pid, signal.SIGKILL)  # the main process replaces them; their tasks are redelivered
     done = farm.redis.hlen(rows_key)
@@ -44,6 +49,8 @@ def test_kill_9_of_pool_children_and_then_of_the_main_process(redis_server, farm
     _, err = sweep.communicate(timeout=240)
     assert sweep.returncode == 0, err
     kit.assert_exactly_once(farm, run_id, planned)
+    kit.fault_cost(farm, run_id, "worker kill -9: pool children, then the main process", t_fault,
+                   planned=len(planned), llm_calls=kit.llm_calls(simulator) - calls, stderr=err)
 
 
 def test_an_endpoint_killed_mid_run_fails_over_to_the_other(redis_server, farm_on, tmp_path, kit):
@@ -56,10 +63,13 @@ def test_an_endpoint_killed_mid_run_fails_over_to_the_other(redis_server, farm_o
         farm.start_worker("w1", concurrency=8)
         sweep, run_id, rows_key = followed_sweep(farm, tmp_path, kit, n)
         assert farm.wait_for(lambda: farm.redis.hlen(rows_key) >= 30, timeout_s=120)
+        t_fault = time.time()
         two.kill()
         _, err = sweep.communicate(timeout=240)
         assert sweep.returncode == 0, err
         kit.assert_exactly_once(farm, run_id, planned)
+        kit.fault_cost(farm, run_id, "one of two endpoints kill -9", t_fault, planned=len(planned),
+                       stderr=err)
         rows = farm.rows(run_id)
         assert [r["error"] for r in rows.values() if r["error"]] == []
         assert {r["endpoint"] for r in rows.values()} >= {one.url}
@@ -75,9 +85,12 @@ def test_injected_http_faults_end_as_rows_each_job_once(redis_server, farm_on, t
         n = 5
         planned = kit.planned_ids(n)
         farm.start_worker("w1", concurrency=8)
+        t_start = time.time()
         sweep, run_id, _ = followed_sweep(farm, tmp_path, kit, n)
         _, err = sweep.communicate(timeout=240)
         assert sweep.returncode == 0, err
         kit.assert_exactly_once(farm, run_id, planned)
+        kit.fault_cost(farm, run_id, f"injected HTTP faults {faults}", t_start, planned=len(planned),
+                       llm_calls=kit.llm_calls(sim), stderr=err)
         injected = sim.stats()["faults"]
         assert sum(injected.values()) >= 10, injected  # the simulator did inject faults
