@@ -85,3 +85,11 @@ class RetrievalError(QfarmError):
 
 class CancelledError(QfarmError):
     """The job's run was cancelled before it started."""
+
+
+def first_validation_error(exc: Exception, whole: str) -> tuple[str, str]:
+    """(where, message) of a pydantic ValidationError's first error; ``whole`` names the
+    object when the error is not in one field."""
+    errors = getattr(exc, "errors", None)
+    first = errors()[0] if callable(errors) else {"loc": (), "msg": str(exc)}
+    return ".".join(str(p) for p in first["loc"]) or whole, str(first["msg"])

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 
 from pydantic import ValidationError
 
-from common.errors import InputError, ManifestError
+from common.errors import InputError, ManifestError, first_validation_error
 from common.models import ALL_MODES, Job, JobRef, Manifest, Mode, Question
 from common.policy import Policy
 from common.profiles import DEFAULT_PROFILE_ID, HERMES_3_8B_PROFILE_ID
@@ -123,10 +123,9 @@ def manifest_from_json(run_id: str, raw: str | bytes) -> Manifest:
     try:
         return Manifest.model_validate_json(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "manifest"
+        where, msg = first_validation_error(exc, "manifest")
         raise ManifestError(
-            f"run {run_id}: workers cannot read its manifest ({where}: {first['msg']}); "
+            f"run {run_id}: workers cannot read its manifest ({where}: {msg}); "
             "no job of it can run. Start a new sweep with valid --policy values, with "
             "workers of the same qfarm version as the producer"
         ) from exc

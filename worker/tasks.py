@@ -52,7 +52,8 @@ def _guarded(payloads: str | list[dict], body: Callable[[Services], None]) -> No
         except REDIS_ERRORS:
             raise
         except Exception as exc:
-            log.exception("bundle failed unexpectedly; writing error rows for its jobs")
+            log.error("bundle failed unexpectedly (%s: %s); writing error rows for its jobs",
+                      type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG))
             flow.internal_error_rows(payloads, svc, exc)
     except REDIS_ERRORS as exc:
         # Never acknowledge work whose rows or next stage were not stored: redeliver it

@@ -180,26 +180,28 @@ def _resume_or_attach(args, settings: Settings) -> int:
             raise
         print(f"warning: {manifest.question_file} is gone or changed; following run {run_id} "
               "without re-sending lost jobs", file=sys.stderr)
+    from producer.lease import FollowerLease  # noqa: PLC0415
+
+    lease = FollowerLease(store.client, run_id)
     recovered = None
     if args.resume:
         runtime.require_endpoints_for_workers(settings)
-        recovered = _recover(store, run_dir, manifest)
+        recovered = _recover(store, run_dir, manifest, lease)
         sent = enqueue_jobs(app, missing_jobs(plan, store), bundle_size=settings.bundle_size)
         print(f"run {run_id}: re-enqueued {sent} jobs without a row", file=sys.stderr)
     reconcile = _reconciler(app, plan, store, settings.bundle_size) if plan else None
     return _follow(store, run_dir, manifest, args.quiet, settings, reconcile=reconcile,
-                   recovered=recovered)
+                   recovered=recovered, lease=lease)
 
 
-def _recover(store, run_dir: Path, manifest) -> dict[str, int]:
+def _recover(store, run_dir: Path, manifest, lease) -> dict[str, int]:
     """Before re-sending jobs: rows only in rows.jsonl go back to Redis (it lost them in a
     restart), rows only in Redis go into rows.jsonl (if no other follower drains the run)."""
     from producer.aggregator import Aggregator  # noqa: PLC0415
-    from producer.lease import FollowerLease  # noqa: PLC0415
 
     agg = Aggregator(store, manifest.run_id, run_dir / "rows.jsonl")
     from_file = agg.restore_to_redis()
-    from_redis = agg.drain() if FollowerLease(store.client, manifest.run_id).hold() else 0
+    from_redis = agg.drain() if lease.hold() else 0
     print(f"run {manifest.run_id}: recovered {from_file} rows from rows.jsonl and "
           f"{from_redis} from Redis", file=sys.stderr)
     return {"rows_recovered_from_file": from_file, "rows_recovered_from_redis": from_redis}
@@ -219,7 +221,7 @@ def _reconciler(app, plan, store, bundle_size: int):
 
 
 def _follow(store, run_dir: Path, manifest, quiet: bool, settings: Settings, reconcile=None,
-            recovered: dict[str, int] | None = None) -> int:
+            recovered: dict[str, int] | None = None, lease=None) -> int:
     from producer.lease import FollowerLease  # noqa: PLC0415
     from producer.runs import update_run_status  # noqa: PLC0415
     from producer.sweep import Follower, RedisGone  # noqa: PLC0415
@@ -243,7 +245,7 @@ def _follow(store, run_dir: Path, manifest, quiet: bool, settings: Settings, rec
         bar.update(max(0, prog.done - bar.n))
 
     follower = Follower(store, manifest, run_dir / "rows.jsonl",
-                        lease=FollowerLease(store.client, run_id), reconcile=reconcile, say=say,
+                        lease=lease or FollowerLease(store.client, run_id), reconcile=reconcile, say=say,
                         reconnect_s=settings.redis_reconnect_s)
     try:
         prog = follower.run(on_progress=show)

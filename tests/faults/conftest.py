@@ -26,14 +26,18 @@ from types import SimpleNamespace
 import pytest
 import redis
 
-_spec = importlib.util.spec_from_file_location(
-    "qfarm_farm_helpers", Path(__file__).resolve().parents[1] / "producer" / "conftest.py"
-)
-assert _spec and _spec.loader
-farm_helpers = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = farm_helpers  # dataclasses look their module up there
-_spec.loader.exec_module(farm_helpers)
-Farm = farm_helpers.Farm
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+TESTS = Path(__file__).resolve().parents[1]
+Farm = _load("qfarm_farm_helpers", TESTS / "producer" / "conftest.py").Farm
 
 # Short enough that a dead worker's messages come back within seconds.
 VISIBILITY_TIMEOUT_S = 5
@@ -201,18 +205,7 @@ def assert_exactly_once(farm: Farm, run_id: str, planned: set[str]) -> None:
     assert f"| rows | {len(planned)} of {len(planned)} expected |" in summary, summary[:800]
 
 
-QUESTIONS = [
-    "Who were the members of the Beatles?",
-    "What is the capital of France?",
-    "Who painted the Mona Lisa?",
-    "What is photosynthesis?",
-    "When did World War II end?",
-    "Who wrote Hamlet?",
-    "What is the largest planet in the solar system?",
-    "Who developed the theory of relativity?",
-    "What is the Amazon River?",
-    "Who was Napoleon Bonaparte?",
-]
+QUESTIONS = _load("qfarm_distributed_tests", TESTS / "producer" / "test_distributed.py").QUESTIONS[:10]
 
 
 def planned_ids(n: int, questions: list[str] = QUESTIONS) -> set[str]:
@@ -240,6 +233,14 @@ def detached_sweep(farm: Farm, tmp_path: Path, n: int) -> str:
     res = farm.qfarm("sweep", str(question_file(tmp_path)), "-n", str(n), "--detach", "--quiet")
     assert res.returncode == 0, res.stderr
     return run_id_from(res.stderr)
+
+
+def followed_sweep(farm: Farm, tmp_path: Path, n: int) -> tuple[subprocess.Popen, str, bytes]:
+    """A following ``qfarm sweep`` in the background; returns it, its run id and rows key."""
+    proc = farm.qfarm_bg("sweep", str(question_file(tmp_path)), "-n", str(n), "--quiet")
+    assert farm.wait_for(lambda: farm.redis.keys("qfarm:run:*:rows"), timeout_s=60)
+    (rows_key,) = farm.redis.keys("qfarm:run:*:rows")
+    return proc, rows_key.decode().split(":")[2], rows_key
 
 
 def interrupt(proc: subprocess.Popen, timeout_s: float = 20) -> tuple[str, str]:
@@ -281,6 +282,6 @@ def kit():
     """The suite's helpers, for test modules (which cannot import this conftest)."""
     return SimpleNamespace(
         planned_ids=planned_ids, run_id_from=run_id_from, question_file=question_file,
-        detached_sweep=detached_sweep, interrupt=interrupt, file_ids=file_ids,
+        detached_sweep=detached_sweep, followed_sweep=followed_sweep, interrupt=interrupt, file_ids=file_ids,
         assert_exactly_once=assert_exactly_once, fault_cost=fault_cost, llm_calls=llm_calls,
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -38,6 +39,8 @@ def test_restart_without_persistence_then_resume_gives_each_job_exactly_one_row(
     assert f"re-enqueued {len(planned) - len(in_file)} jobs" in res.stderr
     assert f"recovered {len(in_file)} rows from rows.jsonl and 0 from Redis" in res.stderr
     kit.assert_exactly_once(farm, run_id, planned)
+    summary = (Path(farm.env["QFARM_RESULTS_DIR"]) / run_id / "summary.md").read_text()
+    assert f"`--resume`: {len(in_file)} rows recovered from rows.jsonl" in summary, summary
     kit.fault_cost(farm, run_id, "redis restart, no persistence, then --resume", t_fault,
                    planned=len(planned) - len(in_file), llm_calls=kit.llm_calls(simulator) - calls,
                    stderr=res.stderr)
@@ -58,24 +61,28 @@ def supervise(farm, worker, name: str):
     return farm.start_worker(name, concurrency=8)
 
 
-@pytest.mark.parametrize("kill", [False, True], ids=["shutdown", "kill-9"])
-def test_restart_with_aof_under_a_followed_sweep_loses_and_doubles_nothing(
-    aof_redis_server, farm_on, tmp_path, kit, kill, simulator
+@pytest.mark.parametrize(
+    ("server", "kill"),
+    [("aof_redis_server", False), ("aof_redis_server", True), ("redis_server", False)],
+    ids=["aof-shutdown", "aof-kill-9", "no-persistence"],
+)
+def test_redis_restart_under_a_followed_sweep_loses_and_doubles_nothing(
+    request, farm_on, tmp_path, kit, simulator, server, kill
 ):
     """Issue 11.2/11.3: with appendonly, 88 and 96 of 304 jobs were lost and the following
-    sweep died with a traceback. Workers and the follower ride the restart out."""
-    farm = farm_on(aof_redis_server)
+    sweep died with a traceback. Workers and the follower ride the restart out; after a
+    restart without persistence the follower puts back what Redis lost (manifest, rows
+    from rows.jsonl) and re-sends the jobs with neither a row nor a message, no --attach."""
+    redis_server = request.getfixturevalue(server)
+    farm = farm_on(redis_server)
     n = 5  # 150 jobs
     planned = kit.planned_ids(n)
     worker = farm.start_worker("w1", concurrency=8)
     calls = kit.llm_calls(simulator)
-    sweep = farm.qfarm_bg("sweep", str(kit.question_file(tmp_path)), "-n", str(n), "--quiet")
-    assert farm.wait_for(lambda: farm.redis.keys("qfarm:run:*:rows"), timeout_s=60)
-    (rows_key,) = farm.redis.keys("qfarm:run:*:rows")
-    run_id = rows_key.decode().split(":")[2]
+    sweep, run_id, rows_key = kit.followed_sweep(farm, tmp_path, n)
     assert farm.wait_for(lambda: farm.redis.hlen(rows_key) >= 30, timeout_s=120)
     t_fault = time.time()
-    aof_redis_server.restart(kill=kill)
+    redis_server.restart(kill=kill)
     time.sleep(3)
     supervise(farm, worker, "w1-restarted")
     _, err = sweep.communicate(timeout=240)
@@ -83,38 +90,13 @@ def test_restart_with_aof_under_a_followed_sweep_loses_and_doubles_nothing(
     assert "Traceback" not in err, err
     kit.assert_exactly_once(farm, run_id, planned)
     assert "Redis unreachable" in err and "Redis is back" in err, err
-    # Nothing was acknowledged without its result stored. The one loss left is kombu's:
-    # a message popped by the worker's BRPOP as the connection dropped (at most one
-    # bundle a consumer), which the follower re-sends.
-    assert resent_jobs(err) <= 8, err
-    kit.fault_cost(farm, run_id, f"redis restart with AOF ({'kill -9' if kill else 'SHUTDOWN'})",
-                   t_fault, planned=len(planned), llm_calls=kit.llm_calls(simulator) - calls,
-                   stderr=err)
-
-
-def test_restart_without_persistence_under_a_followed_sweep_heals_without_attach(
-    redis_server, farm_on, tmp_path, kit, simulator
-):
-    """Issue 11.3: the follower waits for Redis, puts back what Redis lost (manifest,
-    rows from rows.jsonl) and re-sends the jobs that have neither a row nor a message."""
-    farm = farm_on(redis_server)
-    n = 5
-    planned = kit.planned_ids(n)
-    worker = farm.start_worker("w1", concurrency=8)
-    calls = kit.llm_calls(simulator)
-    sweep = farm.qfarm_bg("sweep", str(kit.question_file(tmp_path)), "-n", str(n), "--quiet")
-    assert farm.wait_for(lambda: farm.redis.keys("qfarm:run:*:rows"), timeout_s=60)
-    (rows_key,) = farm.redis.keys("qfarm:run:*:rows")
-    run_id = rows_key.decode().split(":")[2]
-    assert farm.wait_for(lambda: farm.redis.hlen(rows_key) >= 30, timeout_s=120)
-    t_fault = time.time()
-    redis_server.restart()
-    time.sleep(3)
-    supervise(farm, worker, "w1-restarted")
-    _, err = sweep.communicate(timeout=240)
-    assert sweep.returncode == 0, err
-    assert "Traceback" not in err, err
-    assert "Redis had lost this run" in err, err
-    kit.assert_exactly_once(farm, run_id, planned)
-    kit.fault_cost(farm, run_id, "redis restart, no persistence, under a follower", t_fault,
+    if redis_server.aof:
+        # Nothing was acknowledged without its result stored. The one loss left is kombu's:
+        # a message popped by the worker's BRPOP as the connection dropped (at most one
+        # bundle a consumer), which the follower re-sends.
+        assert resent_jobs(err) <= 8, err
+    else:
+        assert "Redis had lost this run" in err, err
+    how = ("AOF, " if redis_server.aof else "no persistence, ") + ("kill -9" if kill else "SHUTDOWN")
+    kit.fault_cost(farm, run_id, f"redis restart ({how}) under a following sweep", t_fault,
                    planned=len(planned), llm_calls=kit.llm_calls(simulator) - calls, stderr=err)

@@ -20,13 +20,6 @@ def children(pid: int) -> list[int]:
         return []
 
 
-def followed_sweep(farm, tmp_path, kit, n: int):
-    proc = farm.qfarm_bg("sweep", str(kit.question_file(tmp_path)), "-n", str(n), "--quiet")
-    assert farm.wait_for(lambda: farm.redis.keys("qfarm:run:*:rows"), timeout_s=60)
-    (rows_key,) = farm.redis.keys("qfarm:run:*:rows")
-    return proc, rows_key.decode().split(":")[2], rows_key
-
-
 def test_kill_9_of_pool_children_and_then_of_the_main_process(
     redis_server, farm_on, tmp_path, kit, simulator
 ):
@@ -35,7 +28,7 @@ def test_kill_9_of_pool_children_and_then_of_the_main_process(
     planned = kit.planned_ids(n)
     victim = farm.start_worker("victim", pool="prefork", concurrency=2)
     calls = kit.llm_calls(simulator)
-    sweep, run_id, rows_key = followed_sweep(farm, tmp_path, kit, n)
+    sweep, run_id, rows_key = kit.followed_sweep(farm, tmp_path, n)
     assert farm.wait_for(lambda: farm.redis.hlen(rows_key) >= 20, timeout_s=120)
     pool = children(victim.pid)
     assert pool, "the prefork worker has no children"
@@ -61,7 +54,7 @@ def test_an_endpoint_killed_mid_run_fails_over_to_the_other(redis_server, farm_o
         n = 5
         planned = kit.planned_ids(n)
         farm.start_worker("w1", concurrency=8)
-        sweep, run_id, rows_key = followed_sweep(farm, tmp_path, kit, n)
+        sweep, run_id, rows_key = kit.followed_sweep(farm, tmp_path, n)
         assert farm.wait_for(lambda: farm.redis.hlen(rows_key) >= 30, timeout_s=120)
         t_fault = time.time()
         two.kill()
@@ -86,7 +79,7 @@ def test_injected_http_faults_end_as_rows_each_job_once(redis_server, farm_on, t
         planned = kit.planned_ids(n)
         farm.start_worker("w1", concurrency=8)
         t_start = time.time()
-        sweep, run_id, _ = followed_sweep(farm, tmp_path, kit, n)
+        sweep, run_id, _ = kit.followed_sweep(farm, tmp_path, n)
         _, err = sweep.communicate(timeout=240)
         assert sweep.returncode == 0, err
         kit.assert_exactly_once(farm, run_id, planned)
