@@ -1,4 +1,5 @@
-"""The aggregator writes each job id at most once, whatever Redis hands it (fakeredis)."""
+"""Following a run on an in-memory Redis (fakeredis): the aggregator writes each job id at most
+once, one follower holds the lease, the follower rides out and heals Redis outages."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import fakeredis
 import pytest
+import redis
 
 from common import keys
 from producer.aggregator import Aggregator
@@ -89,3 +91,79 @@ def test_one_follower_holds_the_lease_until_it_releases_or_it_expires(store):
     store.client.pexpire(second.key, 1)
     time.sleep(0.01)
     assert first.hold()
+
+
+class Flaky(ProducerStore):
+    """A store whose Redis is unreachable for the first ``down`` polls."""
+
+    def __init__(self, client, down: int):
+        super().__init__(client)
+        self.down = down
+
+    def progress(self, run_id, total):
+        if self.down > 0:
+            self.down -= 1
+            raise redis.exceptions.ConnectionError("Error 111 connecting. Connection refused.")
+        return super().progress(run_id, total)
+
+
+def a_manifest(run_id: str, n_jobs: int):
+    from common.models import Mode
+    from common.policy import Policy
+    from producer.sweep import make_manifest
+
+    return make_manifest(
+        run_id=run_id, question_file="-", question_file_digest="-", n_questions=n_jobs,
+        modes=[Mode.QUOTE], n=1, policy=Policy(), model="m", endpoints=[], simulated=True,
+        retriever="embedded", index_version=None, corpus=None, eager=False,
+    )
+
+
+def test_the_follower_waits_for_redis_and_carries_on(tmp_path):
+    from producer.sweep import Follower
+
+    store = Flaky(fakeredis.FakeRedis(), down=3)
+    manifest = a_manifest("r", 2)
+    store.put_manifest(manifest)
+    land(store.client, "r", "a", "b")
+    said: list[str] = []
+    follower = Follower(store, manifest, tmp_path / "rows.jsonl", say=said.append, poll_s=0.01)
+    prog = follower.run(timeout_s=30)
+    assert prog.done == 2 and ids_in(tmp_path / "rows.jsonl") == ["a", "b"]
+    assert [s.split(": ", 1)[1].split(" (")[0].split(" after")[0] for s in said] == [
+        "Redis unreachable", "Redis is back"]
+
+
+def test_the_follower_gives_up_after_the_reconnect_budget(tmp_path):
+    from producer.sweep import Follower, RedisGone
+
+    store = Flaky(fakeredis.FakeRedis(), down=10**6)
+    manifest = a_manifest("r", 2)
+    follower = Follower(store, manifest, tmp_path / "rows.jsonl", say=lambda s: None,
+                        poll_s=0.01, reconnect_s=0.05)
+    with pytest.raises(RedisGone):
+        follower.run(timeout_s=30)
+
+
+def test_the_follower_heals_a_run_redis_lost(tmp_path):
+    from producer.sweep import Follower
+
+    store = ProducerStore(fakeredis.FakeRedis())
+    manifest = a_manifest("r", 3)
+    store.put_manifest(manifest)
+    land(store.client, "r", "a", "b")
+    Aggregator(store, "r", tmp_path / "rows.jsonl").drain()
+    store.client.flushall()  # restarted without persistence
+    resent: list[int] = []
+
+    def reconcile() -> int:
+        resent.append(1)
+        land(store.client, "r", "c")  # the re-sent job lands
+        return 1
+
+    follower = Follower(store, manifest, tmp_path / "rows.jsonl", reconcile=reconcile,
+                        say=lambda s: None, poll_s=0.01)
+    prog = follower.run(timeout_s=30)
+    assert prog.done == 3 and resent == [1] and follower.restored == 2
+    assert store.manifest("r") == manifest
+    assert ids_in(tmp_path / "rows.jsonl") == ["a", "b", "c"]
