@@ -237,10 +237,26 @@ def write_summary(run_dir: Path, *, finished_at: float | None = None) -> Path:
         plots=plots,
         finished_at=finished_at,
         status=str(state) if state else None,
-    )
+    ) + _recovery_note(status)
     path = run_dir / SUMMARY
     _write_atomic(path, text)
     return path
+
+
+def _recovery_note(status: dict) -> str:
+    """Where rows came back from after Redis lost them (``--resume``, a healing follower)."""
+    counts = {k: status.get(k) for k in
+              ("rows_recovered_from_file", "rows_recovered_from_redis", "rows_restored_to_redis")}
+    if not any(isinstance(v, int) and v > 0 for v in counts.values()):
+        return ""
+    return (
+        "\n## Recovery\n\n"
+        f"- `--resume`: {counts['rows_recovered_from_file'] or 0} rows recovered from rows.jsonl "
+        f"(written back to Redis), {counts['rows_recovered_from_redis'] or 0} from Redis "
+        "(written to rows.jsonl)\n"
+        f"- while following: {counts['rows_restored_to_redis'] or 0} rows of rows.jsonl written "
+        "back to Redis after it lost them\n"
+    )
 
 
 def compare_dirs(run_a: Path, run_b: Path, floor: float = 5.0) -> Comparison:

@@ -75,9 +75,21 @@ class PermanentServiceError(ServiceError):
     """A failure that will not go away by retrying."""
 
 
+class ManifestError(QfarmError):
+    """A worker cannot read a run's manifest: an error of the whole run, not of a job."""
+
+
 class RetrievalError(QfarmError):
     """Retrieval failed: backend unreachable, index missing, bad query."""
 
 
 class CancelledError(QfarmError):
     """The job's run was cancelled before it started."""
+
+
+def first_validation_error(exc: Exception, whole: str) -> tuple[str, str]:
+    """(where, message) of a pydantic ValidationError's first error; ``whole`` names the
+    object when the error is not in one field."""
+    errors = getattr(exc, "errors", None)
+    first = errors()[0] if callable(errors) else {"loc": (), "msg": str(exc)}
+    return ".".join(str(p) for p in first["loc"]) or whole, str(first["msg"])

@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator, Sequence
 
-from common.errors import InputError
+from pydantic import ValidationError
+
+from common.errors import InputError, ManifestError, first_validation_error
 from common.models import ALL_MODES, Job, JobRef, Manifest, Mode, Question
 from common.policy import Policy
 from common.profiles import DEFAULT_PROFILE_ID, HERMES_3_8B_PROFILE_ID
@@ -115,3 +117,16 @@ def job_from_ref(ref: JobRef, manifest: Manifest) -> Job:
         use_cache=manifest.use_cache,
         enqueued_at=ref.t,
     )
+
+
+def manifest_from_json(run_id: str, raw: str | bytes) -> Manifest:
+    """A run's manifest as stored in Redis, or a ManifestError naming the bad field."""
+    try:
+        return Manifest.model_validate_json(raw)
+    except ValidationError as exc:
+        where, msg = first_validation_error(exc, "manifest")
+        raise ManifestError(
+            f"run {run_id}: workers cannot read its manifest ({where}: {msg}); "
+            "no job of it can run. Start a new sweep with valid --policy values, with "
+            "workers of the same qfarm version as the producer"
+        ) from exc

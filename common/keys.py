@@ -10,6 +10,9 @@ Everything for a run lives under ``qfarm:run:<run_id>:``:
                 streams rows.jsonl from it with a cursor, so memory stays flat.
 * ``failed``    count of rows that carry an error
 * ``stage:<s>`` count of jobs that entered stage s (per-stage rates)
+* ``restored``  count of rows written back from rows.jsonl after Redis lost them
+* ``follower``  lease of the process draining the run's rows into its files
+* ``error``     a run-level error (e.g. a manifest workers cannot read); followers stop on it
 * ``cancelled`` present once the run is cancelled; tasks check it before starting
 * ``detail:<job_id>`` the full job record of a single query (claims, sidecar), for ``qfarm ask``
 

@@ -38,6 +38,9 @@ class Settings(BaseSettings):
     redis_url: str = "redis://127.0.0.1:6379/0"
     visibility_timeout_s: int = 3600
     broker_socket_timeout_s: float = 30.0
+    # How long a following producer waits for Redis to come back (reconnecting with
+    # backoff) before it detaches; the run itself goes on.
+    redis_reconnect_s: float = Field(default=300.0, ge=0)
     # Jobs per sweep message: the stages handle a bundle's jobs together (one search per
     # distinct question, prompts in flight together, one Redis round trip per step).
     # The generate worker then has up to -c x bundle_size requests in flight.

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from common.errors import InputError
+from common.errors import InputError, first_validation_error
 from common.models import Manifest
 
 
@@ -42,10 +42,9 @@ def read_manifest(run_dir: Path) -> Manifest:
     try:
         return Manifest.model_validate_json(text)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "manifest"
+        where, msg = first_validation_error(exc, "manifest")
         raise InputError(
-            f"{path}: invalid manifest at {where}: {first['msg']}; re-run the sweep or fix the file"
+            f"{path}: invalid manifest at {where}: {msg}; re-run the sweep or fix the file"
         ) from exc
 
 

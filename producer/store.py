@@ -12,6 +12,7 @@ import redis
 
 from common import keys
 from common.errors import ConfigError
+from common.jobs import manifest_from_json
 from common.models import Manifest
 
 
@@ -61,6 +62,8 @@ class Progress:
     failed: int
     stages: dict[str, int]
     cancelled: bool
+    error: str | None = None  # a run-level error a worker recorded (e.g. an unreadable manifest)
+    has_manifest: bool = True  # False: Redis lost the run (restarted without persistence)
 
 
 class ProducerStore:
@@ -75,8 +78,12 @@ class ProducerStore:
         pipe.execute()
 
     def manifest(self, run_id: str) -> Manifest | None:
+        """The run's manifest, None if Redis has none, a ManifestError if it is unreadable."""
         raw = self.client.get(keys.run_key(run_id, "manifest"))
-        return Manifest.model_validate_json(raw) if raw else None
+        return manifest_from_json(run_id, raw) if raw else None
+
+    def has_manifest(self, run_id: str) -> bool:
+        return bool(self.client.exists(keys.run_key(run_id, "manifest")))
 
     def run_ids(self, limit: int = 20) -> list[str]:
         return [r.decode() for r in self.client.zrevrange(keys.RUNS_KEY, 0, limit - 1)]
@@ -89,30 +96,77 @@ class ProducerStore:
         for stage in ("retrieve", "generate", "verify"):
             pipe.get(keys.stage_key(run_id, stage))
         pipe.exists(keys.run_key(run_id, "cancelled"))
-        done, failed, r, g, v, cancelled = pipe.execute()
+        pipe.get(keys.run_key(run_id, "error"))
+        pipe.exists(keys.run_key(run_id, "manifest"))
+        done, failed, r, g, v, cancelled, error, has_manifest = pipe.execute()
         return Progress(
             total=total,
             done=int(done),
             failed=int(failed or 0),
             stages={"retrieve": int(r or 0), "generate": int(g or 0), "verify": int(v or 0)},
             cancelled=bool(cancelled),
+            error=error.decode(errors="replace") if error else None,
+            has_manifest=bool(has_manifest),
         )
 
     def log_length(self, run_id: str) -> int:
         return int(self.client.llen(keys.run_key(run_id, "log")))
 
+    def log_head(self, run_id: str) -> tuple[int, bytes | None]:
+        """(length of the run's row log, its first job id): a changed first id means
+        the log was lost and rebuilt (a Redis restart without persistence)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.llen(keys.run_key(run_id, "log"))
+        pipe.lindex(keys.run_key(run_id, "log"), 0)
+        length, first = pipe.execute()
+        return int(length), first
+
     def read_rows(self, run_id: str, start: int, batch: int = 500) -> Iterator[bytes]:
         """Row JSON in landing order from position ``start``, fetched in batches."""
-        log_key, rows_key = keys.run_key(run_id, "log"), keys.run_key(run_id, "rows")
+        for ids, _ in self.read_log(run_id, start, batch):
+            yield from (raw for raw in self.rows_for(run_id, ids) if raw is not None)
+
+    def read_log(self, run_id: str, start: int, batch: int = 2000) -> Iterator[tuple[list[str], int]]:
+        """(job ids, how many log entries they are) in landing order from ``start``, in batches."""
+        log_key = keys.run_key(run_id, "log")
         pos = start
-        while True:
-            ids = self.client.lrange(log_key, pos, pos + batch - 1)
-            if not ids:
-                return
-            for raw in self.client.hmget(rows_key, ids):
-                if raw is not None:
-                    yield raw
+        while ids := self.client.lrange(log_key, pos, pos + batch - 1):
+            yield [i.decode() for i in ids], len(ids)
             pos += len(ids)
+
+    def rows_for(self, run_id: str, job_ids: list[str]) -> list[bytes | None]:
+        return self.client.hmget(keys.run_key(run_id, "rows"), job_ids) if job_ids else []
+
+    def restore_rows(self, run_id: str, rows: Iterable[tuple[str, bytes]], chunk: int = 500) -> int:
+        """Write (job id, row JSON) pairs that Redis lacks, set-if-absent as workers do
+        (rows hash, log, failure count); returns how many were missing."""
+        script = self.client.register_script(keys.WRITE_ROW_LUA)
+        rows_key = keys.run_key(run_id, "rows")
+        row_keys = [rows_key, keys.run_key(run_id, "log"), keys.run_key(run_id, "failed"),
+                    keys.run_key(run_id, "restored")]
+        restored = 0
+        part: list[tuple[str, bytes]] = []
+
+        def flush() -> int:
+            have = self.client.pipeline(transaction=False)
+            for job_id, _ in part:
+                have.hexists(rows_key, job_id)
+            todo = [(j, raw) for (j, raw), ok in zip(part, have.execute(), strict=True) if not ok]
+            pipe = self.client.pipeline(transaction=False)
+            for job_id, raw in todo:
+                failed = bool(json.loads(raw).get("error"))
+                script(keys=row_keys, args=[job_id, raw.rstrip(b"\n"), "1" if failed else "0",
+                                            keys.ROW_TTL_S], client=pipe)
+            return sum(bool(w) for w in pipe.execute()) if todo else 0
+
+        for item in rows:
+            part.append(item)
+            if len(part) >= chunk:
+                restored += flush()
+                part = []
+        if part:
+            restored += flush()
+        return restored
 
     def existing_job_ids(self, run_id: str, job_ids: Iterable[str], chunk: int = 1000) -> set[str]:
         rows_key = keys.run_key(run_id, "rows")

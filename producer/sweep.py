@@ -7,11 +7,15 @@ or a message is sent, so bad input leaves nothing half-written or half-enqueued.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import redis
+from kombu.exceptions import OperationalError
 
 from common.errors import InputError
 from common.jobs import bundle_label, expand_jobs, profile_id_for_model, ref_for
@@ -19,6 +23,7 @@ from common.models import Job, Manifest, Mode, Question
 from common.policy import Policy, governance_policy_hash, verifier_policy_hash
 from common.questions import digest_content, parse_questions
 from producer.aggregator import Aggregator
+from producer.lease import FollowerLease
 from producer.store import ProducerStore, Progress
 
 ENQUEUE_BATCH = 1000
@@ -168,45 +173,143 @@ def missing_jobs(plan: SweepPlan, store: ProducerStore) -> list[Job]:
     return [j for j in jobs if j.job_id not in have]
 
 
-def follow(
-    store: ProducerStore,
-    aggregator: Aggregator,
-    total: int,
-    *,
-    poll_s: float = 0.5,
-    settle_s: float = 3.0,
-    on_progress: Callable[[Progress], None] | None = None,
-    timeout_s: float | None = None,
-    reconcile: Callable[[], int] | None = None,
-    stall_s: float = 10.0,
-) -> Progress:
-    """Drain rows until every job has one, or the run is cancelled and quiet.
+# What a follower treats as "Redis is away for now": wait, reconnect, carry on.
+REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OperationalError)
 
-    ``reconcile`` is called when the run has made no progress for ``stall_s``;
-    it re-enqueues jobs whose messages were lost (see ``reconcile_run``).
+
+class RedisGone(Exception):
+    """Redis stayed unreachable longer than the follower was told to wait."""
+
+
+@dataclass
+class Follower:
+    """Follows a run until every job has a row: drains rows into rows.jsonl (while it
+    holds the run's follower lease), rides out Redis outages, heals a run Redis lost.
+
+    ``reconcile`` is called when the run has made no progress for ``stall_s``; it
+    re-enqueues jobs whose messages were lost (see ``reconcile_run``). ``say``
+    prints a line for the operator.
     """
-    deadline = time.monotonic() + timeout_s if timeout_s else None
-    last_done, quiet_since = -1, time.monotonic()
-    while True:
-        aggregator.drain()
-        prog = store.progress(aggregator.run_id, total)
-        if on_progress:
-            on_progress(prog)
-        if prog.done >= total:
-            aggregator.drain()
-            return prog
-        now = time.monotonic()
-        if prog.done != last_done:
-            last_done, quiet_since = prog.done, now
-        elif prog.cancelled and now - quiet_since >= settle_s:
-            aggregator.drain()
-            return prog
-        elif reconcile and not prog.cancelled and now - quiet_since >= stall_s:
-            reconcile()
-            quiet_since = now
-        if deadline and now > deadline:
-            return prog
-        time.sleep(poll_s)
+
+    store: ProducerStore
+    manifest: Manifest
+    rows_path: Path
+    lease: FollowerLease | None = None
+    reconcile: Callable[[], int] | None = None
+    say: Callable[[str], None] = print
+    reconnect_s: float = 300.0
+    poll_s: float = 0.5
+    settle_s: float = 3.0
+    stall_s: float = 10.0
+    aggregator: Aggregator | None = None
+    restored: int = 0  # rows written back into Redis from rows.jsonl
+    _watching: bool = field(default=False, repr=False)
+
+    @property
+    def run_id(self) -> str:
+        return self.manifest.run_id
+
+    @property
+    def total(self) -> int:
+        return self.manifest.n_jobs
+
+    def run(
+        self, on_progress: Callable[[Progress], None] | None = None, timeout_s: float | None = None
+    ) -> Progress:
+        """Follow until done, cancelled and quiet, or a run-level error; returns the last progress."""
+        deadline = time.monotonic() + timeout_s if timeout_s else None
+        last_done, quiet_since = -1, time.monotonic()
+        while True:
+            prog, was_down = self._poll_until_reachable()
+            now = time.monotonic()
+            if was_down:
+                quiet_since = now
+            if on_progress:
+                on_progress(prog)
+            if prog.error:
+                return prog
+            agg = self.aggregator
+            try:
+                if prog.done >= self.total and agg is not None:
+                    agg.drain()
+                    if agg.written < self.total:  # the log was rebuilt under our cursor
+                        agg.rescan()
+                    return prog
+                if prog.done != last_done:
+                    last_done, quiet_since = prog.done, now
+                elif prog.cancelled and now - quiet_since >= self.settle_s and agg is not None:
+                    agg.drain()
+                    return prog
+                elif (self.reconcile and agg is not None and not prog.cancelled
+                      and now - quiet_since >= self.stall_s):
+                    quiet_since = now
+                    self.reconcile()
+            except REDIS_DOWN:
+                pass  # the next poll waits for Redis to come back
+            if deadline and now > deadline:
+                return prog
+            time.sleep(self.poll_s)
+
+    def _poll_until_reachable(self) -> tuple[Progress, bool]:
+        """One poll; while Redis is unreachable, retry with backoff for up to ``reconnect_s``.
+        Returns the progress and whether Redis was away in between."""
+        down_since: float | None = None
+        backoff = self.poll_s
+        while True:
+            try:
+                prog = self._poll()
+            except REDIS_DOWN as exc:
+                now = time.monotonic()
+                if down_since is None:
+                    down_since = now
+                    self.say(f"run {self.run_id}: Redis unreachable ({type(exc).__name__}); "
+                             f"reconnecting for up to {self.reconnect_s:.0f}s (QFARM_REDIS_RECONNECT_S)")
+                if now - down_since > self.reconnect_s:
+                    raise RedisGone(f"Redis unreachable for {now - down_since:.0f}s") from exc
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            if down_since is not None:
+                self.say(f"run {self.run_id}: Redis is back after "
+                         f"{time.monotonic() - down_since:.1f}s; following again")
+            return prog, down_since is not None
+
+    def _poll(self) -> Progress:
+        holding = self.lease.hold() if self.lease else True
+        if holding and self.aggregator is None:
+            if self._watching:
+                self.say(f"run {self.run_id}: the other follower is gone; this one drains the rows now")
+            self.aggregator = Aggregator(self.store, self.run_id, self.rows_path)
+            self._watching = False
+        elif not holding and not self._watching:
+            holder = self.lease.holder() if self.lease else None
+            self.say(f"run {self.run_id}: rows are being drained by {holder or 'another follower'}; "
+                     "watching progress read-only (this one takes over if that one stops)")
+            self.aggregator, self._watching = None, True
+        prog = self.store.progress(self.run_id, self.total)
+        if self.aggregator is not None:
+            if not prog.has_manifest:
+                self.heal()
+            self.aggregator.drain()
+        return prog
+
+    def heal(self) -> None:
+        """Redis lost the run (restarted without persistence): put back its manifest and the
+        rows of rows.jsonl, then re-send the jobs that have neither a row nor a message."""
+        assert self.aggregator is not None
+        self.store.put_manifest(self.manifest)
+        restored = self.aggregator.restore_to_redis()
+        self.restored += restored
+        self.aggregator.cursor = 0
+        self.say(f"run {self.run_id}: Redis had lost this run; restored its manifest and "
+                 f"{restored} rows from {self.rows_path.name}")
+        if self.reconcile:
+            self.reconcile()
+
+    def release(self) -> None:
+        if self.lease is not None:
+            with contextlib.suppress(*REDIS_DOWN):
+                self.lease.release()
 
 
 def reconcile_run(app, plan: SweepPlan, store: ProducerStore, *, bundle_size: int = 1) -> int:

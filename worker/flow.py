@@ -28,12 +28,15 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 import redis
+from kombu.exceptions import OperationalError
 from pydantic import TypeAdapter
 
 from common import keys
+from common.errors import ManifestError
 from common.jobs import job_from_ref
 from common.models import Job, JobRecord, JobRef, Row, Timings, Usage
 from common.policy import governance_policy_hash
+from common.text import replace_lone_surrogates
 from worker import pipeline
 from worker.services import Services
 
@@ -42,13 +45,27 @@ log = logging.getLogger("qfarm.worker")
 Send = Callable[[str, list[JobRecord]], None]
 T = TypeVar("T")
 
-# Redis hiccups are retried by the task (the whole bundle; finished jobs are skipped).
-REDIS_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+# Redis or the broker connection failing (kombu wraps a failed publish in its
+# OperationalError): the task leaves its message for redelivery instead of
+# acknowledging work whose result or next stage was not stored.
+REDIS_ERRORS: tuple[type[Exception], ...] = (
+    redis.exceptions.ConnectionError,  # includes BusyLoadingError (a restarted server loading its AOF)
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ReadOnlyError,
+    OperationalError,
+)
 
 
 def _load_job(ref_data: dict, svc: Services) -> Job | None:
     ref = JobRef.model_validate(ref_data)
-    manifest = svc.store.manifest(ref.run_id)
+    try:
+        manifest = svc.store.manifest(ref.run_id)
+    except ManifestError as exc:
+        # Every job of the run would fail the same way: a run-level error the producer
+        # and `qfarm status` show, not a row per job nor a redelivery loop.
+        log.error("%s; dropping job %s", exc, ref.qid)
+        svc.store.set_run_error(ref.run_id, str(exc))
+        return None
     if manifest is None:
         log.error("run %s has no manifest in Redis (expired or deleted); dropping job", ref.run_id)
         return None
@@ -83,8 +100,27 @@ def _safely(record: JobRecord, step: Callable[[JobRecord], JobRecord]) -> JobRec
 
 
 def _failed(record: JobRecord, exc: Exception) -> JobRecord:
-    log.exception("job %s failed unexpectedly; it will be an error row", record.job.job_id)
-    return record.model_copy(update={"error": f"internal: {type(exc).__name__}: {exc}"})
+    # One line per failed job (its row carries the error); the traceback only at DEBUG,
+    # so an eager sweep's terminal is not flooded with them.
+    log.warning("job %s failed (%s: %s); it will be an error row", record.job.job_id,
+                type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG))
+    error = replace_lone_surrogates(f"internal: {type(exc).__name__}: {exc}")
+    return record.model_copy(update={"error": error})
+
+
+def _send(send: Send, stage: str, records: list[JobRecord], svc: Services) -> None:
+    """Forward a bundle; should it not go as a whole (a record that cannot be
+    serialised), each job goes alone and the one that cannot becomes its error row."""
+    try:
+        send(stage, records)
+    except REDIS_ERRORS:
+        raise
+    except Exception as exc:
+        if len(records) == 1:
+            write_rows([pipeline.finish(_failed(records[0], exc))], svc)
+            return
+        for record in records:
+            _send(send, stage, [record], svc)
 
 
 def _live(items: Sequence[T], job_of: Callable[[T], Job], svc: Services, stage: str) -> list[T]:
@@ -212,7 +248,7 @@ def handle_retrieve(ref_data: list[dict], svc: Services, send: Send) -> None:
     write_rows(rows, svc)
     forward = [r for r in records if not r.error]
     if forward:
-        send("generate", forward)
+        _send(send, "generate", forward, svc)
 
 
 # Records travel between stages as one JSON string (``dump_records``): pydantic's Rust
@@ -252,7 +288,7 @@ def handle_generate(record_data: str | list[dict], svc: Services, send: Send) ->
     records = _live(records, lambda r: r.job, svc, "generate")
     if records:
         records = _safely_many(records, lambda rs: pipeline.generation_stage_many(rs, svc.gateway))
-        send("verify", records)
+        _send(send, "verify", records, svc)
 
 
 def handle_verify(record_data: str | list[dict], svc: Services) -> None:
@@ -317,5 +353,7 @@ def internal_error_row(payload: dict, svc: Services, exc: BaseException) -> None
         # The write is set-if-absent: a job that already has a row keeps it.
         err = record.model_copy(update={"error": f"internal: {type(exc).__name__}: {exc}"})
         svc.store.write_row(pipeline.finish(err))
+    except REDIS_ERRORS:
+        raise  # the row is not stored: the message must be redelivered, not acknowledged
     except Exception:  # noqa: BLE001 - nothing more can be done; the task log has both
         log.exception("could not write the error row")

@@ -29,6 +29,7 @@ from common.preflight import rejected_verification, run_preflight
 from common.prompts import STOP, build_prompt
 from common.rows import build_row
 from common.sidecar import assess_answerability
+from common.text import replace_lone_surrogates
 from common.verify import verify_answer
 from worker.retrieval.base import Retriever
 
@@ -188,6 +189,9 @@ def _with_generation(record: JobRecord, result: Generation | ServiceError, t0: f
             record.model_copy(update={"generation": failed, "error": f"llm: {result}"}),
             llm_ms=failed.llm_ms,
         )
+    # A model's text is sanitised where the worker receives it: one lone surrogate would
+    # otherwise fail every serialisation of the record (and its bundle's message).
+    result = result.model_copy(update={"text": replace_lone_surrogates(result.text)})
     return _with_timing(
         record.model_copy(update={"generation": result}), llm_ms=result.llm_ms, ttft_ms=result.ttft_ms
     )

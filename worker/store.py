@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import redis
 
 from common import keys
+from common.jobs import manifest_from_json
 from common.models import JobRecord, Manifest, Row
 
 
@@ -29,11 +30,15 @@ class WorkerStore:
         raw = self.client.get(keys.run_key(run_id, "manifest"))
         if raw is None:
             return None
-        manifest = Manifest.model_validate_json(raw)
+        manifest = manifest_from_json(run_id, raw)
         self._manifests[run_id] = manifest
         while len(self._manifests) > self._cache_size:
             self._manifests.popitem(last=False)
         return manifest
+
+    def set_run_error(self, run_id: str, message: str) -> None:
+        """Record an error of the whole run (the first one stays); followers stop on it."""
+        self.client.set(keys.run_key(run_id, "error"), message, nx=True, ex=keys.ROW_TTL_S)
 
     def enter_stage(self, run_id: str, job_ids: Sequence[str], stage: str) -> tuple[bool, list[bool]]:
         """Count a bundle's jobs into ``stage``; returns (run cancelled, [job already has a row]).

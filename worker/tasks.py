@@ -1,15 +1,17 @@
 """Thin Celery tasks: take a bundle of jobs, call worker.flow, dispatch the next stage.
 
-Retries are declared here for broker/row-store hiccups only (the whole bundle is
-retried; jobs that already have a row are skipped); LLM retries live in the
-gateway alone (one retry layer, not three). Any other exception becomes an
-error row per job, so a failed job never leaves its sweep waiting forever.
+A broker/row-store failure sends the bundle's message back for redelivery (jobs
+that already have a row are skipped); LLM retries live in the gateway alone (one
+retry layer, not three). Any other exception becomes an error row per job, so a
+failed job never leaves its sweep waiting forever.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+
+from celery.exceptions import Reject
 
 from common.jobs import bundle_label
 from common.models import JobRecord
@@ -20,13 +22,15 @@ from worker.services import Services, get_services
 
 log = logging.getLogger("qfarm.worker")
 
-TASK_OPTIONS = {
-    "ignore_result": True,
-    "autoretry_for": REDIS_ERRORS,
-    "retry_backoff": True,
-    "retry_backoff_max": 30,
-    "max_retries": 8,
-}
+# No autoretry: Celery's retry publishes a copy of the message and acknowledges the
+# original, and when that publish fails (Redis is down) it drops the message. A Redis
+# error instead rejects the message with requeue: back at the head of its queue if Redis
+# answers, else left in kombu's unacked hash, restored after the visibility timeout.
+TASK_OPTIONS = {"ignore_result": True}
+
+# A publish to the next stage rides out a short broker blip before the task gives up
+# on it and leaves its own message for redelivery (about 6 s in all).
+PUBLISH_RETRY = {"max_retries": 5, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 2.0}
 
 
 def send_stage(stage: str, records: list[JobRecord]) -> None:
@@ -35,18 +39,28 @@ def send_stage(stage: str, records: list[JobRecord]) -> None:
         args=[flow.dump_records(records)],
         argsrepr=f"<{stage} {bundle_label(records[0].job, len(records))}>",
         kwargsrepr="",
+        retry=True,
+        retry_policy=PUBLISH_RETRY,
     )
 
 
 def _guarded(payloads: str | list[dict], body: Callable[[Services], None]) -> None:
     svc = get_services()
     try:
-        body(svc)
-    except REDIS_ERRORS:
-        raise  # declared retry
-    except Exception as exc:
-        log.exception("bundle failed unexpectedly; writing error rows for its jobs")
-        flow.internal_error_rows(payloads, svc, exc)
+        try:
+            body(svc)
+        except REDIS_ERRORS:
+            raise
+        except Exception as exc:
+            log.error("bundle failed unexpectedly (%s: %s); writing error rows for its jobs",
+                      type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG))
+            flow.internal_error_rows(payloads, svc, exc)
+    except REDIS_ERRORS as exc:
+        # Never acknowledge work whose rows or next stage were not stored: redeliver it
+        # (jobs that got a row meanwhile are skipped).
+        log.warning("Redis/broker error (%s: %s); the bundle's message goes back for redelivery",
+                    type(exc).__name__, exc)
+        raise Reject(exc, requeue=True) from exc
 
 
 def _bundle(payload: dict | list[dict] | str) -> list[dict] | str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from common.errors import InputError
+from common.errors import InputError, ManifestError
 from common.settings import load_settings
 
 
@@ -24,16 +24,24 @@ def run(args: argparse.Namespace) -> int:
     store = ProducerStore(connect(settings.redis_url))
     run_ids = [args.run_id] if args.run_id else store.run_ids(args.limit)
     for run_id in run_ids:
-        manifest = store.manifest(run_id)
+        try:
+            manifest = store.manifest(run_id)
+        except ManifestError as exc:
+            print(f"{run_id}  failed    {exc}")
+            continue
         if manifest is None:
             raise InputError(f"run {run_id}: not found in Redis ({redact_url(settings.redis_url)})")
         prog = store.progress(run_id, manifest.n_jobs)
         age = time.time() - manifest.created_at
         state = "cancelled" if prog.cancelled else ("complete" if prog.done >= prog.total else "running")
+        if prog.error:
+            state = "failed"
         stages = " ".join(f"{k}={v}" for k, v in prog.stages.items())
         print(f"{run_id}  {state:9s} {prog.done}/{prog.total} rows  failed={prog.failed}  "
               f"stages: {stages}  modes={','.join(m.value for m in manifest.modes)}  "
               f"age={age / 60:.1f} min")
+        if prog.error:
+            print(f"  error: {prog.error}")
     if not run_ids:
         print("no runs in Redis")
     lengths = store.queue_lengths()

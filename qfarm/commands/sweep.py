@@ -106,6 +106,11 @@ def _run_eager(args, settings: Settings, modes, policy, loaded) -> int:
             bar.close()
             svc.close()
         agg.drain()
+    error = store.progress(plan.manifest.run_id, plan.manifest.n_jobs).error
+    if error:
+        update_run_status(run_dir, status="failed", error=error, rows=agg.written)
+        print(f"run {plan.manifest.run_id} failed: {error}", file=sys.stderr)
+        return 1
     return _finish(run_dir, plan.manifest.n_jobs, agg.written)
 
 
@@ -143,7 +148,7 @@ def _run_distributed(args, settings: Settings, modes, policy, loaded) -> int:
     if args.detach:
         print(f"detached; follow with: qfarm sweep --attach {plan.manifest.run_id}", file=sys.stderr)
         return 0
-    return _follow(store, run_dir, plan.manifest.run_id, plan.manifest.n_jobs, args.quiet,
+    return _follow(store, run_dir, plan.manifest, args.quiet, settings,
                    reconcile=_reconciler(app, plan, store, settings.bundle_size))
 
 
@@ -161,7 +166,7 @@ def _resume_or_attach(args, settings: Settings) -> int:
     if manifest.eager:
         raise InputError(f"run {run_id} was an eager run; eager runs cannot be resumed, rerun it")
     store = ProducerStore(connect(settings.redis_url))
-    if store.manifest(run_id) is None:
+    if not store.has_manifest(run_id):
         store.put_manifest(manifest)  # Redis lost it (restart): restore before re-enqueueing
     app = configure_app(settings)
     plan = None
@@ -178,12 +183,31 @@ def _resume_or_attach(args, settings: Settings) -> int:
             raise
         print(f"warning: {manifest.question_file} is gone or changed; following run {run_id} "
               "without re-sending lost jobs", file=sys.stderr)
+    from producer.lease import FollowerLease  # noqa: PLC0415
+
+    lease = FollowerLease(store.client, run_id)
+    recovered = None
     if args.resume:
         runtime.require_endpoints_for_workers(settings)
+        recovered = _recover(store, run_dir, manifest, lease)
         sent = enqueue_jobs(app, missing_jobs(plan, store), bundle_size=settings.bundle_size)
         print(f"run {run_id}: re-enqueued {sent} jobs without a row", file=sys.stderr)
     reconcile = _reconciler(app, plan, store, settings.bundle_size) if plan else None
-    return _follow(store, run_dir, run_id, manifest.n_jobs, args.quiet, reconcile=reconcile)
+    return _follow(store, run_dir, manifest, args.quiet, settings, reconcile=reconcile,
+                   recovered=recovered, lease=lease)
+
+
+def _recover(store, run_dir: Path, manifest, lease) -> dict[str, int]:
+    """Before re-sending jobs: rows only in rows.jsonl go back to Redis (it lost them in a
+    restart), rows only in Redis go into rows.jsonl (if no other follower drains the run)."""
+    from producer.aggregator import Aggregator  # noqa: PLC0415
+
+    agg = Aggregator(store, manifest.run_id, run_dir / "rows.jsonl")
+    from_file = agg.restore_to_redis()
+    from_redis = agg.drain() if lease.hold() else 0
+    print(f"run {manifest.run_id}: recovered {from_file} rows from rows.jsonl and "
+          f"{from_redis} from Redis", file=sys.stderr)
+    return {"rows_recovered_from_file": from_file, "rows_recovered_from_redis": from_redis}
 
 
 def _reconciler(app, plan, store, bundle_size: int):
@@ -193,19 +217,25 @@ def _reconciler(app, plan, store, bundle_size: int):
         sent = reconcile_run(app, plan, store, bundle_size=bundle_size)
         if sent:
             print(f"\nrun {plan.manifest.run_id}: {sent} jobs had no row and no message left "
-                  "(lost with a killed worker); re-enqueued them", file=sys.stderr)
+                  "(lost with a killed worker or a Redis restart); re-enqueued them", file=sys.stderr)
         return sent
 
     return reconcile
 
 
-def _follow(store, run_dir: Path, run_id: str, total: int, quiet: bool, reconcile=None) -> int:
-    from producer.aggregator import Aggregator  # noqa: PLC0415
-    from producer.sweep import follow  # noqa: PLC0415
+def _follow(store, run_dir: Path, manifest, quiet: bool, settings: Settings, reconcile=None,
+            recovered: dict[str, int] | None = None, lease=None) -> int:
+    from producer.lease import FollowerLease  # noqa: PLC0415
+    from producer.runs import update_run_status  # noqa: PLC0415
+    from producer.sweep import Follower, RedisGone  # noqa: PLC0415
 
-    agg = Aggregator(store, run_id, run_dir / "rows.jsonl")
+    run_id, total = manifest.run_id, manifest.n_jobs
     bar = _progress_bar(total, quiet)
     t0, first = time.monotonic(), None
+
+    def say(line: str) -> None:
+        bar.clear()
+        print(line, file=sys.stderr, flush=True)
 
     def show(prog) -> None:
         nonlocal first
@@ -215,28 +245,51 @@ def _follow(store, run_dir: Path, run_id: str, total: int, quiet: bool, reconcil
         bar.set_postfix_str(
             f"failed={prog.failed} " + " ".join(f"{k}={r:.1f}/s" for k, r in rate.items()), refresh=False
         )
-        bar.update(prog.done - bar.n)
+        bar.update(max(0, prog.done - bar.n))
 
+    follower = Follower(store, manifest, run_dir / "rows.jsonl",
+                        lease=lease or FollowerLease(store.client, run_id), reconcile=reconcile, say=say,
+                        reconnect_s=settings.redis_reconnect_s)
     try:
-        prog = follow(store, agg, total, on_progress=show, reconcile=reconcile)
+        prog = follower.run(on_progress=show)
     except KeyboardInterrupt:
         bar.close()
+        follower.release()
         print(f"\ndetached; the run goes on. Re-attach with: qfarm sweep --attach {run_id}"
               f"  (cancel with: qfarm cancel {run_id})", file=sys.stderr)
         return 130
+    except RedisGone as exc:
+        bar.close()
+        update_run_status(run_dir, status="detached: Redis unreachable")
+        print(f"\nrun {run_id}: {exc}; detached (workers carry on once Redis is back). "
+              f"Re-attach with: qfarm sweep --attach {run_id}", file=sys.stderr)
+        return 1
     bar.close()
+    written = follower.aggregator.written if follower.aggregator else 0
+    extra = dict(recovered or {})
+    if follower.restored:
+        extra["rows_restored_to_redis"] = follower.restored
+    if prog.error:
+        follower.release()
+        update_run_status(run_dir, status="failed", error=prog.error, rows=written, **extra)
+        print(f"run {run_id} failed: {prog.error}", file=sys.stderr)
+        return 1
     if prog.cancelled:
         print(f"run {run_id} was cancelled: {total - prog.done} jobs have no row", file=sys.stderr)
-    return _finish(run_dir, total, agg.written, cancelled=prog.cancelled)
+    try:
+        return _finish(run_dir, total, written, cancelled=prog.cancelled, **extra)
+    finally:
+        follower.release()
 
 
-def _finish(run_dir: Path, total: int, written: int, *, cancelled: bool = False) -> int:
+def _finish(run_dir: Path, total: int, written: int, *, cancelled: bool = False,
+            **status: object) -> int:
     from bench.reporting import write_summary  # noqa: PLC0415
     from producer.runs import update_run_status  # noqa: PLC0415
 
     state = "complete" if written >= total else ("cancelled" if cancelled else "incomplete")
-    update_run_status(run_dir, status=state,
-                      finished_at=time.time(), rows=written)
+    # ``written`` counts distinct job ids: the run is complete when every planned job has a row.
+    update_run_status(run_dir, status=state, finished_at=time.time(), rows=written, **status)
     summary = write_summary(run_dir)
     print(f"rows:    {run_dir / 'rows.jsonl'}  ({written}/{total} jobs)")
     print(f"summary: {summary}")

@@ -227,3 +227,109 @@ def test_a_one_job_message_from_before_bundles_is_still_run(eager):
     tasks.retrieve.apply_async(args=[ref])  # a dict, as messages were before bundles
     (raw,) = list(store.read_rows("r", 0))
     assert json.loads(raw)["job_id"] == job.job_id and gateway.calls == 1
+
+
+def test_a_failed_hand_off_to_the_next_stage_leaves_the_message_for_redelivery(eager, monkeypatch):
+    """Issue 11.2: kombu's OperationalError on the publish was taken for a bug, an error
+    row was attempted and the message acknowledged; now the message is requeued."""
+    from celery.exceptions import Reject
+    from kombu.exceptions import OperationalError
+
+    from worker import tasks
+
+    svc, store, gateway = eager
+    _, ref = a_ref()
+
+    def broker_down(stage, records):
+        raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(tasks, "send_stage", broker_down)
+    with pytest.raises(Reject) as caught:
+        tasks.retrieve.run([ref])
+    assert caught.value.requeue is True
+    assert list(store.read_rows("r", 0)) == []  # no error row for a job that did not fail
+
+
+def test_an_error_row_that_cannot_be_stored_leaves_the_message_for_redelivery(eager, monkeypatch):
+    import redis
+    from celery.exceptions import Reject
+
+    from worker import tasks
+
+    svc, store, _ = eager
+    svc._retriever = BrokenRetriever()  # noqa: SLF001 - a bug, so the task writes error rows
+
+    def refused(*args, **kwargs):
+        raise redis.exceptions.ConnectionError("Connection refused")
+
+    monkeypatch.setattr(svc.store, "write_row", refused)
+    monkeypatch.setattr(svc.store, "write_rows", refused)
+    _, ref = a_ref()
+    with pytest.raises(Reject) as caught:
+        tasks.retrieve.run([ref])
+    assert caught.value.requeue is True
+
+
+class SurrogateForOne(Canned):
+    """A model whose reply to one question carries a lone surrogate (invalid in UTF-8)."""
+
+    def generate(self, prompt, sampling, *, job_id):
+        gen = super().generate(prompt, sampling, job_id=job_id)
+        if "Napoleon" in prompt:
+            return gen.model_copy(update={"text": gen.text + " \ud800 and \udfff"})
+        return gen
+
+
+def test_a_lone_surrogate_in_one_reply_fails_nothing(eager, capsys):
+    """Issue 11.5: a reply with "\\ud800" made all 8 jobs of its bundle
+    `internal: PydanticSerializationError`, and eager mode printed a traceback."""
+    from worker import tasks
+
+    svc, store, _ = eager
+    svc._gateway = SurrogateForOne()  # noqa: SLF001
+    manifest_for(store, "s", 2, 4)
+    jobs, refs = bundle_refs("s", n=4)
+    tasks.retrieve.apply_async(args=[refs])
+    rows = [json.loads(r) for r in store.read_rows("s", 0)]
+    assert sorted(r["job_id"] for r in rows) == sorted(j.job_id for j in jobs)
+    assert [r["error"] for r in rows] == [None] * 8
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_record_that_cannot_be_sent_is_that_jobs_error_row_only(eager):
+    from worker import flow, pipeline
+
+    svc, store, gateway = eager
+    manifest_for(store, "x", 2, 1)
+    jobs, _ = bundle_refs("x", n=1)
+    records = [pipeline.retrieval_stage(pipeline.begin(j), svc.retriever) for j in jobs]
+    sent = []
+
+    def send(stage, bundle):
+        flow.dump_records(bundle)
+        if any(r.job.job_id == jobs[1].job_id for r in bundle):
+            raise ValueError("cannot serialise this one")
+        sent.extend(bundle)
+
+    flow.handle_generate(flow.dump_records(records), svc, send)
+    assert [r.job.job_id for r in sent] == [jobs[0].job_id]
+    (row,) = [json.loads(r) for r in store.read_rows("x", 0)]
+    assert row["job_id"] == jobs[1].job_id and "cannot serialise" in row["error"]
+
+
+def test_a_manifest_workers_cannot_read_is_a_run_level_error(eager):
+    """Issue 11.6: `title_boost=inf` went into the manifest as null; every job then failed
+    to load, no row was written and the producer re-sent the jobs forever."""
+    from common import keys
+    from worker import tasks
+
+    svc, store, gateway = eager
+    manifest_for(store, "m", 2, 1)
+    raw = json.loads(store.client.get(keys.run_key("m", "manifest")))
+    raw["policy"]["title_boost"] = None  # what pydantic writes for a non-finite float
+    store.client.set(keys.run_key("m", "manifest"), json.dumps(raw))
+    _, refs = bundle_refs("m", n=1)
+    tasks.retrieve.apply_async(args=[refs])
+    prog = store.progress("m", 2)
+    assert prog.error and "policy.title_boost" in prog.error and "new sweep" in prog.error
+    assert prog.done == 0 and gateway.calls == 0

@@ -1,0 +1,89 @@
+"""Workers killed with SIGKILL (pool children, then the main process), an endpoint
+killed mid-run, and the simulator's injected HTTP faults."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def test_kill_9_of_pool_children_and_then_of_the_main_process(
+    redis_server, farm_on, tmp_path, kit, simulator
+):
+    farm = farm_on(redis_server)
+    n = 5  # 150 jobs
+    planned = kit.planned_ids(n)
+    victim = farm.start_worker("victim", pool="prefork", concurrency=2)
+    calls = kit.llm_calls(simulator)
+    sweep, run_id, rows_key = kit.followed_sweep(farm, tmp_path, n)
+    assert farm.wait_for(lambda: farm.redis.hlen(rows_key) >= 20, timeout_s=120)
+    pool = children(victim.pid)
+    assert pool, "the prefork worker has no children"
+    t_fault = time.time()
+    for pid in pool:
+        os.kill(pid, signal.SIGKILL)  # the main process replaces them; their tasks are redelivered
+    done = farm.redis.hlen(rows_key)
+    assert farm.wait_for(lambda: farm.redis.hlen(rows_key) >= done + 20, timeout_s=120)
+    os.kill(victim.pid, signal.SIGKILL)  # the main process alone: its unacked messages wait
+    farm.start_worker("survivor", concurrency=8)
+    _, err = sweep.communicate(timeout=240)
+    assert sweep.returncode == 0, err
+    kit.assert_exactly_once(farm, run_id, planned)
+    kit.fault_cost(farm, run_id, "worker kill -9: pool children, then the main process", t_fault,
+                   planned=len(planned), llm_calls=kit.llm_calls(simulator) - calls, stderr=err)
+
+
+def test_an_endpoint_killed_mid_run_fails_over_to_the_other(redis_server, farm_on, tmp_path, kit):
+    from ops.sim.launch import start_simulator
+
+    with start_simulator(ttft_ms=0, tpot_ms=0) as one, start_simulator(ttft_ms=0, tpot_ms=0) as two:
+        farm = farm_on(redis_server, endpoints=f"{one.url},{two.url}")
+        n = 5
+        planned = kit.planned_ids(n)
+        farm.start_worker("w1", concurrency=8)
+        sweep, run_id, rows_key = kit.followed_sweep(farm, tmp_path, n)
+        assert farm.wait_for(lambda: farm.redis.hlen(rows_key) >= 30, timeout_s=120)
+        t_fault = time.time()
+        two.kill()
+        _, err = sweep.communicate(timeout=240)
+        assert sweep.returncode == 0, err
+        kit.assert_exactly_once(farm, run_id, planned)
+        kit.fault_cost(farm, run_id, "one of two endpoints kill -9", t_fault, planned=len(planned),
+                       stderr=err)
+        rows = farm.rows(run_id)
+        assert [r["error"] for r in rows.values() if r["error"]] == []
+        assert {r["endpoint"] for r in rows.values()} >= {one.url}
+
+
+def test_injected_http_faults_end_as_rows_each_job_once(redis_server, farm_on, tmp_path, kit):
+    from ops.sim.launch import start_simulator
+
+    faults = {"429": 0.05, "503": 0.1, "drop": 0.05, "malformed": 0.05, "empty": 0.05}
+    with start_simulator(ttft_ms=0, tpot_ms=0, fault_rates=faults, retry_after_s=0.2, seed=7) as sim:
+        farm = farm_on(redis_server, endpoints=sim.url, QFARM_LLM_BACKOFF_BASE_S="0.05",
+                       QFARM_LLM_BACKOFF_MAX_S="0.5", QFARM_LLM_BREAKER_COOLDOWN_S="0.5")
+        n = 5
+        planned = kit.planned_ids(n)
+        farm.start_worker("w1", concurrency=8)
+        t_start = time.time()
+        sweep, run_id, _ = kit.followed_sweep(farm, tmp_path, n)
+        _, err = sweep.communicate(timeout=240)
+        assert sweep.returncode == 0, err
+        kit.assert_exactly_once(farm, run_id, planned)
+        kit.fault_cost(farm, run_id, f"injected HTTP faults {faults}", t_start, planned=len(planned),
+                       llm_calls=kit.llm_calls(sim), stderr=err)
+        injected = sim.stats()["faults"]
+        assert sum(injected.values()) >= 10, injected  # the simulator did inject faults
