@@ -246,9 +246,9 @@ class Viewer:
         out += self._error_section(run_id, stats)
         out += self._timing_section(stats)
         plots = [p for p in (STRICT_PLOT, LATENCY_PLOT) if (self.results_dir / run_id / p).is_file()]
-        if plots:
-            out.append("<h2>Plots</h2>" + "".join(
-                f'<img src="/runs/{h(quote(run_id))}/files/{p}" alt="{p}">' for p in plots))
+        out.append("<h2>Plots</h2>" + ("".join(
+            f'<img src="/runs/{h(quote(run_id))}/files/{p}" alt="{p}">' for p in plots)
+            or f"<p class=note>No plots yet: <code>qfarm report {h(run_id)}</code> draws them.</p>"))
         return _page(f"run {run_id}", "".join(out))
 
     def _mode_section(self, run_id: str, stats: Any, modes: list[str]) -> list[str]:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from bench.perf.viewer import write_synthetic_run
+from producer.reports import write_summary
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -32,7 +33,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[str]:
     results = tmp_path / "results"
-    write_synthetic_run(results, "20260101-000000-aaaaaa", 30)
+    write_summary(write_synthetic_run(results, "20260101-000000-aaaaaa", 30))  # draws the plots
     b = write_synthetic_run(results, "20260101-010000-bbbbbb", 30)
     rows = [json.loads(line) for line in (b / "rows.jsonl").open()]
     for r in rows[::4]:
@@ -83,18 +84,23 @@ def shot(driver: object, tmp_path: Path, name: str) -> None:
 
 def test_runs_run_rows_row_compare_in_chromium(server: str, browser: object, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
 
     d = browser
     d.get(server)  # type: ignore[attr-defined]
     assert "Runs in" in d.title or d.find_element(By.TAG_NAME, "h1").text.startswith("Runs in")
     shot(d, tmp_path, "1-runs")
     d.find_element(By.LINK_TEXT, "20260101-000000-aaaaaa").click()
+    WebDriverWait(d, 20).until(lambda drv: drv.title.startswith("run "))
     assert d.find_element(By.TAG_NAME, "h1").text.startswith("Run 20260101-000000-aaaaaa")
+    loaded = "return Array.from(document.images).filter(i => i.complete && i.naturalWidth).length"
+    WebDriverWait(d, 20).until(lambda drv: drv.execute_script(loaded) == 2)
     shot(d, tmp_path, "2-run")
 
     link = d.find_element(By.PARTIAL_LINK_TEXT, "CITATION_MISMATCH ")
     count = int(link.text.split()[-1])
     link.click()
+    WebDriverWait(d, 20).until(lambda drv: drv.title.startswith("rows of "))
     assert int(d.find_element(By.ID, "matched").text) == count
     cells = d.find_elements(By.CSS_SELECTOR, "table.rows tbody tr td:nth-child(8)")
     assert len(cells) == min(count, 50)
@@ -102,6 +108,7 @@ def test_runs_run_rows_row_compare_in_chromium(server: str, browser: object, tmp
     shot(d, tmp_path, "3-rows")
 
     d.find_element(By.CSS_SELECTOR, "table.rows tbody tr td a").click()
+    WebDriverWait(d, 20).until(lambda drv: drv.title.startswith("row "))
     cited = d.find_elements(By.CSS_SELECTOR, ".evidence.cited")
     assert cited, "no evidence block highlighted"
     pointer = d.find_element(By.CSS_SELECTOR, "a.cite mark")
@@ -116,6 +123,7 @@ def test_runs_run_rows_row_compare_in_chromium(server: str, browser: object, tmp
     d.find_element(By.CSS_SELECTOR, "select[name=a] option[value='20260101-000000-aaaaaa']").click()
     d.find_element(By.CSS_SELECTOR, "select[name=b] option[value='20260101-010000-bbbbbb']").click()
     d.find_element(By.CSS_SELECTOR, "form.filters button").click()
+    WebDriverWait(d, 20).until(lambda drv: drv.title.startswith("compare 2026"))
     heading = d.find_element(By.XPATH, "//h2[starts-with(., 'Verdicts that changed')]").text
     assert int(heading.split("(")[1].rstrip(")")) > 0
     assert d.find_elements(By.CSS_SELECTOR, "table.compare tbody tr")

@@ -11,7 +11,7 @@ import pytest
 
 from bench.perf.viewer import synthetic_row, write_synthetic_run
 from common.models import ViolationKind
-from producer.reports import read_stats
+from producer.reports import read_stats, write_summary
 from producer.viewer.pages import MEANINGS, PAGE_SIZE, Viewer
 
 XSS = "<script>alert(1)</script>"
@@ -81,6 +81,16 @@ def test_run_page_counts_link_to_exactly_those_rows(results: Path) -> None:
         path, _, query = url.partition("?")
         html = get(viewer, path, **dict(p.split("=") for p in query.split("&")))
         assert f"<span id=matched>{expected}</span>" in html
+
+
+def test_run_page_shows_plots_once_drawn(results: Path) -> None:
+    viewer = Viewer(results)
+    assert "No plots yet" in get(viewer, "/runs/run-a")
+    write_summary(results / "run-a")
+    html = get(viewer, "/runs/run-a")
+    assert '<img src="/runs/run-a/files/strict_rate.png"' in html
+    png = viewer.handle("/runs/run-a/files/strict_rate.png", {})
+    assert png.content_type == "image/png" and png.body.startswith(b"\x89PNG")
 
 
 def test_rows_filters_and_pages_match_a_plain_scan(results: Path) -> None:
