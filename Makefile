@@ -37,3 +37,4 @@ bench: install
 	$(BIN)/python -m bench.perf.saturation --driver farm --jobs 1200
 	$(BIN)/python -m bench.perf.orchestration
 	$(BIN)/python -m bench.perf.enqueue
+	$(BIN)/python -m bench.perf.viewer

@@ -25,6 +25,7 @@ COMMANDS = (
     "status",
     "cancel",
     "policy",
+    "view",
 )
 
 

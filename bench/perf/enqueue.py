@@ -70,9 +70,9 @@ def child_producer(jobs: int, bundle: int) -> None:
 
 
 def child_aggregator(run_id: str, out: str) -> None:
-    from bench.reporting import write_summary
     from common.settings import Settings
     from producer.aggregator import Aggregator
+    from producer.reports import write_summary
     from producer.runs import write_json_atomic
     from producer.store import ProducerStore, connect
 

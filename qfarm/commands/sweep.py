@@ -284,7 +284,7 @@ def _follow(store, run_dir: Path, manifest, quiet: bool, settings: Settings, rec
 
 def _finish(run_dir: Path, total: int, written: int, *, cancelled: bool = False,
             **status: object) -> int:
-    from bench.reporting import write_summary  # noqa: PLC0415
+    from producer.reports import write_summary  # noqa: PLC0415
     from producer.runs import update_run_status  # noqa: PLC0415
 
     state = "complete" if written >= total else ("cancelled" if cancelled else "incomplete")

@@ -11,7 +11,11 @@ from typing import Any
 
 import pytest
 
-from bench.reporting import (
+from common.errors import InputError
+from common.models import Manifest
+from common.policy import Policy, build_policy, governance_policy_hash, verifier_policy_hash
+from common.report import render_stats
+from producer.reports import (
     LATENCY_PLOT,
     STRICT_PLOT,
     read_stats,
@@ -19,10 +23,6 @@ from bench.reporting import (
     write_compare,
     write_summary,
 )
-from common.errors import InputError
-from common.models import Manifest
-from common.policy import Policy, build_policy, governance_policy_hash, verifier_policy_hash
-from common.report import render_stats
 from qfarm.cli import main
 
 MODES = ("quote", "claim_lattice_pointer", "claim_lattice")

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from common.compare import Comparison, compare_runs, render_compare
 from common.errors import InputError
@@ -41,6 +41,48 @@ DELTA_PLOT = "compare_deltas.png"
 # --------------------------------------------------------------------------- reading
 
 
+class RowLine(NamedTuple):
+    offset: int  # byte offset of the line in the file
+    end: int  # byte offset just past it
+    lineno: int  # counted from where reading started
+    row: dict[str, Any] | None  # None: not a JSON object
+    complete: bool  # ends in a newline (a live run may be writing the last one)
+
+
+def iter_rows(rows_path: Path, start: int = 0) -> Iterator[RowLine]:
+    """Every non-blank line of ``rows.jsonl`` from byte ``start``, parsed.
+
+    The one parser of rows files: the summary, the comparison and the viewer's
+    index all read through it. A missing file yields nothing.
+    """
+    try:
+        fh = rows_path.open("rb")
+    except FileNotFoundError:
+        return
+    with fh:
+        fh.seek(start)
+        offset = start
+        for lineno, raw in enumerate(fh, start=1):
+            at, offset = offset, offset + len(raw)
+            if raw.strip():
+                yield RowLine(at, offset, lineno, _parse_row(raw), raw.endswith(b"\n"))
+
+
+def _parse_row(raw: bytes) -> dict[str, Any] | None:
+    try:
+        row = json.loads(raw.decode("utf-8", errors="replace"))
+    except json.JSONDecodeError:
+        return None
+    return row if isinstance(row, dict) else None
+
+
+def read_row_at(rows_path: Path, offset: int) -> dict[str, Any] | None:
+    """The row that starts at byte ``offset`` (from ``iter_rows``), or None if unreadable."""
+    with rows_path.open("rb") as fh:
+        fh.seek(offset)
+        return _parse_row(fh.readline())
+
+
 def read_stats(rows_path: Path) -> RunStats:
     """Stream ``rows.jsonl`` into ``RunStats``; a missing file is a run with no rows yet.
 
@@ -48,21 +90,11 @@ def read_stats(rows_path: Path) -> RunStats:
     and named in the summary, not fatal.
     """
     stats = RunStats()
-    if not rows_path.exists():
-        return stats
-    with rows_path.open(encoding="utf-8", errors="replace") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                stats.note_unreadable(lineno)
-                continue
-            if not isinstance(row, dict):
-                stats.note_unreadable(lineno)
-                continue
-            stats.add(row)
+    for line in iter_rows(rows_path):
+        if line.row is None:
+            stats.note_unreadable(line.lineno)
+        else:
+            stats.add(line.row)
     return stats
 
 

@@ -1,0 +1,608 @@
+"""HTML pages of the viewer: runs, run, rows, row and compare, plus a JSON progress probe.
+
+Every value from a manifest or a row is escaped (row text is model output).
+Runs are read through ``producer.reports`` and ``producer.viewer.index``, the
+same reader as ``qfarm report``; numbers are rendered with ``common.report``'s
+formatters and compared with ``common.compare``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from html import escape
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from common.compare import Comparison, compare_runs
+from common.errors import InputError
+from common.models import Manifest, ViolationKind
+from common.report import _warnings, fmt_ms, fmt_num, fmt_pct, fmt_time
+from common.runstats import STAGES
+from producer.reports import DELTA_PLOT, LATENCY_PLOT, MANIFEST, STRICT_PLOT, check_floor
+from producer.runs import read_manifest, read_run_status
+from producer.viewer.index import FILTERS, RowsCache, RunRows
+
+PAGE_SIZE = 50
+LIVE_STATES = ("running", "enqueueing")
+PLOTS = (STRICT_PLOT, LATENCY_PLOT, DELTA_PLOT)
+STATIC = {"viewer.css": "text/css; charset=utf-8", "viewer.js": "text/javascript; charset=utf-8"}
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
+POINTER = re.compile(r"\[(E\d+)\]")
+
+# One line per violation kind: what the verifier saw (docs/grounding.md has the rules).
+MEANINGS: dict[ViolationKind, str] = {
+    ViolationKind.NO_EVIDENCE_POINTER: "a claim line carries no [E#] pointer to the evidence",
+    ViolationKind.FORMAT_COLLAPSED: "the answer lost the required format (one blob, no claim lines)",
+    ViolationKind.SCHEMA_INVALID: "structured output did not match the JSON schema",
+    ViolationKind.CITATION_MISMATCH: "a claim cites evidence that does not contain it",
+    ViolationKind.TITLE_MISMATCH: "a claim names a passage title other than the cited one",
+    ViolationKind.TOO_MANY_CLAIMS: "more claims than the cap for this question allows",
+    ViolationKind.TOO_MANY_EVIDENCE_IDS: "a claim cites more evidence ids than allowed",
+    ViolationKind.POINTER_OVERFLOW_TRIMMED: "extra pointers beyond the limit were dropped",
+    ViolationKind.WARRANT_MISSING: "a claim lacks the warrant its mode requires",
+    ViolationKind.LAZY_ANCHOR_DEMOTE: "the warrant only repeats the claim; demoted to an anchor",
+    ViolationKind.DEFLECTION_DETECTED: "the answer deflects instead of answering",
+    ViolationKind.BROAD_QUANTIFIER_RUNAWAY: "a broad question drew an unbounded list of claims",
+    ViolationKind.BROAD_QUANTIFIER_CAP_APPLIED: "claims beyond the broad-question cap were not admitted",
+    ViolationKind.BROAD_QUANTIFIER_SCOPE_UNBOUND: "a broad question has no bounded scope",
+    ViolationKind.BROAD_QUANTIFIER_REJECTED: "the broad question was rejected before retrieval",
+}
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    content_type: str
+    body: bytes
+
+
+class NotFound(Exception):
+    pass
+
+
+def h(value: object) -> str:
+    return escape("" if value is None else str(value), quote=True)
+
+
+def _page(title: str, body: str, *, status: int = 200) -> Response:
+    html = (
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        f"<title>{h(title)} · qfarm</title>"
+        '<link rel=stylesheet href="/static/viewer.css"><script defer src="/static/viewer.js"></script>'
+        '</head><body><nav><a href="/">runs</a> · <a href="/compare">compare</a></nav>'
+        f"<main>{body}</main></body></html>"
+    )
+    return Response(status, "text/html; charset=utf-8", html.encode())
+
+
+def _table(header: Iterable[str], rows: Iterable[Iterable[str]], *, cls: str = "") -> str:
+    """Cells are HTML already (callers escape); header cells are escaped here."""
+    head = "".join(f"<th>{h(c)}</th>" for c in header)
+    if not any(header):
+        head = ""  # a two-column facts table needs no header row
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
+    thead = f"<thead><tr>{head}</tr></thead>" if head else ""
+    return f'<table class="{cls}">{thead}<tbody>{body}</tbody></table>'
+
+
+def _rows_link(run_id: str, text: object, **filters: str) -> str:
+    return f'<a href="{h(_rows_url(run_id, **filters))}">{h(text)}</a>'
+
+
+def _rows_url(run_id: str, **params: Any) -> str:
+    query = urlencode({k: v for k, v in params.items() if v not in ("", None)})
+    return f"/runs/{quote(run_id)}/rows" + (f"?{query}" if query else "")
+
+
+def _count_link(run_id: str, count: int, **filters: str) -> str:
+    """A count linked to its rows; zero, and rows lacking the value ("(none)"), stay plain."""
+    if not count or "(none)" in filters.values():
+        return h(count)
+    return _rows_link(run_id, count, **filters)
+
+
+def _badge(manifest: Manifest) -> str:
+    return ' <span class="badge sim">SIMULATED</span>' if manifest.simulated else ""
+
+
+class Viewer:
+    """The viewer over one results directory; ``handle`` serves one request."""
+
+    def __init__(self, results_dir: Path) -> None:
+        self.results_dir = Path(results_dir)
+        self.cache = RowsCache()
+
+    # ----------------------------------------------------------------- dispatch
+
+    def handle(self, path: str, query: Mapping[str, str]) -> Response:
+        parts = [p for p in path.split("/") if p]
+        try:
+            return self._route(parts, query)
+        except NotFound as exc:
+            return _page("not found", f"<h1>Not found</h1><p>{h(exc)}</p>", status=404)
+        except InputError as exc:
+            return _page("bad request", f"<h1>Bad request</h1><p>{h(exc)}</p>", status=400)
+
+    def _route(self, parts: list[str], q: Mapping[str, str]) -> Response:
+        match parts:
+            case []:
+                return self.runs_page()
+            case ["static", name] if name in STATIC:
+                data = resources.files("producer.viewer").joinpath("static", name).read_bytes()
+                return Response(200, STATIC[name], data)
+            case ["api", "progress"]:
+                return self.progress(q.get("run", ""))
+            case ["compare"]:
+                return self.compare_page(q.get("a", ""), q.get("b", ""), q.get("floor", "5"))
+            case ["runs", run_id]:
+                return self.run_page(run_id)
+            case ["runs", run_id, "rows"]:
+                return self.rows_page(run_id, q)
+            case ["runs", run_id, "rows", pos] if pos.isdigit():
+                return self.row_page(run_id, int(pos))
+            case ["runs", run_id, "files", name] if name in PLOTS:
+                path = self._run_dir(run_id) / name
+                if not path.is_file():
+                    raise NotFound(f"{run_id} has no {name}; run `qfarm report {run_id}`")
+                return Response(200, "image/png", path.read_bytes())
+        raise NotFound("/" + "/".join(parts))
+
+    # ----------------------------------------------------------------- runs
+
+    def _run_dir(self, run_id: str) -> Path:
+        if not RUN_ID.match(run_id) or not (self.results_dir / run_id / MANIFEST).is_file():
+            raise NotFound(f"no run {run_id!r} in {self.results_dir}")
+        return self.results_dir / run_id
+
+    def run_ids(self) -> list[str]:
+        if not self.results_dir.is_dir():
+            return []
+        dirs = [p for p in self.results_dir.iterdir() if (p / MANIFEST).is_file()]
+        return [p.name for p in sorted(dirs, key=lambda p: p.name, reverse=True)]
+
+    def _run(self, run_id: str) -> tuple[Manifest, dict[str, Any], RunRows]:
+        run_dir = self._run_dir(run_id)
+        return read_manifest(run_dir), read_run_status(run_dir), self.cache.get(run_dir)
+
+    def progress(self, run_id: str) -> Response:
+        manifest, status, rr = self._run(run_id)
+        data = {"run": run_id, "rows": rr.stats.rows, "jobs": manifest.n_jobs,
+                "status": status.get("status") or ""}
+        return Response(200, "application/json", json.dumps(data).encode())
+
+    def runs_page(self) -> Response:
+        rows = []
+        for run_id in self.run_ids():
+            try:
+                manifest, status, rr = self._run(run_id)
+            except InputError as exc:
+                rows.append([h(run_id), f'<span class="err">{h(exc)}</span>'] + [""] * 5)
+                continue
+            state = str(status.get("status") or "")
+            done = rr.stats.rows
+            bar = (
+                f'<progress max="{manifest.n_jobs}" value="{done}"></progress> '
+                f'<span class="count">{done}/{manifest.n_jobs}</span>'
+            )
+            rates = "<br>".join(
+                f"{h(m)}: {fmt_pct(ms.tally.strict, ms.tally.valid, interval=False)}"
+                for m, ms in ((m, rr.stats.modes[m]) for m in rr.stats.mode_order(manifest.modes))
+            )
+            started = status.get("started_at") or manifest.created_at
+            finished = status.get("finished_at") or rr.stats.last_finished
+            rows.append([
+                f'<a href="/runs/{h(quote(run_id))}">{h(run_id)}</a>{_badge(manifest)}',
+                h(manifest.question_file),
+                h(f"{', '.join(manifest.modes)} × {manifest.n}"),
+                f'<span class="status" data-run="{h(run_id)}" data-live="{int(state in LIVE_STATES)}">'
+                f"{h(state or '—')}</span> {bar}",
+                h(fmt_time(started)),
+                h(fmt_time(finished)),
+                rates or "—",
+            ])
+        header = ["run", "question file", "modes × n", "status", "started", "finished",
+                  "strict-rate per mode"]
+        body = (
+            f"<h1>Runs in {h(self.results_dir)}</h1>"
+            '<p><input id="filter" placeholder="filter runs" autocomplete="off"></p>'
+            + (_table(header, rows, cls="runs sortable") if rows else "<p>No runs yet.</p>")
+        )
+        return _page("runs", body)
+
+    # ----------------------------------------------------------------- run
+
+    def run_page(self, run_id: str) -> Response:
+        manifest, status, rr = self._run(run_id)
+        stats, modes = rr.stats, rr.stats.mode_order(manifest.modes)
+        state = str(status.get("status") or "")
+        facts = [
+            ("question file", h(manifest.question_file)),
+            ("modes × n", h(f"{', '.join(manifest.modes)} × {manifest.n} ({manifest.n_jobs} jobs)")),
+            ("model", h(f"{manifest.model} (profile {manifest.model_profile_id})")),
+            ("retriever", h(f"{manifest.retriever} {manifest.index_version or ''}")),
+            ("status", f'<span class="status" data-run="{h(run_id)}" data-live='
+                       f'"{int(state in LIVE_STATES)}">{h(state or "—")}</span> '
+                       f'<span class="count">{stats.rows}/{manifest.n_jobs}</span> rows'),
+            ("started", h(fmt_time(status.get("started_at") or manifest.created_at))),
+            ("finished", h(fmt_time(status.get("finished_at") or stats.last_finished))),
+            ("answers kept", "yes" if manifest.keep_answers else "no (run with --keep-answers)"),
+        ]
+        out = [f"<h1>Run {h(run_id)}{_badge(manifest)}</h1>",
+               _table(["", ""], ([h(k), v] for k, v in facts), cls="facts")]
+        notes = [line[2:] for line in _warnings(manifest, stats, state or None)
+                 if line.startswith("- ")]
+        if notes:
+            out.append('<div class="warn"><b>Warnings</b><ul>'
+                       + "".join(f"<li>{h(n)}</li>" for n in notes) + "</ul></div>")
+        out += self._mode_section(run_id, stats, modes)
+        out += self._kind_section(run_id, rr, modes)
+        out += self._gold_section(stats, modes)
+        out += self._error_section(run_id, stats)
+        out += self._timing_section(stats)
+        plots = [p for p in (STRICT_PLOT, LATENCY_PLOT) if (self.results_dir / run_id / p).is_file()]
+        out.append("<h2>Plots</h2>" + ("".join(
+            f'<img src="/runs/{h(quote(run_id))}/files/{p}" alt="{p}">' for p in plots)
+            or f"<p class=note>No plots yet: <code>qfarm report {h(run_id)}</code> draws them.</p>"))
+        return _page(f"run {run_id}", "".join(out))
+
+    def _mode_section(self, run_id: str, stats: Any, modes: list[str]) -> list[str]:
+        rows = []
+        for m in modes:
+            t = stats.modes[m].tally if m in stats.modes else None
+            if t is None:
+                rows.append([h(m)] + ["0"] + ["—"] * 5)
+                continue
+            rows.append([
+                h(m),
+                _rows_link(run_id, t.rows, mode=m),
+                _rows_link(run_id, t.errors, mode=m, verdict="none") if t.errors else "0",
+                *(
+                    f"{_rows_link(run_id, k, mode=m, verdict=v)} · {h(fmt_pct(k, t.valid))}"
+                    for v, k in (("STRICT", t.strict), ("HYBRID", t.hybrid),
+                                 ("UNGROUNDED", t.ungrounded))
+                ),
+                h(fmt_num(t.ratio.mean, 3)),
+            ])
+        header = ["mode", "rows", "errors", "STRICT (95% Wilson)", "HYBRID", "UNGROUNDED",
+                  "mean ratio"]
+        return ["<h2>Verdicts per mode</h2>", _table(header, rows)]
+
+    def _kind_section(self, run_id: str, rr: RunRows, modes: list[str]) -> list[str]:
+        out = []
+        kinds = list(rr.stats.kinds_seen)
+        if kinds:
+            rows = [
+                [f'<span title="{h(_meaning(k))}">{h(k)}</span>']
+                + [_rows_link(run_id, f"{k} {c}", mode=m, kind=k)
+                   if (c := rr.stats.modes[m].kinds.get(k, 0) if m in rr.stats.modes else 0)
+                   else "0" for m in modes]
+                for k in kinds
+            ]
+            out += ["<h2>Violation kinds</h2>", _table(["kind", *modes], rows, cls="kinds")]
+        for title, counters, key in (("Labels", rr.labels, "label"),
+                                     ("Quantifier intensity", rr.intensities, "intensity")):
+            values = sorted({v for c in counters.values() for v in c})
+            rows = [
+                [h(v)] + [_count_link(run_id, counters.get(m, Counter())[v], mode=m, **{key: v})
+                          for m in modes]
+                for v in values
+            ]
+            if rows:
+                out += [f"<h2>{title}</h2>", _table([key, *modes], rows)]
+        return out
+
+    def _gold_section(self, stats: Any, modes: list[str]) -> list[str]:
+        rows, warn = [], []
+        for m in modes:
+            ms = stats.modes.get(m)
+            if ms is None:
+                continue
+            t = ms.tally
+            if t.gold_n or t.recall_n:
+                rows.append([h(m), h(fmt_pct(t.gold_hits, t.gold_n)),
+                             h(fmt_pct(t.recall_hits, t.recall_n))])
+            for confidence, count in ms.answerability.items():
+                warn.append(f"{m}: answerability fired on {count} rows ({confidence} confidence)")
+        out = []
+        if rows:
+            out += ["<h2>Gold</h2>",
+                    _table(["mode", "answer accuracy", "retrieval recall"], rows)]
+        if warn:
+            out += ["<h2>Answerability warnings</h2><ul>"
+                    + "".join(f"<li>{h(w)}</li>" for w in warn) + "</ul>"]
+        return out
+
+    def _error_section(self, run_id: str, stats: Any) -> list[str]:
+        rows = [
+            [h(name), _rows_link(run_id, e.jobs, endpoint=name if name != "(none)" else ""),
+             _rows_link(run_id, e.errors, endpoint=name if name != "(none)" else "", error="any")
+             if e.errors else "0", h(e.retried), h(e.extra_attempts),
+             h(fmt_ms(e.llm.quantile(0.5))), h(fmt_ms(e.llm.quantile(0.95)))]
+            for name, e in sorted(stats.endpoints.items())
+        ]
+        out = ["<h2>Endpoints and errors</h2>",
+               _table(["endpoint", "jobs", "errors", "retried", "extra attempts",
+                       "LLM p50 ms", "LLM p95 ms"], rows)]
+        if stats.errors:
+            out.append(_table(["error", "rows"], (
+                [h(text), _rows_link(run_id, c, error=text if text != "(no verdict)" else "any")]
+                for text, c in stats.errors.most_common())))
+        return out
+
+    def _timing_section(self, stats: Any) -> list[str]:
+        rows = [[h(label), h(s.count), *(h(fmt_ms(s.quantile(q))) for q in (0.5, 0.95, 0.99))]
+                for key, label in STAGES if (s := stats.stages[key]).count]
+        if not rows:
+            return []
+        return ["<h2>Stage timings (ms)</h2>", _table(["stage", "n", "p50", "p95", "p99"], rows)]
+
+    # ----------------------------------------------------------------- rows
+
+    def rows_page(self, run_id: str, q: Mapping[str, str]) -> Response:
+        manifest, _, rr = self._run(run_id)
+        f = {k: q.get(k, "").strip() for k in FILTERS}
+        selected = rr.select(f)
+        page = max(1, int(q["page"])) if q.get("page", "").isdigit() else 1
+        pages = max(1, -(-len(selected) // PAGE_SIZE))
+        page = min(page, pages)
+        shown = selected[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]
+        rows = []
+        for pos in shown:
+            e = rr.entries[pos]
+            rows.append([
+                f'<a href="/runs/{h(quote(run_id))}/rows/{pos}">{pos}</a>',
+                h(e.question_id), h(e.question), h(e.mode), h(e.sample_index),
+                f'<span class="v-{h(e.verdict or "none")}">{h(e.verdict or "—")}</span>',
+                h(e.label), h(" ".join(e.kinds)), h(e.intensity), h(e.endpoint),
+                f'<span class="err">{h(e.error)}</span>',
+            ])
+        form = self._filter_form(rr, f)
+        nav = " ".join(
+            f'<a href="{h(_rows_url(run_id, **f, page=p))}">{label}</a>'
+            for label, p in (("« first", 1), ("‹ prev", page - 1), ("next ›", page + 1),
+                             ("last »", pages)) if 1 <= p <= pages and p != page
+        )
+        body = (
+            f'<h1><a href="/runs/{h(quote(run_id))}">{h(run_id)}</a>{_badge(manifest)}: rows</h1>'
+            f"{form}<p class=pager><span id=matched>{len(selected)}</span> of {len(rr.entries)} "
+            f"rows match · page {page} of {pages} {nav}</p>"
+            + _table(["#", "qid", "question", "mode", "i", "verdict", "label", "violations",
+                      "intensity", "endpoint", "error"], rows, cls="rows")
+        )
+        return _page(f"rows of {run_id}", body)
+
+    def _filter_form(self, rr: RunRows, f: dict[str, str]) -> str:
+        modes = sorted(rr.stats.modes)
+        choices = {
+            "mode": modes,
+            "verdict": ["STRICT", "HYBRID", "UNGROUNDED", "none"],
+            "label": sorted({v for c in rr.labels.values() for v in c if v != "(none)"}),
+            "kind": sorted(rr.stats.kinds_seen),
+            "intensity": sorted({v for c in rr.intensities.values() for v in c if v != "(none)"}),
+            "endpoint": sorted(n for n in rr.stats.endpoints if n not in ("(none)", "(other)")),
+        }
+        fields = []
+        for key, values in choices.items():
+            if f[key] and f[key] not in values:
+                values = [*values, f[key]]
+            opts = "".join(
+                f'<option value="{h(v)}"{" selected" if v == f[key] else ""}>{h(v)}</option>'
+                for v in values)
+            fields.append(f'<label>{key} <select name="{key}"><option value="">any</option>'
+                          f"{opts}</select></label>")
+        fields.append(f'<label>error <input name="error" value="{h(f["error"])}" '
+                      'placeholder="any, or text"></label>')
+        fields.append(f'<label>question <input name="q" value="{h(f["q"])}"></label>')
+        return f'<form class="filters">{"".join(fields)}<button>filter</button></form>'
+
+    # ----------------------------------------------------------------- row
+
+    def row_page(self, run_id: str, pos: int) -> Response:
+        manifest, _, rr = self._run(run_id)
+        if pos >= len(rr.entries):
+            raise NotFound(f"{run_id} has {len(rr.entries)} rows; no row {pos}")
+        row = rr.row(pos)
+        if row is None:
+            raise NotFound(f"row {pos} of {run_id} is no longer readable")
+        return _page(f"row {pos} of {run_id}", render_row(run_id, pos, row, manifest))
+
+    # ----------------------------------------------------------------- compare
+
+    def compare_page(self, a: str, b: str, floor_text: str) -> Response:
+        ids = self.run_ids()
+        picker = "".join(
+            f'<label>{side} <select name="{side}">'
+            + "".join(f'<option value="{h(r)}"{" selected" if r == cur else ""}>{h(r)}</option>'
+                      for r in ids)
+            + "</select></label>"
+            for side, cur in (("a", a), ("b", b or (ids[0] if ids else "")))
+        )
+        form = (f'<form class="filters">{picker}<label>floor (points) <input name="floor" '
+                f'value="{h(floor_text)}" size=4></label><button>compare</button></form>')
+        if not (a and b):
+            return _page("compare", f"<h1>Compare two runs</h1>{form}")
+        try:
+            floor = float(floor_text)
+        except ValueError:
+            raise InputError(f"floor {floor_text!r} is not a number; give points, e.g. 5") from None
+        check_floor(floor)
+        (man_a, _, rr_a), (man_b, _, rr_b) = self._run(a), self._run(b)
+        cmp = compare_runs(man_a, rr_a.stats, man_b, rr_b.stats, floor=floor)
+        body = f"<h1>{h(a)}{_badge(man_a)} → {h(b)}{_badge(man_b)}</h1>{form}"
+        body += render_comparison(cmp) + _changed_verdicts(a, rr_a, b, rr_b)
+        return _page(f"compare {a} {b}", body)
+
+
+# --------------------------------------------------------------------------- pure renderers
+
+
+def _meaning(kind: str) -> str:
+    try:
+        return MEANINGS[ViolationKind(kind)]
+    except ValueError:
+        return "(a kind this viewer does not know)"
+
+
+def _pct_or_ratio(metric_is_rate: bool, x: float | None) -> str:
+    if x is None:
+        return "—"
+    return f"{x:.1f}%" if metric_is_rate else f"{x:.3f}"
+
+
+def render_comparison(cmp: Comparison) -> str:
+    out = []
+    if cmp.warnings:
+        out.append('<div class="warn"><b>Warnings</b><ul>'
+                   + "".join(f"<li>{h(w)}</li>" for w in cmp.warnings) + "</ul></div>")
+    rows = [
+        [h(d.mode), h(d.metric.label), h(_pct_or_ratio(d.metric.is_rate, d.a)),
+         h(_pct_or_ratio(d.metric.is_rate, d.b)),
+         h("—" if d.delta is None else f"{d.delta:+.1f}"),
+         h("—" if d.low is None or d.high is None else f"[{d.low:+.1f}, {d.high:+.1f}]"),
+         h(f"{d.n_a}/{d.n_b}"), h(d.method),
+         f'<span class="{h(d.effect if d.verdict == "signal" else "noise")}">'
+         f"{h(d.verdict)} {h(d.effect if d.verdict == 'signal' else '')}</span>"]
+        for d in cmp.deltas
+    ]
+    out += [f"<h2>Per mode and metric (floor ±{cmp.floor:g} points)</h2>",
+            _table(["mode", "metric", "A", "B", "Δ points", "95% interval", "n A/B", "method",
+                    "signal / noise"], rows, cls="compare")]
+    changes = [f"{k}: {va!r} → {vb!r}" for k, (va, vb) in cmp.policy_changes.items()]
+    what = changes + cmp.notes + [f"mixed: {m}" for m in cmp.mixed]
+    if what:
+        out.append("<h2>What changed</h2><ul>" + "".join(f"<li>{h(w)}</li>" for w in what)
+                   + "</ul>")
+    if cmp.kind_shifts:
+        out.append("<h2>Violation kinds</h2>" + _table(
+            ["mode", "kind", "A", "B", "Δ points"],
+            ([h(s.mode), h(s.kind), h(f"{s.count_a} ({_pct_or_ratio(True, s.a)})"),
+              h(f"{s.count_b} ({_pct_or_ratio(True, s.b)})"),
+              h("—" if s.delta is None else f"{s.delta:+.1f}")] for s in cmp.kind_shifts)))
+    return "".join(out)
+
+
+def _changed_verdicts(a: str, rr_a: RunRows, b: str, rr_b: RunRows, limit: int = 500) -> str:
+    """Rows of the same (question, mode, sample) whose verdict differs between A and B."""
+    in_a = {(e.question_id, e.mode, e.sample_index): i for i, e in enumerate(rr_a.entries)}
+    rows: list[list[str]] = []
+    total = 0
+    for j, e in enumerate(rr_b.entries):
+        i = in_a.get((e.question_id, e.mode, e.sample_index))
+        if i is None or rr_a.entries[i].verdict == e.verdict:
+            continue
+        total += 1
+        if len(rows) < limit:
+            va = rr_a.entries[i].verdict or "error"
+            rows.append([
+                h(e.question_id), h(e.question), h(e.mode), h(e.sample_index),
+                f'<a href="/runs/{h(quote(a))}/rows/{i}">{h(va)}</a>',
+                f'<a href="/runs/{h(quote(b))}/rows/{j}">{h(e.verdict or "error")}</a>',
+            ])
+    head = f"<h2>Verdicts that changed ({total})</h2>"
+    if not rows:
+        return head + "<p>None among the questions both runs share.</p>"
+    more = f"<p>First {limit} shown.</p>" if total > limit else ""
+    return head + more + _table(["qid", "question", "mode", "i", "A", "B"], rows, cls="changed")
+
+
+def _highlight_pointers(answer: str, cited: set[str]) -> str:
+    """The answer with each [E#] pointer marked and linked to its evidence block."""
+    out, last = [], 0
+    for m in POINTER.finditer(answer):
+        out.append(h(answer[last:m.start()]))
+        eid = m.group(1)
+        cited.add(eid)
+        out.append(f'<a class="cite" href="#ev-{h(eid)}"><mark>{h(m.group(0))}</mark></a>')
+        last = m.end()
+    out.append(h(answer[last:]))
+    return "".join(out)
+
+
+def render_row(run_id: str, pos: int, row: Mapping[str, Any], manifest: Manifest) -> str:
+    verdict = row.get("verdict") or "—"
+    out = [f'<h1><a href="/runs/{h(quote(run_id))}">{h(run_id)}</a>{_badge(manifest)} · row {pos}'
+           f"</h1><p class=question>{h(row.get('question'))}</p>",
+           _table(["", ""], ([h(k), h(v)] for k, v in (
+               ("question id · job id", f"{row.get('question_id')} · {row.get('job_id')}"),
+               ("mode · sample", f"{row.get('mode')} · {row.get('sample_index')}"),
+               ("verdict · label", f"{verdict} · {row.get('label') or '—'}"),
+               ("claims verified", f"{row.get('n_verified')}/{row.get('n_claims')} "
+                                   f"(ratio {row.get('ratio')})"),
+               ("endpoint", row.get("endpoint") or "—"),
+               ("attempts", row.get("attempts")),
+               ("cache hit", row.get("cache_hit")),
+               ("model", row.get("model")),
+               ("worker", row.get("worker")),
+           )), cls="facts")]
+    if row.get("error"):
+        out.append(f'<h2>Error</h2><pre class="err">{h(row["error"])}</pre>')
+    out.append("<h2>Preflight</h2>" + _table(["", ""], ([h(k), h(v)] for k, v in (
+        ("intensity (rung)", row.get("quantifier_intensity")),
+        ("matched token", row.get("quantifier_matched_token") or "—"),
+        ("explicit count", row.get("quantifier_explicit_count") or "—"),
+        ("scope", row.get("scope_bound_hint")),
+        ("claim cap", row.get("claim_cap_applied") if row.get("claim_cap_applied") is not None
+         else "none"),
+        ("cap enforced", "yes" if row.get("claim_cap_enforced") else "no (reported only)"),
+    )), cls="facts"))
+    cited: set[str] = set()
+    answer = row.get("answer")
+    if answer is None:
+        answer_html = ('<p class="note">Answers were not kept for this run (the default); '
+                       "re-run with <code>--keep-answers</code> to see the answer text.</p>")
+    else:
+        answer_html = f'<pre class="answer">{_highlight_pointers(str(answer), cited)}</pre>'
+    out.append("<h2>Answer</h2>" + answer_html)
+    out.append('<p class="note">Rows do not record per-claim verification, matched spans or '
+               "the sidecar's candidate spans (only counts and the verdict), so they are not "
+               "shown; cited evidence is highlighted from the answer's [E#] pointers.</p>")
+    kinds = list(row.get("violation_kinds") or [])
+    if kinds:
+        out.append("<h2>Violation kinds</h2><ul class=kinds>" + "".join(
+            f"<li><b>{h(k)}</b>: {h(_meaning(k))}</li>" for k in kinds) + "</ul>")
+    out.append(_evidence(row, cited))
+    out.append(_waterfall(row.get("timings") or {}))
+    return "".join(out)
+
+
+def _evidence(row: Mapping[str, Any], cited: set[str]) -> str:
+    ids = list(row.get("evidence_ids") or [])
+    scores = list(row.get("top_scores") or [])
+    if not ids:
+        return "<h2>Evidence</h2><p>No evidence was retrieved for this row.</p>"
+    blocks = []
+    for n, eid in enumerate(ids):
+        score = f"{scores[n]:.3f}" if n < len(scores) and isinstance(scores[n], int | float) else "—"
+        cls = "evidence cited" if eid in cited else "evidence"
+        blocks.append(f'<div class="{cls}" id="ev-{h(eid)}"><b>{h(eid)}</b> '
+                      f'<span class="score">score {h(score)}</span>'
+                      f'{" <b>cited by the answer</b>" if eid in cited else ""}</div>')
+    titles = ", ".join(h(t) for t in row.get("top_doc_titles") or []) or "—"
+    return ("<h2>Evidence</h2><p class=note>Rows keep the evidence ids and scores and the "
+            "distinct titles of the top documents, not each passage's title or text.</p>"
+            f"<p>Top documents, in rank order: {titles}</p>" + "".join(blocks))
+
+
+def _waterfall(timings: Mapping[str, Any]) -> str:
+    total = timings.get("total_ms") or sum(
+        float(timings.get(k) or 0) for k, _ in STAGES if k != "total_ms")
+    if not total:
+        return ""
+    bars, start = [], 0.0
+    for key, label in STAGES:
+        if key == "total_ms" or timings.get(key) is None:
+            continue
+        ms = float(timings[key])
+        left = min(99.5, 100 * start / total)
+        width = max(0.5, min(100 - left, 100 * ms / total))
+        bars.append(f'<div class="wf"><span class="wl">{h(label)} {h(fmt_ms(ms))} ms</span>'
+                    f'<span class="wb" style="margin-left:{left:.1f}%;width:{width:.1f}%">'
+                    "</span></div>")
+        start += ms
+    return f"<h2>Timings (total {h(fmt_ms(total))} ms)</h2>" + "".join(bars)
