@@ -25,6 +25,7 @@ COMMANDS = (
     "status",
     "cancel",
     "policy",
+    "eval-retrieval",
 )
 
 
@@ -35,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMANDS:
-        module = importlib.import_module(f"qfarm.commands.{name}")
+        module = importlib.import_module(f"qfarm.commands.{name.replace('-', '_')}")
         module.register(sub)
     return parser
 
