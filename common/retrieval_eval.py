@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,7 +102,7 @@ def summarize(judged: Sequence[Judged], latencies_ms: Sequence[float], top_k: in
 
 def misses(
     questions: Sequence[Question], judged: Sequence[Judged], limit: int = 20
-) -> list[Mapping[str, str]]:
+) -> list[dict[str, str]]:
     """The first questions whose evidence holds no gold answer (for a person to read)."""
     out = [
         {"id": q.id, "question": q.text}

@@ -238,3 +238,14 @@ def test_other_bad_requests_are_not_retried_as_cross_fields() -> None:
     with pytest.raises(RetrievalError, match="search failed"):
         r.search("red planet", top_k=3, title_boost=2.0)
     assert r.query_type == "combined_fields"
+
+
+def test_client_major_check_refuses_only_a_client_newer_than_the_server() -> None:
+    from types import SimpleNamespace
+
+    client9 = SimpleNamespace(__name__="elasticsearch", __versionstr__="9.5.1")
+    client8 = SimpleNamespace(__name__="elasticsearch8", __versionstr__="8.19.3")
+    for module, version in [(client9, "9.0.0"), (client8, "8.15.0"), (client8, "9.1.0"), (client9, None)]:
+        es_backend.check_client_fits_server(module, "http://es:9200", version)  # type: ignore[arg-type]
+    with pytest.raises(RetrievalError, match=r"elasticsearch>=8,<9.*`elasticsearch8` package"):
+        es_backend.check_client_fits_server(client9, "http://es:9200", "8.15.0")  # type: ignore[arg-type]
