@@ -7,9 +7,11 @@ never indexes. The answer is the article's title. Rule, per article in sorted
 title order:
 
 1. Skip it when it has no description, the description is shared with another
-   article ("Human disease"), has fewer than three content words ("Family of
-   birds", "Land feature": many articles fit), or contains the answer's tokens
-   (the question would give the answer away).
+   article ("Human disease"), has fewer than three content words (words of
+   four or more letters, or numbers: "Family of birds", "Land feature": many
+   articles fit), or contains the answer's tokens (the question would give the
+   answer away). The rule uses no list from qfarm's query code, so tuning the
+   query terms cannot change the sets.
 2. Answer = the title without a trailing parenthetical ("Plane (mathematics)"
    → "Plane"); skip it unless the answer occurs, as a token sequence
    (``common.gold``), in the article's own text, so a hit means the passage
@@ -40,7 +42,6 @@ from collections import Counter
 from pathlib import Path
 
 from common.gold import contains_answer, normalize_tokens
-from common.search_query import STOP_WORDS
 from worker.retrieval.default_corpus import default_corpus_path
 
 HERE = Path(__file__).resolve().parent
@@ -57,7 +58,7 @@ def answer_for(title: str) -> str:
 
 
 def content_words(text: str) -> list[str]:
-    return [w for w in _WORD.findall(text.lower()) if w not in STOP_WORDS]
+    return [w for w in _WORD.findall(text.lower()) if len(w) >= 4 or w.isdigit()]
 
 
 def word_case_counts(corpus: dict[str, dict]) -> Counter[str]:

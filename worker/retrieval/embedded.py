@@ -16,7 +16,7 @@ shape (one FTS5 index per field, separately normalised BM25 scores added,
 ``most_fields``) let any short title holding one generic question word
 outrank the passage that answers; on the independent description questions
 (bench/questions/independent_*.jsonl) it found a gold answer in the top 8 for
-64 % against 86 % for this shape (docs/retrieval.md).
+63 % of the held-out questions against 89 % for this shape (docs/retrieval.md).
 
 Layout of the file (one file, built elsewhere and renamed into place, so a
 reader never sees a half-built index):
