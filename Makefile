@@ -11,7 +11,14 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-install: $(VENV)/.installed
+# The 8.x Elasticsearch client, beside the 9.x one the package installs: the two need
+# different elastic-transport majors, so it lives in its own directory, and a test runs
+# the Elasticsearch backend with it in a subprocess (tests/worker/test_retrieval_elasticsearch.py).
+$(VENV)/es8-client/.installed: $(VENV)/.installed
+	$(BIN)/pip install -q --target $(VENV)/es8-client 'elasticsearch8>=8.13,<9' 'elastic-transport>=8.15.1,<9'
+	touch $@
+
+install: $(VENV)/.installed $(VENV)/es8-client/.installed
 
 # Builds the default index, starts the vLLM simulator, runs the smoke sweep, prints the paths.
 run: install

@@ -1,9 +1,11 @@
 """Query terms, index mappings and query bodies shared by every retrieval backend.
 
 Pure: builds strings and dicts; the backends in ``worker.retrieval`` send them.
-One ranking shape everywhere: BM25 (k1=1.2, b=0.75) over ``title`` (weighted by
-the policy's ``title_boost``, default ×2) and ``text``, English stemming, the
-question reduced to its content terms OR-ed together. The embedded FTS5 index
+One ranking shape everywhere (``RANKING_VERSION``): BM25F, title and text
+scored as one document (k1=1.2, b=0.75; a title occurrence counts
+``title_boost`` times, default ×2; one IDF and one length across both
+fields), English stemming, the question reduced to its content terms OR-ed
+together. The embedded FTS5 index
 and Elasticsearch/OpenSearch receive the same terms (see ``query_terms``), so
 their top documents agree except where their BM25 variants differ
 (docs/retrieval.md explains where).
@@ -31,6 +33,7 @@ STOP_WORDS = frozenset(
     then there these they this those through to too under until up upon very was we were what
     whatever when where whether which while who whom whose why will with within would you your
     yours yourself yourselves tell describe explain give list name please known called s t
+    know everything anything
     """.split()
 )
 # The mapping's analyzer: Lucene's English analyzer (possessive stemmer,
@@ -39,6 +42,12 @@ STOP_WORDS = frozenset(
 ANALYZER = "english"
 SOURCE_FIELDS = ("doc_id", "chunk_id", "title", "text", "offset_start", "offset_end")
 MAPPING_VERSION = "mapping-v1"
+# Names the ranking shape; part of every index version, so rows say which
+# ranking served them. v2: BM25F over title+text (v1: per-field BM25 added).
+RANKING_VERSION = "bm25f-v2"
+# Query types of the cluster backends: ``combined_fields`` is BM25F;
+# ``cross_fields`` is the nearest shape on servers without it (older OpenSearch).
+QUERY_TYPES = ("combined_fields", "cross_fields")
 _WORD = re.compile(r"[^\W_]+")
 
 
@@ -71,8 +80,8 @@ def fts5_match_expression(question: str) -> str | None:
 
 
 def index_version_for(corpus_digest: str) -> str:
-    """Index version = corpus digest (12 hex) + chunker version."""
-    return f"{corpus_digest[:12]}-{CHUNKER_VERSION}"
+    """Index version = corpus digest (12 hex) + chunker version + ranking version."""
+    return f"{corpus_digest[:12]}-{CHUNKER_VERSION}-{RANKING_VERSION}"
 
 
 def versioned_index_name(alias: str, index_version: str) -> str:
@@ -157,24 +166,34 @@ def search_body(
     top_k: int,
     title_boost: float,
     doc_ids: Sequence[str] | None = None,
+    query_type: str = "combined_fields",
 ) -> dict[str, Any] | None:
-    """A ``_search`` body: multi_match over ``title^boost`` and ``text``.
+    """A ``_search`` body: BM25F over ``title`` (weighted ``title_boost``) and ``text``.
 
-    ``most_fields`` adds the title's and the text's BM25 scores, the nearest
-    Lucene shape to FTS5's weighted ``bm25()`` (which counts a title hit
-    ``title_boost`` times). ``None`` when the question has no words.
+    ``combined_fields`` scores both fields as one document, as the embedded
+    index's two-column FTS5 table does. It takes only weights >= 1, so a title
+    weight below 1 is expressed as text weight ``1/title_boost`` (the same
+    ratio; BM25F's length norm makes it a near, not exact, equivalent).
+    ``cross_fields`` (``query_type``) is for servers without
+    ``combined_fields``. ``None`` when the question has no words.
     """
     terms = query_terms(question)
     if not terms:
         return None
-    match: dict[str, Any] = {
-        "multi_match": {
-            "query": " ".join(terms),
-            "fields": [f"title^{title_boost:g}", "text"],
-            "type": "most_fields",
-            "operator": "or",
+    if title_boost >= 1:
+        fields = [f"title^{title_boost:g}", "text"]
+    else:
+        fields = ["title", f"text^{1 / title_boost:g}"]
+    text = " ".join(terms)
+    match: dict[str, Any]
+    if query_type == "combined_fields":
+        match = {"combined_fields": {"query": text, "fields": fields, "operator": "or"}}
+    elif query_type == "cross_fields":
+        match = {
+            "multi_match": {"query": text, "fields": fields, "type": "cross_fields", "operator": "or"}
         }
-    }
+    else:
+        raise ValueError(f"query_type {query_type!r}: expected one of {QUERY_TYPES}")
     query: dict[str, Any] = match
     if doc_ids is not None:
         query = {"bool": {"must": [match], "filter": [{"terms": {"doc_id": list(doc_ids)}}]}}
@@ -219,6 +238,8 @@ def evidence_from_hits(hits: Sequence[Mapping[str, Any]]) -> list[Evidence]:
 __all__ = [
     "ANALYZER",
     "MAPPING_VERSION",
+    "QUERY_TYPES",
+    "RANKING_VERSION",
     "SOURCE_FIELDS",
     "STOP_WORDS",
     "alias_switch_actions",

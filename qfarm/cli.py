@@ -26,6 +26,7 @@ COMMANDS = (
     "cancel",
     "policy",
     "view",
+    "eval-retrieval",
 )
 
 
@@ -36,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMANDS:
-        module = importlib.import_module(f"qfarm.commands.{name}")
+        module = importlib.import_module(f"qfarm.commands.{name.replace('-', '_')}")
         module.register(sub)
     return parser
 

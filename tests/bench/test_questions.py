@@ -59,7 +59,10 @@ def test_general_covers_the_corpus_topics_with_gold_answers() -> None:
     assert len(topics) >= 10  # the corpus has 12 topics (one is "Uncategorized")
 
 
-@pytest.mark.parametrize("name", ["general.jsonl", "answerability.jsonl"])
+@pytest.mark.parametrize(
+    "name",
+    ["general.jsonl", "answerability.jsonl", "independent_tune.jsonl", "independent_heldout.jsonl"],
+)
 def test_gold_answers_are_verbatim_in_the_named_article(name: str) -> None:
     articles = corpus()
     missing = []
@@ -95,3 +98,18 @@ def test_quantifier_subset_spans_broad_rungs_bounded_and_unbounded() -> None:
         seen[info["intensity"]].add(info["scope_bound_hint"])
     assert set(seen) == BROAD_RUNGS
     assert all(scopes == {"bounded", "unbounded"} for scopes in seen.values()), dict(seen)
+
+
+def test_independent_sets_are_what_their_script_builds_and_do_not_overlap() -> None:
+    from bench.questions.build_independent import SPLITS, build
+
+    built = build(corpus(), per_split=1000)
+    for name, rows in zip(SPLITS, built, strict=True):
+        assert records(name) == rows, f"{name} differs from its script's output; rerun it"
+        assert len(rows) >= 500
+        assert all(r["question"].startswith(("What is the ", "What was the ", "Who was the ")) for r in rows)
+    tune, heldout = ({r["title"] for r in rows} for rows in built)
+    assert not tune & heldout
+    # The question never contains its answer (it would be found by string match alone).
+    for r in built[0] + built[1]:
+        assert not contains_answer(normalize_tokens(r["question"]), [normalize_tokens(r["answers"][0])])

@@ -88,22 +88,39 @@ def test_template_matches_every_version_of_the_alias() -> None:
     assert template["template"]["settings"]["index"]["number_of_shards"] == 2
 
 
-def test_search_body_is_multi_match_with_the_policy_boost_and_top_k() -> None:
+def test_search_body_is_combined_fields_with_the_policy_boost_and_top_k() -> None:
+    # BM25F (one IDF and one length over title+text), not per-field scores added.
     body = sq.search_body("Who were the Beatles?", top_k=5, title_boost=2.5)
     assert body is not None
-    mm = body["query"]["multi_match"]
-    assert mm["query"] == "beatles"
-    assert mm["fields"] == ["title^2.5", "text"]
-    assert mm["type"] == "most_fields"
+    cf = body["query"]["combined_fields"]
+    assert cf["query"] == "beatles"
+    assert cf["fields"] == ["title^2.5", "text"]
+    assert cf["operator"] == "or"
     assert body["size"] == 5
     assert body["_source"] == list(sq.SOURCE_FIELDS)
+
+
+def test_search_body_cross_fields_for_servers_without_combined_fields() -> None:
+    body = sq.search_body("Who were the Beatles?", top_k=5, title_boost=2.0, query_type="cross_fields")
+    assert body is not None
+    mm = body["query"]["multi_match"]
+    assert (mm["type"], mm["fields"], mm["query"]) == ("cross_fields", ["title^2", "text"], "beatles")
+    with pytest.raises(ValueError, match="query_type"):
+        sq.search_body("beatles", top_k=5, title_boost=2.0, query_type="most_fields")
+
+
+def test_a_title_weight_below_one_becomes_a_text_weight() -> None:
+    # combined_fields refuses boosts < 1; the ratio title:text is kept.
+    body = sq.search_body("beatles", top_k=5, title_boost=0.5)
+    assert body is not None
+    assert body["query"]["combined_fields"]["fields"] == ["title", "text^2"]
 
 
 def test_search_body_with_doc_filter_and_without_words() -> None:
     body = sq.search_body("beatles", top_k=3, title_boost=2.0, doc_ids=["a", "b"])
     assert body is not None
     assert body["query"]["bool"]["filter"] == [{"terms": {"doc_id": ["a", "b"]}}]
-    assert body["query"]["bool"]["must"][0]["multi_match"]["query"] == "beatles"
+    assert body["query"]["bool"]["must"][0]["combined_fields"]["query"] == "beatles"
     assert sq.search_body("?", top_k=3, title_boost=2.0) is None
 
 
@@ -158,7 +175,7 @@ def test_evidence_from_hits_numbers_in_rank_order() -> None:
 
 def test_index_names_and_alias_switch() -> None:
     version = sq.index_version_for("ABCDEF0123456789" * 4)
-    assert version == f"ABCDEF012345-{CHUNKER_VERSION}"
+    assert version == f"ABCDEF012345-{CHUNKER_VERSION}-{sq.RANKING_VERSION}"
     name = sq.versioned_index_name("QFarm", version)
     assert name == name.lower() and name.startswith("qfarm-abcdef012345-")
     assert sq.is_versioned_index_of("qfarm", name)
@@ -175,3 +192,8 @@ def test_ops_template_file_matches_the_generated_mapping() -> None:
     path = Path(__file__).resolve().parents[2] / "ops" / "search" / "passages-template.json"
     on_disk = json.loads(path.read_text(encoding="utf-8"))
     assert on_disk == sq.index_template_body("qfarm-passages", shards=1, replicas=1)
+
+
+def test_conversational_frame_words_are_not_query_terms() -> None:
+    # "know"/"everything" matched a short unrelated passage above *Volcano*.
+    assert sq.query_terms("Tell me everything you know about volcanoes.") == ["volcanoes"]

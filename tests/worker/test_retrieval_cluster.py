@@ -177,3 +177,75 @@ def test_opensearch_options_from_settings(tmp_path: Path) -> None:
     assert opts["http_auth"] == ("u", "p") and opts["verify_certs"] is False
     keyed = os_backend.client_options(Settings(es_api_key=SecretStr("k"), data_dir=tmp_path))
     assert keyed["headers"] == {"Authorization": "ApiKey k"}
+
+
+HIT = {
+    "_score": 1.0,
+    "_source": {
+        "doc_id": "Mars",
+        "chunk_id": "Mars#0",
+        "title": "Mars",
+        "text": "Mars is the red planet.",
+        "offset_start": 0,
+        "offset_end": 23,
+    },
+}
+REFUSED = "x_content_parse_exception: [1:10] unknown query [combined_fields]"
+
+
+class OldServer(FakeClient):
+    """A server without ``combined_fields`` (older OpenSearch): answers only ``cross_fields``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[str] = []
+
+    def _answer(self, body: dict) -> dict:
+        kind = next(iter(body["query"]))
+        self.sent.append(kind if kind != "multi_match" else body["query"][kind]["type"])
+        if kind == "combined_fields":
+            return {"error": {"type": "x_content_parse_exception", "reason": REFUSED}, "status": 400}
+        return {"hits": {"hits": [HIT]}}
+
+    def search(self, **kw: Any) -> dict:
+        answer = self._answer(kw["body"])
+        if "error" in answer:
+            raise Api(f"BadRequestError(400, {REFUSED})", 400)
+        return answer
+
+    def msearch(self, **kw: Any) -> dict:
+        return {"responses": [self._answer(b) for b in kw["body"][1::2]]}
+
+
+@pytest.mark.parametrize("many", [False, True])
+def test_bm25f_query_falls_back_to_cross_fields_once_on_an_older_server(many: bool) -> None:
+    client = OldServer()
+    r = _retriever(client)
+    assert r.query_type == "combined_fields"
+    for _ in range(2):
+        if many:
+            got = r.search_many(["red planet", "?"], top_k=3, title_boost=2.0)
+            assert [[e.title for e in evs] for evs in got] == [["Mars"], []]
+        else:
+            assert [e.title for e in r.search("red planet", top_k=3, title_boost=2.0)] == ["Mars"]
+    # One refusal, then cross_fields for the life of the retriever.
+    assert client.sent == ["combined_fields", "cross_fields", "cross_fields"]
+    assert r.query_type == "cross_fields"
+
+
+def test_other_bad_requests_are_not_retried_as_cross_fields() -> None:
+    r = _retriever(FakeClient(raises=Api("BadRequestError(400, parsing_exception)", 400)))
+    with pytest.raises(RetrievalError, match="search failed"):
+        r.search("red planet", top_k=3, title_boost=2.0)
+    assert r.query_type == "combined_fields"
+
+
+def test_client_major_check_refuses_only_a_client_newer_than_the_server() -> None:
+    from types import SimpleNamespace
+
+    client9 = SimpleNamespace(__name__="elasticsearch", __versionstr__="9.5.1")
+    client8 = SimpleNamespace(__name__="elasticsearch8", __versionstr__="8.19.3")
+    for module, version in [(client9, "9.0.0"), (client8, "8.15.0"), (client8, "9.1.0"), (client9, None)]:
+        es_backend.check_client_fits_server(module, "http://es:9200", version)  # type: ignore[arg-type]
+    with pytest.raises(RetrievalError, match=r"elasticsearch>=8,<9.*`elasticsearch8` package"):
+        es_backend.check_client_fits_server(client9, "http://es:9200", "8.15.0")  # type: ignore[arg-type]

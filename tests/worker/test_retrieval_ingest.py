@@ -319,3 +319,36 @@ def test_cli_search_uses_the_default_index(
     out = capsys.readouterr().out
     assert out.startswith("embedded · index ") and "[E1] The Beatles" in out
     assert "[E3]" in out and "[E4]" not in out
+
+
+def test_cli_eval_retrieval_prints_and_writes_figures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_bytes(_jsonl(DOCS))
+    monkeypatch.setenv("QFARM_INDEX_PATH", str(tmp_path / "eval.sqlite"))
+    assert qfarm_main(["index", "--corpus", str(corpus), "--no-progress"]) == 0
+    questions = tmp_path / "q.jsonl"
+    lines = [
+        {"id": "1", "question": "Which band formed in Liverpool?", "answers": ["Beatles"],
+         "title": "The Beatles"},
+        {"id": "2", "question": "What is Earth's highest mountain?", "answers": ["Everest"],
+         "title": "Mount Everest"},
+        {"id": "3", "question": "Which port city is in North West England?", "answers": ["Paris"]},
+    ]
+    questions.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    out = tmp_path / "report.json"
+    capsys.readouterr()
+    argv = ["eval-retrieval", str(questions), "--top-k", "1", "--out", str(out)]
+    assert qfarm_main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "recall@1 66.7% (3 with answers)" in printed and "article hit@1 100.0%" in printed
+    fig = json.loads(out.read_text())["backends"][0]
+    assert (fig["backend"], fig["questions"], fig["with_titles"]) == ("embedded", 3, 2)
+    assert fig["misses"] == [{"id": "3", "question": "Which port city is in North West England?"}]
+    # A file without answers is refused with the shape it needs, nothing written.
+    bare = tmp_path / "bare.txt"
+    bare.write_text("Who?\n", encoding="utf-8")
+    assert qfarm_main(["eval-retrieval", str(bare), "--out", str(tmp_path / "no.json")]) == 2
+    assert "no question carries `answers`" in capsys.readouterr().err
+    assert not (tmp_path / "no.json").exists()

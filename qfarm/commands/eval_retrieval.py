@@ -1,0 +1,114 @@
+"""`qfarm eval-retrieval FILE`: recall@k, article hit@k, MRR and latency of retrieval.
+
+    qfarm eval-retrieval bench/questions/independent_heldout.jsonl --top-k 8
+    qfarm eval-retrieval general.jsonl --backend embedded --backend opensearch
+
+FILE is a question file with gold ``answers`` (JSONL; an optional ``title``
+names the article). Prints one line of figures per backend and writes them,
+with the first misses, to a JSON report (``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from common.errors import InputError
+from common.policy import Policy
+
+BACKENDS = ("embedded", "elasticsearch", "opensearch")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    defaults = Policy()
+    p = sub.add_parser(
+        "eval-retrieval",
+        help="measure retrieval recall@k, article hit@k, MRR and latency on a question file",
+        description="Search every question of FILE and judge the evidence against its gold answers.",
+    )
+    p.add_argument("file", type=Path, help="JSONL question file with `answers` (and optional `title`)")
+    p.add_argument(
+        "--top-k",
+        type=int,
+        default=defaults.top_k,
+        metavar="K",
+        help=f"passages per question (default {defaults.top_k}, the policy's top_k)",
+    )
+    p.add_argument(
+        "--title-boost",
+        type=float,
+        default=defaults.title_boost,
+        metavar="B",
+        help=f"weight of the title field (default {defaults.title_boost:g})",
+    )
+    p.add_argument(
+        "--backend",
+        action="append",
+        choices=BACKENDS,
+        help="backend to measure (repeatable; default: QFARM_RETRIEVER)",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        metavar="PATH",
+        help="JSON report (default: <FILE stem>.retrieval.json in the current directory)",
+    )
+    p.set_defaults(func=run)
+
+
+def _line(fig: dict[str, Any]) -> str:
+    def pct(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.1%}"
+
+    mrr = "n/a" if fig["mrr"] is None else f"{fig['mrr']:.3f}"
+    return (
+        f"{fig['backend']:<13} recall@{fig['top_k']} {pct(fig['recall_at_k'])} "
+        f"({fig['with_answers']} with answers) · article hit@{fig['top_k']} "
+        f"{pct(fig['article_hit_at_k'])} ({fig['with_titles']} with titles) · MRR {mrr} · "
+        f"p50 {fig['latency_p50_ms']:.2f} ms · p95 {fig['latency_p95_ms']:.2f} ms · "
+        f"index {fig['index_version']}"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from common.questions import parse_questions  # noqa: PLC0415
+    from common.retrieval_eval import titles_by_id  # noqa: PLC0415
+    from common.settings import load_settings  # noqa: PLC0415
+    from qfarm import runtime  # noqa: PLC0415
+    from worker.retrieval.evaluate import evaluate  # noqa: PLC0415
+
+    if args.top_k < 1:
+        raise InputError(f"--top-k {args.top_k}: must be at least 1")
+    if args.title_boost <= 0:
+        raise InputError(f"--title-boost {args.title_boost}: must be greater than 0")
+    try:
+        content = args.file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{args.file}: cannot read the question file ({exc})") from exc
+    questions = parse_questions(str(args.file), content)
+    if not any(q.answers for q in questions):
+        raise InputError(
+            f"{args.file}: no question carries `answers`; eval-retrieval needs a JSONL file with "
+            '{"question": ..., "answers": [...]} lines'
+        )
+    titles = titles_by_id(questions, content)
+    out = args.out or Path(f"{args.file.stem}.retrieval.json")
+    results = []
+    for backend in args.backend or [None]:
+        settings = load_settings(**({"retriever": backend} if backend else {}))
+        retriever = runtime.open_local_retriever(settings, progress=sys.stderr.isatty())
+        try:
+            fig = evaluate(
+                retriever, questions, titles, top_k=args.top_k, title_boost=args.title_boost
+            )
+        finally:
+            retriever.close()
+        print(_line(fig))
+        results.append(fig)
+    report = {"file": str(args.file), "title_boost": args.title_boost, "backends": results}
+    out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"report: {out}")
+    return 0
