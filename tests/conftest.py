@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 
 import pytest
 
@@ -13,6 +14,14 @@ def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in list(os.environ):
         if key.startswith("QFARM_") and key != "QFARM_DATA_DIR":
             monkeypatch.delenv(key, raising=False)
+
+
+@pytest.fixture
+def unused_port() -> int:
+    """A loopback port nothing listens on (a fixed one may be some other test's server)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

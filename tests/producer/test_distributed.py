@@ -235,12 +235,12 @@ def test_bad_input_enqueues_nothing(farm, tmp_path, args, message):
     assert not (Path(farm.env["QFARM_RESULTS_DIR"])).exists()
 
 
-def test_unreachable_redis_is_a_clear_error(farm, tmp_path):
+def test_unreachable_redis_is_a_clear_error(farm, tmp_path, unused_port):
     qfile = write_questions(tmp_path / "q.txt")
-    env = dict(farm.env, QFARM_REDIS_URL="redis://:secret@127.0.0.1:6399/0")
+    env = dict(farm.env, QFARM_REDIS_URL=f"redis://:secret@127.0.0.1:{unused_port}/0")
     res = farm.qfarm("sweep", str(qfile), env=env, timeout_s=60)
     assert res.returncode != 0
-    assert "cannot reach Redis at redis://:***@127.0.0.1:6399/0" in res.stderr
+    assert f"cannot reach Redis at redis://:***@127.0.0.1:{unused_port}/0" in res.stderr
     assert "secret" not in res.stderr
     assert not Path(farm.env["QFARM_RESULTS_DIR"]).exists()
 
