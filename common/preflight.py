@@ -24,6 +24,7 @@ Decisions where the SPEC left room:
 from __future__ import annotations
 
 from common.models import (
+    Intensity,
     Label,
     Mode,
     Preflight,
@@ -34,16 +35,20 @@ from common.models import (
 )
 from common.policy import Policy
 from common.profiles import cap_for_intensity
-from common.quantifier import classify
+from common.quantifier import classify_question_quantifier
 
-REJECTABLE_INTENSITIES: frozenset[str] = frozenset({"ALL", "COMPREHENSIVE", "OPEN_REQUEST"})
+REJECTABLE_INTENSITIES: frozenset[Intensity] = frozenset(
+    {Intensity.ALL, Intensity.COMPREHENSIVE, Intensity.OPEN_REQUEST}
+)
 # Rungs whose profile cap is reported but never enforced unless the operator lists them.
-DEFAULT_CAP_INTENSITIES: frozenset[str] = frozenset({"ABSENT", "SINGULAR", "PROPORTIONAL"})
+DEFAULT_CAP_INTENSITIES: frozenset[Intensity] = frozenset(
+    {Intensity.ABSENT, Intensity.SINGULAR, Intensity.PROPORTIONAL}
+)
 
 _REJECT_WHY = {
-    "ALL": "it asks for every item of an open-ended set",
-    "COMPREHENSIVE": "it asks for an exhaustive answer",
-    "OPEN_REQUEST": "it asks for an open-ended overview",
+    Intensity.ALL: "it asks for every item of an open-ended set",
+    Intensity.COMPREHENSIVE: "it asks for an exhaustive answer",
+    Intensity.OPEN_REQUEST: "it asks for an open-ended overview",
 }
 
 
@@ -83,7 +88,7 @@ def guard_cap(quantifier: QuantifierInfo, policy: Policy, profile_cap: int) -> i
 
 def run_preflight(question: str, mode: Mode, policy: Policy, model_profile_id: str) -> Preflight:
     """Classify the question and decide caps, reject-broad and exploratory."""
-    quantifier = classify(question)
+    quantifier = classify_question_quantifier(question)
     guard_active = is_guard_active(mode, policy)
     overrides = policy.quantifier_caps_by_intensity
     profile_cap = cap_for_intensity(

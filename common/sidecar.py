@@ -62,16 +62,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from common.models import Evidence, QuantifierInfo
+from common.models import Answerability, CandidateSpan, Confidence, Evidence, QuantifierInfo
 from common.policy import Policy
-from common.quantifier import BROAD_INTENSITIES, classify
+from common.quantifier import classify_question_quantifier
 from common.verify.text import STOP_WORDS, joined, normalize, tokens
 from common.versions import DENIAL_PATTERNS_VERSION, EXTRACTION_CUES_VERSION
+from common.vocab import BROAD_INTENSITIES
 
 DIAGNOSTIC_VERSION = "answerability-v2"  # v2: design's candidate kinds, quoted strings always kept
 MAX_SPANS = 10
 STRONG_MIN_CANDIDATES = 3
-CONFIDENCE_ORDER: tuple[str, ...] = ("weak", "medium", "strong")
+CONFIDENCE_ORDER: tuple[Confidence, ...] = tuple(Confidence)
 # Clause A. The SPEC's v1 substrings first (so an old row's ``denial_pattern_matched`` keeps
 # its meaning), then ``denial_phrasings()``: negation × verb × object, written out.
 _DENIAL_V1: tuple[str, ...] = (
@@ -113,7 +114,9 @@ def denial_phrasings() -> tuple[str, ...]:
     # "The provided passages do not list works by X"
     for neg, nouns in (("does not", _SOURCE_NOUNS_SINGULAR), ("do not", _SOURCE_NOUNS_PLURAL)):
         short = neg.replace(" not", "n't")
-        out += [f"{noun} {n} {verb}" for noun in nouns for n in (neg, short) for verb in _NEGATED_VERBS]
+        out += [
+            f"{noun} {n} {verb}" for noun in nouns for n in (neg, short) for verb in _NEGATED_VERBS
+        ]
     # "The songs are not listed in the evidence" (bare "not listed" is often a plain fact)
     out += [f"not {verb} in the" for verb in _ABSENT_IN]
     out += [f"not {verb} anywhere in the" for verb in ("mentioned", "listed", "named")]
@@ -225,9 +228,7 @@ _NAME_RE = re.compile(rf"(?<![\w'’-]){_CAP}(?:\s+(?:(?:de|da|del|di|van|von)\s
 _QUOTED_RE = re.compile(r'"([^"\n]{1,120})"|“([^”\n]{1,120})”')
 _MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
 _YEAR = "(?:1[0-9]{3}|20[0-9]{2})"
-_DATE_RE = re.compile(
-    rf"\b(?:\d{{1,2}} (?:{_MONTHS}) {_YEAR}|(?:{_MONTHS}) \d{{1,2}}, {_YEAR})\b"
-)
+_DATE_RE = re.compile(rf"\b(?:\d{{1,2}} (?:{_MONTHS}) {_YEAR}|(?:{_MONTHS}) \d{{1,2}}, {_YEAR})\b")
 _YEAR_RE = re.compile(rf"\b{_YEAR}\b")
 _SENTENCE_RE = re.compile(r"[^.;:!?\n]+")
 # Candidate kinds (the names the design uses; ``DIAGNOSTIC_VERSION`` v2).
@@ -255,15 +256,14 @@ class Candidate:
     text: str
     near_exact: bool
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "evidence_id": self.evidence_id,
-            "kind": self.kind,
-            "text": self.text,
-            "offset_start": self.start,
-            "offset_end": self.end,
-            "offset_basis": "evidence_object_text",
-        }
+    def as_span(self) -> CandidateSpan:
+        return CandidateSpan(
+            evidence_id=self.evidence_id,
+            kind=self.kind,
+            text=self.text,
+            offset_start=self.start,
+            offset_end=self.end,
+        )
 
 
 def match_denial(answer: str) -> str | None:
@@ -410,13 +410,13 @@ def _block_candidates(
     return list(kept.values())
 
 
-def _confidence(candidates: list[Candidate]) -> str | None:
+def _confidence(candidates: list[Candidate]) -> Confidence | None:
     quoted_near_exact = any(c.kind == QUOTED and c.near_exact for c in candidates)
     if quoted_near_exact and len(candidates) >= STRONG_MIN_CANDIDATES:
-        return "strong"
+        return Confidence.STRONG
     if len(candidates) >= 2 or quoted_near_exact:
-        return "medium"
-    return "weak" if candidates else None
+        return Confidence.MEDIUM
+    return Confidence.WEAK if candidates else None
 
 
 def assess_answerability(
@@ -425,14 +425,16 @@ def assess_answerability(
     evidence: Sequence[Evidence | Mapping[str, Any]],
     policy: Policy,
     quantifier: QuantifierInfo | None = None,
-) -> dict | None:
-    """SPEC §8's three-clause check; None unless denial, extraction shape and candidates all fire."""
+) -> Answerability | None:
+    """The sidecar's three-clause check; None unless denial, extraction shape and candidates all fire."""
     if not policy.answerability_sidecar_enabled:
         return None
     denial = match_denial(answer if isinstance(answer, str) else "")
     if denial is None:
         return None
-    shape, cue = match_extraction_shape(question, quantifier or classify(question))
+    shape, cue = match_extraction_shape(
+        question, quantifier or classify_question_quantifier(question)
+    )
     if shape is None:
         return None
     subject = subject_tokens_for(question)
@@ -450,21 +452,19 @@ def assess_answerability(
         return None
     if CONFIDENCE_ORDER.index(confidence) < CONFIDENCE_ORDER.index(policy.answerability_threshold):
         return None
-    ordered = sorted(
-        candidates, key=lambda c: (c.kind != QUOTED, c.evidence_rank, c.start, c.end)
+    ordered = sorted(candidates, key=lambda c: (c.kind != QUOTED, c.evidence_rank, c.start, c.end))
+    return Answerability(
+        diagnostic_version=DIAGNOSTIC_VERSION,
+        confidence_class=confidence,
+        triggered_clauses=("denial", "extraction_shape", "candidates_in_evidence"),
+        denial_pattern_matched=denial,
+        extraction_cue_matched=cue,
+        extraction_shape=shape,
+        answer_type=answer_type,
+        subject_tokens=tuple(subject),
+        candidate_count=len(candidates),
+        threshold=policy.answerability_threshold,
+        missed_answer_candidate_spans=tuple(c.as_span() for c in ordered[:MAX_SPANS]),
+        denial_patterns_version=DENIAL_PATTERNS_VERSION,
+        extraction_cues_version=EXTRACTION_CUES_VERSION,
     )
-    return {
-        "diagnostic_version": DIAGNOSTIC_VERSION,
-        "confidence_class": confidence,
-        "triggered_clauses": ["denial", "extraction_shape", "candidates_in_evidence"],
-        "denial_pattern_matched": denial,
-        "extraction_cue_matched": cue,
-        "extraction_shape": shape,
-        "answer_type": answer_type,
-        "subject_tokens": subject,
-        "candidate_count": len(candidates),
-        "threshold": policy.answerability_threshold,
-        "missed_answer_candidate_spans": [c.as_dict() for c in ordered[:MAX_SPANS]],
-        "denial_patterns_version": DENIAL_PATTERNS_VERSION,
-        "extraction_cues_version": EXTRACTION_CUES_VERSION,
-    }

@@ -60,10 +60,10 @@ from common.verify.claims import (
 from common.verify.quote import LAYERS, MIN_QUOTE_TOKENS
 from common.verify.text import content_tokens, normalize, tokens
 from common.verify.verdict import decide_label, decide_verdict, render_tails
+from common.vocab import LATTICE_MODES
 
 K = ViolationKind
 NO_CLAIMS_TAIL = "no claims"
-LATTICE_MODES: frozenset[Mode] = frozenset({Mode.CLAIM_LATTICE_POINTER, Mode.CLAIM_LATTICE})
 DEFLECTION_PATTERNS: tuple[str, ...] = (
     "not in the evidence",
     "not in the provided",

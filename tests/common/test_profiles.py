@@ -6,7 +6,6 @@ import pytest
 
 from common.errors import InputError
 from common.policy import (
-    INTENSITIES,
     Policy,
     build_policy,
     governance_policy_hash,
@@ -19,6 +18,7 @@ from common.profiles import (
     MODEL_PROFILES,
     cap_for_intensity,
 )
+from common.vocab import ALL_INTENSITIES
 
 # SPEC §5's table, restated here so a change to the profiles has to change the test too.
 SPEC_TABLE = {
@@ -43,7 +43,7 @@ def test_every_rung_in_every_profile_matches_the_spec(intensity: str) -> None:
 
 def test_profiles_cover_all_ten_rungs() -> None:
     for profile in MODEL_PROFILES.values():
-        assert set(profile) == set(INTENSITIES)
+        assert set(profile) == set(ALL_INTENSITIES)
         assert all(profile[i] == EXPLICIT_COUNT for i in COUNTED)
 
 
