@@ -41,7 +41,7 @@ class Question(Frozen):
 
 
 class Evidence(Frozen):
-    """One retrieved passage, numbered E1..Ek in rank order (SPEC §2)."""
+    """One retrieved passage, numbered E1..Ek in rank order (docs/grounding.md, 'Evidence map')."""
 
     id: str  # "E1"
     doc_id: str
@@ -75,7 +75,7 @@ class Job(Frozen):
 
 
 class QuantifierInfo(Frozen):
-    """Output of ``classify_question_quantifier`` (SPEC §4)."""
+    """Output of ``classify_question_quantifier`` (docs/grounding.md, 'Quantifier classifier')."""
 
     intensity: Intensity = Intensity.SINGULAR
     matched_token: str | None = None
@@ -87,7 +87,10 @@ class QuantifierInfo(Frozen):
 
 
 class Preflight(Frozen):
-    """Quantifier preflight decisions, made before retrieval (SPEC §4–§5, §7)."""
+    """Quantifier preflight decisions, made before retrieval.
+
+    The rules: docs/grounding.md, 'Preflight, reject-broad, allow-broad'.
+    """
 
     quantifier: QuantifierInfo = Field(default_factory=QuantifierInfo)
     guard_active: bool = False  # guard enabled and mode in quantifier_guard_modes
@@ -142,7 +145,7 @@ class Claim(Frozen):
 
 
 class Verification(Frozen):
-    """Deterministic verification of one answer (SPEC §7)."""
+    """Deterministic verification of one answer (docs/grounding.md, 'Verification')."""
 
     n_claims: int = 0
     n_verified: int = 0
@@ -287,7 +290,10 @@ class AnswerabilitySummary(Frozen):
 
 
 class Row(Frozen):
-    """One telemetry row per job (SPEC §9); written once, keyed by (run_id, job_id)."""
+    """One telemetry row per job, written once, keyed by (run_id, job_id).
+
+    The fields: docs/grounding.md, 'The row'.
+    """
 
     schema_version: int = ROW_SCHEMA_VERSION
     run_id: str

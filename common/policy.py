@@ -1,4 +1,6 @@
-"""The typed policy of a run, its overrides and its two hashes (SPEC §6).
+"""The typed policy of a run, its overrides and its two hashes.
+
+The rules: docs/grounding.md, 'Policy and its hashes'.
 
 A policy is frozen: a run's jobs all carry the same one. Overrides come as
 ``key=value`` strings (``--policy``), are parsed as JSON where they look like

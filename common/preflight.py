@@ -1,9 +1,9 @@
 """Quantifier preflight: classify, cap, and decide reject-broad before retrieval.
 
 Pure: ``run_preflight`` runs before any I/O of a job, so a rejected job costs
-no retrieval and no model call (SPEC §4, §5, §7).
+no retrieval and no model call (docs/grounding.md, 'Preflight, reject-broad, allow-broad').
 
-Decisions where the SPEC left room:
+Decisions where the rules left room:
 
 * The guard is *active* for a job when ``quantifier_guard_enabled`` and the
   job's mode is in ``quantifier_guard_modes``. Everything broad-specific
@@ -18,7 +18,7 @@ Decisions where the SPEC left room:
 * ``allow_broad`` wins over ``quantifier_reject_broad`` when both are set: the
   reject message itself offers ``--allow-broad`` as the way through.
 * Reject-broad fires for ALL, COMPREHENSIVE and OPEN_REQUEST with an
-  ``unbounded`` scope only; MANY is never rejected (SPEC §7 names the three).
+  ``unbounded`` scope only; MANY is never rejected (docs/grounding.md names the three).
 """
 
 from __future__ import annotations
@@ -58,7 +58,10 @@ def is_guard_active(mode: Mode, policy: Policy) -> bool:
 
 
 def reject_message(quantifier: QuantifierInfo) -> str:
-    """Why the question was rejected and how to narrow it (SPEC §7)."""
+    """Why the question was rejected and how to narrow it.
+
+    The rule: docs/grounding.md, 'Preflight, reject-broad, allow-broad'.
+    """
     why = _REJECT_WHY.get(quantifier.intensity, "it asks for an unbounded set")
     token = f' ("{quantifier.matched_token}")' if quantifier.matched_token else ""
     return (

@@ -1,4 +1,6 @@
-"""Model profiles: how many claims each quantifier rung may carry (SPEC §5).
+"""Model profiles: how many claims each quantifier rung may carry.
+
+The rules and the table: docs/grounding.md, 'Profiles and caps'.
 
 ``cap_for_intensity`` resolves a cap in this order: the per-call override dict
 (``Policy.quantifier_caps_by_intensity``) → the model's profile → the
@@ -6,7 +8,7 @@
 ``EXPLICIT_COUNT`` sentinel in every profile: their cap is the question's own
 number, falling back to the profile's MANY cap when no number was parsed.
 
-Decisions where the SPEC left room:
+Decisions where the rules left room:
 
 * An override for SMALL_NUM_EXPLICIT or COMPARATIVE_BOUND replaces the
   explicit count (the override is the operator's word for this run).

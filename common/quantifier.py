@@ -1,10 +1,12 @@
-"""Quantifier preflight: which set size a question asks for (SPEC §4).
+"""Quantifier preflight: which set size a question asks for.
+
+The rules: docs/grounding.md, 'Quantifier classifier'.
 
 ``classify_question_quantifier`` maps a question onto one of ten rungs by its
 lexical markers, matched case-insensitively on word boundaries after NFKC and
 quote folding. When several rungs match, the highest in ``PRIORITY`` wins.
 
-Decisions where the SPEC left room (each one has a test in
+Decisions where the rules left room (each one has a test in
 ``tests/common/test_quantifier.py``):
 
 * Word boundaries everywhere: "overall", "mostly", "Germany", "someone" carry
@@ -24,7 +26,7 @@ Decisions where the SPEC left room (each one has a test in
   ALL; "Are there any ...", "Did any ...", "which team did not win any ..."
   carry no "any" marker; "name any five rivers" is SMALL_NUM_EXPLICIT (5).
 * "everyone", "everybody", "everything" count as ALL (they are universal
-  quantifiers the SPEC's "every" family implies).
+  quantifiers of the "every" family).
 * "a couple of" names a number (2, SMALL_NUM_EXPLICIT); bare "a couple" is FEW.
   "half a dozen" is 6. "dozens of"/"hundreds of" are MANY.
 * Ordinals ("the second ...", "the 3rd largest", "the 5th") give
@@ -435,7 +437,7 @@ def _matched_text(marker: Marker, match: re.Match[str]) -> str:
 
 
 def classify_question_quantifier(question: str) -> QuantifierInfo:
-    """Classify a question's quantifier; returns the SPEC §4 keys."""
+    """Classify a question's quantifier (docs/grounding.md, 'Quantifier classifier')."""
     text = _normalize_question(question)
     intensity, token, count = Intensity.SINGULAR, None, None
     how_many = _HOW_MANY_RE.search(text)

@@ -326,7 +326,7 @@ def _answerability(stats: RunStats, modes: list[str]) -> list[str]:
     total = sum(sum(stats.modes[m].answerability.values()) for m in stats.modes)
     out = ["", "## Answerability warnings", ""]
     out.append(
-        f"{total} row(s) denied an answer the evidence seems to hold (SPEC §8 sidecar; "
+        f"{total} row(s) denied an answer the evidence seems to hold (answerability sidecar; "
         "the verdict is unchanged)."
     )
     if total:

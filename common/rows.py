@@ -1,4 +1,4 @@
-"""Turning a finished ``JobRecord`` into its telemetry ``Row`` (SPEC §9)."""
+"""Turning a finished ``JobRecord`` into its telemetry ``Row`` (docs/grounding.md, 'The row')."""
 
 from __future__ import annotations
 

@@ -1,11 +1,13 @@
-"""Answerability sidecar: flags a denial while the evidence holds candidates (SPEC §8).
+"""Answerability sidecar: flags a denial while the evidence holds candidates.
+
+The rules: docs/grounding.md, 'Answerability sidecar'.
 
 Read-only and byte-deterministic: no model calls, no writes, never changes the
 answer or the verdict. It returns None unless all three clauses fire:
 
 * A, denial: the casefolded, whitespace-normalized answer contains one of
   ``DENIAL_PATTERNS`` (version ``DENIAL_PATTERNS_VERSION``), the documented
-  set ``denial_phrasings()`` writes out: the SPEC's v1 substrings, then
+  set ``denial_phrasings()`` writes out: the nine v1 substrings, then
   first-person failures to find ("i could not find"), sources that do not say
   ("passages do not list"), absence in the sources ("not listed in the"), "no
   information about", "makes no mention of", "none of the passages mention";
@@ -17,7 +19,7 @@ answer or the verdict. It returns None unless all three clauses fire:
 * C, candidates: spans of the question's answer type within
   ``answerability_proximity_chars`` of a subject mention in some block.
 
-Decisions where the SPEC left room:
+Decisions where the rules left room:
 
 * Answer type: the matched cue decides (``CUE_ANSWER_TYPES``); without a cue,
   a question starting with "who" or naming people in the plural (members,
@@ -52,7 +54,8 @@ Decisions where the SPEC left room:
   index ``Evidence.text`` (``offset_basis: "evidence_object_text"``), so
   ``text[offset_start:offset_end]`` is the span's text exactly.
 * The result also carries ``denial_patterns_version`` and
-  ``extraction_cues_version`` besides the keys SPEC §8 lists.
+  ``extraction_cues_version`` besides the keys listed in docs/grounding.md,
+  'Answerability sidecar'.
 """
 
 from __future__ import annotations
@@ -73,7 +76,7 @@ DIAGNOSTIC_VERSION = "answerability-v2"  # v2: design's candidate kinds, quoted 
 MAX_SPANS = 10
 STRONG_MIN_CANDIDATES = 3
 CONFIDENCE_ORDER: tuple[Confidence, ...] = tuple(Confidence)
-# Clause A. The SPEC's v1 substrings first (so an old row's ``denial_pattern_matched`` keeps
+# Clause A. The nine v1 substrings first (so an old row's ``denial_pattern_matched`` keeps
 # its meaning), then ``denial_phrasings()``: negation × verb × object, written out.
 _DENIAL_V1: tuple[str, ...] = (
     "not mentioned",

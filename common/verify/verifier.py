@@ -1,10 +1,12 @@
-"""``verify_answer``: deterministic verification of one answer (SPEC §7).
+"""``verify_answer``: deterministic verification of one answer.
+
+The rules: docs/grounding.md, 'Verification'.
 
 Order: reject-broad short-circuit → bracket diagnostics → extraction per mode
 → format collapse and deflection → the claim cap (excess not admitted) →
 per-claim checks → row-level broad kinds → verdict, label, tails.
 
-Decisions where the SPEC left room:
+Decisions where the rules left room:
 
 * ``claim_lattice_max_claims_per_answer`` caps the two lattice modes only
   (its name says so); quote mode is capped only by an enforced preflight cap.

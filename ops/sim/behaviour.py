@@ -2,7 +2,7 @@
 
 The simulator reads the prompt back with ``common.prompts.parse_prompt`` (mode,
 question, evidence blocks) and writes an answer in the format that mode asks
-for. A *good* answer passes the verifier of SPEC §7 by construction: quotes are
+for. A *good* answer passes the verifier (docs/grounding.md, 'Verification') by construction: quotes are
 whole sentences copied verbatim from the block they cite, pointer claims are
 verbatim sentences (so every claim shares a run of far more than 4 tokens with
 its block) and JSON warrants are verbatim spans of the cited block. Blocks whose

@@ -1,4 +1,4 @@
-"""The policy object, its overrides and its two hashes (SPEC §6)."""
+"""The policy object, its overrides and its two hashes (docs/grounding.md, 'Policy and its hashes')."""
 
 from __future__ import annotations
 

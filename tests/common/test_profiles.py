@@ -1,4 +1,4 @@
-"""Model profiles and ``cap_for_intensity`` (SPEC §5)."""
+"""Model profiles and ``cap_for_intensity`` (docs/grounding.md, 'Profiles and caps')."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from common.profiles import (
 )
 from common.vocab import ALL_INTENSITIES
 
-# SPEC §5's table, restated here so a change to the profiles has to change the test too.
-SPEC_TABLE = {
+# The profile table of docs/grounding.md, restated here so a change to the profiles has to change the test too.
+PROFILE_TABLE = {
     "ABSENT": (1, 1),
     "SINGULAR": (1, 1),
     "PROPORTIONAL": (1, 3),
@@ -34,9 +34,9 @@ SPEC_TABLE = {
 COUNTED = ("SMALL_NUM_EXPLICIT", "COMPARATIVE_BOUND")
 
 
-@pytest.mark.parametrize("intensity", list(SPEC_TABLE))
+@pytest.mark.parametrize("intensity", list(PROFILE_TABLE))
 def test_every_rung_in_every_profile_matches_the_spec(intensity: str) -> None:
-    hermes, default = SPEC_TABLE[intensity]
+    hermes, default = PROFILE_TABLE[intensity]
     assert cap_for_intensity(intensity, HERMES_3_8B_PROFILE_ID, None, None) == hermes
     assert cap_for_intensity(intensity, DEFAULT_PROFILE_ID, None, None) == default
 

@@ -1,4 +1,4 @@
-"""The quantifier classifier of SPEC §4: rungs, priority, short-circuits, counts, scope."""
+"""The quantifier classifier of docs/grounding.md, 'Quantifier classifier': rungs, priority, short-circuits, counts, scope."""
 
 from __future__ import annotations
 

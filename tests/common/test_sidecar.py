@@ -1,4 +1,4 @@
-"""The answerability sidecar of SPEC §8."""
+"""The answerability sidecar of docs/grounding.md, 'Answerability sidecar'."""
 
 from __future__ import annotations
 
