@@ -220,7 +220,7 @@ def _pick_claims(
 
         # A claim sharing a word with its block's title or the question never
         # triggers TITLE_MISMATCH, so prefer such sentences.
-        def sentence_score(s: str, b_title: set[str] = t_words) -> float:
+        def sentence_score(s: str, b_title: frozenset[str] = t_words) -> float:
             words = content_words(s)
             jitter = 0.0 if greedy else rng.random() * 0.5
             return 2 * len(words & q_words) + (1.5 if words & b_title else 0.0) + jitter
