@@ -17,7 +17,7 @@ from enum import StrEnum
 
 
 class Mode(StrEnum):
-    """How the model is asked to ground its answer (docs/grounding.md, 'Modes')."""
+    """How the model is asked to ground its answer (docs/grounding.md, 'Jobs and modes')."""
 
     QUOTE = "quote"
     CLAIM_LATTICE_POINTER = "claim_lattice_pointer"
@@ -30,7 +30,10 @@ LATTICE_MODES: frozenset[Mode] = frozenset({Mode.CLAIM_LATTICE_POINTER, Mode.CLA
 
 
 class Intensity(StrEnum):
-    """A question's quantifier rung, narrowest to broadest (docs/grounding.md, 'Quantifier preflight')."""
+    """A question's quantifier rung, narrowest to broadest.
+
+    The rungs: docs/grounding.md, 'Quantifier classifier'.
+    """
 
     ABSENT = "ABSENT"
     SINGULAR = "SINGULAR"
@@ -56,7 +59,7 @@ COUNTED_INTENSITIES: frozenset[Intensity] = frozenset(
 
 
 class Verdict(StrEnum):
-    """Share of an answer's claims that verified (docs/grounding.md, 'Verdicts and labels')."""
+    """How an answer's claims held up as a whole (docs/grounding.md, 'Verdict and label')."""
 
     STRICT = "STRICT"
     HYBRID = "HYBRID"
@@ -76,7 +79,10 @@ class Label(StrEnum):
 
 
 class ViolationKind(StrEnum):
-    """What went wrong with an answer or one of its claims (docs/grounding.md, 'Violation kinds')."""
+    """What went wrong with an answer or one of its claims.
+
+    Each kind's trigger and effect: docs/grounding.md, 'Violation kinds'.
+    """
 
     NO_EVIDENCE_POINTER = "NO_EVIDENCE_POINTER"
     FORMAT_COLLAPSED = "FORMAT_COLLAPSED"
@@ -96,7 +102,10 @@ class ViolationKind(StrEnum):
 
 
 class Confidence(StrEnum):
-    """The answerability sidecar's confidence, weakest first (docs/grounding.md, 'Answerability sidecar')."""
+    """The answerability sidecar's confidence, weakest first.
+
+    The classes: docs/grounding.md, 'Answerability sidecar'.
+    """
 
     WEAK = "weak"
     MEDIUM = "medium"
