@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from enum import StrEnum
 from typing import Any, Literal, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -107,6 +108,14 @@ class Policy(BaseModel):
 
     def context_chars(self, mode: str) -> int:
         return self.max_context_chars_by_mode.get(mode, 6000)
+
+
+def type_label(name: str) -> str:
+    """A policy key's type as ``qfarm policy`` shows it; a vocabulary enum lists its values."""
+    annotation = Policy.model_fields[name].annotation
+    if isinstance(annotation, type) and issubclass(annotation, StrEnum):
+        return str(Literal[tuple(m.value for m in annotation)])
+    return str(annotation)
 
 
 def allowed_range(name: str) -> str | None:
