@@ -1,9 +1,9 @@
-"""The audit line and claim listing ``qfarm ask`` prints (SPEC §7).
+"""The audit line and claim listing ``qfarm ask`` prints (docs/grounding.md, 'Audit line').
 
 ``LABEL · via MODE · tails  n_verified/n_claims  latency``, e.g.
 ``ANCHOR-WARRANTED · via claim_lattice_pointer · title mismatch, broad cap 8  3/4  1.2 s``.
 
-Decisions where the SPEC left room:
+Decisions where the rules left room:
 
 * Tails are joined with ", " and the tails segment is left out when there are
   none. Besides the verifier's tails, ``cache hit`` and ``simulated`` (the

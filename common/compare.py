@@ -22,6 +22,7 @@ import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Literal
 
 from common.models import Manifest
@@ -30,7 +31,14 @@ from common.runstats import RunStats, Tally
 from common.stats import Moments, newcombe_interval, paired_interval, welch_interval
 
 DEFAULT_FLOOR = 5.0
-Verdict = Literal["signal", "noise", "n/a"]
+
+
+class DeltaVerdict(StrEnum):
+    """Whether a difference between two runs is worth acting on (not a grounding ``Verdict``)."""
+
+    SIGNAL = "signal"
+    NOISE = "noise"
+    NOT_APPLICABLE = "n/a"
 
 
 MEAN_METRICS = ("ratio", "claims")
@@ -75,7 +83,7 @@ class MetricDelta:
     low: float | None  # points
     high: float | None
     method: str
-    verdict: Verdict
+    verdict: DeltaVerdict
     effect: str  # "better" / "worse" for a signal, else "—"
 
 
@@ -169,12 +177,14 @@ class Comparison:
         return [d for d in self.deltas if d.verdict == "signal"]
 
 
-def classify_delta(delta: float, low: float, high: float, floor: float = DEFAULT_FLOOR) -> Verdict:
+def classify_delta(
+    delta: float, low: float, high: float, floor: float = DEFAULT_FLOOR
+) -> DeltaVerdict:
     """``signal`` when |delta| clears the floor and the interval excludes zero, else ``noise``."""
     if any(math.isnan(x) for x in (delta, low, high)):
-        return "n/a"
+        return DeltaVerdict.NOT_APPLICABLE
     excludes_zero = low > 0 or high < 0
-    return "signal" if abs(delta) >= floor and excludes_zero else "noise"
+    return DeltaVerdict.SIGNAL if abs(delta) >= floor and excludes_zero else DeltaVerdict.NOISE
 
 
 def _cell_value(cell: Tally, metric: Metric) -> tuple[float, float, int] | None:
@@ -246,7 +256,8 @@ def compare_metric(
     relative = metric.key == "claims"
     if not n_a or not n_b or math.isnan(a) or math.isnan(b) or (relative and a <= 0):
         return MetricDelta(
-            mode, metric, None, None, n_a, n_b, None, None, None, "no data", "n/a", "—"
+            mode, metric, None, None, n_a, n_b, None, None, None, "no data",
+            DeltaVerdict.NOT_APPLICABLE, "—",
         )
     unit = 100 / a if relative else 100
     delta, low_pp, high_pp = unit * (b - a), unit * low, unit * high
@@ -305,7 +316,7 @@ def _intensity_shifts(stats_a: RunStats, stats_b: RunStats) -> list[IntensityShi
     counts_a = Counter(q.intensity for q in stats_a.questions.values() if q.intensity)
     counts_b = Counter(q.intensity for q in stats_b.questions.values() if q.intensity)
     total_a, total_b = sum(counts_a.values()), sum(counts_b.values())
-    rungs = [r for r in reversed(PRIORITY) if r in counts_a or r in counts_b]
+    rungs: list[str] = [r for r in reversed(PRIORITY) if r in counts_a or r in counts_b]
     rungs += sorted((set(counts_a) | set(counts_b)) - set(rungs))
     return [
         IntensityShift(

@@ -2,8 +2,8 @@
 
 Computed at verify time when the question file gives ``answers``; the row keeps
 two booleans, never the answer text. Matching is on normalized token
-sequences: NFKC, casefold, punctuation stripped at token edges (SPEC §7), and
-the articles a/an/the dropped (as in SQuAD's answer normalization, so "The
+sequences: NFKC, casefold, punctuation stripped at token edges (as the verifier
+does: docs/grounding.md, 'Verification'), and the articles a/an/the dropped (as in SQuAD's answer normalization, so "The
 Beatles" matches "Beatles"). Two additions for answers: dashes separate tokens
 ("China–Nepal" matches "China-Nepal", "mid-2061" contains "2061") and a
 possessive "'s" is dropped ("Seurat's" contains "Seurat"). A gold answer

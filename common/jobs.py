@@ -43,7 +43,7 @@ def seed_for(question_id: str, mode: Mode | str, sample_index: int) -> int:
 
 
 def profile_id_for_model(model: str) -> str:
-    """Model profile of SPEC §5 for a served model name."""
+    """Model profile (docs/grounding.md, 'Profiles and caps') for a served model name."""
     folded = model.casefold()
     return HERMES_3_8B_PROFILE_ID if "hermes-3" in folded and "8b" in folded else DEFAULT_PROFILE_ID
 

@@ -8,64 +8,23 @@ filled in. Everything here is a frozen pydantic model serialized with
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from common.policy import Policy
 from common.versions import ROW_SCHEMA_VERSION
+from common.vocab import ALL_MODES, Confidence, Intensity, Label, Mode, Verdict, ViolationKind
+
+# The vocabulary is defined in common.vocab; these records carry it, so importers
+# of a record can take its words from here too.
+__all__ = ["ALL_MODES", "Confidence", "Intensity", "Label", "Mode", "Verdict", "ViolationKind"]
 
 
 class Frozen(BaseModel):
     """Immutable, JSON-serializable base for everything that crosses a process."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Mode(StrEnum):
-    QUOTE = "quote"
-    CLAIM_LATTICE_POINTER = "claim_lattice_pointer"
-    CLAIM_LATTICE = "claim_lattice"
-
-
-ALL_MODES: tuple[Mode, ...] = tuple(Mode)
-
-
-class Verdict(StrEnum):
-    STRICT = "STRICT"
-    HYBRID = "HYBRID"
-    UNGROUNDED = "UNGROUNDED"
-
-
-class Label(StrEnum):
-    """Audit label ladder, high to low, plus the two extra labels (SPEC §7)."""
-
-    EVIDENCE_WARRANTED = "EVIDENCE-WARRANTED"
-    ANCHOR_WARRANTED = "ANCHOR-WARRANTED"
-    POINTER_LINKED = "POINTER-LINKED"
-    UNGROUNDED = "UNGROUNDED"
-    BROAD_CAPPED = "BROAD-CAPPED"
-    BROAD_REJECTED = "BROAD-REJECTED"
-    EXPLORATORY = "EXPLORATORY"
-
-
-class ViolationKind(StrEnum):
-    NO_EVIDENCE_POINTER = "NO_EVIDENCE_POINTER"
-    FORMAT_COLLAPSED = "FORMAT_COLLAPSED"
-    SCHEMA_INVALID = "SCHEMA_INVALID"
-    CITATION_MISMATCH = "CITATION_MISMATCH"
-    TITLE_MISMATCH = "TITLE_MISMATCH"
-    TOO_MANY_CLAIMS = "TOO_MANY_CLAIMS"
-    TOO_MANY_EVIDENCE_IDS = "TOO_MANY_EVIDENCE_IDS"
-    POINTER_OVERFLOW_TRIMMED = "POINTER_OVERFLOW_TRIMMED"
-    WARRANT_MISSING = "WARRANT_MISSING"
-    LAZY_ANCHOR_DEMOTE = "LAZY_ANCHOR_DEMOTE"
-    DEFLECTION_DETECTED = "DEFLECTION_DETECTED"
-    BROAD_QUANTIFIER_RUNAWAY = "BROAD_QUANTIFIER_RUNAWAY"
-    BROAD_QUANTIFIER_CAP_APPLIED = "BROAD_QUANTIFIER_CAP_APPLIED"
-    BROAD_QUANTIFIER_SCOPE_UNBOUND = "BROAD_QUANTIFIER_SCOPE_UNBOUND"
-    BROAD_QUANTIFIER_REJECTED = "BROAD_QUANTIFIER_REJECTED"
 
 
 # --------------------------------------------------------------------------- inputs
@@ -82,7 +41,7 @@ class Question(Frozen):
 
 
 class Evidence(Frozen):
-    """One retrieved passage, numbered E1..Ek in rank order (SPEC §2)."""
+    """One retrieved passage, numbered E1..Ek in rank order (docs/grounding.md, 'Evidence map')."""
 
     id: str  # "E1"
     doc_id: str
@@ -116,9 +75,9 @@ class Job(Frozen):
 
 
 class QuantifierInfo(Frozen):
-    """Output of ``classify_question_quantifier`` (SPEC §4)."""
+    """Output of ``classify_question_quantifier`` (docs/grounding.md, 'Quantifier classifier')."""
 
-    intensity: str = "SINGULAR"
+    intensity: Intensity = Intensity.SINGULAR
     matched_token: str | None = None
     explicit_count: int | None = None
     is_broad: bool = False
@@ -128,7 +87,10 @@ class QuantifierInfo(Frozen):
 
 
 class Preflight(Frozen):
-    """Quantifier preflight decisions, made before retrieval (SPEC §4–§5, §7)."""
+    """Quantifier preflight decisions, made before retrieval.
+
+    The rules: docs/grounding.md, 'Preflight, reject-broad, allow-broad'.
+    """
 
     quantifier: QuantifierInfo = Field(default_factory=QuantifierInfo)
     guard_active: bool = False  # guard enabled and mode in quantifier_guard_modes
@@ -183,7 +145,7 @@ class Claim(Frozen):
 
 
 class Verification(Frozen):
-    """Deterministic verification of one answer (SPEC §7)."""
+    """Deterministic verification of one answer (docs/grounding.md, 'Verification')."""
 
     n_claims: int = 0
     n_verified: int = 0
@@ -201,6 +163,38 @@ class Verification(Frozen):
     tails: tuple[str, ...] = ()  # audit-line tails, e.g. "format collapsed", "broad cap 8"
     gold_in_claims: bool | None = None
     gold_in_evidence: bool | None = None
+
+
+class CandidateSpan(Frozen):
+    """One evidence span the answerability sidecar thinks may hold the denied answer."""
+
+    evidence_id: str
+    kind: str
+    text: str
+    offset_start: int
+    offset_end: int
+    offset_basis: str = "evidence_object_text"  # offsets index ``Evidence.text``
+
+
+class Answerability(Frozen):
+    """What ``assess_answerability`` found when all three of its clauses fired.
+
+    Field names are the ones the job detail JSON has always carried.
+    """
+
+    diagnostic_version: str
+    confidence_class: Confidence
+    triggered_clauses: tuple[str, ...]
+    denial_pattern_matched: str
+    extraction_cue_matched: str | None
+    extraction_shape: str
+    answer_type: str
+    subject_tokens: tuple[str, ...]
+    candidate_count: int
+    threshold: Confidence
+    missed_answer_candidate_spans: tuple[CandidateSpan, ...]
+    denial_patterns_version: str
+    extraction_cues_version: str
 
 
 class Timings(Frozen):
@@ -238,7 +232,7 @@ class JobRecord(Frozen):
     prompt: str | None = None
     generation: Generation | None = None
     verification: Verification | None = None
-    answerability: dict[str, Any] | None = None
+    answerability: Answerability | None = None
     cache_hit: bool = False
     cache_key: str | None = None  # set at retrieval when the result cache is in use
     error: str | None = None
@@ -291,12 +285,15 @@ class Manifest(Frozen):
 
 class AnswerabilitySummary(Frozen):
     answerability_fired: bool = False
-    answerability_confidence: str | None = None
+    answerability_confidence: Confidence | None = None
     answerability_candidate_count: int = 0
 
 
 class Row(Frozen):
-    """One telemetry row per job (SPEC §9); written once, keyed by (run_id, job_id)."""
+    """One telemetry row per job, written once, keyed by (run_id, job_id).
+
+    The fields: docs/grounding.md, 'The row'.
+    """
 
     schema_version: int = ROW_SCHEMA_VERSION
     run_id: str
@@ -318,7 +315,7 @@ class Row(Frozen):
     raw_meaningful_line_count: int | None = None
     quote_match_layers: dict[str, int] | None = None
     question_scope: str | None = None  # "bounded"/"unbounded" when the question file says so
-    quantifier_intensity: str | None = None
+    quantifier_intensity: Intensity | None = None
     quantifier_matched_token: str | None = None
     quantifier_explicit_count: int | None = None
     scope_bound_hint: str | None = None

@@ -1,4 +1,6 @@
-"""The typed policy of a run, its overrides and its two hashes (SPEC §6).
+"""The typed policy of a run, its overrides and its two hashes.
+
+The rules: docs/grounding.md, 'Policy and its hashes'.
 
 A policy is frozen: a run's jobs all carry the same one. Overrides come as
 ``key=value`` strings (``--policy``), are parsed as JSON where they look like
@@ -20,26 +22,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from enum import StrEnum
 from typing import Any, Literal, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from common import versions
 from common.errors import PolicyError
-
-MODE_NAMES = ("quote", "claim_lattice_pointer", "claim_lattice")
-INTENSITIES = (
-    "ABSENT",
-    "SINGULAR",
-    "PROPORTIONAL",
-    "SMALL_NUM_EXPLICIT",
-    "COMPARATIVE_BOUND",
-    "FEW",
-    "MANY",
-    "ALL",
-    "COMPREHENSIVE",
-    "OPEN_REQUEST",
-)
+from common.vocab import ALL_INTENSITIES, ALL_MODES, LATTICE_MODES, Confidence
 
 # Bounds of the values inside the two per-mode / per-intensity maps (inclusive).
 CONTEXT_CHARS_RANGE = (0, 200_000)
@@ -59,7 +49,7 @@ class Policy(BaseModel):
     top_k: int = Field(8, ge=1, le=100)
     title_boost: float = Field(2.0, gt=0, le=100)
     max_context_chars_by_mode: dict[str, int] = Field(
-        default_factory=lambda: {m: 6000 for m in MODE_NAMES}
+        default_factory=lambda: {m.value: 6000 for m in ALL_MODES}
     )
     user_payload_layout: Literal["tail", "bookend", "per_chunk"] = "tail"
     # claims
@@ -71,13 +61,13 @@ class Policy(BaseModel):
     quantifier_guard_enabled: bool = True
     quantifier_guard_apply_caps: bool = False
     quantifier_caps_by_intensity: dict[str, int] = Field(default_factory=dict)
-    quantifier_guard_modes: tuple[str, ...] = ("claim_lattice_pointer", "claim_lattice")
+    quantifier_guard_modes: tuple[str, ...] = tuple(sorted(m.value for m in LATTICE_MODES))
     quantifier_reminder_enabled: bool = False
     quantifier_reject_broad: bool = False
     allow_broad: bool = False
     # answerability sidecar (governance hash only)
     answerability_sidecar_enabled: bool = True
-    answerability_threshold: Literal["weak", "medium", "strong"] = "medium"
+    answerability_threshold: Confidence = Confidence.MEDIUM
     answerability_proximity_chars: int = Field(600, ge=1, le=100_000)
     # sampling
     temperature: float = Field(0.7, ge=0.0, le=2.0)
@@ -87,28 +77,30 @@ class Policy(BaseModel):
     @field_validator("max_context_chars_by_mode")
     @classmethod
     def _known_modes_only(cls, value: dict[str, int]) -> dict[str, int]:
-        unknown = sorted(set(value) - set(MODE_NAMES))
+        unknown = sorted(set(value) - set(ALL_MODES))
         if unknown:
-            raise ValueError(f"unknown mode(s) {unknown}; modes are {list(MODE_NAMES)}")
+            raise ValueError(f"unknown mode(s) {unknown}; modes are {[m.value for m in ALL_MODES]}")
         lo, hi = CONTEXT_CHARS_RANGE
         if any(not lo <= v <= hi for v in value.values()):
             raise ValueError(f"character caps must be between {lo} and {hi}")
-        return {m: value.get(m, 6000) for m in MODE_NAMES}
+        return {m.value: value.get(m, 6000) for m in ALL_MODES}
 
     @field_validator("quantifier_guard_modes")
     @classmethod
     def _guard_modes_known(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        unknown = sorted(set(value) - set(MODE_NAMES))
+        unknown = sorted(set(value) - set(ALL_MODES))
         if unknown:
-            raise ValueError(f"unknown mode(s) {unknown}; modes are {list(MODE_NAMES)}")
+            raise ValueError(f"unknown mode(s) {unknown}; modes are {[m.value for m in ALL_MODES]}")
         return tuple(sorted(set(value)))
 
     @field_validator("quantifier_caps_by_intensity")
     @classmethod
     def _caps_known(cls, value: dict[str, int]) -> dict[str, int]:
-        unknown = sorted(set(value) - set(INTENSITIES))
+        unknown = sorted(set(value) - set(ALL_INTENSITIES))
         if unknown:
-            raise ValueError(f"unknown intensity {unknown}; intensities are {list(INTENSITIES)}")
+            raise ValueError(
+                f"unknown intensity {unknown}; intensities are {[i.value for i in ALL_INTENSITIES]}"
+            )
         lo, hi = QUANTIFIER_CAP_RANGE
         if any(not lo <= v <= hi for v in value.values()):
             raise ValueError(f"caps must be between {lo} and {hi}")
@@ -116,6 +108,14 @@ class Policy(BaseModel):
 
     def context_chars(self, mode: str) -> int:
         return self.max_context_chars_by_mode.get(mode, 6000)
+
+
+def type_label(name: str) -> str:
+    """A policy key's type as ``qfarm policy`` shows it; a vocabulary enum lists its values."""
+    annotation = Policy.model_fields[name].annotation
+    if isinstance(annotation, type) and issubclass(annotation, StrEnum):
+        return str(Literal[tuple(m.value for m in annotation)])
+    return str(annotation)
 
 
 def allowed_range(name: str) -> str | None:
@@ -184,7 +184,7 @@ def verifier_policy_hash(policy: Policy) -> str:
 
 def governance_policy_hash(policy: Policy) -> str:
     """Hash of every policy field, every rule-set version and the model-profile caps."""
-    # Imported here: common.profiles imports INTENSITIES from this module.
+    # Imported here: common.profiles imports this module.
     from common.profiles import MODEL_PROFILES
 
     payload = policy.model_dump(mode="json")

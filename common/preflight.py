@@ -1,9 +1,9 @@
 """Quantifier preflight: classify, cap, and decide reject-broad before retrieval.
 
 Pure: ``run_preflight`` runs before any I/O of a job, so a rejected job costs
-no retrieval and no model call (SPEC §4, §5, §7).
+no retrieval and no model call (docs/grounding.md, 'Preflight, reject-broad, allow-broad').
 
-Decisions where the SPEC left room:
+Decisions where the rules left room:
 
 * The guard is *active* for a job when ``quantifier_guard_enabled`` and the
   job's mode is in ``quantifier_guard_modes``. Everything broad-specific
@@ -18,12 +18,13 @@ Decisions where the SPEC left room:
 * ``allow_broad`` wins over ``quantifier_reject_broad`` when both are set: the
   reject message itself offers ``--allow-broad`` as the way through.
 * Reject-broad fires for ALL, COMPREHENSIVE and OPEN_REQUEST with an
-  ``unbounded`` scope only; MANY is never rejected (SPEC §7 names the three).
+  ``unbounded`` scope only; MANY is never rejected (docs/grounding.md names the three).
 """
 
 from __future__ import annotations
 
 from common.models import (
+    Intensity,
     Label,
     Mode,
     Preflight,
@@ -34,16 +35,20 @@ from common.models import (
 )
 from common.policy import Policy
 from common.profiles import cap_for_intensity
-from common.quantifier import classify
+from common.quantifier import classify_question_quantifier
 
-REJECTABLE_INTENSITIES: frozenset[str] = frozenset({"ALL", "COMPREHENSIVE", "OPEN_REQUEST"})
+REJECTABLE_INTENSITIES: frozenset[Intensity] = frozenset(
+    {Intensity.ALL, Intensity.COMPREHENSIVE, Intensity.OPEN_REQUEST}
+)
 # Rungs whose profile cap is reported but never enforced unless the operator lists them.
-DEFAULT_CAP_INTENSITIES: frozenset[str] = frozenset({"ABSENT", "SINGULAR", "PROPORTIONAL"})
+DEFAULT_CAP_INTENSITIES: frozenset[Intensity] = frozenset(
+    {Intensity.ABSENT, Intensity.SINGULAR, Intensity.PROPORTIONAL}
+)
 
 _REJECT_WHY = {
-    "ALL": "it asks for every item of an open-ended set",
-    "COMPREHENSIVE": "it asks for an exhaustive answer",
-    "OPEN_REQUEST": "it asks for an open-ended overview",
+    Intensity.ALL: "it asks for every item of an open-ended set",
+    Intensity.COMPREHENSIVE: "it asks for an exhaustive answer",
+    Intensity.OPEN_REQUEST: "it asks for an open-ended overview",
 }
 
 
@@ -53,7 +58,10 @@ def is_guard_active(mode: Mode, policy: Policy) -> bool:
 
 
 def reject_message(quantifier: QuantifierInfo) -> str:
-    """Why the question was rejected and how to narrow it (SPEC §7)."""
+    """Why the question was rejected and how to narrow it.
+
+    The rule: docs/grounding.md, 'Preflight, reject-broad, allow-broad'.
+    """
     why = _REJECT_WHY.get(quantifier.intensity, "it asks for an unbounded set")
     token = f' ("{quantifier.matched_token}")' if quantifier.matched_token else ""
     return (
@@ -83,7 +91,7 @@ def guard_cap(quantifier: QuantifierInfo, policy: Policy, profile_cap: int) -> i
 
 def run_preflight(question: str, mode: Mode, policy: Policy, model_profile_id: str) -> Preflight:
     """Classify the question and decide caps, reject-broad and exploratory."""
-    quantifier = classify(question)
+    quantifier = classify_question_quantifier(question)
     guard_active = is_guard_active(mode, policy)
     overrides = policy.quantifier_caps_by_intensity
     profile_cap = cap_for_intensity(

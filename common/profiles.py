@@ -1,4 +1,6 @@
-"""Model profiles: how many claims each quantifier rung may carry (SPEC §5).
+"""Model profiles: how many claims each quantifier rung may carry.
+
+The rules and the table: docs/grounding.md, 'Profiles and caps'.
 
 ``cap_for_intensity`` resolves a cap in this order: the per-call override dict
 (``Policy.quantifier_caps_by_intensity``) → the model's profile → the
@@ -6,7 +8,7 @@
 ``EXPLICIT_COUNT`` sentinel in every profile: their cap is the question's own
 number, falling back to the profile's MANY cap when no number was parsed.
 
-Decisions where the SPEC left room:
+Decisions where the rules left room:
 
 * An override for SMALL_NUM_EXPLICIT or COMPARATIVE_BOUND replaces the
   explicit count (the override is the operator's word for this run).
@@ -23,35 +25,35 @@ from types import MappingProxyType
 from typing import Final
 
 from common.errors import InputError
-from common.policy import INTENSITIES
+from common.vocab import ALL_INTENSITIES, Intensity
 
 EXPLICIT_COUNT: Final = -1  # sentinel: use the question's explicit count
 DEFAULT_PROFILE_ID: Final = "default"
 HERMES_3_8B_PROFILE_ID: Final = "hermes-3-8b"
 
 _DEFAULT_CAPS = {
-    "ABSENT": 1,
-    "SINGULAR": 1,
-    "PROPORTIONAL": 3,
-    "SMALL_NUM_EXPLICIT": EXPLICIT_COUNT,
-    "COMPARATIVE_BOUND": EXPLICIT_COUNT,
-    "FEW": 5,
-    "MANY": 12,
-    "ALL": 12,
-    "COMPREHENSIVE": 15,
-    "OPEN_REQUEST": 12,
+    Intensity.ABSENT: 1,
+    Intensity.SINGULAR: 1,
+    Intensity.PROPORTIONAL: 3,
+    Intensity.SMALL_NUM_EXPLICIT: EXPLICIT_COUNT,
+    Intensity.COMPARATIVE_BOUND: EXPLICIT_COUNT,
+    Intensity.FEW: 5,
+    Intensity.MANY: 12,
+    Intensity.ALL: 12,
+    Intensity.COMPREHENSIVE: 15,
+    Intensity.OPEN_REQUEST: 12,
 }
 _HERMES_3_8B_CAPS = {
-    "ABSENT": 1,
-    "SINGULAR": 1,
-    "PROPORTIONAL": 1,
-    "SMALL_NUM_EXPLICIT": EXPLICIT_COUNT,
-    "COMPARATIVE_BOUND": EXPLICIT_COUNT,
-    "FEW": 5,
-    "MANY": 8,
-    "ALL": 8,
-    "COMPREHENSIVE": 5,
-    "OPEN_REQUEST": 5,
+    Intensity.ABSENT: 1,
+    Intensity.SINGULAR: 1,
+    Intensity.PROPORTIONAL: 1,
+    Intensity.SMALL_NUM_EXPLICIT: EXPLICIT_COUNT,
+    Intensity.COMPARATIVE_BOUND: EXPLICIT_COUNT,
+    Intensity.FEW: 5,
+    Intensity.MANY: 8,
+    Intensity.ALL: 8,
+    Intensity.COMPREHENSIVE: 5,
+    Intensity.OPEN_REQUEST: 5,
 }
 MODEL_PROFILES: Final = MappingProxyType(
     {
@@ -61,7 +63,7 @@ MODEL_PROFILES: Final = MappingProxyType(
 )
 
 
-def _profile_cap(profile_id: str, intensity: str) -> int:
+def _profile_cap(profile_id: str, intensity: Intensity) -> int:
     profile = MODEL_PROFILES.get(profile_id, MODEL_PROFILES[DEFAULT_PROFILE_ID])
     if intensity in profile:
         return profile[intensity]
@@ -75,15 +77,16 @@ def cap_for_intensity(
     overrides: dict[str, int] | None,
 ) -> int:
     """The maximum number of claims an answer to this rung should carry."""
-    if intensity not in INTENSITIES:
+    if intensity not in ALL_INTENSITIES:  # a str from an override or a logged row
         raise InputError(
-            f"unknown quantifier intensity {intensity!r}; intensities are {list(INTENSITIES)}"
+            f"unknown quantifier intensity {intensity!r}; "
+            f"intensities are {[i.value for i in ALL_INTENSITIES]}"
         )
     if overrides and intensity in overrides:
         return max(1, int(overrides[intensity]))
-    cap = _profile_cap(model_profile_id, intensity)
+    cap = _profile_cap(model_profile_id, Intensity(intensity))
     if cap == EXPLICIT_COUNT:
         if explicit_count is None:
-            return _profile_cap(model_profile_id, "MANY")
+            return _profile_cap(model_profile_id, Intensity.MANY)
         return max(1, explicit_count)
     return cap

@@ -1,4 +1,4 @@
-"""Prompt building for the three modes, in Hermes-3 ChatML (SPEC §3).
+"""Prompt building for the three modes, in Hermes-3 ChatML (docs/grounding.md, 'Prompts').
 
 Turns, in order: system (the mode's output contract), user (grounding
 reminder: the contract in one sentence), user (quantifier reminder, guarded

@@ -1,10 +1,12 @@
-"""Quantifier preflight: which set size a question asks for (SPEC §4).
+"""Quantifier preflight: which set size a question asks for.
+
+The rules: docs/grounding.md, 'Quantifier classifier'.
 
 ``classify_question_quantifier`` maps a question onto one of ten rungs by its
 lexical markers, matched case-insensitively on word boundaries after NFKC and
 quote folding. When several rungs match, the highest in ``PRIORITY`` wins.
 
-Decisions where the SPEC left room (each one has a test in
+Decisions where the rules left room (each one has a test in
 ``tests/common/test_quantifier.py``):
 
 * Word boundaries everywhere: "overall", "mostly", "Germany", "someone" carry
@@ -24,7 +26,7 @@ Decisions where the SPEC left room (each one has a test in
   ALL; "Are there any ...", "Did any ...", "which team did not win any ..."
   carry no "any" marker; "name any five rivers" is SMALL_NUM_EXPLICIT (5).
 * "everyone", "everybody", "everything" count as ALL (they are universal
-  quantifiers the SPEC's "every" family implies).
+  quantifiers of the "every" family).
 * "a couple of" names a number (2, SMALL_NUM_EXPLICIT); bare "a couple" is FEW.
   "half a dozen" is 6. "dozens of"/"hundreds of" are MANY.
 * Ordinals ("the second ...", "the 3rd largest", "the 5th") give
@@ -61,31 +63,31 @@ from dataclasses import dataclass
 
 from common.models import QuantifierInfo
 from common.versions import CLASSIFIER_VERSION
+from common.vocab import BROAD_INTENSITIES, COUNTED_INTENSITIES, Intensity
 
-PRIORITY: tuple[str, ...] = (
-    "COMPREHENSIVE",
-    "OPEN_REQUEST",
-    "ALL",
-    "MANY",
-    "FEW",
-    "COMPARATIVE_BOUND",
-    "SMALL_NUM_EXPLICIT",
-    "PROPORTIONAL",
-    "ABSENT",
-    "SINGULAR",
+PRIORITY: tuple[Intensity, ...] = (
+    Intensity.COMPREHENSIVE,
+    Intensity.OPEN_REQUEST,
+    Intensity.ALL,
+    Intensity.MANY,
+    Intensity.FEW,
+    Intensity.COMPARATIVE_BOUND,
+    Intensity.SMALL_NUM_EXPLICIT,
+    Intensity.PROPORTIONAL,
+    Intensity.ABSENT,
+    Intensity.SINGULAR,
 )
-BROAD_INTENSITIES: frozenset[str] = frozenset({"MANY", "ALL", "COMPREHENSIVE", "OPEN_REQUEST"})
-OPERATIONAL_SHAPES: dict[str, str] = {
-    "ABSENT": "universal_negation",
-    "SINGULAR": "one_fact",
-    "PROPORTIONAL": "fraction",
-    "SMALL_NUM_EXPLICIT": "bounded_count",
-    "COMPARATIVE_BOUND": "inequality_bound",
-    "FEW": "small_set",
-    "MANY": "medium_set",
-    "ALL": "universal_enumeration",
-    "COMPREHENSIVE": "exhaustive",
-    "OPEN_REQUEST": "open_enumeration",
+OPERATIONAL_SHAPES: dict[Intensity, str] = {
+    Intensity.ABSENT: "universal_negation",
+    Intensity.SINGULAR: "one_fact",
+    Intensity.PROPORTIONAL: "fraction",
+    Intensity.SMALL_NUM_EXPLICIT: "bounded_count",
+    Intensity.COMPARATIVE_BOUND: "inequality_bound",
+    Intensity.FEW: "small_set",
+    Intensity.MANY: "medium_set",
+    Intensity.ALL: "universal_enumeration",
+    Intensity.COMPREHENSIVE: "exhaustive",
+    Intensity.OPEN_REQUEST: "open_enumeration",
 }
 
 NUMBER_WORDS: dict[str, int] = {
@@ -155,7 +157,7 @@ def parse_number(text: str) -> int | None:
 class Marker:
     """One lexical surface of a rung; ``count`` extracts the explicit count if any."""
 
-    rung: str
+    rung: Intensity
     pattern: re.Pattern[str]
     count: Callable[[re.Match[str]], int | None] | None = None
 
@@ -169,7 +171,7 @@ def _group(name: str) -> Callable[[re.Match[str]], int | None]:
 
 
 def _m(
-    rung: str, pattern: str, count: Callable[[re.Match[str]], int | None] | None = None
+    rung: Intensity, pattern: str, count: Callable[[re.Match[str]], int | None] | None = None
 ) -> Marker:
     return Marker(rung, re.compile(pattern), count)
 
@@ -183,7 +185,7 @@ _E = r"(?![\w'-])"
 MARKERS: tuple[Marker, ...] = (
     # COMPREHENSIVE
     *(
-        _m("COMPREHENSIVE", _B + s + _E)
+        _m(Intensity.COMPREHENSIVE, _B + s + _E)
         for s in (
             "comprehensive",
             r"complete (?:list|inventory|catalog(?:ue)?|overview|account|history|guide)",
@@ -201,7 +203,7 @@ MARKERS: tuple[Marker, ...] = (
     ),
     # OPEN_REQUEST
     *(
-        _m("OPEN_REQUEST", _B + s + _E)
+        _m(Intensity.OPEN_REQUEST, _B + s + _E)
         for s in (
             r"tell me (?:all )?about",
             "describe",
@@ -217,27 +219,30 @@ MARKERS: tuple[Marker, ...] = (
         )
     ),
     # ALL: list verbs + all/every first so the matched token names the verb.
-    _m("ALL", _B + r"(?:list|name|enumerate|cite) (?:all|every)" + _E),
-    _m("ALL", _B + r"each and every" + _E),
-    _m("ALL", _B + r"every single" + _E),
-    _m("ALL", _B + r"the (?:entirety|totality) of" + _E),
-    _m("ALL", _B + r"the whole" + _E),
-    _m("ALL", r"(?<!\bat )(?<!\bafter )(?<!\babove )" + _B + r"all" + _E + r"(?! of a sudden)"),
-    _m("ALL", _B + r"every" + _E + rf"(?! (?:other |{_NUM} )?{_TIME_UNITS}\b)(?! other\b)"),
-    _m("ALL", _B + r"(?:everyone|everybody|everything)" + _E),
-    _m("ALL", _B + r"each" + _E + r"(?! other\b)"),
-    _m("ALL", _B + r"(?:whatever|whoever|whichever)" + _E),
+    _m(Intensity.ALL, _B + r"(?:list|name|enumerate|cite) (?:all|every)" + _E),
+    _m(Intensity.ALL, _B + r"each and every" + _E),
+    _m(Intensity.ALL, _B + r"every single" + _E),
+    _m(Intensity.ALL, _B + r"the (?:entirety|totality) of" + _E),
+    _m(Intensity.ALL, _B + r"the whole" + _E),
+    _m(
+        Intensity.ALL,
+        r"(?<!\bat )(?<!\bafter )(?<!\babove )" + _B + r"all" + _E + r"(?! of a sudden)",
+    ),
+    _m(Intensity.ALL, _B + r"every" + _E + rf"(?! (?:other |{_NUM} )?{_TIME_UNITS}\b)(?! other\b)"),
+    _m(Intensity.ALL, _B + r"(?:everyone|everybody|everything)" + _E),
+    _m(Intensity.ALL, _B + r"each" + _E + r"(?! other\b)"),
+    _m(Intensity.ALL, _B + r"(?:whatever|whoever|whichever)" + _E),
     # "any" is universal unless the question is yes/no, the "any" is negated or
     # it picks a number ("any five" is SMALL_NUM_EXPLICIT).
     _m(
-        "ALL",
+        Intensity.ALL,
         r"^(?!(?:is|are|was|were|do|does|did|has|have|had|can|could|will|would|should|shall|may|might|must)\b)"
         r"(?!.*(?:\b(?:not|never|without|hardly|if|no|nor|neither)\b|n't).*\bany\b)"
         r".*?" + _B + r"any" + _E + rf"(?! (?:more|longer)\b)(?! {_NUM}{_E})",
     ),
     # MANY ("how many" is a request for a number; "not many" is FEW)
     *(
-        _m("MANY", _B + s + _E)
+        _m(Intensity.MANY, _B + s + _E)
         for s in (
             r"a great many",
             r"several dozen",
@@ -257,7 +262,7 @@ MARKERS: tuple[Marker, ...] = (
     ),
     # FEW
     *(
-        _m("FEW", _B + s + _E)
+        _m(Intensity.FEW, _B + s + _E)
         for s in (
             r"some",
             r"a few",
@@ -271,9 +276,13 @@ MARKERS: tuple[Marker, ...] = (
         )
     ),
     # COMPARATIVE_BOUND
-    _m("COMPARATIVE_BOUND", _B + rf"between (?P<lo>{_NUM}) and (?P<n>{_NUM})" + _E, _group("n")),
     _m(
-        "COMPARATIVE_BOUND",
+        Intensity.COMPARATIVE_BOUND,
+        _B + rf"between (?P<lo>{_NUM}) and (?P<n>{_NUM})" + _E,
+        _group("n"),
+    ),
+    _m(
+        Intensity.COMPARATIVE_BOUND,
         _B
         + r"(?:at least|at most|no more than|no fewer than|no less than|not more than|"
         + r"more than|fewer than|less than|under|over|up to|upwards of|a maximum of|a minimum of)"
@@ -282,24 +291,28 @@ MARKERS: tuple[Marker, ...] = (
         _group("n"),
     ),
     # SMALL_NUM_EXPLICIT
-    _m("SMALL_NUM_EXPLICIT", _B + r"half a dozen" + _E, _fixed(6)),
-    _m("SMALL_NUM_EXPLICIT", _B + r"(?:a )?dozen" + _E, _fixed(12)),
-    _m("SMALL_NUM_EXPLICIT", _B + r"a handful of" + _E, _fixed(5)),
-    _m("SMALL_NUM_EXPLICIT", _B + r"(?:a )?(?:pair|couple) of" + _E, _fixed(2)),
+    _m(Intensity.SMALL_NUM_EXPLICIT, _B + r"half a dozen" + _E, _fixed(6)),
+    _m(Intensity.SMALL_NUM_EXPLICIT, _B + r"(?:a )?dozen" + _E, _fixed(12)),
+    _m(Intensity.SMALL_NUM_EXPLICIT, _B + r"a handful of" + _E, _fixed(5)),
+    _m(Intensity.SMALL_NUM_EXPLICIT, _B + r"(?:a )?(?:pair|couple) of" + _E, _fixed(2)),
     _m(
-        "SMALL_NUM_EXPLICIT",
+        Intensity.SMALL_NUM_EXPLICIT,
         _B + rf"(?:first|last|top|final|next|previous) (?P<n>{_NUM})" + _E,
         _group("n"),
     ),
-    _m("SMALL_NUM_EXPLICIT", _B + rf"{_COUNT_VERBS} (?:the )?(?P<n>{_NUM})" + _E, _group("n")),
     _m(
-        "SMALL_NUM_EXPLICIT",
+        Intensity.SMALL_NUM_EXPLICIT,
+        _B + rf"{_COUNT_VERBS} (?:the )?(?P<n>{_NUM})" + _E,
+        _group("n"),
+    ),
+    _m(
+        Intensity.SMALL_NUM_EXPLICIT,
         r"(?<!every )" + _B + rf"(?P<n>{_NUM_NO_ONE}) {_PLURAL_OR_SUPERLATIVE}",
         _group("n"),
     ),
     # An ordinal asks for the one item at that rank; "a third of" is a fraction.
     _m(
-        "SMALL_NUM_EXPLICIT",
+        Intensity.SMALL_NUM_EXPLICIT,
         r"(?<!\ba )(?<!\bone )(?<!\btwo )"
         + _B
         + rf"(?:{_ORDINAL_WORDS}|\d{{1,3}}(?:st|nd|rd|th))"
@@ -309,7 +322,7 @@ MARKERS: tuple[Marker, ...] = (
     ),
     # PROPORTIONAL ("the most X" is a superlative, not a fraction)
     *(
-        _m("PROPORTIONAL", _B + s + _E)
+        _m(Intensity.PROPORTIONAL, _B + s + _E)
         for s in (
             r"(?<!the )(?<!at )most",
             r"(?:the )?majority of",
@@ -325,7 +338,7 @@ MARKERS: tuple[Marker, ...] = (
     ),
     # ABSENT
     *(
-        _m("ABSENT", _B + s + _E)
+        _m(Intensity.ABSENT, _B + s + _E)
         for s in (
             "none",
             "nothing",
@@ -341,10 +354,10 @@ MARKERS: tuple[Marker, ...] = (
     ),
     # "never" negates the verb of a wh-question ("who never won ...") and keeps its shape;
     # elsewhere it is a universal negation over time ("has Brazil never won ...").
-    _m("ABSENT", _WH_START + r".*?" + _B + "never" + _E),
+    _m(Intensity.ABSENT, _WH_START + r".*?" + _B + "never" + _E),
     # SINGULAR surfaces (the default when nothing else matches)
     *(
-        _m("SINGULAR", _B + s + _E)
+        _m(Intensity.SINGULAR, _B + s + _E)
         for s in (
             r"what (?:is|was|are|were)",
             r"who (?:is|was|are|were)",
@@ -402,9 +415,9 @@ def _scope_hint(text: str, is_broad: bool) -> str:
     return "bounded" if any(p.search(text) for p in BOUNDED_ANCHORS) else "unbounded"
 
 
-def _first_match_per_rung(text: str) -> dict[str, tuple[Marker, re.Match[str]]]:
+def _first_match_per_rung(text: str) -> dict[Intensity, tuple[Marker, re.Match[str]]]:
     """The earliest match of each rung (the first marker listed wins ties)."""
-    found: dict[str, tuple[Marker, re.Match[str]]] = {}
+    found: dict[Intensity, tuple[Marker, re.Match[str]]] = {}
     for marker in MARKERS:
         match = marker.pattern.search(text)
         if match is None:
@@ -416,47 +429,42 @@ def _first_match_per_rung(text: str) -> dict[str, tuple[Marker, re.Match[str]]]:
 
 
 def _matched_text(marker: Marker, match: re.Match[str]) -> str:
-    if marker.rung == "ABSENT" and match.group(0).endswith("never"):
+    if marker.rung == Intensity.ABSENT and match.group(0).endswith("never"):
         return "never"
-    if marker.rung == "ALL" and match.group(0).endswith("any") and match.start() == 0:
+    if marker.rung == Intensity.ALL and match.group(0).endswith("any") and match.start() == 0:
         return "any"
     return match.group(0)
 
 
-def classify_question_quantifier(question: str) -> dict:
-    """Classify a question's quantifier; returns the SPEC §4 keys."""
+def classify_question_quantifier(question: str) -> QuantifierInfo:
+    """Classify a question's quantifier (docs/grounding.md, 'Quantifier classifier')."""
     text = _normalize_question(question)
-    intensity, token, count = "SINGULAR", None, None
+    intensity, token, count = Intensity.SINGULAR, None, None
     how_many = _HOW_MANY_RE.search(text)
     if how_many:
         token = how_many["token"]
     else:
         found = _first_match_per_rung(text)
         rung = next((r for r in PRIORITY if r in found), None)
-        if rung == "SINGULAR" or rung is None:
+        if rung == Intensity.SINGULAR or rung is None:
             listing = _LIST_IMPERATIVE_RE.search(text)
             if listing:
-                found["ALL"] = (Marker("ALL", _LIST_IMPERATIVE_RE), listing)
-                rung = "ALL"
+                found[Intensity.ALL] = (Marker(Intensity.ALL, _LIST_IMPERATIVE_RE), listing)
+                rung = Intensity.ALL
         if rung is not None:
             marker, match = found[rung]
             intensity, token = rung, _matched_text(marker, match).strip(" ,.;:!?\"'")
             if marker.count is not None:
                 count = marker.count(match)
     is_broad = intensity in BROAD_INTENSITIES
-    if intensity not in ("SMALL_NUM_EXPLICIT", "COMPARATIVE_BOUND"):
+    if intensity not in COUNTED_INTENSITIES:
         count = None
-    return {
-        "intensity": intensity,
-        "matched_token": token or None,
-        "explicit_count": count,
-        "is_broad": is_broad,
-        "operational_shape": OPERATIONAL_SHAPES[intensity],
-        "scope_bound_hint": _scope_hint(text, is_broad),
-        "classifier_version": CLASSIFIER_VERSION,
-    }
-
-
-def classify(question: str) -> QuantifierInfo:
-    """``classify_question_quantifier`` as the frozen model rows carry."""
-    return QuantifierInfo(**classify_question_quantifier(question))
+    return QuantifierInfo(
+        intensity=intensity,
+        matched_token=token or None,
+        explicit_count=count,
+        is_broad=is_broad,
+        operational_shape=OPERATIONAL_SHAPES[intensity],
+        scope_bound_hint=_scope_hint(text, is_broad),
+        classifier_version=CLASSIFIER_VERSION,
+    )

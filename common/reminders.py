@@ -1,9 +1,9 @@
-"""The quantifier reminder turn (SPEC §3, §4).
+"""The quantifier reminder turn (docs/grounding.md, 'Quantifier reminder').
 
 Inserted by ``common.prompts.build_prompt`` right after the grounding
 reminder, only in guarded modes and only when ``quantifier_reminder_enabled``.
 
-Decisions where the SPEC left room:
+Decisions where the rules left room:
 
 * The reminder goes only to broad questions: ALL, MANY, COMPREHENSIVE,
   OPEN_REQUEST, and an explicit count above ``claim_lattice_max_claims_per_answer``

@@ -20,7 +20,6 @@ from typing import Any
 from common.models import Label, Manifest, Row
 from common.policy import Policy
 from common.runstats import (
-    LATTICE_MODES,
     MAX_QUESTION_ROWS,
     STAGES,
     ModeStats,
@@ -30,6 +29,7 @@ from common.runstats import (
     accumulate,
 )
 from common.stats import wilson_interval
+from common.vocab import LATTICE_MODES
 
 # --------------------------------------------------------------------------- formatting
 
@@ -316,7 +316,9 @@ def _gold_table(stats: RunStats, modes: list[str]) -> list[str]:
             ]
         )
     return (
-        out + [""] + md_table(["mode", "rows with gold", "answer accuracy", "retrieval recall"], rows)
+        out
+        + [""]
+        + md_table(["mode", "rows with gold", "answer accuracy", "retrieval recall"], rows)
     )
 
 
@@ -324,7 +326,7 @@ def _answerability(stats: RunStats, modes: list[str]) -> list[str]:
     total = sum(sum(stats.modes[m].answerability.values()) for m in stats.modes)
     out = ["", "## Answerability warnings", ""]
     out.append(
-        f"{total} row(s) denied an answer the evidence seems to hold (SPEC §8 sidecar; "
+        f"{total} row(s) denied an answer the evidence seems to hold (answerability sidecar; "
         "the verdict is unchanged)."
     )
     if total:

@@ -1,18 +1,18 @@
-"""Turning a finished ``JobRecord`` into its telemetry ``Row`` (SPEC §9)."""
+"""Turning a finished ``JobRecord`` into its telemetry ``Row`` (docs/grounding.md, 'The row')."""
 
 from __future__ import annotations
 
-from common.models import AnswerabilitySummary, JobRecord, Row, Usage
+from common.models import Answerability, AnswerabilitySummary, JobRecord, Row, Usage
 from common.policy import governance_policy_hash, verifier_policy_hash
 
 
-def summarize_answerability(result: dict | None) -> AnswerabilitySummary | None:
+def summarize_answerability(result: Answerability | None) -> AnswerabilitySummary | None:
     if result is None:
         return None
     return AnswerabilitySummary(
         answerability_fired=True,
-        answerability_confidence=result.get("confidence_class"),
-        answerability_candidate_count=int(result.get("candidate_count") or 0),
+        answerability_confidence=result.confidence_class,
+        answerability_candidate_count=result.candidate_count,
     )
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from common.models import Row
 from common.stats import Moments, QuantileSketch
+from common.vocab import Verdict, ViolationKind
 
 STAGES: tuple[tuple[str, str], ...] = (
     ("queue_wait_ms", "queue wait"),
@@ -27,9 +28,8 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("verify_ms", "verify"),
     ("total_ms", "total"),
 )
-LATTICE_MODES = ("claim_lattice_pointer", "claim_lattice")
 CANCELLED = "cancelled"
-REJECTED_KIND = "BROAD_QUANTIFIER_REJECTED"
+REJECTED_KIND = ViolationKind.BROAD_QUANTIFIER_REJECTED
 MAX_DISTINCT = 50  # distinct error texts, hashes, models... kept before folding into "(other)"
 MAX_QUESTION_ROWS = 200
 QUESTION_TEXT_CHARS = 90
@@ -78,15 +78,15 @@ class Tally:
             self.errors += 1
             return
         verdict = row.get("verdict")
-        if verdict == "STRICT":
+        if verdict == Verdict.STRICT:
             self.strict += 1
-        elif verdict == "HYBRID":
+        elif verdict == Verdict.HYBRID:
             self.hybrid += 1
         else:
             self.ungrounded += 1
-        if row.get("format_collapsed") or "FORMAT_COLLAPSED" in kinds:
+        if row.get("format_collapsed") or ViolationKind.FORMAT_COLLAPSED in kinds:
             self.format_collapsed += 1
-        if "NO_EVIDENCE_POINTER" in kinds:
+        if ViolationKind.NO_EVIDENCE_POINTER in kinds:
             self.no_evidence_pointer += 1
         if row.get("ratio") is not None:
             self.ratio.add(float(row["ratio"]))

@@ -1,11 +1,13 @@
-"""Answerability sidecar: flags a denial while the evidence holds candidates (SPEC §8).
+"""Answerability sidecar: flags a denial while the evidence holds candidates.
+
+The rules: docs/grounding.md, 'Answerability sidecar'.
 
 Read-only and byte-deterministic: no model calls, no writes, never changes the
 answer or the verdict. It returns None unless all three clauses fire:
 
 * A, denial: the casefolded, whitespace-normalized answer contains one of
   ``DENIAL_PATTERNS`` (version ``DENIAL_PATTERNS_VERSION``), the documented
-  set ``denial_phrasings()`` writes out: the SPEC's v1 substrings, then
+  set ``denial_phrasings()`` writes out: the nine v1 substrings, then
   first-person failures to find ("i could not find"), sources that do not say
   ("passages do not list"), absence in the sources ("not listed in the"), "no
   information about", "makes no mention of", "none of the passages mention";
@@ -17,7 +19,7 @@ answer or the verdict. It returns None unless all three clauses fire:
 * C, candidates: spans of the question's answer type within
   ``answerability_proximity_chars`` of a subject mention in some block.
 
-Decisions where the SPEC left room:
+Decisions where the rules left room:
 
 * Answer type: the matched cue decides (``CUE_ANSWER_TYPES``); without a cue,
   a question starting with "who" or naming people in the plural (members,
@@ -52,7 +54,8 @@ Decisions where the SPEC left room:
   index ``Evidence.text`` (``offset_basis: "evidence_object_text"``), so
   ``text[offset_start:offset_end]`` is the span's text exactly.
 * The result also carries ``denial_patterns_version`` and
-  ``extraction_cues_version`` besides the keys SPEC §8 lists.
+  ``extraction_cues_version`` besides the keys listed in docs/grounding.md,
+  'Answerability sidecar'.
 """
 
 from __future__ import annotations
@@ -62,17 +65,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from common.models import Evidence, QuantifierInfo
+from common.models import Answerability, CandidateSpan, Confidence, Evidence, QuantifierInfo
 from common.policy import Policy
-from common.quantifier import BROAD_INTENSITIES, classify
+from common.quantifier import classify_question_quantifier
 from common.verify.text import STOP_WORDS, joined, normalize, tokens
 from common.versions import DENIAL_PATTERNS_VERSION, EXTRACTION_CUES_VERSION
+from common.vocab import BROAD_INTENSITIES
 
 DIAGNOSTIC_VERSION = "answerability-v2"  # v2: design's candidate kinds, quoted strings always kept
 MAX_SPANS = 10
 STRONG_MIN_CANDIDATES = 3
-CONFIDENCE_ORDER: tuple[str, ...] = ("weak", "medium", "strong")
-# Clause A. The SPEC's v1 substrings first (so an old row's ``denial_pattern_matched`` keeps
+CONFIDENCE_ORDER: tuple[Confidence, ...] = tuple(Confidence)
+# Clause A. The nine v1 substrings first (so an old row's ``denial_pattern_matched`` keeps
 # its meaning), then ``denial_phrasings()``: negation × verb × object, written out.
 _DENIAL_V1: tuple[str, ...] = (
     "not mentioned",
@@ -113,7 +117,9 @@ def denial_phrasings() -> tuple[str, ...]:
     # "The provided passages do not list works by X"
     for neg, nouns in (("does not", _SOURCE_NOUNS_SINGULAR), ("do not", _SOURCE_NOUNS_PLURAL)):
         short = neg.replace(" not", "n't")
-        out += [f"{noun} {n} {verb}" for noun in nouns for n in (neg, short) for verb in _NEGATED_VERBS]
+        out += [
+            f"{noun} {n} {verb}" for noun in nouns for n in (neg, short) for verb in _NEGATED_VERBS
+        ]
     # "The songs are not listed in the evidence" (bare "not listed" is often a plain fact)
     out += [f"not {verb} in the" for verb in _ABSENT_IN]
     out += [f"not {verb} anywhere in the" for verb in ("mentioned", "listed", "named")]
@@ -225,9 +231,7 @@ _NAME_RE = re.compile(rf"(?<![\w'’-]){_CAP}(?:\s+(?:(?:de|da|del|di|van|von)\s
 _QUOTED_RE = re.compile(r'"([^"\n]{1,120})"|“([^”\n]{1,120})”')
 _MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
 _YEAR = "(?:1[0-9]{3}|20[0-9]{2})"
-_DATE_RE = re.compile(
-    rf"\b(?:\d{{1,2}} (?:{_MONTHS}) {_YEAR}|(?:{_MONTHS}) \d{{1,2}}, {_YEAR})\b"
-)
+_DATE_RE = re.compile(rf"\b(?:\d{{1,2}} (?:{_MONTHS}) {_YEAR}|(?:{_MONTHS}) \d{{1,2}}, {_YEAR})\b")
 _YEAR_RE = re.compile(rf"\b{_YEAR}\b")
 _SENTENCE_RE = re.compile(r"[^.;:!?\n]+")
 # Candidate kinds (the names the design uses; ``DIAGNOSTIC_VERSION`` v2).
@@ -255,15 +259,14 @@ class Candidate:
     text: str
     near_exact: bool
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "evidence_id": self.evidence_id,
-            "kind": self.kind,
-            "text": self.text,
-            "offset_start": self.start,
-            "offset_end": self.end,
-            "offset_basis": "evidence_object_text",
-        }
+    def as_span(self) -> CandidateSpan:
+        return CandidateSpan(
+            evidence_id=self.evidence_id,
+            kind=self.kind,
+            text=self.text,
+            offset_start=self.start,
+            offset_end=self.end,
+        )
 
 
 def match_denial(answer: str) -> str | None:
@@ -410,13 +413,13 @@ def _block_candidates(
     return list(kept.values())
 
 
-def _confidence(candidates: list[Candidate]) -> str | None:
+def _confidence(candidates: list[Candidate]) -> Confidence | None:
     quoted_near_exact = any(c.kind == QUOTED and c.near_exact for c in candidates)
     if quoted_near_exact and len(candidates) >= STRONG_MIN_CANDIDATES:
-        return "strong"
+        return Confidence.STRONG
     if len(candidates) >= 2 or quoted_near_exact:
-        return "medium"
-    return "weak" if candidates else None
+        return Confidence.MEDIUM
+    return Confidence.WEAK if candidates else None
 
 
 def assess_answerability(
@@ -425,14 +428,16 @@ def assess_answerability(
     evidence: Sequence[Evidence | Mapping[str, Any]],
     policy: Policy,
     quantifier: QuantifierInfo | None = None,
-) -> dict | None:
-    """SPEC §8's three-clause check; None unless denial, extraction shape and candidates all fire."""
+) -> Answerability | None:
+    """The sidecar's three-clause check; None unless denial, extraction shape and candidates all fire."""
     if not policy.answerability_sidecar_enabled:
         return None
     denial = match_denial(answer if isinstance(answer, str) else "")
     if denial is None:
         return None
-    shape, cue = match_extraction_shape(question, quantifier or classify(question))
+    shape, cue = match_extraction_shape(
+        question, quantifier or classify_question_quantifier(question)
+    )
     if shape is None:
         return None
     subject = subject_tokens_for(question)
@@ -450,21 +455,19 @@ def assess_answerability(
         return None
     if CONFIDENCE_ORDER.index(confidence) < CONFIDENCE_ORDER.index(policy.answerability_threshold):
         return None
-    ordered = sorted(
-        candidates, key=lambda c: (c.kind != QUOTED, c.evidence_rank, c.start, c.end)
+    ordered = sorted(candidates, key=lambda c: (c.kind != QUOTED, c.evidence_rank, c.start, c.end))
+    return Answerability(
+        diagnostic_version=DIAGNOSTIC_VERSION,
+        confidence_class=confidence,
+        triggered_clauses=("denial", "extraction_shape", "candidates_in_evidence"),
+        denial_pattern_matched=denial,
+        extraction_cue_matched=cue,
+        extraction_shape=shape,
+        answer_type=answer_type,
+        subject_tokens=tuple(subject),
+        candidate_count=len(candidates),
+        threshold=policy.answerability_threshold,
+        missed_answer_candidate_spans=tuple(c.as_span() for c in ordered[:MAX_SPANS]),
+        denial_patterns_version=DENIAL_PATTERNS_VERSION,
+        extraction_cues_version=EXTRACTION_CUES_VERSION,
     )
-    return {
-        "diagnostic_version": DIAGNOSTIC_VERSION,
-        "confidence_class": confidence,
-        "triggered_clauses": ["denial", "extraction_shape", "candidates_in_evidence"],
-        "denial_pattern_matched": denial,
-        "extraction_cue_matched": cue,
-        "extraction_shape": shape,
-        "answer_type": answer_type,
-        "subject_tokens": subject,
-        "candidate_count": len(candidates),
-        "threshold": policy.answerability_threshold,
-        "missed_answer_candidate_spans": [c.as_dict() for c in ordered[:MAX_SPANS]],
-        "denial_patterns_version": DENIAL_PATTERNS_VERSION,
-        "extraction_cues_version": EXTRACTION_CUES_VERSION,
-    }

@@ -1,4 +1,6 @@
-"""Deterministic verification of model answers (SPEC §7); no I/O, no model calls.
+"""Deterministic verification of model answers; no I/O, no model calls.
+
+The rules: docs/grounding.md, 'Verification'.
 
 ``text`` normalization and tokens, ``claims`` extraction per mode, ``checks``
 per claim, ``quote`` layered matching, ``verdict`` verdict/label/tails, and

@@ -1,9 +1,9 @@
-"""Per-claim checks: ids, content, citation, title, anchor (SPEC §7).
+"""Per-claim checks: ids, content, citation, title, anchor (docs/grounding.md, 'Verification').
 
 Each check attaches a violation kind to the claim it concerns; ``verdict.py``
 turns the kinds into the row's verdict and label.
 
-Decisions where the SPEC left room:
+Decisions where the rules left room:
 
 * CITATION_MISMATCH counts *distinct* content tokens of the claim and looks
   them up in the cited blocks' text and titles (the title is part of the

@@ -1,10 +1,10 @@
-"""Claim extraction per mode, and the bracket diagnostics of SPEC §9.
+"""Claim extraction per mode, and the bracket diagnostics (docs/grounding.md, 'The row').
 
 Extraction never raises: whatever the model wrote becomes a list of
 ``RawClaim`` (possibly empty) plus what the checks need to know about its
 shape. Checks live in ``checks.py``; the verdict in ``verdict.py``.
 
-Decisions where the SPEC left room:
+Decisions where the rules left room:
 
 * Pointer tags are square brackets holding E-ids: ``[E2]``, ``[E2, E5]``,
   ``[E2,E5]``, ``[E2; E5]``, ``[e2]``; ids are normalized to ``E<n>`` (so

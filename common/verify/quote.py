@@ -1,4 +1,4 @@
-"""Quote-mode layered matching: exact, normalized, fuzzy (SPEC §7).
+"""Quote-mode layered matching: exact, normalized, fuzzy (docs/grounding.md, 'Verification').
 
 Layers, tried in order over the candidate blocks (the cited ones, or every
 block when the quote cites none):

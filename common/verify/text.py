@@ -1,4 +1,6 @@
-"""Text normalization, tokens and stop words shared by every check (SPEC §7).
+"""Text normalization, tokens and stop words shared by every check.
+
+The rules: docs/grounding.md, 'Verification'.
 
 Normalization: Unicode NFKC, casefold, typographic quotes and dashes folded to
 ASCII, whitespace collapsed. Tokens are whitespace-separated runs with
@@ -6,7 +8,7 @@ punctuation stripped at their edges (``\\w(?:\\S*\\w)?`` finds exactly that in
 one regex pass), so ``"Einstein,"`` and ``Einstein`` are the same token while
 ``mass-energy`` stays one token.
 
-Decisions where the SPEC left room:
+Decisions where the rules left room:
 
 * A possessive ``'s`` is dropped from a token (``einstein's`` → ``einstein``),
   so a claim about "Einstein's theory" matches a block titled "Albert Einstein".

@@ -1,4 +1,6 @@
-"""Verdict, label ladder and audit-line tails from a row's claims and kinds (SPEC §7).
+"""Verdict, label ladder and audit-line tails from a row's claims and kinds.
+
+The rules: docs/grounding.md, 'Verification' and 'Verdict and label'.
 
 Verdict:
 * UNGROUNDED: no admitted claim, none verified, or a kind whose effect is
@@ -14,7 +16,7 @@ also a fuzzy-matched quote), POINTER-LINKED, UNGROUNDED. A soft demote caps
 the label at ANCHOR-WARRANTED; WARRANT_MISSING and BROAD_QUANTIFIER_RUNAWAY
 cap it at POINTER-LINKED.
 
-Decisions where the SPEC left room:
+Decisions where the rules left room:
 
 * WARRANT_MISSING and BROAD_QUANTIFIER_RUNAWAY cap the label but do not
   change the verdict (the table names a label cap, not a soft demote): a

@@ -1,10 +1,12 @@
-"""``verify_answer``: deterministic verification of one answer (SPEC §7).
+"""``verify_answer``: deterministic verification of one answer.
+
+The rules: docs/grounding.md, 'Verification'.
 
 Order: reject-broad short-circuit → bracket diagnostics → extraction per mode
 → format collapse and deflection → the claim cap (excess not admitted) →
 per-claim checks → row-level broad kinds → verdict, label, tails.
 
-Decisions where the SPEC left room:
+Decisions where the rules left room:
 
 * ``claim_lattice_max_claims_per_answer`` caps the two lattice modes only
   (its name says so); quote mode is capped only by an enforced preflight cap.
@@ -36,6 +38,7 @@ Decisions where the SPEC left room:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from common.models import (
     Claim,
@@ -60,10 +63,10 @@ from common.verify.claims import (
 from common.verify.quote import LAYERS, MIN_QUOTE_TOKENS
 from common.verify.text import content_tokens, normalize, tokens
 from common.verify.verdict import decide_label, decide_verdict, render_tails
+from common.vocab import LATTICE_MODES
 
 K = ViolationKind
 NO_CLAIMS_TAIL = "no claims"
-LATTICE_MODES: frozenset[Mode] = frozenset({Mode.CLAIM_LATTICE_POINTER, Mode.CLAIM_LATTICE})
 DEFLECTION_PATTERNS: tuple[str, ...] = (
     "not in the evidence",
     "not in the provided",
@@ -152,6 +155,126 @@ def _quote_layers(claims: Sequence[Claim]) -> dict[str, int]:
     return counts
 
 
+@dataclass
+class _Reading:
+    """What the answer's text says before any claim is checked against the evidence."""
+
+    extraction: Extraction
+    diagnostics: dict[str, int]
+    claims: list[RawClaim]  # the claims to check; empty on a deflection
+    kinds: set[K]
+    deflected: bool
+    unparseable: bool
+
+    @property
+    def meaningful_lines(self) -> int:
+        return self.diagnostics["raw_meaningful_line_count"]
+
+
+def _read_answer(text: str, mode: Mode, policy: Policy) -> _Reading:
+    """Bracket diagnostics, extraction, and the answer-level kinds: collapse, deflection, schema."""
+    diag = bracket_diagnostics(text)
+    ext = _extract(mode, text)
+    kinds: set[K] = set()
+    if _is_collapsed(mode, text, ext, diag["raw_meaningful_line_count"], policy):
+        kinds.add(K.FORMAT_COLLAPSED)
+    deflected = _is_deflection(text, ext.claims)
+    if deflected:
+        kinds.add(K.DEFLECTION_DETECTED)
+    unparseable = mode is Mode.CLAIM_LATTICE and not ext.json_shape_ok
+    if unparseable and not deflected:
+        kinds.add(K.SCHEMA_INVALID)
+    if mode is Mode.CLAIM_LATTICE and ext.json_parsed:
+        diag["answer_pointer_count"] = len({i for c in ext.claims for i in c.ids})
+    return _Reading(ext, diag, [] if deflected else ext.claims, kinds, deflected, unparseable)
+
+
+def _check_admitted(
+    mode: Mode,
+    claims: Sequence[RawClaim],
+    question: str,
+    evidence: Sequence[Evidence],
+    policy: Policy,
+) -> list[Claim]:
+    """Check each admitted claim (or quote) against the blocks it cites."""
+    ctx = CheckContext(
+        blocks={ev.id: ev for ev in evidence},
+        question_content=frozenset(content_tokens(question)),
+        policy=policy,
+    )
+    if mode is Mode.QUOTE:
+        return [check_quote(c, ctx) for c in claims]
+    json_mode = mode is Mode.CLAIM_LATTICE
+    return [check_claim(c, ctx, json_mode=json_mode) for c in claims]
+
+
+def _not_admitted(excess: Sequence[RawClaim]) -> list[Claim]:
+    """Claims past the cap: listed in the verification, never checked or counted."""
+    return [
+        Claim(
+            text=c.text,
+            evidence_ids=c.ids,
+            warrant=c.warrant,
+            admitted=False,
+            problems=(K.TOO_MANY_CLAIMS.value,),
+        )
+        for c in excess
+    ]
+
+
+def _broad_kinds(
+    mode: Mode, pre: Preflight, reading: _Reading, *, trimmed: bool, profile_cap_binding: bool
+) -> set[K]:
+    """The row-level BROAD_QUANTIFIER_* kinds; only an active guard on a broad question has any."""
+    q = pre.quantifier
+    kinds: set[K] = set()
+    if not (pre.guard_active and q.is_broad):
+        return kinds
+    if not reading.deflected and _is_runaway(mode, reading.extraction, reading.meaningful_lines):
+        kinds.add(K.BROAD_QUANTIFIER_RUNAWAY)
+    if trimmed and profile_cap_binding:
+        kinds.add(K.BROAD_QUANTIFIER_CAP_APPLIED)
+    if q.scope_bound_hint == "unbounded":
+        kinds.add(K.BROAD_QUANTIFIER_SCOPE_UNBOUND)
+    return kinds
+
+
+def _judge(
+    mode: Mode,
+    pre: Preflight,
+    reading: _Reading,
+    admitted: list[Claim],
+    not_admitted: list[Claim],
+    kinds: frozenset[K],
+) -> Verification:
+    """Counts, verdict, label and audit tails of the checked claims."""
+    n_claims = len(admitted)
+    n_verified = sum(1 for c in admitted if c.verified)
+    verdict = decide_verdict(admitted, kinds, unparseable=reading.unparseable)
+    label = decide_label(
+        verdict,
+        admitted,
+        kinds,
+        quote_mode=mode is Mode.QUOTE,
+        is_broad=pre.quantifier.is_broad,
+        exploratory=pre.exploratory,
+    )
+    return Verification(
+        n_claims=n_claims,
+        n_verified=n_verified,
+        ratio=n_verified / max(n_claims, 1),
+        verdict=verdict,
+        label=label,
+        violation_kinds=tuple(sorted(kinds)),
+        format_collapsed=K.FORMAT_COLLAPSED in kinds,
+        quote_match_layers=_quote_layers(admitted) if mode is Mode.QUOTE else None,
+        claims=(*admitted, *not_admitted),
+        tails=render_tails(kinds, cap=pre.claim_cap, exploratory=pre.exploratory)
+        or ((NO_CLAIMS_TAIL,) if n_claims == 0 else ()),
+        **reading.diagnostics,
+    )
+
+
 def verify_answer(
     answer: str,
     *,
@@ -167,83 +290,16 @@ def verify_answer(
     pre = preflight or run_preflight(question, mode, policy, DEFAULT_PROFILE_ID)
     if pre.rejected:
         return rejected_verification(pre)
-    diag = bracket_diagnostics(text)
-    lines = diag["raw_meaningful_line_count"]
-    ext = _extract(mode, text)
-    kinds: set[K] = set()
-    if _is_collapsed(mode, text, ext, lines, policy):
-        kinds.add(K.FORMAT_COLLAPSED)
-    raw_claims = ext.claims
-    deflected = _is_deflection(text, raw_claims)
-    if deflected:
-        kinds.add(K.DEFLECTION_DETECTED)
-        raw_claims = []
-    unparseable = mode is Mode.CLAIM_LATTICE and not ext.json_shape_ok
-    if unparseable and not deflected:
-        kinds.add(K.SCHEMA_INVALID)
-    if mode is Mode.CLAIM_LATTICE and ext.json_parsed:
-        diag["answer_pointer_count"] = len({i for c in ext.claims for i in c.ids})
-
+    reading = _read_answer(text, mode, policy)
     cap, profile_cap_binding = _effective_cap(mode, policy, pre)
-    admitted_raw = raw_claims if cap is None else raw_claims[:cap]
-    excess = [] if cap is None else raw_claims[cap:]
-    ctx = CheckContext(
-        blocks={ev.id: ev for ev in evidence},
-        question_content=frozenset(content_tokens(question)),
-        policy=policy,
-    )
-    if mode is Mode.QUOTE:
-        admitted = [check_quote(c, ctx) for c in admitted_raw]
-    else:
-        json_mode = mode is Mode.CLAIM_LATTICE
-        admitted = [check_claim(c, ctx, json_mode=json_mode) for c in admitted_raw]
-    for c in admitted:
-        kinds.update(K(p) for p in c.problems)
-    not_admitted = [
-        Claim(
-            text=c.text,
-            evidence_ids=c.ids,
-            warrant=c.warrant,
-            admitted=False,
-            problems=(K.TOO_MANY_CLAIMS.value,),
-        )
-        for c in excess
-    ]
+    within_cap = reading.claims if cap is None else reading.claims[:cap]
+    excess = [] if cap is None else reading.claims[cap:]
+    admitted = _check_admitted(mode, within_cap, question, evidence, policy)
+    kinds = set(reading.kinds)
+    kinds.update(K(p) for c in admitted for p in c.problems)
     if excess:
         kinds.add(K.TOO_MANY_CLAIMS)
-
-    q = pre.quantifier
-    if pre.guard_active and q.is_broad:
-        if not deflected and _is_runaway(mode, ext, lines):
-            kinds.add(K.BROAD_QUANTIFIER_RUNAWAY)
-        if excess and profile_cap_binding:
-            kinds.add(K.BROAD_QUANTIFIER_CAP_APPLIED)
-        if q.scope_bound_hint == "unbounded":
-            kinds.add(K.BROAD_QUANTIFIER_SCOPE_UNBOUND)
-
-    frozen_kinds = frozenset(kinds)
-    n_claims = len(admitted)
-    n_verified = sum(1 for c in admitted if c.verified)
-    verdict = decide_verdict(admitted, frozen_kinds, unparseable=unparseable)
-    label = decide_label(
-        verdict,
-        admitted,
-        frozen_kinds,
-        quote_mode=mode is Mode.QUOTE,
-        is_broad=q.is_broad,
-        exploratory=pre.exploratory,
+    kinds |= _broad_kinds(
+        mode, pre, reading, trimmed=bool(excess), profile_cap_binding=profile_cap_binding
     )
-    return Verification(
-        n_claims=n_claims,
-        n_verified=n_verified,
-        ratio=n_verified / max(n_claims, 1),
-        verdict=verdict,
-        label=label,
-        violation_kinds=tuple(sorted(frozen_kinds)),
-        format_collapsed=K.FORMAT_COLLAPSED in frozen_kinds,
-        quote_match_layers=_quote_layers(admitted) if mode is Mode.QUOTE else None,
-        claims=(*admitted, *not_admitted),
-        tails=render_tails(frozen_kinds, cap=pre.claim_cap, exploratory=pre.exploratory)
-        or ((NO_CLAIMS_TAIL,) if n_claims == 0 else ()),
-        **diag,
-    )
+    return _judge(mode, pre, reading, admitted, _not_admitted(excess), frozenset(kinds))

@@ -1,4 +1,6 @@
-"""A vLLM-compatible HTTP server that answers from the prompt's evidence (SPEC §11).
+"""A vLLM-compatible HTTP server that answers from the prompt's evidence.
+
+What it imitates and why: docs/architecture.md, 'The simulator'.
 
 Every answer, metric and log line it produces is labelled as simulated: the
 ``x-qfarm-simulator`` response header, ``owned_by: qfarm-simulator`` in

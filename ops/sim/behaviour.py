@@ -2,7 +2,7 @@
 
 The simulator reads the prompt back with ``common.prompts.parse_prompt`` (mode,
 question, evidence blocks) and writes an answer in the format that mode asks
-for. A *good* answer passes the verifier of SPEC §7 by construction: quotes are
+for. A *good* answer passes the verifier (docs/grounding.md, 'Verification') by construction: quotes are
 whole sentences copied verbatim from the block they cite, pointer claims are
 verbatim sentences (so every claim shares a run of far more than 4 tokens with
 its block) and JSON warrants are verbatim spans of the cited block. Blocks whose
@@ -220,7 +220,7 @@ def _pick_claims(
 
         # A claim sharing a word with its block's title or the question never
         # triggers TITLE_MISMATCH, so prefer such sentences.
-        def sentence_score(s: str, b_title: set[str] = t_words) -> float:
+        def sentence_score(s: str, b_title: frozenset[str] = t_words) -> float:
             words = content_words(s)
             jitter = 0.0 if greedy else rng.random() * 0.5
             return 2 * len(words & q_words) + (1.5 if words & b_title else 0.0) + jitter

@@ -148,7 +148,7 @@ def _fetch(store, run_id: str, job_id: str) -> tuple[Row, JobRecord | None]:
 def _print(row: Row, record: JobRecord | None, *, as_json: bool) -> None:
     if as_json:
         data = row.model_dump(mode="json")
-        data["answerability_detail"] = record.answerability if record else None
+        data["answerability_detail"] = record.answerability.model_dump(mode="json") if record and record.answerability else None
         data["claims"] = (
             [c.model_dump(mode="json") for c in record.verification.claims]
             if record and record.verification
@@ -168,6 +168,6 @@ def _print(row: Row, record: JobRecord | None, *, as_json: bool) -> None:
         if record.answerability:
             a = record.answerability
             print(f"  ! answerability: the answer denies evidence that may hold it "
-                  f"({a.get('confidence_class')}, {a.get('candidate_count')} candidates)")
+                  f"({a.confidence_class}, {a.candidate_count} candidates)")
     else:  # cache hit: the verdict was computed in an earlier run
         print(f"{row.label} · via {row.mode.value} · cached  {row.n_verified}/{row.n_claims}")

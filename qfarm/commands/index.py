@@ -16,10 +16,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from common.errors import RetrievalError
 from common.settings import Settings, load_settings
+
+if TYPE_CHECKING:  # the retrieval backends are imported only by the commands that use them
+    from worker.retrieval.ingest import CorpusSource, IngestReport
 
 ISSUES_SHOWN = 10
 
@@ -109,45 +112,65 @@ def _check(settings: Settings, corpus: str | None, as_json: bool) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from worker.retrieval.ingest import (  # noqa: PLC0415
-        CorpusSource,
-        build_cluster_index,
-        build_embedded_index,
-    )
-
     settings = _settings(args)
     if args.check:
         return _check(settings, args.corpus, args.json)
+    report = _build(settings, args)
+    _warn_skipped(report)
+    if args.json:
+        _print_json(report)
+    elif report.built:
+        _print_built(report)
+    else:
+        _print_up_to_date(report)
+    return 0
+
+
+def _build(settings: Settings, args: argparse.Namespace) -> IngestReport:
+    """Index the corpus on the configured backend; the served index switches only when complete."""
+    from worker.retrieval.ingest import CorpusSource, build_embedded_index  # noqa: PLC0415
+
     source = CorpusSource.resolve(args.corpus)
     progress = not args.no_progress and sys.stderr.isatty()
     if settings.retriever == "embedded":
-        report = build_embedded_index(
+        return build_embedded_index(
             source,
             settings.embedded_index_path(),
             progress=progress,
             max_errors=args.max_errors,
             force=args.force,
         )
-    else:
-        from worker.retrieval import open_retriever  # noqa: PLC0415
-        from worker.retrieval.cluster import ClusterRetriever  # noqa: PLC0415
+    return _build_cluster(settings, args, source, progress=progress)
 
-        retriever = open_retriever(settings)
-        if not isinstance(retriever, ClusterRetriever):  # pragma: no cover - guarded by settings
-            raise RetrievalError(f"backend {settings.retriever} cannot be built by qfarm index")
-        try:
-            report = build_cluster_index(
-                retriever,
-                source,
-                progress=progress,
-                max_errors=args.max_errors,
-                force=args.force,
-                shards=settings.es_shards,
-                replicas=settings.es_replicas,
-                prune=args.prune,
-            )
-        finally:
-            retriever.close()
+
+def _build_cluster(
+    settings: Settings, args: argparse.Namespace, source: CorpusSource, *, progress: bool
+) -> IngestReport:
+    """Elasticsearch/OpenSearch: a new versioned index, then the alias moves to it."""
+    from worker.retrieval import open_retriever  # noqa: PLC0415
+    from worker.retrieval.cluster import ClusterRetriever  # noqa: PLC0415
+    from worker.retrieval.ingest import build_cluster_index  # noqa: PLC0415
+
+    retriever = open_retriever(settings)
+    if not isinstance(retriever, ClusterRetriever):  # pragma: no cover - guarded by settings
+        raise RetrievalError(f"backend {settings.retriever} cannot be built by qfarm index")
+    try:
+        return build_cluster_index(
+            retriever,
+            source,
+            progress=progress,
+            max_errors=args.max_errors,
+            force=args.force,
+            shards=settings.es_shards,
+            replicas=settings.es_replicas,
+            prune=args.prune,
+        )
+    finally:
+        retriever.close()
+
+
+def _warn_skipped(report: IngestReport) -> None:
+    """The first bad documents (file:line and why) on stderr, then how many more."""
     for issue in report.issues[:ISSUES_SHOWN]:
         print(f"qfarm: skipped: {issue}", file=sys.stderr)
     if report.error_count > ISSUES_SHOWN:
@@ -155,22 +178,27 @@ def run(args: argparse.Namespace) -> int:
             f"qfarm: skipped {report.error_count - ISSUES_SHOWN} more bad documents",
             file=sys.stderr,
         )
-    if args.json:
-        out = {k: v for k, v in vars(report).items() if k != "issues"}
-        out["issues"] = [str(i) for i in report.issues]
-        out["passages_per_s"] = round(report.passages_per_s, 1)
-        print(json.dumps(out, indent=2, default=str))
-        return 0
-    if not report.built:
+
+
+def _print_json(report: IngestReport) -> None:
+    out = {k: v for k, v in vars(report).items() if k != "issues"}
+    out["issues"] = [str(i) for i in report.issues]
+    out["passages_per_s"] = round(report.passages_per_s, 1)
+    print(json.dumps(out, indent=2, default=str))
+
+
+def _print_up_to_date(report: IngestReport) -> None:
+    print(
+        f"index up to date: {report.target} (version {report.index_version}, "
+        f"{report.documents} documents, {report.passages} passages)"
+    )
+    if report.replaced:
         print(
-            f"index up to date: {report.target} (version {report.index_version}, "
-            f"{report.documents} documents, {report.passages} passages)"
+            f"alias {report.alias} now points at {report.target} (was {', '.join(report.replaced)})"
         )
-        if report.replaced:
-            print(
-                f"alias {report.alias} now points at {report.target} (was {', '.join(report.replaced)})"
-            )
-        return 0
+
+
+def _print_built(report: IngestReport) -> None:
     print(
         f"indexed {report.documents} documents as {report.passages} passages in "
         f"{report.elapsed_s:.1f} s ({report.passages_per_s:,.0f} passages/s); "
@@ -182,4 +210,3 @@ def run(args: argparse.Namespace) -> int:
         print(f"alias {report.alias} -> {report.target}{was}")
     if report.pruned:
         print(f"deleted older versions: {', '.join(report.pruned)}")
-    return 0

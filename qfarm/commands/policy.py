@@ -13,6 +13,7 @@ from common.policy import (
     build_policy,
     governance_policy_hash,
     parse_overrides,
+    type_label,
     verifier_policy_hash,
 )
 
@@ -30,11 +31,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data, indent=2, sort_keys=True))
         return 0
-    for name, field in Policy.model_fields.items():
+    for name in Policy.model_fields:
         which = "verifier+governance" if name in VERIFIER_FIELDS else "governance"
         assert name in VERIFIER_FIELDS or name in GOVERNANCE_ONLY_FIELDS
         allowed = allowed_range(name)
-        print(f"{name:40s} {json.dumps(data[name]):50s} [{which}]  {field.annotation}"
+        print(f"{name:40s} {json.dumps(data[name]):50s} [{which}]  {type_label(name)}"
               + (f"  ({allowed})" if allowed else ""))
     print(f"\nverifier_policy_hash   {verifier_policy_hash(policy)}")
     print(f"governance_policy_hash {governance_policy_hash(policy)}")

@@ -1,4 +1,4 @@
-"""`qfarm sim`: run the vLLM-compatible simulator in the foreground (SPEC §11).
+"""`qfarm sim`: run the vLLM-compatible simulator in the foreground (docs/architecture.md, 'The simulator').
 
 Point the farm at it with ``QFARM_LLM_ENDPOINTS=http://127.0.0.1:PORT``. Every
 answer it gives is simulated from the prompt's evidence; results produced with

@@ -11,7 +11,7 @@ import pytest
 
 from common.gold import contains_answer, normalize_tokens
 from common.models import Question
-from common.quantifier import classify, classify_question_quantifier
+from common.quantifier import classify_question_quantifier
 from common.questions import parse_questions
 from common.sidecar import match_extraction_shape
 from worker.retrieval.default_corpus import default_corpus_path
@@ -46,7 +46,7 @@ def test_every_question_file_parses() -> None:
 def test_smoke_is_small_with_a_few_broad_questions() -> None:
     questions = load("smoke.txt")
     assert 10 <= len(questions) <= 20
-    broad = [q for q in questions if classify_question_quantifier(q.text)["is_broad"]]
+    broad = [q for q in questions if classify_question_quantifier(q.text).is_broad]
     assert 2 <= len(broad) <= len(questions) // 2
 
 
@@ -84,7 +84,9 @@ def test_answerability_questions_are_extraction_shaped() -> None:
     questions = load("answerability.jsonl")
     assert len(questions) >= 20
     not_shaped = [
-        q.text for q in questions if match_extraction_shape(q.text, classify(q.text))[0] is None
+        q.text
+        for q in questions
+        if match_extraction_shape(q.text, classify_question_quantifier(q.text))[0] is None
     ]
     assert not_shaped == []
     assert all(q.answers for q in questions)
@@ -94,8 +96,8 @@ def test_quantifier_subset_spans_broad_rungs_bounded_and_unbounded() -> None:
     seen: dict[str, set[str]] = defaultdict(set)
     for q in load("quantifier_subset.txt"):
         info = classify_question_quantifier(q.text)
-        assert info["is_broad"], f"not broad: {q.text!r} ({info['intensity']})"
-        seen[info["intensity"]].add(info["scope_bound_hint"])
+        assert info.is_broad, f"not broad: {q.text!r} ({info.intensity})"
+        seen[info.intensity].add(info.scope_bound_hint)
     assert set(seen) == BROAD_RUNGS
     assert all(scopes == {"bounded", "unbounded"} for scopes in seen.values()), dict(seen)
 

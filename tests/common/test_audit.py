@@ -1,4 +1,4 @@
-"""The audit line and the claim listing of ``qfarm ask`` (SPEC §7)."""
+"""The audit line and the claim listing of ``qfarm ask`` (docs/grounding.md, 'Verification')."""
 
 from __future__ import annotations
 

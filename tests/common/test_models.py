@@ -6,6 +6,9 @@ import json
 
 from common.jobs import expand_jobs, job_from_ref, ref_for
 from common.models import (
+    Answerability,
+    CandidateSpan,
+    Confidence,
     Evidence,
     Generation,
     JobRecord,
@@ -35,7 +38,18 @@ def a_record() -> JobRecord:
         generation=Generation(text='"The Mona Lisa" [E1]', endpoint="http://x", attempts=2,
                               usage=Usage(prompt_tokens=10, completion_tokens=5)),
         verification=Verification(n_claims=1, n_verified=1, ratio=1.0),
-        answerability={"confidence_class": "weak", "candidate_count": 2},
+        answerability=Answerability(
+            diagnostic_version="answerability-v2", confidence_class=Confidence.WEAK,
+            triggered_clauses=("denial", "extraction_shape", "candidates_in_evidence"),
+            denial_pattern_matched="not mentioned", extraction_cue_matched=None,
+            extraction_shape="plural", answer_type="title_like", subject_tokens=("mona", "lisa"),
+            candidate_count=2, threshold=Confidence.WEAK,
+            missed_answer_candidate_spans=(
+                CandidateSpan(evidence_id="E1", kind="quoted_string", text="The Mona Lisa",
+                              offset_start=0, offset_end=13),
+            ),
+            denial_patterns_version="d1", extraction_cues_version="c1",
+        ),
     )
 
 

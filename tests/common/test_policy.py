@@ -1,4 +1,4 @@
-"""The policy object, its overrides and its two hashes (SPEC §6)."""
+"""The policy object, its overrides and its two hashes (docs/grounding.md, 'Policy and its hashes')."""
 
 from __future__ import annotations
 
@@ -20,8 +20,10 @@ from common.policy import (
     build_policy,
     governance_policy_hash,
     parse_overrides,
+    type_label,
     verifier_policy_hash,
 )
+from common.vocab import Confidence
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -232,3 +234,11 @@ def test_every_numeric_key_has_a_range_and_the_readme_lists_it() -> None:
         allowed = allowed_range(name)
         assert allowed is not None, name
         assert f"| `{name}` | {allowed} |" in readme, f"README policy ranges: {name}"
+
+
+def test_qfarm_policy_lists_the_values_of_a_vocabulary_key() -> None:
+    # answerability_threshold is a Confidence enum; the listing must show its values,
+    # not "<enum 'Confidence'>".
+    label = type_label("answerability_threshold")
+    assert all(f"'{c.value}'" in label for c in Confidence) and "enum" not in label
+    assert type_label("top_k") == "<class 'int'>"

@@ -1,4 +1,4 @@
-"""Model profiles and ``cap_for_intensity`` (SPEC §5)."""
+"""Model profiles and ``cap_for_intensity`` (docs/grounding.md, 'Profiles and caps')."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import pytest
 
 from common.errors import InputError
 from common.policy import (
-    INTENSITIES,
     Policy,
     build_policy,
     governance_policy_hash,
@@ -19,9 +18,10 @@ from common.profiles import (
     MODEL_PROFILES,
     cap_for_intensity,
 )
+from common.vocab import ALL_INTENSITIES
 
-# SPEC §5's table, restated here so a change to the profiles has to change the test too.
-SPEC_TABLE = {
+# The profile table of docs/grounding.md, restated here so a change to the profiles has to change the test too.
+PROFILE_TABLE = {
     "ABSENT": (1, 1),
     "SINGULAR": (1, 1),
     "PROPORTIONAL": (1, 3),
@@ -34,16 +34,16 @@ SPEC_TABLE = {
 COUNTED = ("SMALL_NUM_EXPLICIT", "COMPARATIVE_BOUND")
 
 
-@pytest.mark.parametrize("intensity", list(SPEC_TABLE))
+@pytest.mark.parametrize("intensity", list(PROFILE_TABLE))
 def test_every_rung_in_every_profile_matches_the_spec(intensity: str) -> None:
-    hermes, default = SPEC_TABLE[intensity]
+    hermes, default = PROFILE_TABLE[intensity]
     assert cap_for_intensity(intensity, HERMES_3_8B_PROFILE_ID, None, None) == hermes
     assert cap_for_intensity(intensity, DEFAULT_PROFILE_ID, None, None) == default
 
 
 def test_profiles_cover_all_ten_rungs() -> None:
     for profile in MODEL_PROFILES.values():
-        assert set(profile) == set(INTENSITIES)
+        assert set(profile) == set(ALL_INTENSITIES)
         assert all(profile[i] == EXPLICIT_COUNT for i in COUNTED)
 
 

@@ -1,4 +1,4 @@
-"""Prompts in Hermes-3 ChatML for the three modes (SPEC §3)."""
+"""Prompts in Hermes-3 ChatML for the three modes (docs/grounding.md, 'Prompts')."""
 
 from __future__ import annotations
 

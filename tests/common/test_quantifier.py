@@ -1,19 +1,20 @@
-"""The quantifier classifier of SPEC §4: rungs, priority, short-circuits, counts, scope."""
+"""The quantifier classifier of docs/grounding.md, 'Quantifier classifier': rungs, priority, short-circuits, counts, scope."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
 from common.models import QuantifierInfo
 from common.quantifier import (
-    BROAD_INTENSITIES,
     OPERATIONAL_SHAPES,
     PRIORITY,
-    classify,
     classify_question_quantifier,
     parse_number,
 )
 from common.versions import CLASSIFIER_VERSION
+from common.vocab import BROAD_INTENSITIES, Intensity
 
 RUNG_EXAMPLES: dict[str, list[str]] = {
     "ABSENT": [
@@ -81,7 +82,7 @@ RUNG_EXAMPLES: dict[str, list[str]] = {
     ("rung", "question"), [(r, q) for r, qs in RUNG_EXAMPLES.items() for q in qs]
 )
 def test_every_rung_has_questions_that_reach_it(rung: str, question: str) -> None:
-    assert classify_question_quantifier(question)["intensity"] == rung
+    assert classify_question_quantifier(question).intensity == rung
 
 
 def test_every_rung_is_covered_by_at_least_two_questions() -> None:
@@ -89,9 +90,9 @@ def test_every_rung_is_covered_by_at_least_two_questions() -> None:
     assert all(len(qs) >= 2 for qs in RUNG_EXAMPLES.values())
 
 
-def test_result_has_exactly_the_spec_keys() -> None:
+def test_result_has_exactly_the_documented_fields() -> None:
     result = classify_question_quantifier("List all members of the Beatles")
-    assert set(result) == {
+    assert set(result.model_dump()) == {
         "intensity",
         "matched_token",
         "explicit_count",
@@ -100,8 +101,8 @@ def test_result_has_exactly_the_spec_keys() -> None:
         "scope_bound_hint",
         "classifier_version",
     }
-    assert result["classifier_version"] == CLASSIFIER_VERSION
-    assert result["operational_shape"] == OPERATIONAL_SHAPES["ALL"]
+    assert result.classifier_version == CLASSIFIER_VERSION
+    assert result.operational_shape == OPERATIONAL_SHAPES["ALL"]
 
 
 @pytest.mark.parametrize(
@@ -124,7 +125,7 @@ def test_highest_rung_wins_on_multi_marker_questions(
     question: str, expected: str, token: str
 ) -> None:
     result = classify_question_quantifier(question)
-    assert (result["intensity"], result["matched_token"]) == (expected, token)
+    assert (result.intensity, result.matched_token) == (expected, token)
 
 
 @pytest.mark.parametrize(
@@ -139,15 +140,15 @@ def test_highest_rung_wins_on_multi_marker_questions(
 )
 def test_leading_how_many_short_circuits_to_singular(question: str) -> None:
     result = classify_question_quantifier(question)
-    assert result["intensity"] == "SINGULAR"
-    assert result["matched_token"].startswith("how")
-    assert result["is_broad"] is False
+    assert result.intensity == "SINGULAR"
+    assert result.matched_token.startswith("how")
+    assert result.is_broad is False
 
 
 def test_how_many_not_at_the_start_is_not_the_many_marker() -> None:
     # "many" inside "how many" asks for a number; nothing else marks this question.
     assert (
-        classify_question_quantifier("In 1969, how many people walked on the Moon?")["intensity"]
+        classify_question_quantifier("In 1969, how many people walked on the Moon?").intensity
         == "SINGULAR"
     )
 
@@ -163,14 +164,14 @@ def test_how_many_not_at_the_start_is_not_the_many_marker() -> None:
 )
 def test_list_verbs_followed_by_all_or_every_are_all(question: str, token: str) -> None:
     result = classify_question_quantifier(question)
-    assert (result["intensity"], result["matched_token"]) == ("ALL", token)
+    assert (result.intensity, result.matched_token) == ("ALL", token)
 
 
 def test_bare_imperative_list_without_other_marker_is_all() -> None:
     result = classify_question_quantifier("List the members of the Beatles")
-    assert (result["intensity"], result["matched_token"]) == ("ALL", "list")
+    assert (result.intensity, result.matched_token) == ("ALL", "list")
     # ...but a count after the list verb is a count
-    assert classify_question_quantifier("List 5 songs by Madonna")["explicit_count"] == 5
+    assert classify_question_quantifier("List 5 songs by Madonna").explicit_count == 5
 
 
 @pytest.mark.parametrize(
@@ -194,12 +195,12 @@ def test_bare_imperative_list_without_other_marker_is_all() -> None:
 )
 def test_explicit_counts_from_digits_and_number_words(question: str, rung: str, count: int) -> None:
     result = classify_question_quantifier(question)
-    assert (result["intensity"], result["explicit_count"]) == (rung, count)
+    assert (result.intensity, result.explicit_count) == (rung, count)
 
 
 def test_explicit_count_is_none_outside_the_two_counted_rungs() -> None:
-    assert classify_question_quantifier("List all 50 US states")["explicit_count"] is None
-    assert classify_question_quantifier("What is the capital of France?")["explicit_count"] is None
+    assert classify_question_quantifier("List all 50 US states").explicit_count is None
+    assert classify_question_quantifier("What is the capital of France?").explicit_count is None
 
 
 @pytest.mark.parametrize(
@@ -214,8 +215,8 @@ def test_explicit_count_is_none_outside_the_two_counted_rungs() -> None:
 )
 def test_numbers_that_are_not_counts(question: str) -> None:
     result = classify_question_quantifier(question)
-    assert result["explicit_count"] is None
-    assert result["intensity"] == "SINGULAR"
+    assert result.explicit_count is None
+    assert result.intensity == "SINGULAR"
 
 
 @pytest.mark.parametrize(
@@ -238,7 +239,7 @@ def test_numbers_that_are_not_counts(question: str) -> None:
     ],
 )
 def test_scope_bound_hint(question: str, hint: str) -> None:
-    assert classify_question_quantifier(question)["scope_bound_hint"] == hint
+    assert classify_question_quantifier(question).scope_bound_hint == hint
 
 
 @pytest.mark.parametrize(
@@ -279,7 +280,7 @@ def test_scope_bound_hint(question: str, hint: str) -> None:
     ],
 )
 def test_word_boundary_and_idiom_decisions(question: str, rung: str) -> None:
-    assert classify_question_quantifier(question)["intensity"] == rung
+    assert classify_question_quantifier(question).intensity == rung
 
 
 FACTOID_REGRESSION = [
@@ -311,27 +312,38 @@ FACTOID_REGRESSION = [
 @pytest.mark.parametrize("question", FACTOID_REGRESSION)
 def test_ordinary_factoid_questions_stay_singular(question: str) -> None:
     result = classify_question_quantifier(question)
-    assert result["intensity"] == "SINGULAR", result
-    assert result["is_broad"] is False
-    assert result["scope_bound_hint"] == "unknown"
+    assert result.intensity == "SINGULAR", result
+    assert result.is_broad is False
+    assert result.scope_bound_hint == "unknown"
 
 
 def test_is_broad_exactly_for_the_four_broad_rungs() -> None:
     for rung, questions in RUNG_EXAMPLES.items():
         for q in questions:
-            assert classify_question_quantifier(q)["is_broad"] is (rung in BROAD_INTENSITIES)
+            assert classify_question_quantifier(q).is_broad is (rung in BROAD_INTENSITIES)
     assert BROAD_INTENSITIES == {"MANY", "ALL", "COMPREHENSIVE", "OPEN_REQUEST"}
 
 
 def test_matching_ignores_case_and_unicode_form() -> None:
     plain = classify_question_quantifier("LIST ALL MEMBERS OF THE BEATLES")
     fancy = classify_question_quantifier("List\u00a0ALL   members of the Beatles")
-    assert plain["intensity"] == fancy["intensity"] == "ALL"
+    assert plain.intensity == fancy.intensity == "ALL"
 
 
-def test_classify_returns_the_model_with_the_same_values() -> None:
-    q = "Name the top 3 largest planets"
-    assert classify(q) == QuantifierInfo(**classify_question_quantifier(q))
+def test_classify_returns_a_typed_model_that_dumps_the_same_keys_as_before() -> None:
+    result = classify_question_quantifier("Name the top 3 largest planets")
+    assert isinstance(result, QuantifierInfo)
+    assert result.intensity is Intensity.SMALL_NUM_EXPLICIT
+    # The JSON a row or a log line carries: the same keys and plain-string values.
+    assert json.loads(result.model_dump_json()) == {
+        "intensity": "SMALL_NUM_EXPLICIT",
+        "matched_token": "top 3",
+        "explicit_count": 3,
+        "is_broad": False,
+        "operational_shape": "bounded_count",
+        "scope_bound_hint": "unknown",
+        "classifier_version": CLASSIFIER_VERSION,
+    }
 
 
 @pytest.mark.parametrize(
@@ -351,12 +363,12 @@ def test_parse_number(text: str, value: int | None) -> None:
 
 @pytest.mark.parametrize("question", ["", "   ", "?", "\x00\x01", "🙂" * 50, "a" * 20000])
 def test_odd_input_never_raises(question: str) -> None:
-    assert classify_question_quantifier(question)["intensity"] in PRIORITY
+    assert classify_question_quantifier(question).intensity in PRIORITY
 
 
 def test_a_singular_member_of_a_band_is_a_bounded_set() -> None:
     info = classify_question_quantifier("Name every member of ABBA")
-    assert info["intensity"] == "ALL" and info["scope_bound_hint"] == "bounded"
+    assert info.intensity == "ALL" and info.scope_bound_hint == "bounded"
 
 
 # Issue 18: surfaces that used to fall to the wrong rung, each classified as the design says.
@@ -397,7 +409,7 @@ ISSUE_18_SURFACES: list[tuple[str, str, int | None]] = [
 @pytest.mark.parametrize(("question", "rung", "count"), ISSUE_18_SURFACES)
 def test_issue_18_surfaces_reach_their_rung(question: str, rung: str, count: int | None) -> None:
     result = classify_question_quantifier(question)
-    assert (result["intensity"], result["explicit_count"]) == (rung, count)
+    assert (result.intensity, result.explicit_count) == (rung, count)
 
 
 @pytest.mark.parametrize(
@@ -405,7 +417,7 @@ def test_issue_18_surfaces_reach_their_rung(question: str, rung: str, count: int
     ["Who was the most famous painter of the 20th century?", "What was a 19th-century novel?"],
 )
 def test_an_ordinal_naming_a_century_is_no_count(question: str) -> None:
-    assert classify_question_quantifier(question)["intensity"] == "SINGULAR"
+    assert classify_question_quantifier(question).intensity == "SINGULAR"
 
 
 @pytest.mark.parametrize(
@@ -426,10 +438,10 @@ def test_an_ordinal_naming_a_century_is_no_count(question: str) -> None:
     ],
 )
 def test_a_negated_wh_question_keeps_its_wh_shape(question: str, rung: str) -> None:
-    assert classify_question_quantifier(question)["intensity"] == rung
+    assert classify_question_quantifier(question).intensity == rung
 
 
 def test_all_is_a_universal_enumeration() -> None:
-    assert classify_question_quantifier("List all rivers")["operational_shape"] == (
+    assert classify_question_quantifier("List all rivers").operational_shape == (
         "universal_enumeration"
     )

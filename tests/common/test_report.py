@@ -287,6 +287,12 @@ def test_answerability_count(summary: str) -> None:
     assert modes["`claim_lattice_pointer`"]["strong"] == "0"
 
 
+def test_summary_cites_no_design_document_outside_the_repository(summary: str) -> None:
+    # The summary is read by people without the design notes; it names things in its own words.
+    assert "3 row(s) denied an answer" in summary  # the answerability section is rendered
+    assert "SPEC" not in summary and "§" not in summary
+
+
 def test_question_table(summary: str) -> None:
     rows = by(table(summary, "## Per question"), "id")
     expected = {

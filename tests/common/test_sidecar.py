@@ -1,4 +1,4 @@
-"""The answerability sidecar of SPEC §8."""
+"""The answerability sidecar of docs/grounding.md, 'Answerability sidecar'."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from common.models import Evidence
+from common.models import Answerability, Confidence, Evidence
 from common.policy import Policy, build_policy
 from common.sidecar import (
     DENIAL_PATTERNS,
@@ -59,7 +59,7 @@ NEW_YORK = make_ev(
 )
 SONGS_Q = "songs by veronica ballestrini"
 DENIAL = "Veronica Ballestrini's songs are not mentioned in the evidence."
-SPEC_KEYS = {
+DETAIL_KEYS = {
     "diagnostic_version",
     "confidence_class",
     "triggered_clauses",
@@ -77,14 +77,14 @@ SPEC_KEYS = {
 def test_motivating_case_fires_strong() -> None:
     result = assess_answerability(SONGS_Q, DENIAL, [FILLER, BALLESTRINI], Policy())
     assert result is not None
-    assert result["confidence_class"] == "strong"
-    assert result["denial_pattern_matched"] == "not mentioned"
-    assert result["extraction_cue_matched"] == "songs by"
-    assert result["extraction_shape"] == "cue"
-    assert result["answer_type"] == "title_like"
-    assert result["subject_tokens"] == ["veronica", "ballestrini"]
-    assert result["triggered_clauses"] == ["denial", "extraction_shape", "candidates_in_evidence"]
-    texts = [s["text"] for s in result["missed_answer_candidate_spans"]]
+    assert result.confidence_class == "strong"
+    assert result.denial_pattern_matched == "not mentioned"
+    assert result.extraction_cue_matched == "songs by"
+    assert result.extraction_shape == "cue"
+    assert result.answer_type == "title_like"
+    assert result.subject_tokens == ("veronica", "ballestrini")
+    assert result.triggered_clauses == ("denial", "extraction_shape", "candidates_in_evidence")
+    texts = [s.text for s in result.missed_answer_candidate_spans]
     assert texts[:3] == ["Amazing", "Out There Somewhere", "Hoochie Coochie"]
     assert "Veronica Ballestrini" not in texts  # the subject is not its own answer
 
@@ -92,18 +92,28 @@ def test_motivating_case_fires_strong() -> None:
 def test_spans_have_unambiguous_offsets_into_the_evidence_text() -> None:
     result = assess_answerability(SONGS_Q, DENIAL, [FILLER, BALLESTRINI], Policy())
     assert result is not None
-    for span in result["missed_answer_candidate_spans"]:
-        assert span["evidence_id"] == "E2"
-        assert span["offset_basis"] == "evidence_object_text"
-        assert BALLESTRINI.text[span["offset_start"] : span["offset_end"]] == span["text"]
+    for span in result.missed_answer_candidate_spans:
+        assert span.evidence_id == "E2"
+        assert span.offset_basis == "evidence_object_text"
+        assert BALLESTRINI.text[span.offset_start : span.offset_end] == span.text
 
 
-def test_result_carries_the_spec_keys() -> None:
+def test_result_is_a_typed_model_whose_json_keeps_the_detail_keys() -> None:
     result = assess_answerability(SONGS_Q, DENIAL, [BALLESTRINI], Policy())
-    assert result is not None
-    assert SPEC_KEYS <= set(result)
-    assert set(result) - SPEC_KEYS == {"denial_patterns_version", "extraction_cues_version"}
-    assert result["threshold"] == "medium"
+    assert isinstance(result, Answerability)
+    dumped = _dump(result)
+    assert DETAIL_KEYS <= set(dumped)
+    assert set(dumped) - DETAIL_KEYS == {"denial_patterns_version", "extraction_cues_version"}
+    assert dumped["threshold"] == "medium" and dumped["confidence_class"] == "strong"
+    assert set(dumped["missed_answer_candidate_spans"][0]) == {
+        "evidence_id", "kind", "text", "offset_start", "offset_end", "offset_basis"
+    }
+    assert result.threshold is Confidence.MEDIUM
+
+
+def _dump(result: Answerability | None) -> dict[str, object] | None:
+    """The JSON the job detail carries (what ``qfarm ask --json`` prints)."""
+    return None if result is None else json.loads(result.model_dump_json())
 
 
 def test_john_smith_control_stays_silent() -> None:
@@ -149,7 +159,7 @@ def test_candidates_beyond_the_proximity_window_do_not_count() -> None:
 
 def test_output_is_byte_identical_on_repeat() -> None:
     runs = [
-        json.dumps(assess_answerability(SONGS_Q, DENIAL, [FILLER, BALLESTRINI], Policy()))
+        json.dumps(_dump(assess_answerability(SONGS_Q, DENIAL, [FILLER, BALLESTRINI], Policy())))
         for _ in range(3)
     ]
     assert runs[0] == runs[1] == runs[2]
@@ -171,8 +181,8 @@ def test_threshold_is_the_minimum_class_reported() -> None:
         q, answer, [born], build_policy({"answerability_threshold": "weak"})
     )
     assert weak is not None
-    assert (weak["confidence_class"], weak["answer_type"]) == ("weak", "date")
-    assert weak["missed_answer_candidate_spans"][0]["text"] == "1990"
+    assert (weak.confidence_class, weak.answer_type) == ("weak", "date")
+    assert weak.missed_answer_candidate_spans[0].text == "1990"
     strong_only = build_policy({"answerability_threshold": "strong"})
     assert assess_answerability(SONGS_Q, DENIAL, [BALLESTRINI], strong_only) is not None
 
@@ -191,9 +201,9 @@ def test_person_answer_type_uses_title_case_names() -> None:
         Policy(),
     )
     assert result is not None
-    assert result["answer_type"] == "person"
-    assert result["confidence_class"] == "medium"  # several names, no quoted string
-    assert [s["text"] for s in result["missed_answer_candidate_spans"]] == [
+    assert result.answer_type == "person"
+    assert result.confidence_class == "medium"  # several names, no quoted string
+    assert [s.text for s in result.missed_answer_candidate_spans] == [
         "John Lennon",
         "Paul McCartney",
         "George Harrison",
@@ -206,8 +216,8 @@ def test_at_most_ten_spans_but_every_candidate_counted() -> None:
     many = make_ev(1, "Veronica Ballestrini", f"Veronica Ballestrini recorded {titles}.")
     result = assess_answerability(SONGS_Q, DENIAL, [many], Policy())
     assert result is not None
-    assert len(result["missed_answer_candidate_spans"]) == MAX_SPANS
-    assert result["candidate_count"] >= 15
+    assert len(result.missed_answer_candidate_spans) == MAX_SPANS
+    assert result.candidate_count >= 15
 
 
 @pytest.mark.parametrize(
@@ -233,11 +243,11 @@ def test_broad_quantifier_or_plural_makes_a_question_extraction_shaped() -> None
     by_quantifier = assess_answerability(
         "Tell me about Veronica Ballestrini", DENIAL, [BALLESTRINI], Policy()
     )
-    assert by_quantifier is not None and by_quantifier["extraction_shape"] == "quantifier"
+    assert by_quantifier is not None and by_quantifier.extraction_shape == "quantifier"
     by_plural = assess_answerability(
         "Which singles did Veronica Ballestrini release?", DENIAL, [BALLESTRINI], Policy()
     )
-    assert by_plural is not None and by_plural["extraction_shape"] == "plural"
+    assert by_plural is not None and by_plural.extraction_shape == "plural"
 
 
 def test_qualifiers_like_well_known_are_not_subject_tokens() -> None:
@@ -269,7 +279,7 @@ def test_seed_positive_case_reports_all_five_song_titles() -> None:
     result = assess_answerability(SONGS_Q, DENIAL, [FILLER, SEED], Policy())
     assert result is not None
     quoted = [
-        s["text"] for s in result["missed_answer_candidate_spans"] if s["kind"] == "quoted_string"
+        s.text for s in result.missed_answer_candidate_spans if s.kind == "quoted_string"
     ]
     assert quoted == SEED_TITLES  # "What's Up With That" is all stop words, and still a title
 
@@ -278,14 +288,14 @@ def test_an_unquoted_run_that_is_only_the_subjects_name_is_still_dropped() -> No
     result = assess_answerability(SONGS_Q, DENIAL, [SEED], Policy())
     assert result is not None
     assert "Veronica Ballestrini" not in [
-        s["text"] for s in result["missed_answer_candidate_spans"]
+        s.text for s in result.missed_answer_candidate_spans
     ]
 
 
 def test_candidate_kinds_use_the_design_names() -> None:
     titles = assess_answerability(SONGS_Q, DENIAL, [SEED], Policy())
-    assert titles is not None and titles["diagnostic_version"] == "answerability-v2"
-    assert {s["kind"] for s in titles["missed_answer_candidate_spans"]} <= {
+    assert titles is not None and titles.diagnostic_version == "answerability-v2"
+    assert {s.kind for s in titles.missed_answer_candidate_spans} <= {
         "quoted_string",
         "title_case_span",
         "comma_list_item",
@@ -297,7 +307,7 @@ def test_candidate_kinds_use_the_design_names() -> None:
     )
     spans = assess_answerability(SONGS_Q, DENIAL, [listing], Policy())
     assert spans is not None
-    assert "comma_list_item" in {s["kind"] for s in spans["missed_answer_candidate_spans"]}
+    assert "comma_list_item" in {s.kind for s in spans.missed_answer_candidate_spans}
     dated = make_ev(
         1,
         "Veronica Ballestrini",
@@ -307,7 +317,7 @@ def test_candidate_kinds_use_the_design_names() -> None:
         "When did Veronica Ballestrini release albums?", DENIAL, [dated], Policy()
     )
     assert when is not None
-    kinds = {s["text"]: s["kind"] for s in when["missed_answer_candidate_spans"]}
+    kinds = {s.text: s.kind for s in when.missed_answer_candidate_spans}
     assert kinds == {"12 May 2009": "date", "2012": "year"}
 
 
@@ -394,8 +404,8 @@ def test_assess_answerability_takes_logged_dicts_and_skips_blocks_without_text()
     from_objects = assess_answerability(SONGS_Q, DENIAL, [FILLER, SEED], Policy())
     assert from_dicts is not None and from_objects is not None
     assert (
-        from_dicts["missed_answer_candidate_spans"] == from_objects["missed_answer_candidate_spans"]
+        from_dicts.missed_answer_candidate_spans == from_objects.missed_answer_candidate_spans
     )
     positional = assess_answerability(SONGS_Q, DENIAL, [{"text": SEED.text}], Policy())
     assert positional is not None
-    assert {s["evidence_id"] for s in positional["missed_answer_candidate_spans"]} == {"E1"}
+    assert {s.evidence_id for s in positional.missed_answer_candidate_spans} == {"E1"}

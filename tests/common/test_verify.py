@@ -1,4 +1,4 @@
-"""The verifier of SPEC §7: each violation kind fires on a minimal answer and not on a
+"""The verifier of docs/grounding.md, 'Verification': each violation kind fires on a minimal answer and not on a
 near miss; the verdict and label of each; the hand-written answers of issue 2."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Quote mode: extraction of quotes and the exact / normalized / fuzzy layers (SPEC §7)."""
+"""Quote mode: extraction of quotes and the exact / normalized / fuzzy layers (docs/grounding.md, 'Verification')."""
 
 from __future__ import annotations
 

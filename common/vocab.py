@@ -1,0 +1,112 @@
+"""The product's vocabulary: every mode, rung, verdict, label and kind, defined once.
+
+Each is a ``StrEnum``, so a member *is* its string: it serializes as itself in
+rows, manifests and JSON, compares equal to the plain string read back from
+``rows.jsonl``, and formats as its value in reports. Every other module imports
+these names (``common.models`` re-exports them for the records that carry
+them); nothing else spells a member's value. The rules behind each word are in
+docs/grounding.md.
+
+Nothing here imports anything of ours, so ``common.policy`` (which
+``common.models`` depends on) can use the vocabulary too.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Mode(StrEnum):
+    """How the model is asked to ground its answer (docs/grounding.md, 'Jobs and modes')."""
+
+    QUOTE = "quote"
+    CLAIM_LATTICE_POINTER = "claim_lattice_pointer"
+    CLAIM_LATTICE = "claim_lattice"
+
+
+ALL_MODES: tuple[Mode, ...] = tuple(Mode)
+# The modes whose answers are lists of claims with evidence pointers.
+LATTICE_MODES: frozenset[Mode] = frozenset({Mode.CLAIM_LATTICE_POINTER, Mode.CLAIM_LATTICE})
+
+
+class Intensity(StrEnum):
+    """A question's quantifier rung, narrowest to broadest.
+
+    The rungs: docs/grounding.md, 'Quantifier classifier'.
+    """
+
+    ABSENT = "ABSENT"
+    SINGULAR = "SINGULAR"
+    PROPORTIONAL = "PROPORTIONAL"
+    SMALL_NUM_EXPLICIT = "SMALL_NUM_EXPLICIT"
+    COMPARATIVE_BOUND = "COMPARATIVE_BOUND"
+    FEW = "FEW"
+    MANY = "MANY"
+    ALL = "ALL"
+    COMPREHENSIVE = "COMPREHENSIVE"
+    OPEN_REQUEST = "OPEN_REQUEST"
+
+
+ALL_INTENSITIES: tuple[Intensity, ...] = tuple(Intensity)
+# Rungs that ask for a whole set rather than a bounded number of items.
+BROAD_INTENSITIES: frozenset[Intensity] = frozenset(
+    {Intensity.MANY, Intensity.ALL, Intensity.COMPREHENSIVE, Intensity.OPEN_REQUEST}
+)
+# Rungs whose cap is the question's own number.
+COUNTED_INTENSITIES: frozenset[Intensity] = frozenset(
+    {Intensity.SMALL_NUM_EXPLICIT, Intensity.COMPARATIVE_BOUND}
+)
+
+
+class Verdict(StrEnum):
+    """How an answer's claims held up as a whole (docs/grounding.md, 'Verdict and label')."""
+
+    STRICT = "STRICT"
+    HYBRID = "HYBRID"
+    UNGROUNDED = "UNGROUNDED"
+
+
+class Label(StrEnum):
+    """Audit label ladder, high to low, plus the broad-question and exploratory labels."""
+
+    EVIDENCE_WARRANTED = "EVIDENCE-WARRANTED"
+    ANCHOR_WARRANTED = "ANCHOR-WARRANTED"
+    POINTER_LINKED = "POINTER-LINKED"
+    UNGROUNDED = "UNGROUNDED"
+    BROAD_CAPPED = "BROAD-CAPPED"
+    BROAD_REJECTED = "BROAD-REJECTED"
+    EXPLORATORY = "EXPLORATORY"
+
+
+class ViolationKind(StrEnum):
+    """What went wrong with an answer or one of its claims.
+
+    Each kind's trigger and effect: docs/grounding.md, 'Violation kinds'.
+    """
+
+    NO_EVIDENCE_POINTER = "NO_EVIDENCE_POINTER"
+    FORMAT_COLLAPSED = "FORMAT_COLLAPSED"
+    SCHEMA_INVALID = "SCHEMA_INVALID"
+    CITATION_MISMATCH = "CITATION_MISMATCH"
+    TITLE_MISMATCH = "TITLE_MISMATCH"
+    TOO_MANY_CLAIMS = "TOO_MANY_CLAIMS"
+    TOO_MANY_EVIDENCE_IDS = "TOO_MANY_EVIDENCE_IDS"
+    POINTER_OVERFLOW_TRIMMED = "POINTER_OVERFLOW_TRIMMED"
+    WARRANT_MISSING = "WARRANT_MISSING"
+    LAZY_ANCHOR_DEMOTE = "LAZY_ANCHOR_DEMOTE"
+    DEFLECTION_DETECTED = "DEFLECTION_DETECTED"
+    BROAD_QUANTIFIER_RUNAWAY = "BROAD_QUANTIFIER_RUNAWAY"
+    BROAD_QUANTIFIER_CAP_APPLIED = "BROAD_QUANTIFIER_CAP_APPLIED"
+    BROAD_QUANTIFIER_SCOPE_UNBOUND = "BROAD_QUANTIFIER_SCOPE_UNBOUND"
+    BROAD_QUANTIFIER_REJECTED = "BROAD_QUANTIFIER_REJECTED"
+
+
+class Confidence(StrEnum):
+    """The answerability sidecar's confidence, weakest first.
+
+    The classes: docs/grounding.md, 'Answerability sidecar'.
+    """
+
+    WEAK = "weak"
+    MEDIUM = "medium"
+    STRONG = "strong"
