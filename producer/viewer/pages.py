@@ -24,6 +24,7 @@ from common.errors import InputError
 from common.models import Manifest, ViolationKind
 from common.report import _warnings, fmt_ms, fmt_num, fmt_pct, fmt_time
 from common.runstats import STAGES
+from common.vocab import Verdict
 from producer.reports import DELTA_PLOT, LATENCY_PLOT, MANIFEST, STRICT_PLOT, check_floor
 from producer.runs import read_manifest, read_run_status
 from producer.viewer.index import FILTERS, RowsCache, RunRows
@@ -264,13 +265,13 @@ class Viewer:
                 _rows_link(run_id, t.errors, mode=m, verdict="none") if t.errors else "0",
                 *(
                     f"{_rows_link(run_id, k, mode=m, verdict=v)} · {h(fmt_pct(k, t.valid))}"
-                    for v, k in (("STRICT", t.strict), ("HYBRID", t.hybrid),
-                                 ("UNGROUNDED", t.ungrounded))
+                    for v, k in ((Verdict.STRICT, t.strict), (Verdict.HYBRID, t.hybrid),
+                                 (Verdict.UNGROUNDED, t.ungrounded))
                 ),
                 h(fmt_num(t.ratio.mean, 3)),
             ])
-        header = ["mode", "rows", "errors", "STRICT (95% Wilson)", "HYBRID", "UNGROUNDED",
-                  "mean ratio"]
+        header = ["mode", "rows", "errors", f"{Verdict.STRICT} (95% Wilson)", Verdict.HYBRID,
+                  Verdict.UNGROUNDED, "mean ratio"]
         return ["<h2>Verdicts per mode</h2>", _table(header, rows)]
 
     def _kind_section(self, run_id: str, rr: RunRows, modes: list[str]) -> list[str]:
@@ -381,7 +382,7 @@ class Viewer:
         modes = sorted(rr.stats.modes)
         choices = {
             "mode": modes,
-            "verdict": ["STRICT", "HYBRID", "UNGROUNDED", "none"],
+            "verdict": [*Verdict, "none"],
             "label": sorted({v for c in rr.labels.values() for v in c if v != "(none)"}),
             "kind": sorted(rr.stats.kinds_seen),
             "intensity": sorted({v for c in rr.intensities.values() for v in c if v != "(none)"}),
