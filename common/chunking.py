@@ -1,4 +1,4 @@
-"""Sentence-aligned chunking of corpus documents into passages (SPEC §2).
+"""Sentence-aligned chunking of corpus documents into passages (docs/retrieval.md, 'Passages').
 
 Every backend indexes the output of ``chunk_document``, so a sweep's evidence
 does not depend on which backend served it. A passage is a contiguous slice of

@@ -2,7 +2,7 @@
 
 Accepted shapes, one document each:
 
-* JSONL ``{"id", "title", "text"}`` (SPEC §2), one object per line;
+* JSONL ``{"id", "title", "text"}`` (docs/retrieval.md, 'Corpus formats'), one object per line;
 * the output of common Wikipedia extractors (WikiExtractor ``--json``, the
   Hugging Face ``wikipedia`` dataset: ``{"id", "url", "title", "text"}``;
   Pyserini ``{"id", "contents"}``), by the key aliases below;

@@ -67,7 +67,7 @@ def write_run(
 
 
 def rows_for(run_id: str, n_questions: int, n: int) -> Iterator[dict[str, Any]]:
-    """Rows shaped like real ones (every SPEC §9 field), generated lazily."""
+    """Rows shaped like real ones (every field of docs/grounding.md, 'The row'), generated lazily."""
     k = 0
     for q in range(n_questions):
         for mode in MODES:

@@ -1,4 +1,4 @@
-"""Retrieval backends behind one ``Retriever`` interface (SPEC §2, issue 6).
+"""Retrieval backends behind one ``Retriever`` interface (docs/retrieval.md, 'Interface (what the pipeline calls)').
 
 ``open_retriever(settings)`` picks the backend named by ``QFARM_RETRIEVER``:
 ``embedded`` (SQLite FTS5 file, the default), ``elasticsearch`` or

