@@ -17,13 +17,13 @@ SECTION = re.compile(r"'([^']+)'")
 
 
 def _headings(doc: Path) -> set[str]:
-    """Heading text without the leading #s and without a trailing `(file)` or code span."""
+    """Heading text without the leading #s and without a trailing `(file)`, `(file, NAME)`."""
     out = set()
     for line in doc.read_text(encoding="utf-8").splitlines():
         if line.startswith("#"):
             title = line.lstrip("#").strip()
             out.add(title)
-            out.add(re.sub(r"\s*\(`[^`]*`\)$", "", title))
+            out.add(re.sub(r"\s*\((?:`[^`]*`(?:,\s*)?)+\)$", "", title))
     return out
 
 
