@@ -12,9 +12,45 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common.errors import ConfigError, InputError
+from common.errors import ConfigError, InputError, PolicyError
 from common.policy import Policy, build_policy, parse_overrides
 from common.settings import Settings, results_dir_problem
+
+BACKENDS = ("embedded", "elasticsearch", "opensearch")
+
+
+def add_retrieval_flags(p: argparse.ArgumentParser, *, many_backends: bool = False) -> None:
+    """--top-k, --title-boost and --backend, as `search` and `eval-retrieval` take them."""
+    defaults = Policy()
+    p.add_argument(
+        "--top-k",
+        type=int,
+        default=defaults.top_k,
+        metavar="K",
+        help=f"passages per question (default {defaults.top_k}, the policy's top_k)",
+    )
+    p.add_argument(
+        "--title-boost",
+        type=float,
+        default=defaults.title_boost,
+        metavar="B",
+        help=f"weight of the title field (default {defaults.title_boost:g})",
+    )
+    if many_backends:
+        p.add_argument("--backend", action="append", choices=BACKENDS,
+                       help="backend to measure (repeatable; default: QFARM_RETRIEVER)")
+    else:
+        p.add_argument("--backend", choices=BACKENDS,
+                       help="search backend (default: QFARM_RETRIEVER)")
+
+
+def check_retrieval_flags(args: argparse.Namespace) -> None:
+    """The policy's own ranges (finite, bounded): retrieval commands refuse what a sweep refuses."""
+    try:
+        build_policy({"top_k": args.top_k, "title_boost": args.title_boost})
+    except PolicyError as exc:
+        message = str(exc).replace("--policy top_k", "--top-k")
+        raise PolicyError(message.replace("--policy title_boost", "--title-boost")) from exc
 
 
 def results_dir_arg(value: str) -> Path:

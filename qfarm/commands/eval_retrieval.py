@@ -17,39 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import InputError
-from common.policy import Policy
-
-BACKENDS = ("embedded", "elasticsearch", "opensearch")
+from qfarm import runtime
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    defaults = Policy()
     p = sub.add_parser(
         "eval-retrieval",
         help="measure retrieval recall@k, article hit@k, MRR and latency on a question file",
         description="Search every question of FILE and judge the evidence against its gold answers.",
     )
     p.add_argument("file", type=Path, help="JSONL question file with `answers` (and optional `title`)")
-    p.add_argument(
-        "--top-k",
-        type=int,
-        default=defaults.top_k,
-        metavar="K",
-        help=f"passages per question (default {defaults.top_k}, the policy's top_k)",
-    )
-    p.add_argument(
-        "--title-boost",
-        type=float,
-        default=defaults.title_boost,
-        metavar="B",
-        help=f"weight of the title field (default {defaults.title_boost:g})",
-    )
-    p.add_argument(
-        "--backend",
-        action="append",
-        choices=BACKENDS,
-        help="backend to measure (repeatable; default: QFARM_RETRIEVER)",
-    )
+    runtime.add_retrieval_flags(p, many_backends=True)
     p.add_argument(
         "--out",
         type=Path,
@@ -77,13 +55,9 @@ def run(args: argparse.Namespace) -> int:
     from common.questions import parse_questions  # noqa: PLC0415
     from common.retrieval_eval import titles_by_id  # noqa: PLC0415
     from common.settings import load_settings  # noqa: PLC0415
-    from qfarm import runtime  # noqa: PLC0415
     from worker.retrieval.evaluate import evaluate  # noqa: PLC0415
 
-    if args.top_k < 1:
-        raise InputError(f"--top-k {args.top_k}: must be at least 1")
-    if args.title_boost <= 0:
-        raise InputError(f"--title-boost {args.title_boost}: must be greater than 0")
+    runtime.check_retrieval_flags(args)
     try:
         content = args.file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -14,39 +14,18 @@ import textwrap
 import time
 from typing import Any
 
-from common.errors import PolicyError
-from common.policy import Policy, build_policy
 from common.settings import load_settings
 from qfarm import runtime
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    defaults = Policy()
     p = sub.add_parser(
         "search",
         help="retrieve evidence for a question and print the evidence map",
         description="BM25 over title (boosted) and text; prints E1..Ek in rank order.",
     )
     p.add_argument("question", help="the question, quoted")
-    p.add_argument(
-        "--top-k",
-        type=int,
-        default=defaults.top_k,
-        metavar="K",
-        help=f"number of passages (default {defaults.top_k}, the policy's top_k)",
-    )
-    p.add_argument(
-        "--title-boost",
-        type=float,
-        default=defaults.title_boost,
-        metavar="B",
-        help=f"weight of title matches (default {defaults.title_boost:g})",
-    )
-    p.add_argument(
-        "--backend",
-        choices=("embedded", "elasticsearch", "opensearch"),
-        help="search backend (default: QFARM_RETRIEVER)",
-    )
+    runtime.add_retrieval_flags(p)
     p.add_argument("--json", action="store_true", help="print the evidence map as JSON")
     p.set_defaults(func=run)
 
@@ -68,12 +47,7 @@ def _print_map(question: str, result: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # The policy's own ranges (finite, bounded): search refuses what a sweep refuses.
-    try:
-        build_policy({"top_k": args.top_k, "title_boost": args.title_boost})
-    except PolicyError as exc:
-        message = str(exc).replace("--policy top_k", "--top-k")
-        raise PolicyError(message.replace("--policy title_boost", "--title-boost")) from exc
+    runtime.check_retrieval_flags(args)
     settings = load_settings(**({"retriever": args.backend} if args.backend else {}))
     retriever = runtime.open_local_retriever(settings, progress=sys.stderr.isatty())
     try:
