@@ -17,6 +17,7 @@ from pathlib import Path
 import redis
 from kombu.exceptions import OperationalError
 
+from common import keys
 from common.errors import InputError
 from common.jobs import bundle_label, expand_jobs, profile_id_for_model, ref_for
 from common.models import Job, Manifest, Mode, Question
@@ -123,7 +124,7 @@ def plan_sweep(
 
 
 def enqueue_jobs(
-    app, jobs: Iterable[Job], *, task_name: str = "qfarm.retrieve", bundle_size: int = 1
+    app, jobs: Iterable[Job], *, stage: keys.Stage = keys.RETRIEVE, bundle_size: int = 1
 ) -> int:
     """Publish jobs as compact messages, pipelined through kombu's producer batch.
 
@@ -131,7 +132,7 @@ def enqueue_jobs(
     stages handle its jobs together; see worker/flow.py). Returns the number of
     jobs sent.
     """
-    task = app.tasks[task_name]
+    task = app.tasks[stage.task]
     sent = 0
     with app.producer_or_acquire() as producer:
         # Producer.batch (kombu >= 5.7) pipelines the publishes; older kombu publishes one by one.

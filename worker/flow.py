@@ -42,7 +42,7 @@ from worker.services import Services
 
 log = logging.getLogger("qfarm.worker")
 
-Send = Callable[[str, list[JobRecord]], None]
+Send = Callable[[keys.Stage, list[JobRecord]], None]
 T = TypeVar("T")
 
 # Redis or the broker connection failing (kombu wraps a failed publish in its
@@ -108,7 +108,7 @@ def _failed(record: JobRecord, exc: Exception) -> JobRecord:
     return record.model_copy(update={"error": error})
 
 
-def _send(send: Send, stage: str, records: list[JobRecord], svc: Services) -> None:
+def _send(send: Send, stage: keys.Stage, records: list[JobRecord], svc: Services) -> None:
     """Forward a bundle; should it not go as a whole (a record that cannot be
     serialised), each job goes alone and the one that cannot becomes its error row."""
     try:
@@ -123,7 +123,9 @@ def _send(send: Send, stage: str, records: list[JobRecord], svc: Services) -> No
             _send(send, stage, [record], svc)
 
 
-def _live(items: Sequence[T], job_of: Callable[[T], Job], svc: Services, stage: str) -> list[T]:
+def _live(
+    items: Sequence[T], job_of: Callable[[T], Job], svc: Services, stage: keys.Stage
+) -> list[T]:
     """The items whose run is not cancelled and whose job has no row yet (one round trip a run)."""
     by_run: dict[str, list[T]] = {}
     for item in items:
@@ -237,7 +239,7 @@ def write_rows(rows: Sequence[Row], svc: Services, cache_keys: Sequence[str | No
 
 
 def handle_retrieve(ref_data: list[dict], svc: Services, send: Send) -> None:
-    jobs = _live(_each(ref_data, svc, lambda d: _load_job(d, svc)), lambda j: j, svc, "retrieve")
+    jobs = _live(_each(ref_data, svc, lambda d: _load_job(d, svc)), lambda j: j, svc, keys.RETRIEVE)
     if not jobs:
         return
     records, done = _start_many(jobs, svc)
@@ -248,7 +250,7 @@ def handle_retrieve(ref_data: list[dict], svc: Services, send: Send) -> None:
     write_rows(rows, svc)
     forward = [r for r in records if not r.error]
     if forward:
-        _send(send, "generate", forward, svc)
+        _send(send, keys.GENERATE, forward, svc)
 
 
 # Records travel between stages as one JSON string (``dump_records``): pydantic's Rust
@@ -285,10 +287,10 @@ def payload_items(payload: str | list[dict]) -> list[dict]:
 
 def handle_generate(record_data: str | list[dict], svc: Services, send: Send) -> None:
     records = load_records(record_data, svc)
-    records = _live(records, lambda r: r.job, svc, "generate")
+    records = _live(records, lambda r: r.job, svc, keys.GENERATE)
     if records:
         records = _safely_many(records, lambda rs: pipeline.generation_stage_many(rs, svc.gateway))
-        _send(send, "verify", records, svc)
+        _send(send, keys.VERIFY, records, svc)
 
 
 def handle_verify(record_data: str | list[dict], svc: Services) -> None:
@@ -315,7 +317,7 @@ def _safely_many(
 
 def handle_job(ref_data: dict, svc: Services) -> None:
     """All stages of one job in one task (the interactive queue)."""
-    jobs = _live(_each([ref_data], svc, lambda d: _load_job(d, svc)), lambda j: j, svc, "interactive")
+    jobs = _live(_each([ref_data], svc, lambda d: _load_job(d, svc)), lambda j: j, svc, keys.INTERACTIVE)
     if not jobs:
         return
     todo, done = _start_many(jobs, svc)

@@ -97,12 +97,13 @@ def _child(*args: str) -> dict:
 
 def _fill_rows(client, run_id: str, count: int) -> None:
     """Synthetic rows written with the workers' own write-once script."""
+    from common import keys
     from common.models import Mode, Row, Timings, Verdict
     from worker.store import WorkerStore
 
     plan = _plan(run_id, count)
     store = WorkerStore(client)
-    client.set(f"qfarm:run:{run_id}:manifest", plan.manifest.model_dump_json())
+    client.set(keys.manifest_key(run_id), plan.manifest.model_dump_json())
     verdicts = list(Verdict)
     pipe = client.pipeline(transaction=False)
     for i, job in enumerate(itertools.islice(plan.jobs(), count)):

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import redis
 
+from common import keys
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 BENCH_DB = int(os.environ.get("QFARM_BENCH_REDIS_DB", "12"))
@@ -86,7 +88,7 @@ def wait_drained(client: redis.Redis, queues: list[str], timeout_s: float = 600.
         pipe = client.pipeline()
         for q in queues:
             pipe.llen(q)
-        pipe.hlen("unacked")
+        pipe.hlen(keys.UNACKED_KEY)
         if sum(pipe.execute()) == 0:
             return time.monotonic()
         time.sleep(0.02)

@@ -80,6 +80,7 @@ def main() -> None:
 
     exit_on_sigterm()
 
+    from common import keys
     from common.jobs import expand_jobs
     from common.models import ALL_MODES, Question
     from common.policy import Policy
@@ -98,7 +99,7 @@ def main() -> None:
         settings = Settings(redis_url=bench_redis_url(), llm_endpoints=sim.url)
         bundle = args.bundle or settings.bundle_size
         app = configure_app(settings)
-        queues = ["retrieve", "generate", "verify", "interactive"]
+        queues = list(keys.QUEUES)
         # The deployment the README documents: CPU stages on prefork, the LLM stage on threads.
         spec = [("orch-cpu", "retrieve,verify", "prefork", args.concurrency),
                 ("orch-gpu", "generate", "threads", args.threads)]
@@ -139,12 +140,12 @@ def main() -> None:
             cpu0 = {k: _cpu_s(v) for k, v in watched.items()}
             t2 = time.monotonic()
             enqueue_jobs(app, jobs, bundle_size=bundle)
-            while client.hlen("qfarm:run:orch:rows") < len(jobs):
+            while client.hlen(keys.rows_key("orch")) < len(jobs):
                 time.sleep(0.02)
             t3 = time.monotonic()
             cpu_ms = {k: (_cpu_s(v) - cpu0[k]) * 1000 / len(jobs) for k, v in watched.items()}
             pipeline_rate = len(jobs) / (t3 - t2)
-            rows = [json.loads(v) for v in client.hvals("qfarm:run:orch:rows")]
+            rows = [json.loads(v) for v in client.hvals(keys.rows_key("orch"))]
             errors = sum(1 for r in rows if r["error"])
             stage_ms = {k: statistics.fmean(r["timings"][k] or 0.0 for r in rows)
                         for k in ("retrieval_ms", "llm_ms", "verify_ms", "total_ms")}

@@ -12,6 +12,7 @@ import json
 import sys
 import time
 
+from common import keys
 from common.errors import InputError, QfarmError
 from common.jobs import parse_modes
 from common.models import JobRecord, Question, Row
@@ -78,7 +79,7 @@ def _submit(store, manifest, question: Question, app) -> str:
 
     store.put_manifest(manifest)
     job = next(iter(SweepPlan(manifest=manifest, questions=[question]).jobs()))
-    enqueue_jobs(app, [job], task_name="qfarm.run_job")
+    enqueue_jobs(app, [job], stage=keys.INTERACTIVE)
     return job.job_id
 
 
@@ -127,7 +128,7 @@ def _ask_distributed(args, settings: Settings, question, modes, policy) -> tuple
 
 def _require_interactive_worker(app) -> None:
     replies = app.control.inspect(timeout=1.5).active_queues() or {}
-    if not any(q.get("name") == "interactive" for qs in replies.values() for q in qs):
+    if not any(q.get("name") == keys.INTERACTIVE.queue for qs in replies.values() for q in qs):
         raise QfarmError(
             "no worker is consuming the interactive queue; start one with: "
             "celery -A worker worker -Q interactive -P threads -c 8  (or use --eager)"
@@ -135,12 +136,10 @@ def _require_interactive_worker(app) -> None:
 
 
 def _fetch(store, run_id: str, job_id: str) -> tuple[Row, JobRecord | None]:
-    from common import keys  # noqa: PLC0415
-
-    raw = store.client.hget(keys.run_key(run_id, "rows"), job_id)
+    raw = store.client.hget(keys.rows_key(run_id), job_id)
     if raw is None:
         raise QfarmError(f"run {run_id}: the job produced no row; see the worker log")
-    detail = store.client.get(keys.run_key(run_id, f"detail:{job_id}"))
+    detail = store.client.get(keys.detail_key(run_id, job_id))
     record = JobRecord.model_validate_json(detail) if detail else None
     return Row.model_validate_json(raw), record
 

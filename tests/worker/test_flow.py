@@ -325,9 +325,9 @@ def test_a_manifest_workers_cannot_read_is_a_run_level_error(eager):
 
     svc, store, gateway = eager
     manifest_for(store, "m", 2, 1)
-    raw = json.loads(store.client.get(keys.run_key("m", "manifest")))
+    raw = json.loads(store.client.get(keys.manifest_key("m")))
     raw["policy"]["title_boost"] = None  # what pydantic writes for a non-finite float
-    store.client.set(keys.run_key("m", "manifest"), json.dumps(raw))
+    store.client.set(keys.manifest_key("m"), json.dumps(raw))
     _, refs = bundle_refs("m", n=1)
     tasks.retrieve.apply_async(args=[refs])
     prog = store.progress("m", 2)
