@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from bench.perf.farmkit import bench_redis_url, flush
+from common import keys
 
 N_QUESTIONS = 1000
 
@@ -97,7 +98,6 @@ def _child(*args: str) -> dict:
 
 def _fill_rows(client, run_id: str, count: int) -> None:
     """Synthetic rows written with the workers' own write-once script."""
-    from common import keys
     from common.models import Mode, Row, Timings, Verdict
     from worker.store import WorkerStore
 
@@ -158,7 +158,7 @@ def main() -> None:
         mem0 = client.info("memory")["used_memory"]
         res = _child("--child", "producer", "--jobs", str(args.jobs), "--bundle", str(size))
         mem1 = client.info("memory")["used_memory"]
-        per_job[size] = ((mem1 - mem0) / max(res["sent"], 1), client.llen("retrieve"))
+        per_job[size] = ((mem1 - mem0) / max(res["sent"], 1), client.llen(keys.RETRIEVE.queue))
         if size == bundle:
             big = res
         client.flushdb()

@@ -109,7 +109,7 @@ def main() -> None:
             # Warm-up: let every child open its retriever and HTTP client.
             noop = app.tasks["qfarm.noop"]
             for i in range(50):
-                noop.apply_async(args=[{}], queue=("retrieve", "generate")[i % 2])
+                noop.apply_async(args=[{}], queue=(keys.RETRIEVE.queue, keys.GENERATE.queue)[i % 2])
             wait_drained(client, queues)
 
             # Baseline: no-op tasks spread over the same two workers' queues.
@@ -117,7 +117,7 @@ def main() -> None:
             with app.producer_or_acquire() as producer, producer.batch(1000):
                 for i in range(args.noops):
                     noop.apply_async(args=[{}], producer=producer, argsrepr="", kwargsrepr="",
-                                     queue=("retrieve", "generate", "verify")[i % 3])
+                                     queue=keys.SWEEP_STAGES[i % 3].queue)
             t1 = wait_drained(client, queues)
             noop_rate = args.noops / (t1 - t0)
 
