@@ -245,7 +245,7 @@ def handle_retrieve(ref_data: list[dict], svc: Services, send: Send) -> None:
     records, done = _start_many(jobs, svc)
     rows = [row for _, row in done]
     if records:
-        records = _safely_many(records, lambda rs: pipeline.retrieval_stage_many(rs, svc.retriever))
+        records = _safely_many(records, lambda rs: pipeline.retrieval_stage(rs, svc.retriever))
     rows += [pipeline.finish(r) for r in records if r.error]
     write_rows(rows, svc)
     forward = [r for r in records if not r.error]
@@ -263,18 +263,17 @@ def dump_records(records: Sequence[JobRecord]) -> str:
     return RECORDS.dump_json(list(records)).decode()
 
 
-def load_records(payload: str | list[dict], svc: Services) -> list[JobRecord]:
+def load_records(payload: str, svc: Services) -> list[JobRecord]:
     """A bundle's records; should one be unusable, the others still run and it ends as a row."""
-    if isinstance(payload, str):
-        try:
-            return RECORDS.validate_json(payload)
-        except ValueError:
-            pass
-    return _each(payload_items(payload), svc, JobRecord.model_validate)
+    try:
+        return RECORDS.validate_json(payload)
+    except ValueError:
+        return _each(payload_items(payload), svc, JobRecord.model_validate)
 
 
 def payload_items(payload: str | list[dict]) -> list[dict]:
-    """The per-job items of a message payload, whichever form it came in."""
+    """The per-job items of a message payload: a first stage's refs, or a later stage's
+    records (one JSON string)."""
     if isinstance(payload, str):
         try:
             items = json.loads(payload)
@@ -285,15 +284,15 @@ def payload_items(payload: str | list[dict]) -> list[dict]:
     return payload
 
 
-def handle_generate(record_data: str | list[dict], svc: Services, send: Send) -> None:
+def handle_generate(record_data: str, svc: Services, send: Send) -> None:
     records = load_records(record_data, svc)
     records = _live(records, lambda r: r.job, svc, keys.GENERATE)
     if records:
-        records = _safely_many(records, lambda rs: pipeline.generation_stage_many(rs, svc.gateway))
+        records = _safely_many(records, lambda rs: pipeline.generation_stage(rs, svc.gateway))
         _send(send, keys.VERIFY, records, svc)
 
 
-def handle_verify(record_data: str | list[dict], svc: Services) -> None:
+def handle_verify(record_data: str, svc: Services) -> None:
     # No pre-check: verification is cheap and the row write is set-if-absent anyway.
     records = [_safely(r, pipeline.verification_stage) for r in load_records(record_data, svc)]
     write_rows([pipeline.finish(r) for r in records], svc, [r.cache_key for r in records])
@@ -324,9 +323,9 @@ def handle_job(ref_data: dict, svc: Services) -> None:
     if done:
         ((record, row),) = done
     else:
-        (record,) = todo
-        record = _safely(record, lambda r: pipeline.retrieval_stage(r, svc.retriever))
-        record = _safely(record, lambda r: pipeline.generation_stage(r, svc.gateway))
+        # The sweep stages' own steps, on a bundle of one.
+        (record,) = _safely_many(todo, lambda rs: pipeline.retrieval_stage(rs, svc.retriever))
+        (record,) = _safely_many([record], lambda rs: pipeline.generation_stage(rs, svc.gateway))
         record = _safely(record, pipeline.verification_stage)
         row = pipeline.finish(record)
     record = record.model_copy(

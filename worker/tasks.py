@@ -64,32 +64,28 @@ def _guarded(payloads: str | list[dict], body: Callable[[Services], None]) -> No
         raise Reject(exc, requeue=True) from exc
 
 
-def _bundle(payload: dict | list[dict] | str) -> list[dict] | str:
-    """Messages from before bundles carried one job (a dict): still accepted, as a bundle of one."""
-    return [payload] if isinstance(payload, dict) else payload
+# Message formats: the first stage (and the interactive queue) takes a list of job
+# refs; later stages take their bundle's records as one JSON string (flow.dump_records).
 
 
 @app.task(name=RETRIEVE.task, **TASK_OPTIONS)
 def retrieve(refs: list[dict]) -> None:
-    refs = _bundle(refs)  # type: ignore[assignment]
     _guarded(refs, lambda svc: flow.handle_retrieve(refs, svc, send_stage))
 
 
 @app.task(name=GENERATE.task, **TASK_OPTIONS)
-def generate(records: str | list[dict]) -> None:
-    records = _bundle(records)
+def generate(records: str) -> None:
     _guarded(records, lambda svc: flow.handle_generate(records, svc, send_stage))
 
 
 @app.task(name=VERIFY.task, **TASK_OPTIONS)
-def verify(records: str | list[dict]) -> None:
-    records = _bundle(records)
+def verify(records: str) -> None:
     _guarded(records, lambda svc: flow.handle_verify(records, svc))
 
 
 @app.task(name=INTERACTIVE.task, **TASK_OPTIONS)
 def run_job(refs: list[dict]) -> None:
-    for ref in _bundle(refs):  # single queries: one job a message, all stages in one task
+    for ref in refs:  # single queries: one job a message, all stages in one task
         _guarded([ref], lambda svc, ref=ref: flow.handle_job(ref, svc))
 
 

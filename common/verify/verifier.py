@@ -166,7 +166,7 @@ def verify_answer(
     mode = Mode(mode)
     pre = preflight or run_preflight(question, mode, policy, DEFAULT_PROFILE_ID)
     if pre.rejected:
-        return rejected_verification(pre)
+        return rejected_verification()
     diag = bracket_diagnostics(text)
     lines = diag["raw_meaningful_line_count"]
     ext = _extract(mode, text)

@@ -206,7 +206,7 @@ def test_an_unreadable_record_in_a_forwarded_bundle_spares_the_others(eager):
     svc, store, gateway = eager
     manifest_for(store, "v", 2, 1)
     jobs, _ = bundle_refs("v", n=1)
-    records = [pipeline.retrieval_stage(pipeline.begin(j), svc.retriever) for j in jobs]
+    records = pipeline.retrieval_stage([pipeline.begin(j) for j in jobs], svc.retriever)
     good = json.loads(flow.dump_records(records))
     broken = dict(good[1], job={"run_id": "v"})  # no job id, no question: unusable
     sent = []
@@ -217,16 +217,6 @@ def test_an_unreadable_record_in_a_forwarded_bundle_spares_the_others(eager):
     flow.handle_verify(flow.dump_records(sent), svc)
     (row,) = [json.loads(r) for r in store.read_rows("v", 0)]
     assert row["job_id"] == jobs[0].job_id and row["error"] is None
-
-
-def test_a_one_job_message_from_before_bundles_is_still_run(eager):
-    from worker import tasks
-
-    svc, store, gateway = eager
-    job, ref = a_ref()
-    tasks.retrieve.apply_async(args=[ref])  # a dict, as messages were before bundles
-    (raw,) = list(store.read_rows("r", 0))
-    assert json.loads(raw)["job_id"] == job.job_id and gateway.calls == 1
 
 
 def test_a_failed_hand_off_to_the_next_stage_leaves_the_message_for_redelivery(eager, monkeypatch):
@@ -302,7 +292,7 @@ def test_a_record_that_cannot_be_sent_is_that_jobs_error_row_only(eager):
     svc, store, gateway = eager
     manifest_for(store, "x", 2, 1)
     jobs, _ = bundle_refs("x", n=1)
-    records = [pipeline.retrieval_stage(pipeline.begin(j), svc.retriever) for j in jobs]
+    records = pipeline.retrieval_stage([pipeline.begin(j) for j in jobs], svc.retriever)
     sent = []
 
     def send(stage, bundle):
