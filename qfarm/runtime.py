@@ -65,13 +65,13 @@ class Endpoints:
 def llm_endpoints(settings: Settings, *, quiet: bool = False) -> Iterator[Endpoints]:
     """Configured endpoints (checked), or a simulator started for this command."""
     if settings.endpoints:
-        from producer.endpoints import probe_endpoints  # noqa: PLC0415
+        from producer.endpoints import probe_endpoints
 
         key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
         probe = probe_endpoints(settings.endpoints, api_key=key)
         yield Endpoints(urls=settings.endpoints, simulated=probe.simulated)
         return
-    from ops.sim.launch import start_simulator  # noqa: PLC0415
+    from ops.sim.launch import start_simulator
 
     # Zero latency: eager runs call the model one job at a time, and a smoke run should take
     # seconds; the latency model matters for distributed runs and benchmarks.
@@ -90,8 +90,8 @@ def open_local_retriever(settings: Settings, *, progress: bool = True) -> Any:
 
     An embedded index with a damaged page is refused here, before any job runs.
     """
-    from worker.retrieval import ensure_default_index, open_retriever  # noqa: PLC0415
-    from worker.retrieval.embedded import check_index_pages  # noqa: PLC0415
+    from worker.retrieval import ensure_default_index, open_retriever
+    from worker.retrieval.embedded import check_index_pages
 
     if settings.retriever == "embedded" and settings.index_path is None:
         ensure_default_index(settings, progress=progress)
@@ -103,12 +103,12 @@ def open_local_retriever(settings: Settings, *, progress: bool = True) -> Any:
 
 def eager_services(settings: Settings, retriever: Any) -> tuple[Any, Any]:
     """In-process services for eager runs: Celery eager mode and an in-memory Redis."""
-    import fakeredis  # noqa: PLC0415
+    import fakeredis
 
-    from producer.store import ProducerStore  # noqa: PLC0415
-    from worker.celery_app import configure_app  # noqa: PLC0415
-    from worker.services import Services, install_services  # noqa: PLC0415
-    from worker.store import WorkerStore  # noqa: PLC0415
+    from producer.store import ProducerStore
+    from worker.celery_app import configure_app
+    from worker.services import Services, install_services
+    from worker.store import WorkerStore
 
     client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
     configure_app(settings, eager=True)

@@ -356,5 +356,5 @@ def internal_error_row(payload: dict, svc: Services, exc: BaseException) -> None
         svc.store.write_row(pipeline.finish(err))
     except REDIS_ERRORS:
         raise  # the row is not stored: the message must be redelivered, not acknowledged
-    except Exception:  # noqa: BLE001 - nothing more can be done; the task log has both
+    except Exception:  # nothing more can be done; the task log has both
         log.exception("could not write the error row")

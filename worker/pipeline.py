@@ -122,7 +122,7 @@ def _fit_evidence(
 def sampling_for(job: Job) -> Sampling:
     response_format = None
     if job.policy.structured_output and job.mode.value == "claim_lattice":
-        from common.schemas import claim_lattice_response_format  # noqa: PLC0415
+        from common.schemas import claim_lattice_response_format
 
         response_format = claim_lattice_response_format()
     return Sampling(

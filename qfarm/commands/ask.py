@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _manifest(settings: Settings, question: Question, modes, policy, *, run_id, eps, retriever, eager, burn):
-    from producer.sweep import make_manifest  # noqa: PLC0415
+    from producer.sweep import make_manifest
 
     return make_manifest(
         run_id=run_id,
@@ -75,7 +75,7 @@ def _manifest(settings: Settings, question: Question, modes, policy, *, run_id, 
 
 
 def _submit(store, manifest, question: Question, app) -> str:
-    from producer.sweep import SweepPlan, enqueue_jobs  # noqa: PLC0415
+    from producer.sweep import SweepPlan, enqueue_jobs
 
     store.put_manifest(manifest)
     job = next(iter(SweepPlan(manifest=manifest, questions=[question]).jobs()))
@@ -84,8 +84,8 @@ def _submit(store, manifest, question: Question, app) -> str:
 
 
 def _ask_eager(args, settings: Settings, question, modes, policy) -> tuple[Row, JobRecord | None]:
-    from producer.runs import new_run_id  # noqa: PLC0415
-    from worker.celery_app import app  # noqa: PLC0415
+    from producer.runs import new_run_id
+    from worker.celery_app import app
 
     retriever = runtime.open_local_retriever(settings, progress=False)
     with runtime.llm_endpoints(settings, quiet=args.json) as eps:
@@ -101,9 +101,9 @@ def _ask_eager(args, settings: Settings, question, modes, policy) -> tuple[Row, 
 
 
 def _ask_distributed(args, settings: Settings, question, modes, policy) -> tuple[Row, JobRecord | None]:
-    from producer.runs import new_run_id  # noqa: PLC0415
-    from producer.store import ProducerStore, connect  # noqa: PLC0415
-    from worker.celery_app import configure_app  # noqa: PLC0415
+    from producer.runs import new_run_id
+    from producer.store import ProducerStore, connect
+    from worker.celery_app import configure_app
 
     runtime.require_endpoints_for_workers(settings)
     store = ProducerStore(connect(settings.redis_url))
@@ -155,7 +155,7 @@ def _print(row: Row, record: JobRecord | None, *, as_json: bool) -> None:
         )
         print(json.dumps(data, indent=2, ensure_ascii=False))
         return
-    from common.audit import render_audit_block, render_claims  # noqa: PLC0415
+    from common.audit import render_audit_block, render_claims
 
     if row.error:
         print(f"ERROR · via {row.mode.value} · {row.error}", file=sys.stderr)

@@ -90,8 +90,8 @@ def _print_table(rows: dict[str, Any]) -> None:
 
 
 def _check(settings: Settings, corpus: str | None, as_json: bool) -> int:
-    from worker.retrieval import open_retriever  # noqa: PLC0415
-    from worker.retrieval.ingest import CorpusSource  # noqa: PLC0415
+    from worker.retrieval import open_retriever
+    from worker.retrieval.ingest import CorpusSource
 
     retriever = open_retriever(settings)
     try:
@@ -109,7 +109,7 @@ def _check(settings: Settings, corpus: str | None, as_json: bool) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from worker.retrieval.ingest import (  # noqa: PLC0415
+    from worker.retrieval.ingest import (
         CorpusSource,
         build_cluster_index,
         build_embedded_index,
@@ -129,8 +129,8 @@ def run(args: argparse.Namespace) -> int:
             force=args.force,
         )
     else:
-        from worker.retrieval import open_retriever  # noqa: PLC0415
-        from worker.retrieval.cluster import ClusterRetriever  # noqa: PLC0415
+        from worker.retrieval import open_retriever
+        from worker.retrieval.cluster import ClusterRetriever
 
         retriever = open_retriever(settings)
         if not isinstance(retriever, ClusterRetriever):  # pragma: no cover - guarded by settings

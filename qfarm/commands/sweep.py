@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     policy = runtime.policy_from_args(args)
     if args.n < 1:
         raise InputError(f"-n {args.n}: the number of samples must be at least 1")
-    from producer.sweep import load_questions  # noqa: PLC0415
+    from producer.sweep import load_questions
 
     loaded = load_questions(args.questions)
     if args.eager:
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _plan(args, settings: Settings, modes, policy, loaded, *, run_id, endpoints, simulated,
           retriever, eager):
-    from producer.sweep import plan_sweep  # noqa: PLC0415
+    from producer.sweep import plan_sweep
 
     questions, digest = loaded
     describe = getattr(retriever, "describe", lambda: {})()
@@ -80,10 +80,10 @@ def _plan(args, settings: Settings, modes, policy, loaded, *, run_id, endpoints,
 
 
 def _run_eager(args, settings: Settings, modes, policy, loaded) -> int:
-    from producer.aggregator import Aggregator  # noqa: PLC0415
-    from producer.runs import create_run_dir, new_run_id, update_run_status  # noqa: PLC0415
-    from producer.sweep import enqueue_jobs  # noqa: PLC0415
-    from worker.celery_app import app  # noqa: PLC0415
+    from producer.aggregator import Aggregator
+    from producer.runs import create_run_dir, new_run_id, update_run_status
+    from producer.sweep import enqueue_jobs
+    from worker.celery_app import app
 
     retriever = runtime.open_local_retriever(settings, progress=not args.quiet)
     with runtime.llm_endpoints(settings) as eps:
@@ -115,10 +115,10 @@ def _run_eager(args, settings: Settings, modes, policy, loaded) -> int:
 
 
 def _run_distributed(args, settings: Settings, modes, policy, loaded) -> int:
-    from producer.runs import create_run_dir, new_run_id, update_run_status  # noqa: PLC0415
-    from producer.store import ProducerStore, connect  # noqa: PLC0415
-    from producer.sweep import enqueue_jobs  # noqa: PLC0415
-    from worker.celery_app import configure_app  # noqa: PLC0415
+    from producer.runs import create_run_dir, new_run_id, update_run_status
+    from producer.store import ProducerStore, connect
+    from producer.sweep import enqueue_jobs
+    from worker.celery_app import configure_app
 
     runtime.require_endpoints_for_workers(settings)
     client = connect(settings.redis_url)
@@ -153,10 +153,10 @@ def _run_distributed(args, settings: Settings, modes, policy, loaded) -> int:
 
 
 def _resume_or_attach(args, settings: Settings) -> int:
-    from producer.runs import read_manifest  # noqa: PLC0415
-    from producer.store import ProducerStore, connect  # noqa: PLC0415
-    from producer.sweep import SweepPlan, enqueue_jobs, load_questions, missing_jobs  # noqa: PLC0415
-    from worker.celery_app import configure_app  # noqa: PLC0415
+    from producer.runs import read_manifest
+    from producer.store import ProducerStore, connect
+    from producer.sweep import SweepPlan, enqueue_jobs, load_questions, missing_jobs
+    from worker.celery_app import configure_app
 
     run_id = args.resume or args.attach
     run_dir = settings.results_dir / run_id
@@ -183,7 +183,7 @@ def _resume_or_attach(args, settings: Settings) -> int:
             raise
         print(f"warning: {manifest.question_file} is gone or changed; following run {run_id} "
               "without re-sending lost jobs", file=sys.stderr)
-    from producer.lease import FollowerLease  # noqa: PLC0415
+    from producer.lease import FollowerLease
 
     lease = FollowerLease(store.client, run_id)
     recovered = None
@@ -200,7 +200,7 @@ def _resume_or_attach(args, settings: Settings) -> int:
 def _recover(store, run_dir: Path, manifest, lease) -> dict[str, int]:
     """Before re-sending jobs: rows only in rows.jsonl go back to Redis (it lost them in a
     restart), rows only in Redis go into rows.jsonl (if no other follower drains the run)."""
-    from producer.aggregator import Aggregator  # noqa: PLC0415
+    from producer.aggregator import Aggregator
 
     agg = Aggregator(store, manifest.run_id, run_dir / "rows.jsonl")
     from_file = agg.restore_to_redis()
@@ -211,7 +211,7 @@ def _recover(store, run_dir: Path, manifest, lease) -> dict[str, int]:
 
 
 def _reconciler(app, plan, store, bundle_size: int):
-    from producer.sweep import reconcile_run  # noqa: PLC0415
+    from producer.sweep import reconcile_run
 
     def reconcile() -> int:
         sent = reconcile_run(app, plan, store, bundle_size=bundle_size)
@@ -225,9 +225,9 @@ def _reconciler(app, plan, store, bundle_size: int):
 
 def _follow(store, run_dir: Path, manifest, quiet: bool, settings: Settings, reconcile=None,
             recovered: dict[str, int] | None = None, lease=None) -> int:
-    from producer.lease import FollowerLease  # noqa: PLC0415
-    from producer.runs import update_run_status  # noqa: PLC0415
-    from producer.sweep import Follower, RedisGone  # noqa: PLC0415
+    from producer.lease import FollowerLease
+    from producer.runs import update_run_status
+    from producer.sweep import Follower, RedisGone
 
     run_id, total = manifest.run_id, manifest.n_jobs
     bar = _progress_bar(total, quiet)
@@ -284,8 +284,8 @@ def _follow(store, run_dir: Path, manifest, quiet: bool, settings: Settings, rec
 
 def _finish(run_dir: Path, total: int, written: int, *, cancelled: bool = False,
             **status: object) -> int:
-    from bench.reporting import write_summary  # noqa: PLC0415
-    from producer.runs import update_run_status  # noqa: PLC0415
+    from bench.reporting import write_summary
+    from producer.runs import update_run_status
 
     state = "complete" if written >= total else ("cancelled" if cancelled else "incomplete")
     # ``written`` counts distinct job ids: the run is complete when every planned job has a row.
@@ -297,6 +297,6 @@ def _finish(run_dir: Path, total: int, written: int, *, cancelled: bool = False,
 
 
 def _progress_bar(total: int, quiet: bool):
-    from tqdm import tqdm  # noqa: PLC0415
+    from tqdm import tqdm
 
     return tqdm(total=total, unit="job", disable=quiet, file=sys.stderr, dynamic_ncols=True)

@@ -93,7 +93,7 @@ def test_an_unexpected_exception_becomes_an_error_row(eager):
     from worker import tasks
 
     svc, store, _ = eager
-    svc._retriever = BrokenRetriever()  # noqa: SLF001 - swap the backend under the task
+    svc._retriever = BrokenRetriever()  # swap the backend under the task
     _, ref = a_ref()
     tasks.retrieve.apply_async(args=[[ref]])
     (raw,) = list(store.read_rows("r", 0))
@@ -146,7 +146,7 @@ def test_a_bundle_searches_once_per_question_and_sends_its_prompts_together(eage
 
     svc, store, gateway = eager
     counting = CountingRetriever(svc.retriever)
-    svc._retriever = counting  # noqa: SLF001
+    svc._retriever = counting
     manifest_for(store, "b", 2, 3)
     jobs, refs = bundle_refs("b")
     tasks.retrieve.apply_async(args=[refs])
@@ -247,7 +247,7 @@ def test_an_error_row_that_cannot_be_stored_leaves_the_message_for_redelivery(ea
     from worker import tasks
 
     svc, store, _ = eager
-    svc._retriever = BrokenRetriever()  # noqa: SLF001 - a bug, so the task writes error rows
+    svc._retriever = BrokenRetriever()  # a bug, so the task writes error rows
 
     def refused(*args, **kwargs):
         raise redis.exceptions.ConnectionError("Connection refused")
@@ -276,7 +276,7 @@ def test_a_lone_surrogate_in_one_reply_fails_nothing(eager, capsys):
     from worker import tasks
 
     svc, store, _ = eager
-    svc._gateway = SurrogateForOne()  # noqa: SLF001
+    svc._gateway = SurrogateForOne()
     manifest_for(store, "s", 2, 4)
     jobs, refs = bundle_refs("s", n=4)
     tasks.retrieve.apply_async(args=[refs])

@@ -39,8 +39,8 @@ def client_options(settings: Settings) -> dict[str, Any]:
 
 def open_elasticsearch(settings: Settings) -> ClusterRetriever:
     """A retriever on the ``QFARM_ES_INDEX`` alias, with its own client."""
-    import elasticsearch  # noqa: PLC0415
-    from elasticsearch import helpers  # noqa: PLC0415
+    import elasticsearch
+    from elasticsearch import helpers
 
     options = client_options(settings)
     client = elasticsearch.Elasticsearch(**options)
