@@ -1,8 +1,8 @@
-"""Planning, submitting and following a sweep.
+"""The parts of a sweep: its plan and manifest, enqueueing, following, reconciling.
 
-Everything that can be wrong with the input (question file, modes, n, policy,
-endpoints, Redis) is checked in ``plan_sweep`` before a run directory exists
-or a message is sent, so bad input leaves nothing half-written or half-enqueued.
+``producer.api`` puts them together (and checks every input before a run
+directory exists or a message is sent, so bad input leaves nothing half-written
+or half-enqueued).
 """
 
 from __future__ import annotations
@@ -108,19 +108,6 @@ def make_manifest(
         keep_answers=keep_answers,
         use_cache=use_cache,
     )
-
-
-def plan_sweep(
-    *, questions_path: Path, questions: list[Question], digest: str, **manifest_fields: object
-) -> SweepPlan:
-    """Describe the run of a loaded question file (``load_questions``); nothing is written or sent."""
-    manifest = make_manifest(
-        question_file=str(questions_path),
-        question_file_digest=digest,
-        n_questions=len(questions),
-        **manifest_fields,  # type: ignore[arg-type]
-    )
-    return SweepPlan(manifest=manifest, questions=questions)
 
 
 def enqueue_jobs(

@@ -17,7 +17,7 @@ from typing import Any
 from common.errors import PolicyError
 from common.policy import Policy, build_policy
 from common.settings import load_settings
-from qfarm import runtime
+from producer.api import open_local_retriever
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         message = str(exc).replace("--policy top_k", "--top-k")
         raise PolicyError(message.replace("--policy title_boost", "--title-boost")) from exc
     settings = load_settings(**({"retriever": args.backend} if args.backend else {}))
-    retriever = runtime.open_local_retriever(settings, progress=sys.stderr.isatty())
+    retriever = open_local_retriever(settings, progress=sys.stderr.isatty())
     try:
         t0 = time.perf_counter()
         evidence = retriever.search(args.question, top_k=args.top_k, title_boost=args.title_boost)
