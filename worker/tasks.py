@@ -88,9 +88,3 @@ def run_job(refs: list[dict]) -> None:
     for ref in refs:  # single queries: one job a message, all stages in one task
         _guarded([ref], lambda svc, ref=ref: flow.handle_job(ref, svc))
 
-
-@app.task(name="qfarm.noop", ignore_result=True)
-def noop(payload: dict | None = None) -> None:
-    """Bare task for the orchestration-overhead baseline (bench/perf)."""
-    return None
-

@@ -38,14 +38,16 @@ def exit_on_sigterm() -> None:
 
 
 @contextmanager
-def workers(env: dict[str, str], specs: list[tuple[str, str, str, int]], log_dir: Path):
-    """specs: (name, queues, pool, concurrency). Yields once every worker is ready."""
+def workers(env: dict[str, str], specs: list[tuple[str, str, str, int]], log_dir: Path,
+            app: str = "worker"):
+    """specs: (name, queues, pool, concurrency); ``app`` the module ``celery -A`` loads.
+    Yields once every worker is ready."""
     procs: list[subprocess.Popen] = []
     try:
         for name, queues, pool, conc in specs:
             log = (log_dir / f"{name}.log").open("wb")
             procs.append(subprocess.Popen(
-                [str(BIN / "celery"), "-A", "worker", "worker", "-Q", queues, "-P", pool,
+                [str(BIN / "celery"), "-A", app, "worker", "-Q", queues, "-P", pool,
                  "-c", str(conc), "-n", f"{name}@%h", "--without-gossip", "--without-mingle",
                  "--loglevel", "WARNING"],
                 cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))

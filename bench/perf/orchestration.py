@@ -80,6 +80,7 @@ def main() -> None:
 
     exit_on_sigterm()
 
+    from bench.perf.noop_app import NOOP_TASK
     from common import keys
     from common.jobs import expand_jobs
     from common.models import ALL_MODES, Question
@@ -105,9 +106,9 @@ def main() -> None:
                 ("orch-gpu", "generate", "threads", args.threads)]
         if args.shape == "threads":  # one threads worker for every queue (small hosts)
             spec = [("orch-all", "retrieve,generate,verify", "threads", args.threads)]
-        with workers(env, spec, tmp) as procs:
+        with workers(env, spec, tmp, app="bench.perf.noop_app") as procs:
             # Warm-up: let every child open its retriever and HTTP client.
-            noop = app.tasks["qfarm.noop"]
+            noop = app.tasks[NOOP_TASK]
             for i in range(50):
                 noop.apply_async(args=[{}], queue=(keys.RETRIEVE.queue, keys.GENERATE.queue)[i % 2])
             wait_drained(client, queues)
