@@ -217,11 +217,11 @@ def run_sweep(
                             detach=detach, index_progress=index_progress)
 
 
-def _sweep_manifest(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], settings: Settings,
-                    eps: Endpoints, retriever: Any, *, eager: bool) -> Manifest:
-    describe = getattr(retriever, "describe", lambda: {})()
+def _manifest(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], settings: Settings,
+              eps: Endpoints, retriever: Any, *, eager: bool, run_id: str | None = None,
+              corpus: str | None = None) -> Manifest:
     return make_manifest(
-        run_id=new_run_id(),
+        run_id=run_id or new_run_id(),
         question_file=questions.source,
         question_file_digest=questions.digest,
         n_questions=len(questions.questions),
@@ -233,11 +233,16 @@ def _sweep_manifest(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], 
         simulated=eps.simulated,
         retriever=retriever.backend,
         index_version=retriever.index_version(),
-        corpus=str(describe.get("corpus") or describe.get("index") or "default"),
+        corpus=corpus,
         eager=eager,
         keep_answers=spec.keep_answers,
         use_cache=spec.use_cache,
     )
+
+
+def _corpus(retriever: Any) -> str:
+    describe = getattr(retriever, "describe", lambda: {})()
+    return str(describe.get("corpus") or describe.get("index") or "default")
 
 
 def _run_eager(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], settings: Settings,
@@ -250,7 +255,8 @@ def _run_eager(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], setti
         settings = settings.model_copy(update={"llm_endpoints": ",".join(eps.urls)})
         svc, store = eager_services(settings, retriever)
         plan = SweepPlan(
-            manifest=_sweep_manifest(spec, questions, modes, settings, eps, retriever, eager=True),
+            manifest=_manifest(spec, questions, modes, settings, eps, retriever, eager=True,
+                               corpus=_corpus(retriever)),
             questions=questions.questions,
         )
         check_plan_fits(plan.manifest, settings)
@@ -285,7 +291,8 @@ def _run_distributed(spec: SweepSpec, questions: QuestionSet, modes: list[Mode],
     with endpoints(settings) as eps:
         pass  # the workers call the endpoints; this only checks they answer
     plan = SweepPlan(
-        manifest=_sweep_manifest(spec, questions, modes, settings, eps, retriever, eager=False),
+        manifest=_manifest(spec, questions, modes, settings, eps, retriever, eager=False,
+                               corpus=_corpus(retriever)),
         questions=questions.questions,
     )
     check_plan_fits(plan.manifest, settings, client)
@@ -464,24 +471,12 @@ def ask(
 
 def _ask_manifest(settings: Settings, question: Question, modes: list[Mode], policy: Policy,
                   eps: Endpoints, retriever: Any, *, eager: bool, use_cache: bool) -> Manifest:
-    return make_manifest(
-        run_id="ask-" + new_run_id(),
-        question_file="<command line>",
-        question_file_digest=digest_content(question.text),
-        n_questions=1,
-        modes=modes,
-        n=1,
-        policy=policy,
-        model=settings.model,
-        endpoints=eps.urls,
-        simulated=eps.simulated,
-        retriever=retriever.backend,
-        index_version=retriever.index_version(),
-        corpus=None,
-        eager=eager,
-        keep_answers=True,
-        use_cache=use_cache,
-    )
+    """An asked question is a run of one job that keeps its answer."""
+    spec = SweepSpec(questions=[question], modes=modes, policy=policy, keep_answers=True,
+                     use_cache=use_cache)
+    questions = QuestionSet([question], "<command line>", digest_content(question.text))
+    return _manifest(spec, questions, modes, settings, eps, retriever, eager=eager,
+                     run_id="ask-" + new_run_id())
 
 
 def _submit(store: ProducerStore, manifest: Manifest, question: Question, app: Any) -> str:
@@ -591,15 +586,3 @@ def require_endpoints_for_workers(settings: Settings) -> None:
             "or run with --eager"
         )
 
-
-__all__ = [
-    "Answer",
-    "Endpoints",
-    "QuestionSet",
-    "RunResult",
-    "SweepSpec",
-    "ask",
-    "configured_endpoints",
-    "follow_run",
-    "run_sweep",
-]
