@@ -292,7 +292,7 @@ def _run_distributed(spec: SweepSpec, questions: QuestionSet, modes: list[Mode],
         pass  # the workers call the endpoints; this only checks they answer
     plan = SweepPlan(
         manifest=_manifest(spec, questions, modes, settings, eps, retriever, eager=False,
-                               corpus=_corpus(retriever)),
+                           corpus=_corpus(retriever)),
         questions=questions.questions,
     )
     check_plan_fits(plan.manifest, settings, client)
