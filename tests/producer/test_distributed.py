@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import time
 from pathlib import Path
 
@@ -235,12 +236,20 @@ def test_bad_input_enqueues_nothing(farm, tmp_path, args, message):
     assert not (Path(farm.env["QFARM_RESULTS_DIR"])).exists()
 
 
+def free_port() -> int:
+    """A port nothing listens on (a fixed one may be another checkout's Redis)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_unreachable_redis_is_a_clear_error(farm, tmp_path):
     qfile = write_questions(tmp_path / "q.txt")
-    env = dict(farm.env, QFARM_REDIS_URL="redis://:secret@127.0.0.1:6399/0")
+    port = free_port()
+    env = dict(farm.env, QFARM_REDIS_URL=f"redis://:secret@127.0.0.1:{port}/0")
     res = farm.qfarm("sweep", str(qfile), env=env, timeout_s=60)
     assert res.returncode != 0
-    assert "cannot reach Redis at redis://:***@127.0.0.1:6399/0" in res.stderr
+    assert f"cannot reach Redis at redis://:***@127.0.0.1:{port}/0" in res.stderr
     assert "secret" not in res.stderr
     assert not Path(farm.env["QFARM_RESULTS_DIR"]).exists()
 
