@@ -311,7 +311,7 @@ def _kind_shifts(stats_a: RunStats, stats_b: RunStats, modes: list[str]) -> list
 
 
 def _intensity_shifts(stats_a: RunStats, stats_b: RunStats) -> list[IntensityShift]:
-    from common.quantifier import PRIORITY  # noqa: PLC0415  (keeps this module's imports light)
+    from common.quantifier import PRIORITY  # keeps this module's imports light
 
     counts_a = Counter(q.intensity for q in stats_a.questions.values() if q.intensity)
     counts_b = Counter(q.intensity for q in stats_b.questions.values() if q.intensity)

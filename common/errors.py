@@ -7,8 +7,7 @@
     ├── ServiceError                a service we depend on misbehaved
     │   ├── TransientServiceError   worth retrying (connect error, timeout, 429, 5xx)
     │   └── PermanentServiceError   not worth retrying (400, 401, 404, context length)
-    ├── RetrievalError              the search backend failed or the index is missing
-    └── CancelledError              the run was cancelled before this job started
+    └── RetrievalError              the search backend failed or the index is missing
 
 Messages say what was wrong, where (file:line for input files) and how to fix it.
 """
@@ -81,10 +80,6 @@ class ManifestError(QfarmError):
 
 class RetrievalError(QfarmError):
     """Retrieval failed: backend unreachable, index missing, bad query."""
-
-
-class CancelledError(QfarmError):
-    """The job's run was cancelled before it started."""
 
 
 def first_validation_error(exc: Exception, whole: str) -> tuple[str, str]:

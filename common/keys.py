@@ -24,21 +24,88 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 
 PREFIX = "qfarm"
 RUNS_KEY = f"{PREFIX}:runs"
 ROW_TTL_S = 30 * 24 * 3600
 CACHE_TTL_S = 30 * 24 * 3600
 
-QUEUES = ("interactive", "retrieve", "generate", "verify")
+# kombu's Redis transport keeps each delivered, not yet acknowledged message here:
+# delivery tag -> JSON [message, exchange, routing key].
+UNACKED_KEY = "unacked"
 
 
-def run_key(run_id: str, part: str) -> str:
+@dataclass(frozen=True)
+class Stage:
+    """One pipeline stage: the queue its messages wait in (a Redis list of that name),
+    the Celery task that consumes them, and the per-run counter of jobs that entered it."""
+
+    name: str
+    task: str
+
+    @property
+    def queue(self) -> str:
+        return self.name
+
+    def counter_key(self, run_id: str) -> str:
+        return _run_key(run_id, f"stage:{self.name}")
+
+
+RETRIEVE = Stage("retrieve", "qfarm.retrieve")
+GENERATE = Stage("generate", "qfarm.generate")
+VERIFY = Stage("verify", "qfarm.verify")
+# All stages of one job in one task, so a single query never waits behind a sweep.
+INTERACTIVE = Stage("interactive", "qfarm.run_job")
+
+SWEEP_STAGES = (RETRIEVE, GENERATE, VERIFY)  # a sweep's jobs pass these in order
+STAGES = (INTERACTIVE, *SWEEP_STAGES)
+QUEUES = tuple(stage.queue for stage in STAGES)
+
+
+def _run_key(run_id: str, part: str) -> str:
     return f"{PREFIX}:run:{run_id}:{part}"
 
 
-def stage_key(run_id: str, stage: str) -> str:
-    return run_key(run_id, f"stage:{stage}")
+def manifest_key(run_id: str) -> str:
+    return _run_key(run_id, "manifest")
+
+
+def rows_key(run_id: str) -> str:
+    return _run_key(run_id, "rows")
+
+
+def log_key(run_id: str) -> str:
+    return _run_key(run_id, "log")
+
+
+def failed_key(run_id: str) -> str:
+    return _run_key(run_id, "failed")
+
+
+def restored_key(run_id: str) -> str:
+    return _run_key(run_id, "restored")
+
+
+def follower_key(run_id: str) -> str:
+    return _run_key(run_id, "follower")
+
+
+def error_key(run_id: str) -> str:
+    return _run_key(run_id, "error")
+
+
+def cancelled_key(run_id: str) -> str:
+    return _run_key(run_id, "cancelled")
+
+
+def detail_key(run_id: str, job_id: str) -> str:
+    return _run_key(run_id, f"detail:{job_id}")
+
+
+def run_pattern(part: str) -> str:
+    """A SCAN/KEYS pattern matching ``part`` of every run (e.g. "rows")."""
+    return _run_key("*", part)
 
 
 def cache_key(digest: str) -> str:

@@ -117,7 +117,7 @@ def run_preflight(question: str, mode: Mode, policy: Policy, model_profile_id: s
     )
 
 
-def rejected_verification(preflight: Preflight) -> Verification:
+def rejected_verification() -> Verification:
     """The verification of a job that reject-broad stopped before the model call."""
     return Verification(
         verdict=Verdict.UNGROUNDED,

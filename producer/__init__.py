@@ -1,1 +1,26 @@
-"""Expands sweeps into jobs, submits them, follows progress and aggregates rows."""
+"""Producer side of qfarm: plans, submits and follows runs. ``producer.api`` is the
+Python API (``run_sweep``, ``follow_run``, ``ask``), re-exported here."""
+
+from producer.api import (
+    Answer,
+    Endpoints,
+    QuestionSet,
+    RunResult,
+    SweepSpec,
+    ask,
+    configured_endpoints,
+    follow_run,
+    run_sweep,
+)
+
+__all__ = [
+    "Answer",
+    "Endpoints",
+    "QuestionSet",
+    "RunResult",
+    "SweepSpec",
+    "ask",
+    "configured_endpoints",
+    "follow_run",
+    "run_sweep",
+]

@@ -37,7 +37,7 @@ return 0
 
 class FollowerLease:
     def __init__(self, client: redis.Redis, run_id: str, ttl_s: float = LEASE_TTL_S):
-        self.key = keys.run_key(run_id, "follower")
+        self.key = keys.follower_key(run_id)
         self.token = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.ttl_ms = int(ttl_s * 1000)
         self._hold = client.register_script(_HOLD_LUA)

@@ -73,17 +73,17 @@ class ProducerStore:
     # manifests ----------------------------------------------------------------
     def put_manifest(self, manifest: Manifest) -> None:
         pipe = self.client.pipeline()
-        pipe.set(keys.run_key(manifest.run_id, "manifest"), manifest.model_dump_json())
+        pipe.set(keys.manifest_key(manifest.run_id), manifest.model_dump_json())
         pipe.zadd(keys.RUNS_KEY, {manifest.run_id: manifest.created_at})
         pipe.execute()
 
     def manifest(self, run_id: str) -> Manifest | None:
         """The run's manifest, None if Redis has none, a ManifestError if it is unreadable."""
-        raw = self.client.get(keys.run_key(run_id, "manifest"))
+        raw = self.client.get(keys.manifest_key(run_id))
         return manifest_from_json(run_id, raw) if raw else None
 
     def has_manifest(self, run_id: str) -> bool:
-        return bool(self.client.exists(keys.run_key(run_id, "manifest")))
+        return bool(self.client.exists(keys.manifest_key(run_id)))
 
     def run_ids(self, limit: int = 20) -> list[str]:
         return [r.decode() for r in self.client.zrevrange(keys.RUNS_KEY, 0, limit - 1)]
@@ -91,33 +91,33 @@ class ProducerStore:
     # progress -------------------------------------------------------------------
     def progress(self, run_id: str, total: int) -> Progress:
         pipe = self.client.pipeline()
-        pipe.hlen(keys.run_key(run_id, "rows"))
-        pipe.get(keys.run_key(run_id, "failed"))
-        for stage in ("retrieve", "generate", "verify"):
-            pipe.get(keys.stage_key(run_id, stage))
-        pipe.exists(keys.run_key(run_id, "cancelled"))
-        pipe.get(keys.run_key(run_id, "error"))
-        pipe.exists(keys.run_key(run_id, "manifest"))
-        done, failed, r, g, v, cancelled, error, has_manifest = pipe.execute()
+        pipe.hlen(keys.rows_key(run_id))
+        pipe.get(keys.failed_key(run_id))
+        for stage in keys.SWEEP_STAGES:
+            pipe.get(stage.counter_key(run_id))
+        pipe.exists(keys.cancelled_key(run_id))
+        pipe.get(keys.error_key(run_id))
+        pipe.exists(keys.manifest_key(run_id))
+        done, failed, *entered, cancelled, error, has_manifest = pipe.execute()
         return Progress(
             total=total,
             done=int(done),
             failed=int(failed or 0),
-            stages={"retrieve": int(r or 0), "generate": int(g or 0), "verify": int(v or 0)},
+            stages={s.name: int(n or 0) for s, n in zip(keys.SWEEP_STAGES, entered, strict=True)},
             cancelled=bool(cancelled),
             error=error.decode(errors="replace") if error else None,
             has_manifest=bool(has_manifest),
         )
 
     def log_length(self, run_id: str) -> int:
-        return int(self.client.llen(keys.run_key(run_id, "log")))
+        return int(self.client.llen(keys.log_key(run_id)))
 
     def log_head(self, run_id: str) -> tuple[int, bytes | None]:
         """(length of the run's row log, its first job id): a changed first id means
         the log was lost and rebuilt (a Redis restart without persistence)."""
         pipe = self.client.pipeline(transaction=False)
-        pipe.llen(keys.run_key(run_id, "log"))
-        pipe.lindex(keys.run_key(run_id, "log"), 0)
+        pipe.llen(keys.log_key(run_id))
+        pipe.lindex(keys.log_key(run_id), 0)
         length, first = pipe.execute()
         return int(length), first
 
@@ -128,22 +128,22 @@ class ProducerStore:
 
     def read_log(self, run_id: str, start: int, batch: int = 2000) -> Iterator[tuple[list[str], int]]:
         """(job ids, how many log entries they are) in landing order from ``start``, in batches."""
-        log_key = keys.run_key(run_id, "log")
+        log_key = keys.log_key(run_id)
         pos = start
         while ids := self.client.lrange(log_key, pos, pos + batch - 1):
             yield [i.decode() for i in ids], len(ids)
             pos += len(ids)
 
     def rows_for(self, run_id: str, job_ids: list[str]) -> list[bytes | None]:
-        return self.client.hmget(keys.run_key(run_id, "rows"), job_ids) if job_ids else []
+        return self.client.hmget(keys.rows_key(run_id), job_ids) if job_ids else []
 
     def restore_rows(self, run_id: str, rows: Iterable[tuple[str, bytes]], chunk: int = 500) -> int:
         """Write (job id, row JSON) pairs that Redis lacks, set-if-absent as workers do
         (rows hash, log, failure count); returns how many were missing."""
         script = self.client.register_script(keys.WRITE_ROW_LUA)
-        rows_key = keys.run_key(run_id, "rows")
-        row_keys = [rows_key, keys.run_key(run_id, "log"), keys.run_key(run_id, "failed"),
-                    keys.run_key(run_id, "restored")]
+        rows_key = keys.rows_key(run_id)
+        row_keys = [rows_key, keys.log_key(run_id), keys.failed_key(run_id),
+                    keys.restored_key(run_id)]
         restored = 0
         part: list[tuple[str, bytes]] = []
 
@@ -169,7 +169,7 @@ class ProducerStore:
         return restored
 
     def existing_job_ids(self, run_id: str, job_ids: Iterable[str], chunk: int = 1000) -> set[str]:
-        rows_key = keys.run_key(run_id, "rows")
+        rows_key = keys.rows_key(run_id)
         found: set[str] = set()
         ids = list(job_ids)
         for i in range(0, len(ids), chunk):
@@ -182,7 +182,7 @@ class ProducerStore:
 
     # cancel -----------------------------------------------------------------------
     def set_cancelled(self, run_id: str, when: float) -> None:
-        self.client.set(keys.run_key(run_id, "cancelled"), f"{when:.3f}", ex=keys.ROW_TTL_S)
+        self.client.set(keys.cancelled_key(run_id), f"{when:.3f}", ex=keys.ROW_TTL_S)
 
     def purge_run_messages(self, run_id: str, queues: Iterable[str] = keys.QUEUES) -> int:
         """Remove this run's pending messages from the queue lists; returns how many."""
@@ -197,19 +197,19 @@ class ProducerStore:
         when a run has stalled.
         """
         count = sum(1 for _ in self._queued(run_id, queues))
-        for raw in self.client.hvals(UNACKED_KEY):
+        for raw in self.client.hvals(keys.UNACKED_KEY):
             try:
-                message = json.dumps(json.loads(raw)[0]).encode()
-            except (ValueError, IndexError, TypeError):
+                message = json.loads(raw)[0]
+            except (ValueError, IndexError, TypeError, KeyError):
                 continue
-            count += _message_run_id(message) == run_id
+            count += message_run_id(message) == run_id
         return count
 
     def _queued(self, run_id: str, queues: Iterable[str]) -> Iterator[tuple[str, bytes]]:
         """(queue, raw message) for each of this run's messages waiting in a queue list."""
         for queue in queues:
             for raw in self.client.lrange(queue, 0, -1):
-                if _message_run_id(raw) == run_id:
+                if message_run_id(raw) == run_id:
                     yield queue, raw
 
     def queue_lengths(self, queues: Iterable[str] = keys.QUEUES) -> dict[str, int]:
@@ -220,22 +220,34 @@ class ProducerStore:
         return dict(zip(names, (int(n) for n in pipe.execute()), strict=True))
 
 
-UNACKED_KEY = "unacked"  # kombu's Redis transport: delivery tag -> [message, exchange, routing key]
+def task_args(message: bytes | dict) -> list:
+    """The positional arguments of the Celery task in a kombu message as kombu's Redis
+    transport stores it (a queue list entry, or the first item of an ``unacked`` entry).
+
+    The envelope is JSON whose ``body`` is Celery's protocol-2 triple ``[args, kwargs,
+    embed]``, base64-encoded when ``properties.body_encoding`` says so. Raises
+    ValueError, KeyError, IndexError or TypeError on anything else.
+    """
+    envelope = json.loads(message) if isinstance(message, bytes | str) else message
+    body = envelope["body"]
+    if envelope.get("properties", {}).get("body_encoding") == "base64":
+        body = base64.b64decode(body)
+    args = json.loads(body)[0]
+    if not isinstance(args, list):
+        raise TypeError(f"task args are a {type(args).__name__}, not a list")
+    return args
 
 
-def _message_run_id(raw: bytes) -> str | None:
-    """The run id inside a kombu/Celery message on a Redis list (JSON, base64 body)."""
+def message_run_id(message: bytes | dict) -> str | None:
+    """The run a qfarm message belongs to, None for any other message.
+
+    The task's one argument is its bundle: job refs (a list of dicts with ``run_id``)
+    for the first stage, or the records of a later stage as one JSON string.
+    """
     try:
-        message = json.loads(raw)
-        body = message["body"]
-        if message.get("properties", {}).get("body_encoding") == "base64":
-            body = base64.b64decode(body)
-        bundle = json.loads(body)[0][0]  # the task's one argument: its bundle of jobs
-        if isinstance(bundle, str):  # records between stages travel as one JSON string
-            bundle = json.loads(bundle)
-        first = bundle[0]
-        if "run_id" in first:
-            return first["run_id"]
-        return first["job"]["run_id"]
+        bundle = task_args(message)[0]
+        if isinstance(bundle, str):
+            return json.loads(bundle)[0]["job"]["run_id"]
+        return bundle[0]["run_id"]
     except (ValueError, KeyError, IndexError, TypeError):
         return None

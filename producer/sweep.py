@@ -1,8 +1,8 @@
-"""Planning, submitting and following a sweep.
+"""The parts of a sweep: its plan and manifest, enqueueing, following, reconciling.
 
-Everything that can be wrong with the input (question file, modes, n, policy,
-endpoints, Redis) is checked in ``plan_sweep`` before a run directory exists
-or a message is sent, so bad input leaves nothing half-written or half-enqueued.
+``producer.api`` puts them together (and checks every input before a run
+directory exists or a message is sent, so bad input leaves nothing half-written
+or half-enqueued).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 import redis
 from kombu.exceptions import OperationalError
 
+from common import keys
 from common.errors import InputError
 from common.jobs import bundle_label, expand_jobs, profile_id_for_model, ref_for
 from common.models import Job, Manifest, Mode, Question
@@ -109,21 +110,8 @@ def make_manifest(
     )
 
 
-def plan_sweep(
-    *, questions_path: Path, questions: list[Question], digest: str, **manifest_fields: object
-) -> SweepPlan:
-    """Describe the run of a loaded question file (``load_questions``); nothing is written or sent."""
-    manifest = make_manifest(
-        question_file=str(questions_path),
-        question_file_digest=digest,
-        n_questions=len(questions),
-        **manifest_fields,  # type: ignore[arg-type]
-    )
-    return SweepPlan(manifest=manifest, questions=questions)
-
-
 def enqueue_jobs(
-    app, jobs: Iterable[Job], *, task_name: str = "qfarm.retrieve", bundle_size: int = 1
+    app, jobs: Iterable[Job], *, stage: keys.Stage = keys.RETRIEVE, bundle_size: int = 1
 ) -> int:
     """Publish jobs as compact messages, pipelined through kombu's producer batch.
 
@@ -131,7 +119,7 @@ def enqueue_jobs(
     stages handle its jobs together; see worker/flow.py). Returns the number of
     jobs sent.
     """
-    task = app.tasks[task_name]
+    task = app.tasks[stage.task]
     sent = 0
     with app.producer_or_acquire() as producer:
         # Producer.batch (kombu >= 5.7) pipelines the publishes; older kombu publishes one by one.

@@ -1,6 +1,5 @@
-"""Shared set-up for the commands that run jobs (sweep, ask): policy flags,
-LLM endpoints (starting the simulator when none is configured), the retriever,
-and the in-process services of eager runs."""
+"""Shared set-up for the commands that run jobs (sweep, ask): policy flags and
+LLM endpoints (starting the simulator when none is configured)."""
 
 from __future__ import annotations
 
@@ -8,13 +7,12 @@ import argparse
 import contextlib
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from common.errors import ConfigError, InputError, PolicyError
+from common.errors import InputError, PolicyError
 from common.policy import Policy, build_policy, parse_overrides
 from common.settings import Settings, results_dir_problem
+from producer.api import Endpoints, configured_endpoints
 
 BACKENDS = ("embedded", "elasticsearch", "opensearch")
 
@@ -90,24 +88,14 @@ def policy_from_args(args: argparse.Namespace) -> Policy:
     return build_policy(overrides)
 
 
-@dataclass
-class Endpoints:
-    urls: list[str]
-    simulated: bool
-    handle: Any = None  # the simulator we started, if any
-
-
 @contextlib.contextmanager
 def llm_endpoints(settings: Settings, *, quiet: bool = False) -> Iterator[Endpoints]:
     """Configured endpoints (checked), or a simulator started for this command."""
     if settings.endpoints:
-        from producer.endpoints import probe_endpoints  # noqa: PLC0415
-
-        key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
-        probe = probe_endpoints(settings.endpoints, api_key=key)
-        yield Endpoints(urls=settings.endpoints, simulated=probe.simulated)
+        with configured_endpoints(settings) as eps:
+            yield eps
         return
-    from ops.sim.launch import start_simulator  # noqa: PLC0415
+    from ops.sim.launch import start_simulator
 
     # Zero latency: eager runs call the model one job at a time, and a smoke run should take
     # seconds; the latency model matters for distributed runs and benchmarks.
@@ -116,48 +104,6 @@ def llm_endpoints(settings: Settings, *, quiet: bool = False) -> Iterator[Endpoi
         print(f"using the vLLM simulator at {handle.url} (no QFARM_LLM_ENDPOINTS set); "
               "results are SIMULATED", file=sys.stderr)
     try:
-        yield Endpoints(urls=[handle.url], simulated=True, handle=handle)
+        yield Endpoints(urls=[handle.url], simulated=True)
     finally:
         handle.stop()
-
-
-def open_local_retriever(settings: Settings, *, progress: bool = True) -> Any:
-    """The retriever this process will use; builds the embedded default index if needed.
-
-    An embedded index with a damaged page is refused here, before any job runs.
-    """
-    from worker.retrieval import ensure_default_index, open_retriever  # noqa: PLC0415
-    from worker.retrieval.embedded import check_index_pages  # noqa: PLC0415
-
-    if settings.retriever == "embedded" and settings.index_path is None:
-        ensure_default_index(settings, progress=progress)
-    retriever = open_retriever(settings)
-    if retriever.backend == "embedded":
-        check_index_pages(retriever.path, retriever.describe().get("corpus"))
-    return retriever
-
-
-def eager_services(settings: Settings, retriever: Any) -> tuple[Any, Any]:
-    """In-process services for eager runs: Celery eager mode and an in-memory Redis."""
-    import fakeredis  # noqa: PLC0415
-
-    from producer.store import ProducerStore  # noqa: PLC0415
-    from worker.celery_app import configure_app  # noqa: PLC0415
-    from worker.services import Services, install_services  # noqa: PLC0415
-    from worker.store import WorkerStore  # noqa: PLC0415
-
-    client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
-    configure_app(settings, eager=True)
-    svc = Services(settings=settings, store=WorkerStore(client), worker_name="eager",
-                   retriever_factory=lambda: retriever)
-    install_services(svc)
-    return svc, ProducerStore(client)
-
-
-def require_endpoints_for_workers(settings: Settings) -> None:
-    if not settings.endpoints:
-        raise ConfigError(
-            "QFARM_LLM_ENDPOINTS is not set: distributed runs need the workers' LLM endpoints "
-            "(e.g. QFARM_LLM_ENDPOINTS=http://gpu1:8000; start a simulator with `qfarm sim --port 8000`), "
-            "or run with --eager"
-        )

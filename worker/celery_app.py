@@ -23,15 +23,10 @@ from typing import Any
 
 from celery import Celery
 
-from common.keys import QUEUES
+from common.keys import INTERACTIVE, QUEUES, STAGES
 from common.settings import Settings, load_settings
 
-TASK_ROUTES = {
-    "qfarm.retrieve": {"queue": "retrieve"},
-    "qfarm.generate": {"queue": "generate"},
-    "qfarm.verify": {"queue": "verify"},
-    "qfarm.run_job": {"queue": "interactive"},
-}
+TASK_ROUTES = {stage.task: {"queue": stage.queue} for stage in STAGES}
 
 
 def celery_config(settings: Settings, *, eager: bool = False) -> dict[str, Any]:
@@ -60,7 +55,7 @@ def celery_config(settings: Settings, *, eager: bool = False) -> dict[str, Any]:
         "broker_connection_retry_on_startup": True,
         "broker_connection_timeout": settings.broker_socket_timeout_s,
         "task_routes": TASK_ROUTES,
-        "task_default_queue": "interactive",
+        "task_default_queue": INTERACTIVE.queue,
         "task_create_missing_queues": True,
         "worker_send_task_events": settings.task_events,
         "task_send_sent_event": settings.task_events,

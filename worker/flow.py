@@ -42,7 +42,7 @@ from worker.services import Services
 
 log = logging.getLogger("qfarm.worker")
 
-Send = Callable[[str, list[JobRecord]], None]
+Send = Callable[[keys.Stage, list[JobRecord]], None]
 T = TypeVar("T")
 
 # Redis or the broker connection failing (kombu wraps a failed publish in its
@@ -108,7 +108,7 @@ def _failed(record: JobRecord, exc: Exception) -> JobRecord:
     return record.model_copy(update={"error": error})
 
 
-def _send(send: Send, stage: str, records: list[JobRecord], svc: Services) -> None:
+def _send(send: Send, stage: keys.Stage, records: list[JobRecord], svc: Services) -> None:
     """Forward a bundle; should it not go as a whole (a record that cannot be
     serialised), each job goes alone and the one that cannot becomes its error row."""
     try:
@@ -123,7 +123,9 @@ def _send(send: Send, stage: str, records: list[JobRecord], svc: Services) -> No
             _send(send, stage, [record], svc)
 
 
-def _live(items: Sequence[T], job_of: Callable[[T], Job], svc: Services, stage: str) -> list[T]:
+def _live(
+    items: Sequence[T], job_of: Callable[[T], Job], svc: Services, stage: keys.Stage
+) -> list[T]:
     """The items whose run is not cancelled and whose job has no row yet (one round trip a run)."""
     by_run: dict[str, list[T]] = {}
     for item in items:
@@ -237,18 +239,18 @@ def write_rows(rows: Sequence[Row], svc: Services, cache_keys: Sequence[str | No
 
 
 def handle_retrieve(ref_data: list[dict], svc: Services, send: Send) -> None:
-    jobs = _live(_each(ref_data, svc, lambda d: _load_job(d, svc)), lambda j: j, svc, "retrieve")
+    jobs = _live(_each(ref_data, svc, lambda d: _load_job(d, svc)), lambda j: j, svc, keys.RETRIEVE)
     if not jobs:
         return
     records, done = _start_many(jobs, svc)
     rows = [row for _, row in done]
     if records:
-        records = _safely_many(records, lambda rs: pipeline.retrieval_stage_many(rs, svc.retriever))
+        records = _safely_many(records, lambda rs: pipeline.retrieval_stage(rs, svc.retriever))
     rows += [pipeline.finish(r) for r in records if r.error]
     write_rows(rows, svc)
     forward = [r for r in records if not r.error]
     if forward:
-        _send(send, "generate", forward, svc)
+        _send(send, keys.GENERATE, forward, svc)
 
 
 # Records travel between stages as one JSON string (``dump_records``): pydantic's Rust
@@ -261,18 +263,17 @@ def dump_records(records: Sequence[JobRecord]) -> str:
     return RECORDS.dump_json(list(records)).decode()
 
 
-def load_records(payload: str | list[dict], svc: Services) -> list[JobRecord]:
+def load_records(payload: str, svc: Services) -> list[JobRecord]:
     """A bundle's records; should one be unusable, the others still run and it ends as a row."""
-    if isinstance(payload, str):
-        try:
-            return RECORDS.validate_json(payload)
-        except ValueError:
-            pass
-    return _each(payload_items(payload), svc, JobRecord.model_validate)
+    try:
+        return RECORDS.validate_json(payload)
+    except ValueError:
+        return _each(payload_items(payload), svc, JobRecord.model_validate)
 
 
 def payload_items(payload: str | list[dict]) -> list[dict]:
-    """The per-job items of a message payload, whichever form it came in."""
+    """The per-job items of a message payload: a first stage's refs, or a later stage's
+    records (one JSON string)."""
     if isinstance(payload, str):
         try:
             items = json.loads(payload)
@@ -283,15 +284,15 @@ def payload_items(payload: str | list[dict]) -> list[dict]:
     return payload
 
 
-def handle_generate(record_data: str | list[dict], svc: Services, send: Send) -> None:
+def handle_generate(record_data: str, svc: Services, send: Send) -> None:
     records = load_records(record_data, svc)
-    records = _live(records, lambda r: r.job, svc, "generate")
+    records = _live(records, lambda r: r.job, svc, keys.GENERATE)
     if records:
-        records = _safely_many(records, lambda rs: pipeline.generation_stage_many(rs, svc.gateway))
-        _send(send, "verify", records, svc)
+        records = _safely_many(records, lambda rs: pipeline.generation_stage(rs, svc.gateway))
+        _send(send, keys.VERIFY, records, svc)
 
 
-def handle_verify(record_data: str | list[dict], svc: Services) -> None:
+def handle_verify(record_data: str, svc: Services) -> None:
     # No pre-check: verification is cheap and the row write is set-if-absent anyway.
     records = [_safely(r, pipeline.verification_stage) for r in load_records(record_data, svc)]
     write_rows([pipeline.finish(r) for r in records], svc, [r.cache_key for r in records])
@@ -315,16 +316,16 @@ def _safely_many(
 
 def handle_job(ref_data: dict, svc: Services) -> None:
     """All stages of one job in one task (the interactive queue)."""
-    jobs = _live(_each([ref_data], svc, lambda d: _load_job(d, svc)), lambda j: j, svc, "interactive")
+    jobs = _live(_each([ref_data], svc, lambda d: _load_job(d, svc)), lambda j: j, svc, keys.INTERACTIVE)
     if not jobs:
         return
     todo, done = _start_many(jobs, svc)
     if done:
         ((record, row),) = done
     else:
-        (record,) = todo
-        record = _safely(record, lambda r: pipeline.retrieval_stage(r, svc.retriever))
-        record = _safely(record, lambda r: pipeline.generation_stage(r, svc.gateway))
+        # The sweep stages' own steps, on a bundle of one.
+        (record,) = _safely_many(todo, lambda rs: pipeline.retrieval_stage(rs, svc.retriever))
+        (record,) = _safely_many([record], lambda rs: pipeline.generation_stage(rs, svc.gateway))
         record = _safely(record, pipeline.verification_stage)
         row = pipeline.finish(record)
     record = record.model_copy(
@@ -355,5 +356,5 @@ def internal_error_row(payload: dict, svc: Services, exc: BaseException) -> None
         svc.store.write_row(pipeline.finish(err))
     except REDIS_ERRORS:
         raise  # the row is not stored: the message must be redelivered, not acknowledged
-    except Exception:  # noqa: BLE001 - nothing more can be done; the task log has both
+    except Exception:  # nothing more can be done; the task log has both
         log.exception("could not write the error row")

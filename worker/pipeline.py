@@ -37,8 +37,6 @@ from worker.retrieval.base import Retriever
 class Gateway(Protocol):
     """What the pipeline needs of ``worker.llm.Gateway`` (tests pass canned ones)."""
 
-    def generate(self, prompt: str, sampling: Sampling, *, job_id: str) -> Generation: ...
-
     def generate_many(
         self, items: list[tuple[str, Sampling, str]]
     ) -> list[Generation | ServiceError]:
@@ -68,23 +66,17 @@ def preflight_stage(record: JobRecord) -> JobRecord:
     record = record.model_copy(update={"preflight": pre})
     if pre.rejected:
         # Reject-broad: no retrieval and no model call; the verdict is decided here.
-        record = record.model_copy(update={"verification": rejected_verification(pre)})
+        record = record.model_copy(update={"verification": rejected_verification()})
     return record
 
 
-def retrieval_stage(record: JobRecord, retriever: Retriever) -> JobRecord:
-    """Retrieve evidence and keep the blocks that fit the mode's context cap.
+def retrieval_stage(records: Sequence[JobRecord], retriever: Retriever) -> list[JobRecord]:
+    """Retrieve evidence for a bundle and keep the blocks that fit each mode's context cap.
 
     The prompt text itself is rebuilt (deterministically) where it is sent, so
     the messages between stages carry the evidence once, not twice.
-    """
-    return retrieval_stage_many([record], retriever)[0]
 
-
-def retrieval_stage_many(records: Sequence[JobRecord], retriever: Retriever) -> list[JobRecord]:
-    """``retrieval_stage`` for a bundle: one ``search_many`` per distinct search.
-
-    Jobs that ask the same question with the same search settings (the modes and
+    One ``search_many`` per distinct search: jobs that ask the same question with the same search settings (the modes and
     samples of one question) share one search. Each job's ``retrieval_ms`` is
     what it waited for its evidence: the shared search plus its own prompt fitting.
     """
@@ -130,7 +122,7 @@ def _fit_evidence(
 def sampling_for(job: Job) -> Sampling:
     response_format = None
     if job.policy.structured_output and job.mode.value == "claim_lattice":
-        from common.schemas import claim_lattice_response_format  # noqa: PLC0415
+        from common.schemas import claim_lattice_response_format
 
         response_format = claim_lattice_response_format()
     return Sampling(
@@ -149,21 +141,10 @@ def render_prompt(record: JobRecord) -> str:
     return build_prompt(job.question.text, job.mode, evidence, job.policy, record.preflight).text
 
 
-def generation_stage(record: JobRecord, gateway: Gateway) -> JobRecord:
-    if record.retrieval is None or record.error:
-        return record
-    t0 = time.perf_counter()
-    result: Generation | ServiceError
-    try:
-        result = gateway.generate(render_prompt(record), sampling_for(record.job), job_id=record.job.job_id)
-    except ServiceError as exc:
-        result = exc
-    return _with_generation(record, result, t0)
-
-
-def generation_stage_many(records: Sequence[JobRecord], gateway: Gateway) -> list[JobRecord]:
-    """``generation_stage`` for a bundle: its prompts go to the gateway together, so they
-    are in flight at the same time (and share a micro-batch when batching is on)."""
+def generation_stage(records: Sequence[JobRecord], gateway: Gateway) -> list[JobRecord]:
+    """The model calls of a bundle: its prompts go to the gateway together, so they are in
+    flight at the same time (and share a micro-batch when batching is on). Jobs that
+    failed earlier or have no evidence yet pass through untouched."""
     out = list(records)
     todo = [i for i, r in enumerate(records) if r.retrieval is not None and not r.error]
     if not todo:
@@ -239,12 +220,3 @@ def finish(record: JobRecord) -> Row:
     record = _with_timing(record.model_copy(update={"finished_at": now}), total_ms=total)
     return build_row(record)
 
-
-def run_job(job: Job, retriever: Retriever, gateway: Gateway, *, worker: str | None = None) -> Row:
-    """All stages in one call: the interactive queue and unit tests use this."""
-    record = preflight_stage(begin(job, worker=worker))
-    if record.verification is None:
-        record = retrieval_stage(record, retriever)
-        record = generation_stage(record, gateway)
-        record = verification_stage(record)
-    return finish(record)

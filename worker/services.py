@@ -34,7 +34,7 @@ class Services:
                 if self.retriever_factory is not None:
                     self._retriever = self.retriever_factory()
                 else:
-                    from worker.retrieval import open_retriever  # noqa: PLC0415
+                    from worker.retrieval import open_retriever
 
                     self._retriever = open_retriever(self.settings)
             return self._retriever
@@ -46,7 +46,7 @@ class Services:
                 if self.gateway_factory is not None:
                     self._gateway = self.gateway_factory()
                 else:
-                    from worker.llm import open_gateway  # noqa: PLC0415
+                    from worker.llm import open_gateway
 
                     self._gateway = open_gateway(self.settings)
             return self._gateway
@@ -65,9 +65,9 @@ _guard = threading.Lock()
 
 
 def build_services(settings: Settings | None = None) -> Services:
-    import redis  # noqa: PLC0415
+    import redis
 
-    from worker.store import WorkerStore  # noqa: PLC0415
+    from worker.store import WorkerStore
 
     settings = settings or load_settings()
     client = redis.Redis.from_url(

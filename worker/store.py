@@ -27,7 +27,7 @@ class WorkerStore:
         if cached is not None:
             self._manifests.move_to_end(run_id)
             return cached
-        raw = self.client.get(keys.run_key(run_id, "manifest"))
+        raw = self.client.get(keys.manifest_key(run_id))
         if raw is None:
             return None
         manifest = manifest_from_json(run_id, raw)
@@ -38,19 +38,21 @@ class WorkerStore:
 
     def set_run_error(self, run_id: str, message: str) -> None:
         """Record an error of the whole run (the first one stays); followers stop on it."""
-        self.client.set(keys.run_key(run_id, "error"), message, nx=True, ex=keys.ROW_TTL_S)
+        self.client.set(keys.error_key(run_id), message, nx=True, ex=keys.ROW_TTL_S)
 
-    def enter_stage(self, run_id: str, job_ids: Sequence[str], stage: str) -> tuple[bool, list[bool]]:
+    def enter_stage(
+        self, run_id: str, job_ids: Sequence[str], stage: keys.Stage
+    ) -> tuple[bool, list[bool]]:
         """Count a bundle's jobs into ``stage``; returns (run cancelled, [job already has a row]).
 
         One round trip per bundle: this runs at every stage of every job.
         """
         pipe = self.client.pipeline(transaction=False)
-        pipe.exists(keys.run_key(run_id, "cancelled"))
-        rows = keys.run_key(run_id, "rows")
+        pipe.exists(keys.cancelled_key(run_id))
+        rows = keys.rows_key(run_id)
         for job_id in job_ids:
             pipe.hexists(rows, job_id)
-        pipe.incrby(keys.stage_key(run_id, stage), len(job_ids))
+        pipe.incrby(stage.counter_key(run_id), len(job_ids))
         cancelled, *has_row, _ = pipe.execute()
         return bool(cancelled), [bool(h) for h in has_row]
 
@@ -75,10 +77,10 @@ class WorkerStore:
     def _row_script_args(row: Row) -> dict[str, list]:
         return {
             "keys": [
-                keys.run_key(row.run_id, "rows"),
-                keys.run_key(row.run_id, "log"),
-                keys.run_key(row.run_id, "failed"),
-                keys.stage_key(row.run_id, "verify"),
+                keys.rows_key(row.run_id),
+                keys.log_key(row.run_id),
+                keys.failed_key(row.run_id),
+                keys.VERIFY.counter_key(row.run_id),
             ],
             "args": [row.job_id, row.model_dump_json(), "1" if row.error else "0", keys.ROW_TTL_S],
         }
@@ -98,5 +100,5 @@ class WorkerStore:
         pipe.execute()
 
     def put_detail(self, record: JobRecord, ttl_s: int = 24 * 3600) -> None:
-        key = keys.run_key(record.job.run_id, f"detail:{record.job.job_id}")
+        key = keys.detail_key(record.job.run_id, record.job.job_id)
         self.client.set(key, record.model_dump_json(), ex=ttl_s)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from celery.exceptions import Reject
 
 from common.jobs import bundle_label
+from common.keys import GENERATE, INTERACTIVE, RETRIEVE, VERIFY, Stage
 from common.models import JobRecord
 from worker import flow
 from worker.celery_app import app
@@ -33,11 +34,11 @@ TASK_OPTIONS = {"ignore_result": True}
 PUBLISH_RETRY = {"max_retries": 5, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 2.0}
 
 
-def send_stage(stage: str, records: list[JobRecord]) -> None:
+def send_stage(stage: Stage, records: list[JobRecord]) -> None:
     """Forward a bundle's surviving jobs to the next stage as one message."""
-    STAGE_TASKS[stage].apply_async(
+    app.tasks[stage.task].apply_async(
         args=[flow.dump_records(records)],
-        argsrepr=f"<{stage} {bundle_label(records[0].job, len(records))}>",
+        argsrepr=f"<{stage.name} {bundle_label(records[0].job, len(records))}>",
         kwargsrepr="",
         retry=True,
         retry_policy=PUBLISH_RETRY,
@@ -63,39 +64,27 @@ def _guarded(payloads: str | list[dict], body: Callable[[Services], None]) -> No
         raise Reject(exc, requeue=True) from exc
 
 
-def _bundle(payload: dict | list[dict] | str) -> list[dict] | str:
-    """Messages from before bundles carried one job (a dict): still accepted, as a bundle of one."""
-    return [payload] if isinstance(payload, dict) else payload
+# Message formats: the first stage (and the interactive queue) takes a list of job
+# refs; later stages take their bundle's records as one JSON string (flow.dump_records).
 
 
-@app.task(name="qfarm.retrieve", **TASK_OPTIONS)
+@app.task(name=RETRIEVE.task, **TASK_OPTIONS)
 def retrieve(refs: list[dict]) -> None:
-    refs = _bundle(refs)  # type: ignore[assignment]
     _guarded(refs, lambda svc: flow.handle_retrieve(refs, svc, send_stage))
 
 
-@app.task(name="qfarm.generate", **TASK_OPTIONS)
-def generate(records: str | list[dict]) -> None:
-    records = _bundle(records)
+@app.task(name=GENERATE.task, **TASK_OPTIONS)
+def generate(records: str) -> None:
     _guarded(records, lambda svc: flow.handle_generate(records, svc, send_stage))
 
 
-@app.task(name="qfarm.verify", **TASK_OPTIONS)
-def verify(records: str | list[dict]) -> None:
-    records = _bundle(records)
+@app.task(name=VERIFY.task, **TASK_OPTIONS)
+def verify(records: str) -> None:
     _guarded(records, lambda svc: flow.handle_verify(records, svc))
 
 
-@app.task(name="qfarm.run_job", **TASK_OPTIONS)
+@app.task(name=INTERACTIVE.task, **TASK_OPTIONS)
 def run_job(refs: list[dict]) -> None:
-    for ref in _bundle(refs):  # single queries: one job a message, all stages in one task
+    for ref in refs:  # single queries: one job a message, all stages in one task
         _guarded([ref], lambda svc, ref=ref: flow.handle_job(ref, svc))
 
-
-@app.task(name="qfarm.noop", ignore_result=True)
-def noop(payload: dict | None = None) -> None:
-    """Bare task for the orchestration-overhead baseline (bench/perf)."""
-    return None
-
-
-STAGE_TASKS = {"retrieve": retrieve, "generate": generate, "verify": verify, "interactive": run_job}

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from bench.perf.farmkit import bench_redis_url, flush
+from common import keys
 
 N_QUESTIONS = 1000
 
@@ -102,7 +103,7 @@ def _fill_rows(client, run_id: str, count: int) -> None:
 
     plan = _plan(run_id, count)
     store = WorkerStore(client)
-    client.set(f"qfarm:run:{run_id}:manifest", plan.manifest.model_dump_json())
+    client.set(keys.manifest_key(run_id), plan.manifest.model_dump_json())
     verdicts = list(Verdict)
     pipe = client.pipeline(transaction=False)
     for i, job in enumerate(itertools.islice(plan.jobs(), count)):
@@ -157,7 +158,7 @@ def main() -> None:
         mem0 = client.info("memory")["used_memory"]
         res = _child("--child", "producer", "--jobs", str(args.jobs), "--bundle", str(size))
         mem1 = client.info("memory")["used_memory"]
-        per_job[size] = ((mem1 - mem0) / max(res["sent"], 1), client.llen("retrieve"))
+        per_job[size] = ((mem1 - mem0) / max(res["sent"], 1), client.llen(keys.RETRIEVE.queue))
         if size == bundle:
             big = res
         client.flushdb()

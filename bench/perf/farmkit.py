@@ -12,6 +12,8 @@ from pathlib import Path
 
 import redis
 
+from common import keys
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 BENCH_DB = int(os.environ.get("QFARM_BENCH_REDIS_DB", "12"))
@@ -36,14 +38,16 @@ def exit_on_sigterm() -> None:
 
 
 @contextmanager
-def workers(env: dict[str, str], specs: list[tuple[str, str, str, int]], log_dir: Path):
-    """specs: (name, queues, pool, concurrency). Yields once every worker is ready."""
+def workers(env: dict[str, str], specs: list[tuple[str, str, str, int]], log_dir: Path,
+            app: str = "worker"):
+    """specs: (name, queues, pool, concurrency); ``app`` the module ``celery -A`` loads.
+    Yields once every worker is ready."""
     procs: list[subprocess.Popen] = []
     try:
         for name, queues, pool, conc in specs:
             log = (log_dir / f"{name}.log").open("wb")
             procs.append(subprocess.Popen(
-                [str(BIN / "celery"), "-A", "worker", "worker", "-Q", queues, "-P", pool,
+                [str(BIN / "celery"), "-A", app, "worker", "-Q", queues, "-P", pool,
                  "-c", str(conc), "-n", f"{name}@%h", "--without-gossip", "--without-mingle",
                  "--loglevel", "WARNING"],
                 cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
@@ -86,7 +90,7 @@ def wait_drained(client: redis.Redis, queues: list[str], timeout_s: float = 600.
         pipe = client.pipeline()
         for q in queues:
             pipe.llen(q)
-        pipe.hlen("unacked")
+        pipe.hlen(keys.UNACKED_KEY)
         if sum(pipe.execute()) == 0:
             return time.monotonic()
         time.sleep(0.02)

@@ -80,6 +80,8 @@ def main() -> None:
 
     exit_on_sigterm()
 
+    from bench.perf.noop_app import NOOP_TASK
+    from common import keys
     from common.jobs import expand_jobs
     from common.models import ALL_MODES, Question
     from common.policy import Policy
@@ -98,17 +100,17 @@ def main() -> None:
         settings = Settings(redis_url=bench_redis_url(), llm_endpoints=sim.url)
         bundle = args.bundle or settings.bundle_size
         app = configure_app(settings)
-        queues = ["retrieve", "generate", "verify", "interactive"]
+        queues = list(keys.QUEUES)
         # The deployment the README documents: CPU stages on prefork, the LLM stage on threads.
         spec = [("orch-cpu", "retrieve,verify", "prefork", args.concurrency),
                 ("orch-gpu", "generate", "threads", args.threads)]
         if args.shape == "threads":  # one threads worker for every queue (small hosts)
             spec = [("orch-all", "retrieve,generate,verify", "threads", args.threads)]
-        with workers(env, spec, tmp) as procs:
+        with workers(env, spec, tmp, app="bench.perf.noop_app") as procs:
             # Warm-up: let every child open its retriever and HTTP client.
-            noop = app.tasks["qfarm.noop"]
+            noop = app.tasks[NOOP_TASK]
             for i in range(50):
-                noop.apply_async(args=[{}], queue=("retrieve", "generate")[i % 2])
+                noop.apply_async(args=[{}], queue=(keys.RETRIEVE.queue, keys.GENERATE.queue)[i % 2])
             wait_drained(client, queues)
 
             # Baseline: no-op tasks spread over the same two workers' queues.
@@ -116,7 +118,7 @@ def main() -> None:
             with app.producer_or_acquire() as producer, producer.batch(1000):
                 for i in range(args.noops):
                     noop.apply_async(args=[{}], producer=producer, argsrepr="", kwargsrepr="",
-                                     queue=("retrieve", "generate", "verify")[i % 3])
+                                     queue=keys.SWEEP_STAGES[i % 3].queue)
             t1 = wait_drained(client, queues)
             noop_rate = args.noops / (t1 - t0)
 
@@ -139,12 +141,12 @@ def main() -> None:
             cpu0 = {k: _cpu_s(v) for k, v in watched.items()}
             t2 = time.monotonic()
             enqueue_jobs(app, jobs, bundle_size=bundle)
-            while client.hlen("qfarm:run:orch:rows") < len(jobs):
+            while client.hlen(keys.rows_key("orch")) < len(jobs):
                 time.sleep(0.02)
             t3 = time.monotonic()
             cpu_ms = {k: (_cpu_s(v) - cpu0[k]) * 1000 / len(jobs) for k, v in watched.items()}
             pipeline_rate = len(jobs) / (t3 - t2)
-            rows = [json.loads(v) for v in client.hvals("qfarm:run:orch:rows")]
+            rows = [json.loads(v) for v in client.hvals(keys.rows_key("orch"))]
             errors = sum(1 for r in rows if r["error"])
             stage_ms = {k: statistics.fmean(r["timings"][k] or 0.0 for r in rows)
                         for k in ("retrieval_ms", "llm_ms", "verify_ms", "total_ms")}

@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 
+from common import keys
 from common.errors import ServiceError
 from common.models import Evidence, Mode, Sampling
 from common.policy import Policy
@@ -210,10 +211,10 @@ def drive_farm(
         ProducerStore(client).put_manifest(manifest)
         t0 = time.perf_counter()
         enqueue_jobs(app, jobs, bundle_size=bundle)
-        while client.hlen("qfarm:run:sat:rows") < len(jobs):
+        while client.hlen(keys.rows_key("sat")) < len(jobs):
             time.sleep(0.05)
         wall = time.perf_counter() - t0
-    rows = [json.loads(v) for v in client.hvals("qfarm:run:sat:rows")]
+    rows = [json.loads(v) for v in client.hvals(keys.rows_key("sat"))]
     client.flushdb()
     ok = [r for r in rows if not r["error"]]
     by_endpoint: Counter[str] = Counter(r["endpoint"] or "?" for r in ok)

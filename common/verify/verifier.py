@@ -289,7 +289,7 @@ def verify_answer(
     mode = Mode(mode)
     pre = preflight or run_preflight(question, mode, policy, DEFAULT_PROFILE_ID)
     if pre.rejected:
-        return rejected_verification(pre)
+        return rejected_verification()
     reading = _read_answer(text, mode, policy)
     cap, profile_cap_binding = _effective_cap(mode, policy, pre)
     within_cap = reading.claims if cap is None else reading.claims[:cap]

@@ -447,7 +447,7 @@ def create_app(config: SimConfig) -> web.Application:
 
 async def serve(config: SimConfig, stop: asyncio.Event | None = None) -> None:
     """Run until ``stop`` is set (or SIGTERM/SIGINT when ``stop`` is None)."""
-    import signal  # noqa: PLC0415
+    import signal
 
     app = create_app(config)
     runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
@@ -466,7 +466,7 @@ async def serve(config: SimConfig, stop: asyncio.Event | None = None) -> None:
         flush=True,
     )
     if config.port_file:
-        from pathlib import Path  # noqa: PLC0415
+        from pathlib import Path
 
         tmp = Path(config.port_file + ".tmp")
         tmp.write_text(str(port))

@@ -1,8 +1,8 @@
 """`qfarm ask`: one question, one mode, answered with the audit line (or the row as JSON).
 
-Without ``--eager`` the job goes to the ``interactive`` queue, so it never waits
-behind a sweep; the command waits for the row and fails clearly when no worker
-consumes that queue.
+The asking is ``producer.api.ask``: without ``--eager`` the job goes to the
+``interactive`` queue, so it never waits behind a sweep; the command waits for
+the row and fails clearly when no worker consumes that queue.
 """
 
 from __future__ import annotations
@@ -10,13 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 
-from common.errors import InputError, QfarmError
-from common.jobs import parse_modes
-from common.models import JobRecord, Question, Row
-from common.questions import digest_content, question_id_for
-from common.settings import Settings, load_settings
+from common.models import JobRecord, Row
+from common.settings import load_settings
+from producer.api import ask
 from qfarm import runtime
 
 
@@ -33,116 +30,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    text = args.question.strip()
-    if not text:
-        raise InputError("the question is empty; e.g. qfarm ask \"Who were the members of the Beatles?\"")
-    modes = parse_modes(args.mode)
-    if len(modes) != 1:
-        raise InputError("--mode takes one mode for ask; use qfarm sweep for several")
-    policy = runtime.policy_from_args(args)
-    settings = load_settings()
-    question = Question(id=question_id_for(text), text=text, source="<command line>")
-    if args.eager:
-        row, record = _ask_eager(args, settings, question, modes, policy)
-    else:
-        row, record = _ask_distributed(args, settings, question, modes, policy)
-    _print(row, record, as_json=args.json)
-    return 0 if not row.error else 1
-
-
-def _manifest(settings: Settings, question: Question, modes, policy, *, run_id, eps, retriever, eager, burn):
-    from producer.sweep import make_manifest  # noqa: PLC0415
-
-    return make_manifest(
-        run_id=run_id,
-        question_file="<command line>",
-        question_file_digest=digest_content(question.text),
-        n_questions=1,
-        modes=modes,
-        n=1,
-        policy=policy,
-        model=settings.model,
-        endpoints=eps.urls,
-        simulated=eps.simulated,
-        retriever=retriever.backend,
-        index_version=retriever.index_version(),
-        corpus=None,
-        eager=eager,
-        keep_answers=True,
-        use_cache=not burn,
+    answer = ask(
+        args.question,
+        args.mode,
+        eager=args.eager,
+        policy=runtime.policy_from_args(args),
+        use_cache=not args.burn,
+        timeout_s=args.timeout,
+        settings=load_settings(),
+        endpoints=lambda s: runtime.llm_endpoints(s, quiet=args.json or not args.eager),
     )
-
-
-def _submit(store, manifest, question: Question, app) -> str:
-    from producer.sweep import SweepPlan, enqueue_jobs  # noqa: PLC0415
-
-    store.put_manifest(manifest)
-    job = next(iter(SweepPlan(manifest=manifest, questions=[question]).jobs()))
-    enqueue_jobs(app, [job], task_name="qfarm.run_job")
-    return job.job_id
-
-
-def _ask_eager(args, settings: Settings, question, modes, policy) -> tuple[Row, JobRecord | None]:
-    from producer.runs import new_run_id  # noqa: PLC0415
-    from worker.celery_app import app  # noqa: PLC0415
-
-    retriever = runtime.open_local_retriever(settings, progress=False)
-    with runtime.llm_endpoints(settings, quiet=args.json) as eps:
-        settings = settings.model_copy(update={"llm_endpoints": ",".join(eps.urls)})
-        svc, store = runtime.eager_services(settings, retriever)
-        manifest = _manifest(settings, question, modes, policy, run_id="ask-" + new_run_id(),
-                             eps=eps, retriever=retriever, eager=True, burn=args.burn)
-        try:
-            job_id = _submit(store, manifest, question, app)
-        finally:
-            svc.close()
-    return _fetch(store, manifest.run_id, job_id)
-
-
-def _ask_distributed(args, settings: Settings, question, modes, policy) -> tuple[Row, JobRecord | None]:
-    from producer.runs import new_run_id  # noqa: PLC0415
-    from producer.store import ProducerStore, connect  # noqa: PLC0415
-    from worker.celery_app import configure_app  # noqa: PLC0415
-
-    runtime.require_endpoints_for_workers(settings)
-    store = ProducerStore(connect(settings.redis_url))
-    app = configure_app(settings)
-    _require_interactive_worker(app)
-    retriever = runtime.open_local_retriever(settings, progress=False)
-    with runtime.llm_endpoints(settings, quiet=True) as eps:
-        pass
-    manifest = _manifest(settings, question, modes, policy, run_id="ask-" + new_run_id(),
-                         eps=eps, retriever=retriever, eager=False, burn=args.burn)
-    job_id = _submit(store, manifest, question, app)
-    deadline = time.monotonic() + args.timeout
-    while time.monotonic() < deadline:
-        if store.existing_job_ids(manifest.run_id, [job_id]):
-            return _fetch(store, manifest.run_id, job_id)
-        time.sleep(0.1)
-    raise QfarmError(
-        f"no answer within {args.timeout:.0f}s (run {manifest.run_id}); is a worker consuming the "
-        "interactive queue? start one with: celery -A worker worker -Q interactive -P threads -c 8"
-    )
-
-
-def _require_interactive_worker(app) -> None:
-    replies = app.control.inspect(timeout=1.5).active_queues() or {}
-    if not any(q.get("name") == "interactive" for qs in replies.values() for q in qs):
-        raise QfarmError(
-            "no worker is consuming the interactive queue; start one with: "
-            "celery -A worker worker -Q interactive -P threads -c 8  (or use --eager)"
-        )
-
-
-def _fetch(store, run_id: str, job_id: str) -> tuple[Row, JobRecord | None]:
-    from common import keys  # noqa: PLC0415
-
-    raw = store.client.hget(keys.run_key(run_id, "rows"), job_id)
-    if raw is None:
-        raise QfarmError(f"run {run_id}: the job produced no row; see the worker log")
-    detail = store.client.get(keys.run_key(run_id, f"detail:{job_id}"))
-    record = JobRecord.model_validate_json(detail) if detail else None
-    return Row.model_validate_json(raw), record
+    _print(answer.row, answer.record, as_json=args.json)
+    return 0 if not answer.row.error else 1
 
 
 def _print(row: Row, record: JobRecord | None, *, as_json: bool) -> None:
@@ -156,7 +55,7 @@ def _print(row: Row, record: JobRecord | None, *, as_json: bool) -> None:
         )
         print(json.dumps(data, indent=2, ensure_ascii=False))
         return
-    from common.audit import render_audit_block, render_claims  # noqa: PLC0415
+    from common.audit import render_audit_block, render_claims
 
     if row.error:
         print(f"ERROR · via {row.mode.value} · {row.error}", file=sys.stderr)

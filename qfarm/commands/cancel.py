@@ -21,8 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from producer.runs import update_run_status  # noqa: PLC0415
-    from producer.store import ProducerStore, connect  # noqa: PLC0415
+    from producer.runs import update_run_status
+    from producer.store import ProducerStore, connect
 
     settings = load_settings()
     store = ProducerStore(connect(settings.redis_url))

@@ -42,8 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from common.compare import headline, phase_line  # noqa: PLC0415
-    from producer.reports import check_floor, compare_dirs, resolve_run, write_comparison  # noqa: PLC0415
+    from common.compare import headline, phase_line
+    from producer.reports import check_floor, compare_dirs, resolve_run, write_comparison
 
     check_floor(args.floor)
     results_dir = args.results_dir or load_settings().results_dir

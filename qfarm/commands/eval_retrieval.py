@@ -52,10 +52,10 @@ def _line(fig: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from common.questions import parse_questions  # noqa: PLC0415
-    from common.retrieval_eval import titles_by_id  # noqa: PLC0415
-    from common.settings import load_settings  # noqa: PLC0415
-    from worker.retrieval.evaluate import evaluate  # noqa: PLC0415
+    from common.questions import parse_questions
+    from common.retrieval_eval import titles_by_id
+    from common.settings import load_settings
+    from worker.retrieval.evaluate import evaluate
 
     runtime.check_retrieval_flags(args)
     try:

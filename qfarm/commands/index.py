@@ -93,8 +93,8 @@ def _print_table(rows: dict[str, Any]) -> None:
 
 
 def _check(settings: Settings, corpus: str | None, as_json: bool) -> int:
-    from worker.retrieval import open_retriever  # noqa: PLC0415
-    from worker.retrieval.ingest import CorpusSource  # noqa: PLC0415
+    from worker.retrieval import open_retriever
+    from worker.retrieval.ingest import CorpusSource
 
     retriever = open_retriever(settings)
     try:
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _build(settings: Settings, args: argparse.Namespace) -> IngestReport:
     """Index the corpus on the configured backend; the served index switches only when complete."""
-    from worker.retrieval.ingest import CorpusSource, build_embedded_index  # noqa: PLC0415
+    from worker.retrieval.ingest import CorpusSource, build_embedded_index
 
     source = CorpusSource.resolve(args.corpus)
     progress = not args.no_progress and sys.stderr.isatty()
@@ -147,9 +147,9 @@ def _build_cluster(
     settings: Settings, args: argparse.Namespace, source: CorpusSource, *, progress: bool
 ) -> IngestReport:
     """Elasticsearch/OpenSearch: a new versioned index, then the alias moves to it."""
-    from worker.retrieval import open_retriever  # noqa: PLC0415
-    from worker.retrieval.cluster import ClusterRetriever  # noqa: PLC0415
-    from worker.retrieval.ingest import build_cluster_index  # noqa: PLC0415
+    from worker.retrieval import open_retriever
+    from worker.retrieval.cluster import ClusterRetriever
+    from worker.retrieval.ingest import build_cluster_index
 
     retriever = open_retriever(settings)
     if not isinstance(retriever, ClusterRetriever):  # pragma: no cover - guarded by settings

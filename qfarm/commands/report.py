@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from producer.reports import resolve_run, write_summary  # noqa: PLC0415  (matplotlib is slow to import)
+    from producer.reports import resolve_run, write_summary  # matplotlib is slow to import
 
     results_dir = args.results_dir or load_settings().results_dir
     summary = write_summary(resolve_run(args.run, results_dir))

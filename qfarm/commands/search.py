@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from common.settings import load_settings
+from producer.api import open_local_retriever
 from qfarm import runtime
 
 
@@ -49,7 +50,7 @@ def _print_map(question: str, result: dict[str, Any]) -> None:
 def run(args: argparse.Namespace) -> int:
     runtime.check_retrieval_flags(args)
     settings = load_settings(**({"retriever": args.backend} if args.backend else {}))
-    retriever = runtime.open_local_retriever(settings, progress=sys.stderr.isatty())
+    retriever = open_local_retriever(settings, progress=sys.stderr.isatty())
     try:
         t0 = time.perf_counter()
         evidence = retriever.search(args.question, top_k=args.top_k, title_boost=args.title_boost)

@@ -13,7 +13,7 @@ from common.errors import InputError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from ops.sim.config import add_sim_arguments  # noqa: PLC0415 - keep `qfarm --help` light
+    from ops.sim.config import add_sim_arguments  # keep `qfarm --help` light
 
     p = sub.add_parser(
         "sim",
@@ -29,8 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ops.sim.config import config_from_args  # noqa: PLC0415
-    from ops.sim.server import run as serve  # noqa: PLC0415
+    from ops.sim.config import config_from_args
+    from ops.sim.server import run as serve
 
     try:
         config = config_from_args(args)

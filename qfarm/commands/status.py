@@ -17,8 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from producer.store import ProducerStore, connect, redact_url  # noqa: PLC0415
-    from worker.celery_app import configure_app  # noqa: PLC0415
+    from producer.store import ProducerStore, connect, redact_url
+    from worker.celery_app import configure_app
 
     settings = load_settings()
     store = ProducerStore(connect(settings.redis_url))
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     # reading every message, so this counts messages.
     print("queued messages: " + "  ".join(f"{q}={n}" for q, n in lengths.items())
           + f"  (sweep messages carry up to {settings.bundle_size} jobs each)")
-    from worker.llm.gateway import endpoint_report  # noqa: PLC0415
+    from worker.llm.gateway import endpoint_report
 
     print("\n".join(endpoint_report(settings)))
     app = configure_app(settings)

@@ -77,7 +77,7 @@ def test_audit_line_of_a_rejected_broad_question() -> None:
     policy = build_policy({"quantifier_reject_broad": True})
     pre = run_preflight("Tell me about jazz", Mode.CLAIM_LATTICE_POINTER, policy, "default")
     record = make_record(
-        preflight=pre, verification=rejected_verification(pre), timings=Timings(total_ms=2.0)
+        preflight=pre, verification=rejected_verification(), timings=Timings(total_ms=2.0)
     )
     assert (
         render_audit_line(record)
@@ -93,7 +93,7 @@ def test_a_rejected_broad_question_prints_the_preflight_header_and_the_reject_au
         "Which songs did all rock bands record?", Mode.CLAIM_LATTICE_POINTER, policy, "hermes-3-8b"
     )
     record = make_record(
-        preflight=pre, verification=rejected_verification(pre), timings=Timings(total_ms=2.0)
+        preflight=pre, verification=rejected_verification(), timings=Timings(total_ms=2.0)
     )
     assert render_audit_block(record) == [
         "BROAD-QUANTIFIER PREFLIGHT REJECTED · scope unbounded",

@@ -93,7 +93,8 @@ def test_rejected_verification_is_ungrounded_broad_rejected() -> None:
     pre = run_preflight(
         BROAD_UNBOUNDED, POINTER, build_policy({"quantifier_reject_broad": True}), "default"
     )
-    ver = rejected_verification(pre)
+    assert pre.rejected
+    ver = rejected_verification()
     assert ver.verdict is Verdict.UNGROUNDED
     assert ver.label is Label.BROAD_REJECTED
     assert ver.violation_kinds == (ViolationKind.BROAD_QUANTIFIER_REJECTED,)

@@ -101,7 +101,7 @@ def test_max_tokens_defaults_to_16_and_stop_cuts(sim: SimulatorHandle) -> None:
 
 
 def test_chat_completions(sim: SimulatorHandle) -> None:
-    from common.prompts import SYSTEM_PROMPTS  # noqa: PLC0415
+    from common.prompts import SYSTEM_PROMPTS
 
     evidence = '<evidence id="E1" title="The Beatles">\n' + BLOCKS["E1"] + "\n</evidence>"
     messages = [
@@ -255,7 +255,7 @@ def test_hundreds_of_concurrent_connections() -> None:
 
 
 def test_bad_options_fail_at_start() -> None:
-    from ops.sim.config import options_to_argv  # noqa: PLC0415
+    from ops.sim.config import options_to_argv
 
     with pytest.raises(TypeError, match="unknown simulator option"):
         options_to_argv(max_seqs=3)

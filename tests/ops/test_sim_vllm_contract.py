@@ -220,7 +220,7 @@ def test_queue_full_fault_answers_vllms_503_and_429_is_the_proxy_fault(
 
 
 def test_queue_full_is_a_fault_rate_kind() -> None:
-    import argparse  # noqa: PLC0415
+    import argparse
 
     parser = argparse.ArgumentParser()
     add_sim_arguments(parser)

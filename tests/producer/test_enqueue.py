@@ -71,17 +71,29 @@ def test_status_scans_find_and_purge_a_runs_bundles_only(client, app):
     assert store.pending_message_count("keep") == 4 and client.llen("retrieve") == 4
 
 
-def test_a_forwarded_bundle_is_found_by_its_run_too():
-    """Between stages a bundle travels as one JSON string of records."""
-    import base64
-
+def test_task_args_decodes_real_messages_of_each_stage(client, app):
+    """Messages as kombu's Redis transport stores them: first-stage refs, a forwarded
+    bundle (records as one JSON string), and one a worker holds unacknowledged."""
+    from common import keys
     from common.models import JobRecord
-    from producer.store import _message_run_id
-    from worker.flow import dump_records
+    from producer.store import message_run_id, task_args
+    from worker.tasks import send_stage
 
-    records = [JobRecord(job=j) for j in jobs("fwd", n_questions=1, n=1)]
-    body = json.dumps([[dump_records(records)], {}, {}]).encode()
-    raw = json.dumps({"body": base64.b64encode(body).decode(),
-                      "properties": {"body_encoding": "base64"}}).encode()
-    assert _message_run_id(raw) == "fwd"
-    assert _message_run_id(b'{"body": "not base64 json"}') is None
+    js = jobs("fwd", n_questions=1, n=1)
+    enqueue_jobs(app, js[:2], bundle_size=2)
+    send_stage(keys.GENERATE, [JobRecord(job=j) for j in js[2:]])
+    (first,) = client.lrange(keys.RETRIEVE.queue, 0, -1)
+    (forwarded,) = client.lrange(keys.GENERATE.queue, 0, -1)
+    assert [(ref["qid"], ref["mode"]) for ref in task_args(first)[0]] == [
+        (j.question.id, j.mode.value) for j in js[:2]]
+    assert [r["job"]["job_id"] for r in json.loads(task_args(forwarded)[0])] == [
+        j.job_id for j in js[2:]]
+    assert message_run_id(first) == message_run_id(forwarded) == "fwd"
+    # A message read but not acknowledged lives on in kombu's unacked hash only.
+    with app.connection_for_read() as conn:
+        held = conn.SimpleQueue(keys.GENERATE.queue, no_ack=False).get(timeout=5)
+        assert client.llen(keys.GENERATE.queue) == 0 and client.hlen(keys.UNACKED_KEY) == 1
+        assert ProducerStore(client).pending_message_count("fwd") == 2
+        held.requeue()
+    assert message_run_id(b'{"body": "not base64 json"}') is None
+    assert message_run_id(b"[]") is None

@@ -22,7 +22,8 @@ def land(client, run_id: str, *job_ids: str, error: str | None = None) -> None:
     script = client.register_script(keys.WRITE_ROW_LUA)
     for job_id in job_ids:
         row = json.dumps({"run_id": run_id, "job_id": job_id, "error": error})
-        script(keys=[keys.run_key(run_id, p) for p in ("rows", "log", "failed", "stage:verify")],
+        script(keys=[keys.rows_key(run_id), keys.log_key(run_id), keys.failed_key(run_id),
+                     keys.VERIFY.counter_key(run_id)],
                args=[job_id, row, "1" if error else "0", 0])
 
 
@@ -76,7 +77,7 @@ def test_restore_puts_back_the_rows_redis_lost(store, tmp_path):
     store.client.flushall()
     land(store.client, "r", "b")
     assert agg.restore_to_redis() == 2
-    assert set(store.client.hkeys(keys.run_key("r", "rows"))) == {b"a", b"b", b"x"}
+    assert set(store.client.hkeys(keys.rows_key("r"))) == {b"a", b"b", b"x"}
     assert store.progress("r", 3).failed == 1 and store.progress("r", 3).done == 3
     assert agg.drain() == 0 and ids_in(path) == ["a", "b", "x"]
 

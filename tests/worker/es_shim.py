@@ -115,7 +115,7 @@ def _handler(upstream: str, server_version: str | None) -> type[BaseHTTPRequestH
 
         do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _forward
 
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - quiet in tests
+        def log_message(self, format: str, *args: object) -> None:  # quiet in tests
             return
 
     return Handler

@@ -93,7 +93,7 @@ def test_an_unexpected_exception_becomes_an_error_row(eager):
     from worker import tasks
 
     svc, store, _ = eager
-    svc._retriever = BrokenRetriever()  # noqa: SLF001 - swap the backend under the task
+    svc._retriever = BrokenRetriever()  # swap the backend under the task
     _, ref = a_ref()
     tasks.retrieve.apply_async(args=[[ref]])
     (raw,) = list(store.read_rows("r", 0))
@@ -146,7 +146,7 @@ def test_a_bundle_searches_once_per_question_and_sends_its_prompts_together(eage
 
     svc, store, gateway = eager
     counting = CountingRetriever(svc.retriever)
-    svc._retriever = counting  # noqa: SLF001
+    svc._retriever = counting
     manifest_for(store, "b", 2, 3)
     jobs, refs = bundle_refs("b")
     tasks.retrieve.apply_async(args=[refs])
@@ -206,7 +206,7 @@ def test_an_unreadable_record_in_a_forwarded_bundle_spares_the_others(eager):
     svc, store, gateway = eager
     manifest_for(store, "v", 2, 1)
     jobs, _ = bundle_refs("v", n=1)
-    records = [pipeline.retrieval_stage(pipeline.begin(j), svc.retriever) for j in jobs]
+    records = pipeline.retrieval_stage([pipeline.begin(j) for j in jobs], svc.retriever)
     good = json.loads(flow.dump_records(records))
     broken = dict(good[1], job={"run_id": "v"})  # no job id, no question: unusable
     sent = []
@@ -217,16 +217,6 @@ def test_an_unreadable_record_in_a_forwarded_bundle_spares_the_others(eager):
     flow.handle_verify(flow.dump_records(sent), svc)
     (row,) = [json.loads(r) for r in store.read_rows("v", 0)]
     assert row["job_id"] == jobs[0].job_id and row["error"] is None
-
-
-def test_a_one_job_message_from_before_bundles_is_still_run(eager):
-    from worker import tasks
-
-    svc, store, gateway = eager
-    job, ref = a_ref()
-    tasks.retrieve.apply_async(args=[ref])  # a dict, as messages were before bundles
-    (raw,) = list(store.read_rows("r", 0))
-    assert json.loads(raw)["job_id"] == job.job_id and gateway.calls == 1
 
 
 def test_a_failed_hand_off_to_the_next_stage_leaves_the_message_for_redelivery(eager, monkeypatch):
@@ -257,7 +247,7 @@ def test_an_error_row_that_cannot_be_stored_leaves_the_message_for_redelivery(ea
     from worker import tasks
 
     svc, store, _ = eager
-    svc._retriever = BrokenRetriever()  # noqa: SLF001 - a bug, so the task writes error rows
+    svc._retriever = BrokenRetriever()  # a bug, so the task writes error rows
 
     def refused(*args, **kwargs):
         raise redis.exceptions.ConnectionError("Connection refused")
@@ -286,7 +276,7 @@ def test_a_lone_surrogate_in_one_reply_fails_nothing(eager, capsys):
     from worker import tasks
 
     svc, store, _ = eager
-    svc._gateway = SurrogateForOne()  # noqa: SLF001
+    svc._gateway = SurrogateForOne()
     manifest_for(store, "s", 2, 4)
     jobs, refs = bundle_refs("s", n=4)
     tasks.retrieve.apply_async(args=[refs])
@@ -302,7 +292,7 @@ def test_a_record_that_cannot_be_sent_is_that_jobs_error_row_only(eager):
     svc, store, gateway = eager
     manifest_for(store, "x", 2, 1)
     jobs, _ = bundle_refs("x", n=1)
-    records = [pipeline.retrieval_stage(pipeline.begin(j), svc.retriever) for j in jobs]
+    records = pipeline.retrieval_stage([pipeline.begin(j) for j in jobs], svc.retriever)
     sent = []
 
     def send(stage, bundle):
@@ -325,9 +315,9 @@ def test_a_manifest_workers_cannot_read_is_a_run_level_error(eager):
 
     svc, store, gateway = eager
     manifest_for(store, "m", 2, 1)
-    raw = json.loads(store.client.get(keys.run_key("m", "manifest")))
+    raw = json.loads(store.client.get(keys.manifest_key("m")))
     raw["policy"]["title_boost"] = None  # what pydantic writes for a non-finite float
-    store.client.set(keys.run_key("m", "manifest"), json.dumps(raw))
+    store.client.set(keys.manifest_key("m"), json.dumps(raw))
     _, refs = bundle_refs("m", n=1)
     tasks.retrieve.apply_async(args=[refs])
     prog = store.progress("m", 2)

@@ -182,7 +182,7 @@ def test_each_thread_talks_through_its_own_pool_and_close_ends_them_all() -> Non
 
     def use(name: str) -> None:
         client.complete(target, ["p"], Sampling(), job_id=name)
-        seen[name] = client._http  # noqa: SLF001 - the pool this thread used
+        seen[name] = client._http  # the pool this thread used
 
     threads = [threading.Thread(target=use, args=(f"t{i}",)) for i in range(3)]
     for t in threads:

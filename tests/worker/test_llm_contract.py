@@ -415,7 +415,7 @@ def test_a_passing_health_poll_brings_an_endpoint_back_from_a_retry_after() -> N
 
 def test_truncated_rows_are_counted_per_mode_in_the_summary() -> None:
     sys.path.insert(0, str(Path(__file__).parents[1] / "common"))
-    from test_report import make_manifest, make_row  # noqa: PLC0415
+    from test_report import make_manifest, make_row
 
     rows = [
         make_row("q1", "quote", 0, "STRICT", truncated=True, finish_reason="length"),
@@ -434,7 +434,7 @@ def test_truncated_rows_are_counted_per_mode_in_the_summary() -> None:
 
 def test_a_truncated_answer_is_marked_in_its_row() -> None:
     sys.path.insert(0, str(Path(__file__).parent))
-    from test_pipeline import make_job  # noqa: PLC0415
+    from test_pipeline import make_job
 
     gen = Generation(text="cut", finish_reason="length", truncated=True, max_tokens_effective=7)
     row = build_row(JobRecord(job=make_job("Who?"), generation=gen))

@@ -1,14 +1,20 @@
-"""The pipeline's plain functions against the real simulator over HTTP and the real index."""
+"""A job through every stage (``flow.handle_job``, the one path that runs a job whole)
+against the real simulator over HTTP and the real index; rows land in an in-memory Redis."""
 
 from __future__ import annotations
 
+import fakeredis
 import pytest
 
-from common.jobs import expand_jobs
-from common.models import Mode, Question, Verdict
+from common import keys
+from common.jobs import expand_jobs, ref_for
+from common.models import Job, Mode, Question, Row, Verdict
 from common.policy import build_policy
 from common.settings import Settings
-from worker import pipeline
+from producer.sweep import make_manifest
+from worker import flow
+from worker.services import Services
+from worker.store import WorkerStore
 
 pytestmark = pytest.mark.slow
 
@@ -44,12 +50,27 @@ def make_job(text: str, mode: Mode = Mode.CLAIM_LATTICE_POINTER, **policy):
     return next(iter(expand_jobs("run-t", [q], [mode], 1, build_policy(policy), model="m")))
 
 
+def run_job(job: Job, retriever, gateway) -> Row:
+    """Run ``job`` as the interactive task does and return its row."""
+    store = WorkerStore(fakeredis.FakeRedis(server=fakeredis.FakeServer()))
+    manifest = make_manifest(
+        run_id=job.run_id, question_file="-", question_file_digest="-", n_questions=1,
+        modes=[job.mode], n=1, policy=job.policy, model=job.model, endpoints=[], simulated=True,
+        retriever="embedded", index_version=None, corpus=None, eager=True, use_cache=False,
+    )
+    store.client.set(keys.manifest_key(job.run_id), manifest.model_dump_json())
+    svc = Services(settings=Settings(), store=store, worker_name="t",
+                   retriever_factory=lambda: retriever, gateway_factory=lambda: gateway)
+    flow.handle_job(ref_for(job).model_dump(mode="json", exclude_none=True), svc)
+    return Row.model_validate_json(store.client.hget(keys.rows_key(job.run_id), job.job_id))
+
+
 def completions_seen(sim) -> int:
     return sum(1 for r in sim.stats()["requests"] if "completions" in r["path"])
 
 
 def test_a_job_runs_every_stage_and_fills_its_row(sim, retriever, gateway):
-    row = pipeline.run_job(make_job("Who were all the members of the Beatles?"), retriever, gateway)
+    row = run_job(make_job("Who were all the members of the Beatles?"), retriever, gateway)
     assert row.error is None
     assert row.verdict in set(Verdict)
     assert row.evidence_ids[0] == "E1" and "The Beatles" in row.top_doc_titles[:3]
@@ -63,7 +84,7 @@ def test_a_job_runs_every_stage_and_fills_its_row(sim, retriever, gateway):
 def test_reject_broad_decides_before_retrieval_and_sends_no_model_request(sim, retriever, gateway):
     sim.reset()
     job = make_job("Tell me everything you know about volcanoes.", quantifier_reject_broad=True)
-    row = pipeline.run_job(job, retriever, gateway)
+    row = run_job(job, retriever, gateway)
     assert row.verdict is Verdict.UNGROUNDED and row.label.value == "BROAD-REJECTED"
     assert row.violation_kinds == ["BROAD_QUANTIFIER_REJECTED"]
     assert row.answerability is None and row.evidence_ids == []
@@ -73,7 +94,7 @@ def test_reject_broad_decides_before_retrieval_and_sends_no_model_request(sim, r
 def test_a_bounded_universal_is_not_rejected(sim, retriever, gateway):
     sim.reset()
     job = make_job("Who were all the members of the Beatles?", quantifier_reject_broad=True)
-    row = pipeline.run_job(job, retriever, gateway)
+    row = run_job(job, retriever, gateway)
     assert "BROAD_QUANTIFIER_REJECTED" not in row.violation_kinds
     assert completions_seen(sim) == 1
 
@@ -84,7 +105,7 @@ def test_an_unreachable_endpoint_becomes_a_row_with_its_error(retriever):
     gw = open_gateway(Settings(llm_endpoints="http://127.0.0.1:9", llm_max_attempts=2,
                                llm_connect_timeout_s=0.5, llm_wait_for_endpoint_s=1.0))
     try:
-        row = pipeline.run_job(make_job("What is jazz?"), retriever, gw)
+        row = run_job(make_job("What is jazz?"), retriever, gw)
     finally:
         gw.close()
     assert row.error and row.error.startswith("llm:")
@@ -96,11 +117,11 @@ def test_empty_truncated_or_unformatted_replies_are_rows_not_exceptions(retrieve
     from common.models import Generation
 
     class Canned:
-        def generate(self, prompt, sampling, *, job_id):
-            return Generation(text=answer, endpoint="canned")
+        def generate_many(self, items):
+            return [Generation(text=answer, endpoint="canned") for _ in items]
 
     for mode in Mode:
-        row = pipeline.run_job(make_job("What is jazz?", mode=mode), retriever, Canned())
+        row = run_job(make_job("What is jazz?", mode=mode), retriever, Canned())
         assert row.error is None and row.verdict is not None
 
 
@@ -109,7 +130,7 @@ def test_streaming_records_time_to_first_token_in_the_row(sim, retriever):
 
     gw = open_gateway(Settings(llm_endpoints=sim.url, llm_stream=True))
     try:
-        row = pipeline.run_job(make_job("What is jazz?"), retriever, gw)
+        row = run_job(make_job("What is jazz?"), retriever, gw)
     finally:
         gw.close()
     assert row.error is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fakeredis
 import pytest
 
+from common import keys
 from common.models import Mode, Row
 from worker.store import WorkerStore
 
@@ -21,15 +22,15 @@ def row(job_id: str, run_id: str = "r", error: str | None = None) -> Row:
 
 def test_enter_stage_reports_rows_per_job_and_counts_the_bundle(store):
     store.write_row(row("b"))
-    cancelled, has_row = store.enter_stage("r", ["a", "b", "c"], "retrieve")
+    cancelled, has_row = store.enter_stage("r", ["a", "b", "c"], keys.RETRIEVE)
     assert cancelled is False and has_row == [False, True, False]
-    store.enter_stage("r", ["d"], "retrieve")
+    store.enter_stage("r", ["d"], keys.RETRIEVE)
     assert int(store.client.get("qfarm:run:r:stage:retrieve")) == 4
 
 
 def test_enter_stage_sees_the_cancel_flag(store):
     store.client.set("qfarm:run:r:cancelled", "1")
-    assert store.enter_stage("r", ["a"], "generate")[0] is True
+    assert store.enter_stage("r", ["a"], keys.GENERATE)[0] is True
 
 
 def test_write_rows_writes_each_job_once_even_within_one_bundle(store):

@@ -121,7 +121,7 @@ class MicroBatcher:
     def _run(self, group: list[BatchItem]) -> None:
         try:
             self._dispatch(group)
-        except BaseException as exc:  # noqa: BLE001 - every caller must be released
+        except BaseException as exc:  # every caller must be released
             for item in group:
                 if not item.future.done():
                     item.future.set_exception(exc)

@@ -171,7 +171,7 @@ class HealthPoller:
         while not self._stop.is_set():
             try:
                 self.poll_once()
-            except Exception:  # noqa: BLE001 - a poller crash must not leave endpoints stuck
+            except Exception:  # a poller crash must not leave endpoints stuck
                 log.exception("LLM health poll failed")
             self._stop.wait(self._interval_s)
 

@@ -21,15 +21,15 @@ def open_retriever(settings: Settings) -> Retriever:
     """The retriever ``settings.retriever`` names; cluster backends connect lazily."""
     backend = settings.retriever
     if backend == "embedded":
-        from worker.retrieval.embedded import EmbeddedRetriever  # noqa: PLC0415
+        from worker.retrieval.embedded import EmbeddedRetriever
 
         return EmbeddedRetriever(settings.embedded_index_path())
     if backend == "elasticsearch":
-        from worker.retrieval.elasticsearch import open_elasticsearch  # noqa: PLC0415
+        from worker.retrieval.elasticsearch import open_elasticsearch
 
         return open_elasticsearch(settings)
     if backend == "opensearch":
-        from worker.retrieval.opensearch import open_opensearch  # noqa: PLC0415
+        from worker.retrieval.opensearch import open_opensearch
 
         return open_opensearch(settings)
     raise ConfigError(
@@ -39,7 +39,7 @@ def open_retriever(settings: Settings) -> Retriever:
 
 def ensure_default_index(settings: Settings, *, progress: bool = True) -> Path:
     """Build the embedded default-corpus index if missing or stale; returns its path."""
-    from worker.retrieval.ingest import ensure_default_index as _ensure  # noqa: PLC0415
+    from worker.retrieval.ingest import ensure_default_index as _ensure
 
     return _ensure(settings, progress=progress)
 

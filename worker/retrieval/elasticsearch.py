@@ -56,7 +56,7 @@ def server_version(client: Any) -> str | None:
     """
     try:
         info = client.perform_request("GET", "/", headers={"accept": "*/*"}).body
-    except Exception:  # noqa: BLE001 - any failure here is reported by the next request
+    except Exception:  # any failure here is reported by the next request
         return None
     version = info.get("version") if isinstance(info, dict) else None
     if not isinstance(version, dict) or version.get("distribution", "elasticsearch") != "elasticsearch":

@@ -84,7 +84,7 @@ class _Progress:
         self.reader = reader
         self.bar: Any = None
         if enabled:
-            from tqdm import tqdm  # noqa: PLC0415
+            from tqdm import tqdm
 
             self.bar = tqdm(
                 total=reader.total, unit=reader.unit, unit_scale=True, desc=desc, dynamic_ncols=True

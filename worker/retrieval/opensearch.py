@@ -39,8 +39,8 @@ def client_options(settings: Settings) -> dict[str, Any]:
 
 def open_opensearch(settings: Settings) -> ClusterRetriever:
     """A retriever on the ``QFARM_ES_INDEX`` alias, with its own client."""
-    import opensearchpy  # noqa: PLC0415
-    from opensearchpy import helpers  # noqa: PLC0415
+    import opensearchpy
+    from opensearchpy import helpers
 
     options = client_options(settings)
     client = opensearchpy.OpenSearch(**options)
