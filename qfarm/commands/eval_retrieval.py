@@ -55,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from common.questions import parse_questions
     from common.retrieval_eval import titles_by_id
     from common.settings import load_settings
+    from producer.api import open_local_retriever
     from worker.retrieval.evaluate import evaluate
 
     runtime.check_retrieval_flags(args)
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     results = []
     for backend in args.backend or [None]:
         settings = load_settings(**({"retriever": backend} if backend else {}))
-        retriever = runtime.open_local_retriever(settings, progress=sys.stderr.isatty())
+        retriever = open_local_retriever(settings, progress=sys.stderr.isatty())
         try:
             fig = evaluate(
                 retriever, questions, titles, top_k=args.top_k, title_boost=args.title_boost
