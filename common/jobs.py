@@ -98,6 +98,7 @@ def ref_for(job: Job) -> JobRef:
         answers=job.question.answers,
         t=job.enqueued_at,
         scope=job.question.scope,
+        title=job.question.title,
     )
 
 
@@ -106,7 +107,9 @@ def job_from_ref(ref: JobRef, manifest: Manifest) -> Job:
     return Job(
         run_id=ref.run_id,
         job_id=make_job_id(ref.qid, ref.mode, ref.i),
-        question=Question(id=ref.qid, text=ref.q, answers=ref.answers, scope=ref.scope),
+        question=Question(
+            id=ref.qid, text=ref.q, answers=ref.answers, scope=ref.scope, title=ref.title
+        ),
         mode=ref.mode,
         sample_index=ref.i,
         seed=seed_for(ref.qid, ref.mode, ref.i),

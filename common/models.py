@@ -38,6 +38,7 @@ class Question(Frozen):
     answers: tuple[str, ...] | None = None
     source: str | None = None  # "file:line" it came from, for messages
     scope: Literal["bounded", "unbounded"] | None = None  # the file's word on a broad question's scope
+    title: str | None = None  # the article that answers it, when the file names one
 
 
 class Evidence(Frozen):
@@ -163,6 +164,9 @@ class Verification(Frozen):
     tails: tuple[str, ...] = ()  # audit-line tails, e.g. "format collapsed", "broad cap 8"
     gold_in_claims: bool | None = None
     gold_in_evidence: bool | None = None
+    gold_evidence_rank: int | None = None  # first passage holding a gold answer, 1-based
+    article_in_evidence: bool | None = None  # None when the question names no article
+    article_rank: int | None = None
 
 
 class CandidateSpan(Frozen):
@@ -220,6 +224,7 @@ class JobRef(Frozen):
     answers: tuple[str, ...] | None = None
     t: float | None = None  # enqueued at, epoch seconds
     scope: Literal["bounded", "unbounded"] | None = None
+    title: str | None = None
 
 
 class JobRecord(Frozen):
@@ -334,6 +339,9 @@ class Row(Frozen):
     answerability: AnswerabilitySummary | None = None
     gold_in_claims: bool | None = None
     gold_in_evidence: bool | None = None
+    gold_evidence_rank: int | None = None
+    article_in_evidence: bool | None = None
+    article_rank: int | None = None
     verifier_policy_hash: str | None = None
     governance_policy_hash: str | None = None
     cache_hit: bool = False

@@ -1,4 +1,4 @@
-"""Question files: plain text (one per line) or JSONL ``{"id", "question", "answers"?, "scope"?}``.
+"""Question files: plain text (one per line) or JSONL ``{"id", "question", "answers"?, "scope"?, "title"?}``.
 
 Parsing works on text already read, so it stays pure; errors name file:line.
 """
@@ -70,12 +70,16 @@ def _parse_json_line(name: str, lineno: int, line: str) -> Question:
     scope = obj.get("scope")
     if scope not in (None, "bounded", "unbounded"):
         raise InputError(f'{where}: "scope" must be "bounded" or "unbounded", got {scope!r}')
+    title = obj.get("title")
+    if title is not None and (not isinstance(title, str) or not title.strip()):
+        raise InputError(f'{where}: "title" must be a non-empty string (the answering article)')
     return Question(
         id=qid if qid is not None else question_id_for(text),
         text=text.strip(),
         answers=tuple(answers) if answers else None,
         source=where,
         scope=scope,
+        title=title.strip() if title else None,
     )
 
 

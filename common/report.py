@@ -296,29 +296,37 @@ def _reject_broad_table(man: Manifest, stats: RunStats, modes: list[str]) -> lis
     return out + [""] + md_table(header, rows)
 
 
+GOLD_COLUMNS = ["answer accuracy", "retrieval recall", "MRR", "article hit"]
+
+
+def gold_cells(t: Tally) -> list[str]:
+    """One mode's gold figures, in the order of ``GOLD_COLUMNS``."""
+    return [
+        fmt_pct(t.gold_hits, t.gold_n),
+        fmt_pct(t.recall_hits, t.recall_n),
+        f"{t.reciprocal_rank / t.recall_n:.3f}" if t.recall_n else "—",
+        fmt_pct(t.article_hits, t.article_n) if t.article_n else "—",
+    ]
+
+
 def _gold_table(stats: RunStats, modes: list[str]) -> list[str]:
     out = ["", "## Gold answers", ""]
     if not any(stats.modes[m].tally.gold_n or stats.modes[m].tally.recall_n for m in stats.modes):
         return out + ["No row carries gold answers (give `answers` in a JSONL question file)."]
     out.append(
         "Accuracy: a gold answer appears in the admitted claims. Recall: a gold answer appears "
-        "in the retrieved evidence (the ceiling accuracy can reach)."
+        "in the retrieved evidence (the ceiling accuracy can reach). MRR: the mean of 1/rank of "
+        "the first passage holding a gold answer (0 when none does). Article hit: the passage "
+        "of the article the question file names (`title`) is in the evidence."
     )
     rows = []
     for mode in modes:
         t = (stats.modes.get(mode) or ModeStats()).tally
-        rows.append(
-            [
-                f"`{mode}`",
-                str(t.gold_n),
-                fmt_pct(t.gold_hits, t.gold_n),
-                fmt_pct(t.recall_hits, t.recall_n),
-            ]
-        )
+        rows.append([f"`{mode}`", str(t.gold_n), *gold_cells(t)])
     return (
         out
         + [""]
-        + md_table(["mode", "rows with gold", "answer accuracy", "retrieval recall"], rows)
+        + md_table(["mode", "rows with gold", *GOLD_COLUMNS], rows)
     )
 
 

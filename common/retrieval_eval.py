@@ -9,7 +9,6 @@ passage's title.
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,22 +28,9 @@ class Judged:
     has_title: bool
 
 
-def titles_by_id(questions: Sequence[Question], content: str) -> dict[str, str]:
-    """The ``title`` of each JSONL question line, by question id (``{}`` for a text file).
-
-    Reads the lines ``parse_questions`` already accepted, so it raises nothing
-    new; a line without a string ``title`` simply has none.
-    """
-    out: dict[str, str] = {}
-    by_line = {q.source.rpartition(":")[2]: q.id for q in questions if q.source}
-    for lineno, line in enumerate(content.splitlines(), start=1):
-        qid = by_line.get(str(lineno))
-        if qid is None or not line.lstrip().startswith("{"):
-            continue
-        title = json.loads(line).get("title")
-        if isinstance(title, str) and title.strip():
-            out[qid] = title.strip()
-    return out
+def titles_by_id(questions: Sequence[Question]) -> dict[str, str]:
+    """The ``title`` each JSONL question line gave, by question id (``{}`` for a text file)."""
+    return {q.id: q.title for q in questions if q.title}
 
 
 def judge(question: Question, title: str | None, evidence: Sequence[Evidence]) -> Judged:

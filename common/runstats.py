@@ -56,6 +56,9 @@ class Tally:
         "gold_hits",
         "recall_n",
         "recall_hits",
+        "reciprocal_rank",
+        "article_n",
+        "article_hits",
         "ratio",
         "claims",
     )
@@ -64,6 +67,8 @@ class Tally:
         self.rows = self.errors = self.strict = self.hybrid = self.ungrounded = 0
         self.format_collapsed = self.no_evidence_pointer = 0
         self.gold_n = self.gold_hits = self.recall_n = self.recall_hits = 0
+        self.reciprocal_rank = 0.0  # summed over rows with gold answers: MRR = this / recall_n
+        self.article_n = self.article_hits = 0
         self.ratio = Moments()
         self.claims = Moments()  # n_claims per answer
 
@@ -98,6 +103,11 @@ class Tally:
         if row.get("gold_in_evidence") is not None:
             self.recall_n += 1
             self.recall_hits += bool(row["gold_in_evidence"])
+            if row.get("gold_evidence_rank"):
+                self.reciprocal_rank += 1.0 / int(row["gold_evidence_rank"])
+        if row.get("article_in_evidence") is not None:
+            self.article_n += 1
+            self.article_hits += bool(row["article_in_evidence"])
 
     def proportion(self, metric: str) -> tuple[int, int]:
         """(successes, n) of a binary metric; see ``BINARY_METRICS``."""

@@ -27,6 +27,7 @@ from common.models import (
 )
 from common.preflight import rejected_verification, run_preflight
 from common.prompts import STOP, build_prompt
+from common.retrieval_eval import judge
 from common.rows import build_row
 from common.sidecar import assess_answerability
 from common.text import replace_lone_surrogates
@@ -199,6 +200,13 @@ def verification_stage(record: JobRecord) -> JobRecord:
         verification = verification.model_copy(
             update={"gold_in_claims": in_claims, "gold_in_evidence": in_evidence}
         )
+    if job.question.answers or job.question.title:
+        ranks = judge(job.question, job.question.title, evidence)
+        verification = verification.model_copy(update={
+            "gold_evidence_rank": ranks.answer_rank,
+            "article_in_evidence": ranks.article_rank is not None if ranks.has_title else None,
+            "article_rank": ranks.article_rank,
+        })
     answerability = assess_answerability(
         job.question.text,
         answer,

@@ -147,7 +147,7 @@ def quality(retrievers: Sequence[Any]) -> dict[str, dict[str, Any]]:
 
     content = HELDOUT.read_text(encoding="utf-8")
     questions = parse_questions(HELDOUT.name, content)
-    titles = titles_by_id(questions, content)
+    titles = titles_by_id(questions)
     out = {}
     for r in retrievers:
         fig = evaluate(r, questions, titles, top_k=TOP_K, title_boost=TITLE_BOOST)

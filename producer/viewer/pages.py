@@ -22,7 +22,7 @@ from urllib.parse import quote, urlencode
 from common.compare import Comparison, compare_runs
 from common.errors import InputError
 from common.models import Manifest, ViolationKind
-from common.report import _warnings, fmt_ms, fmt_num, fmt_pct, fmt_time
+from common.report import GOLD_COLUMNS, _warnings, fmt_ms, fmt_num, fmt_pct, fmt_time, gold_cells
 from common.runstats import STAGES
 from common.vocab import Verdict
 from producer.reports import DELTA_PLOT, LATENCY_PLOT, MANIFEST, STRICT_PLOT, check_floor
@@ -305,15 +305,14 @@ class Viewer:
             if ms is None:
                 continue
             t = ms.tally
-            if t.gold_n or t.recall_n:
-                rows.append([h(m), h(fmt_pct(t.gold_hits, t.gold_n)),
-                             h(fmt_pct(t.recall_hits, t.recall_n))])
+            if t.gold_n or t.recall_n or t.article_n:
+                rows.append([h(m), *(h(cell) for cell in gold_cells(t))])
             for confidence, count in ms.answerability.items():
                 warn.append(f"{m}: answerability fired on {count} rows ({confidence} confidence)")
         out = []
         if rows:
             out += ["<h2>Gold</h2>",
-                    _table(["mode", "answer accuracy", "retrieval recall"], rows)]
+                    _table(["mode", *GOLD_COLUMNS], rows)]
         if warn:
             out += ["<h2>Answerability warnings</h2><ul>"
                     + "".join(f"<li>{h(w)}</li>" for w in warn) + "</ul>"]

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
             f"{args.file}: no question carries `answers`; eval-retrieval needs a JSONL file with "
             '{"question": ..., "answers": [...]} lines'
         )
-    titles = titles_by_id(questions, content)
+    titles = titles_by_id(questions)
     out = args.out or Path(f"{args.file.stem}.retrieval.json")
     results = []
     for backend in args.backend or [None]:

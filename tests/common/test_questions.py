@@ -71,3 +71,10 @@ def test_a_utf8_bom_is_not_part_of_the_file(tmp_path: Path, name: str, body: str
     assert [q.text for q in questions] == ["What is jazz?"]
     assert "\ufeff" not in questions[0].id
     assert digest.startswith("sha256:")
+
+
+def test_a_title_names_the_answering_article_and_must_be_a_string() -> None:
+    ok = parse_questions("f.jsonl", json.dumps({"question": "Q?", "title": " Paris "}) + "\n")
+    assert ok[0].title == "Paris"
+    with pytest.raises(InputError, match=r'f.jsonl:1: "title" must be a non-empty string'):
+        parse_questions("f.jsonl", json.dumps({"question": "Q?", "title": 3}) + "\n")

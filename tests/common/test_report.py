@@ -124,6 +124,8 @@ def synthetic_rows() -> list[dict[str, Any]]:
                 usage={"prompt_tokens": 100, "completion_tokens": 10},
                 gold_in_claims=v == "S",
                 gold_in_evidence=True,
+                gold_evidence_rank=1 if k % 2 == 0 else 2,
+                article_in_evidence=k < 8,
                 answerability=(
                     {"answerability_fired": True, "answerability_confidence": "medium"} if v == "U" else None
                 ),
@@ -157,6 +159,7 @@ def synthetic_rows() -> list[dict[str, Any]]:
                 usage={"prompt_tokens": 200, "completion_tokens": 20},
                 gold_in_claims=v == "S",
                 gold_in_evidence=True,
+                gold_evidence_rank=1,
                 **QUANT[q],
             )
         )  # fmt: skip
@@ -277,6 +280,11 @@ def test_gold_table(summary: str) -> None:
     assert (cpl["rows with gold"], cpl["answer accuracy"]) == ("8", "50.0% [21.5–78.5]")
     assert cpl["retrieval recall"] == "100.0% [67.6–100.0]"  # Wilson 8/8
     assert (cl["rows with gold"], cl["answer accuracy"], cl["retrieval recall"]) == ("0", "—", "—")
+    # MRR: five quote rows find gold at rank 1 and five at rank 2; article hit only where a
+    # question file names the article.
+    assert (quote["MRR"], quote["article hit"]) == ("0.750", "80.0% [49.0–94.3]")
+    assert (cpl["MRR"], cpl["article hit"]) == ("1.000", "—")
+    assert (cl["MRR"], cl["article hit"]) == ("—", "—")
 
 
 def test_answerability_count(summary: str) -> None:

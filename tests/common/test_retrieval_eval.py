@@ -67,5 +67,5 @@ def test_titles_come_from_the_jsonl_lines_by_id() -> None:
     ]
     content = "\n".join(lines) + "\n"
     questions = parse_questions("f.jsonl", content)
-    assert titles_by_id(questions, content) == {"x": "T1"}
-    assert titles_by_id(parse_questions("f.txt", "Who?\n"), "Who?\n") == {}
+    assert titles_by_id(questions) == {"x": "T1"}
+    assert titles_by_id(parse_questions("f.txt", "Who?\n")) == {}

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 QFARM = str(Path(sys.executable).parent / "qfarm")
-SPEC_ROW_FIELDS = set(
+ROW_FIELDS = set(
     "run_id job_id question question_id mode sample_index verdict label ratio n_claims "
     "n_verified violation_kinds format_collapsed answer_brackets answer_pointer_count "
     "answer_chars_with_brackets raw_meaningful_line_count quantifier_intensity "
@@ -49,7 +49,7 @@ def test_smoke_sweep_over_three_modes(env, tmp_path):
     n_questions = sum(1 for ln in (REPO / "bench/questions/smoke.txt").read_text().splitlines()
                       if ln.strip() and not ln.startswith("#"))
     assert len(rows) == len({r["job_id"] for r in rows}) == n_questions * 3 * 2
-    assert all(SPEC_ROW_FIELDS <= set(r) for r in rows)
+    assert all(ROW_FIELDS <= set(r) for r in rows)
     assert {r["verdict"] for r in rows} == {"STRICT", "HYBRID", "UNGROUNDED"}
     summary = summary_path.read_text()
     assert "SIMULATED" in summary and "## Verdicts by mode" in summary
@@ -59,6 +59,27 @@ def test_smoke_sweep_over_three_modes(env, tmp_path):
     assert manifest["simulated"] is True and manifest["n_jobs"] == len(rows)
     assert manifest["question_file_digest"].startswith("sha256:")
     assert manifest["index_version"] and manifest["verifier_policy_hash"]
+
+
+def test_retrieval_figures_of_a_sweep_whose_questions_carry_answers_and_titles(env, tmp_path):
+    lines = [ln for ln in (REPO / "bench/questions/general.jsonl").read_text().splitlines()
+             if ln.startswith("{") and '"answers"' in ln and '"title"' in ln][:4]
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text("\n".join(lines) + "\n")
+    res = qfarm(env, "sweep", str(qfile), "--modes", "quote", "-n", "1", "--eager", "--quiet")
+    assert res.returncode == 0, res.stderr
+    paths = dict(line.split(":", 1) for line in res.stdout.strip().splitlines())
+    rows = [json.loads(ln) for ln in Path(paths["rows"].split("(")[0].strip()).read_text().splitlines()]
+    assert len(rows) == 4
+    for row in rows:
+        # The rank is set exactly when gold is in the evidence, and is a position in it.
+        assert (row["gold_evidence_rank"] is not None) == row["gold_in_evidence"]
+        assert row["gold_evidence_rank"] is None or 1 <= row["gold_evidence_rank"] <= 8
+        assert isinstance(row["article_in_evidence"], bool)
+        assert (row["article_rank"] is not None) == row["article_in_evidence"]
+    assert any(row["article_in_evidence"] for row in rows)
+    summary = Path(paths["summary"].strip()).read_text()
+    assert "| mode | rows with gold | answer accuracy | retrieval recall | MRR | article hit |" in summary
 
 
 @pytest.mark.parametrize("mode", ["quote", "claim_lattice_pointer", "claim_lattice"])
@@ -78,7 +99,7 @@ def test_ask_json_carries_the_row_and_the_sidecar(env):
     res = qfarm(env, "ask", "What is jazz?", "--mode", "quote", "--eager", "--json")
     assert res.returncode in (0, 1), res.stderr
     data = json.loads(res.stdout)
-    assert SPEC_ROW_FIELDS <= set(data) and "answerability_detail" in data
+    assert ROW_FIELDS <= set(data) and "answerability_detail" in data
 
 
 def test_reject_broad_flag_on_ask(env):
