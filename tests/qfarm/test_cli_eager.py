@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,13 +22,6 @@ ROW_FIELDS = set(
     "governance_policy_hash cache_hit attempts error timings usage worker started_at "
     "finished_at".split()
 )
-
-
-@pytest.fixture
-def env(tmp_path, default_index):
-    e = {k: v for k, v in os.environ.items() if not k.startswith("QFARM_")}
-    e.update(QFARM_INDEX_PATH=str(default_index), QFARM_RESULTS_DIR=str(tmp_path / "results"))
-    return e
 
 
 def qfarm(env, *args, timeout=300):

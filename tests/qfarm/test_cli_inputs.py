@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import sqlite3
 import subprocess
@@ -21,10 +20,7 @@ QFARM = str(Path(sys.executable).parent / "qfarm")
 
 
 @pytest.fixture
-def run_qfarm(tmp_path, default_index):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("QFARM_")}
-    env.update(QFARM_INDEX_PATH=str(default_index), QFARM_RESULTS_DIR=str(tmp_path / "results"))
-
+def run_qfarm(env):
     def run(*args: str, **extra_env: str) -> subprocess.CompletedProcess:
         return subprocess.run([QFARM, *args], cwd=REPO, env=env | extra_env, capture_output=True,
                               text=True, timeout=300)

@@ -4,7 +4,6 @@ false-positive rate of a sweep over the bounded-universal set (eager, simulator,
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,13 +14,6 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 QFARM = str(Path(sys.executable).parent / "qfarm")
-
-
-@pytest.fixture
-def env(tmp_path, default_index):
-    e = {k: v for k, v in os.environ.items() if not k.startswith("QFARM_")}
-    e.update(QFARM_INDEX_PATH=str(default_index), QFARM_RESULTS_DIR=str(tmp_path / "results"))
-    return e
 
 
 def qfarm(env, *args):

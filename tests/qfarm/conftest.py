@@ -1,0 +1,15 @@
+"""What every command-line test runs under: the test index and its own results directory."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.fixture
+def env(tmp_path, default_index) -> dict[str, str]:
+    """The caller's environment without QFARM_* settings, on the session's test index."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith("QFARM_")}
+    e.update(QFARM_INDEX_PATH=str(default_index), QFARM_RESULTS_DIR=str(tmp_path / "results"))
+    return e
