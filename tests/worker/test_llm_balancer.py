@@ -6,7 +6,12 @@ import threading
 
 import pytest
 
-from common.errors import TransientServiceError
+from common.errors import (
+    BackPressureError,
+    LLMConnectError,
+    TransientServiceError,
+    TransientStatusError,
+)
 from worker.llm.balancer import CLOSED, HALF_OPEN, OPEN, Balancer
 from worker.llm.client import Target
 
@@ -25,11 +30,15 @@ def make(n: int = 2, clock: Clock | None = None, **kw) -> Balancer:
 
 
 def failure(
-    status: int | None = 503, retry_after: float | None = None, kind: str = "http"
+    status: int = 503,
+    retry_after: float | None = None,
+    kind: type[TransientStatusError] = TransientStatusError,
 ) -> TransientServiceError:
-    exc = TransientServiceError("boom", retry_after_s=retry_after)
-    exc.kind, exc.status = kind, status
-    return exc
+    return kind("boom", status=status, retry_after_s=retry_after)
+
+
+def refused() -> TransientServiceError:
+    return LLMConnectError("boom")
 
 
 def test_least_outstanding_spreads_requests() -> None:
@@ -80,7 +89,7 @@ def test_429_sets_retry_after_and_does_not_trip_the_breaker() -> None:
     for _ in range(5):
         picked = b.acquire(avoid=["http://e1"])
         assert picked is e0
-        b.release(picked, ok=False, error=failure(429, retry_after=4.0))
+        b.release(picked, ok=False, error=failure(429, retry_after=4.0, kind=BackPressureError))
         others = [b.acquire() for _ in range(2)]
         assert {e.url for e in others} == {"http://e1"}  # e0 held back
         for e in others:
@@ -92,7 +101,7 @@ def test_429_sets_retry_after_and_does_not_trip_the_breaker() -> None:
 def test_nothing_usable_waits_then_names_every_reason() -> None:
     b = make(2, wait_clock := Clock())
     b.mark_health("http://e0", False)
-    b.release(b.acquire(), ok=False, error=failure(429, retry_after=30))
+    b.release(b.acquire(), ok=False, error=failure(429, retry_after=30, kind=BackPressureError))
     with pytest.raises(TransientServiceError) as info:
         b.acquire(wait_s=0.0, job_id="j9")
     msg = str(info.value)
@@ -124,10 +133,10 @@ def test_max_inflight_bounds_each_endpoint() -> None:
 
 def test_connect_errors_take_an_endpoint_out_only_with_health_polling() -> None:
     b = make(2)
-    b.release(b.acquire(avoid=["http://e1"]), ok=False, error=failure(None, kind="connect"))
+    b.release(b.acquire(avoid=["http://e1"]), ok=False, error=refused())
     assert b.endpoints[0].healthy
     b.enable_passive_health()
-    b.release(b.acquire(avoid=["http://e1"]), ok=False, error=failure(None, kind="connect"))
+    b.release(b.acquire(avoid=["http://e1"]), ok=False, error=refused())
     assert not b.endpoints[0].healthy
 
 

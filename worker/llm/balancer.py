@@ -37,7 +37,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
-from common.errors import ServiceError, TransientServiceError
+from common.errors import BackPressureError, LLMConnectError, ServiceError, TransientServiceError
 from worker.llm.client import Target
 
 CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
@@ -220,7 +220,7 @@ class Balancer:
             was_trial = e.breaker == HALF_OPEN and e.trial_in_flight
             if was_trial:
                 e.trial_in_flight = False
-            retry_after = getattr(error, "retry_after_s", None)
+            retry_after = error.retry_after_s if isinstance(error, TransientServiceError) else None
             if retry_after:
                 e.not_before = max(e.not_before, now + retry_after)
                 e.retry_after_set_at = now
@@ -228,9 +228,7 @@ class Balancer:
                 e.succeeded += 1
                 e.consecutive_failures = 0
                 e.breaker = CLOSED
-            elif (
-                getattr(error, "status", None) == 429 or getattr(error, "kind", None) == "overload"
-            ):
+            elif isinstance(error, BackPressureError):
                 # Back-pressure from a live server (a proxy's 429, vLLM's queue-full 503): the
                 # job goes elsewhere or waits; the breaker is for servers that are failing.
                 e.failed += 1
@@ -245,7 +243,7 @@ class Balancer:
                     e.breaker = OPEN
                     e.opened_at = now
                     e.times_opened += 1
-                if getattr(error, "kind", None) == "connect" and self._passive_health:
+                if isinstance(error, LLMConnectError) and self._passive_health:
                     e.healthy = False
                     e.health_reason = "connection refused"
             self._cond.notify_all()
