@@ -12,7 +12,8 @@ from common.errors import (
     TransientServiceError,
     TransientStatusError,
 )
-from worker.llm.balancer import CLOSED, HALF_OPEN, OPEN, Balancer
+from common.vocab import BreakerState
+from worker.llm.balancer import Balancer
 from worker.llm.client import Target
 
 
@@ -62,24 +63,24 @@ def test_breaker_opens_after_consecutive_failures_and_closes_after_a_trial() -> 
     e0 = b.endpoints[0]
     for _ in range(3):
         b.release(b.acquire(avoid=["http://e1"]), ok=False, error=failure())
-    assert e0.breaker == OPEN
+    assert e0.breaker == BreakerState.OPEN
     assert all(b.acquire().url == "http://e1" for _ in range(4))  # e0 out of rotation
     clock.now += 10.5
     trial = b.acquire(avoid=["http://e1"])
-    assert trial is e0 and e0.breaker == HALF_OPEN
+    assert trial is e0 and e0.breaker == BreakerState.HALF_OPEN
     assert b.acquire(avoid=["http://e1"]).url == "http://e1"  # only one trial at a time
     b.release(trial, ok=False, error=failure())
-    assert e0.breaker == OPEN  # failed trial: another cool-down
+    assert e0.breaker == BreakerState.OPEN  # failed trial: another cool-down
     clock.now += 10.5
     b.release(b.acquire(avoid=["http://e1"]), ok=True)
-    assert e0.breaker == CLOSED and e0.times_opened == 2
+    assert e0.breaker == BreakerState.CLOSED and e0.times_opened == 2
 
 
 def test_a_success_resets_the_failure_count() -> None:
     b = make(1)
     for ok in (False, False, True, False, False):
         b.release(b.acquire(), ok=ok, error=None if ok else failure())
-    assert b.endpoints[0].breaker == CLOSED
+    assert b.endpoints[0].breaker == BreakerState.CLOSED
 
 
 def test_429_sets_retry_after_and_does_not_trip_the_breaker() -> None:
@@ -95,7 +96,7 @@ def test_429_sets_retry_after_and_does_not_trip_the_breaker() -> None:
         for e in others:
             b.release(e, ok=True)
         clock.now += 4.1
-    assert e0.breaker == CLOSED and e0.failed == 5
+    assert e0.breaker == BreakerState.CLOSED and e0.failed == 5
 
 
 def test_nothing_usable_waits_then_names_every_reason() -> None:

@@ -43,10 +43,9 @@ from common.errors import (
     TransientStatusError,
 )
 from common.models import Sampling, Usage
+from common.vocab import SIMULATOR_HEADER
 from worker.llm.retry import DEFAULT_RETRY_AFTER_MAX_S, is_transient_status, parse_retry_after
 
-# Set by the qfarm simulator on every response (ops/sim); worker/ must not import ops/.
-SIMULATOR_HEADER = "x-qfarm-simulator"
 BODY_EXCERPT_CHARS = 300
 METRIC_NAMES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 # vLLM's admission control (--max-num-queued-reqs / --max-num-queued-tokens) answers 503 with
