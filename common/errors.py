@@ -24,6 +24,8 @@ Messages say what was wrong, where (file:line for input files) and how to fix it
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class QfarmError(Exception):
     """Base of every error qfarm raises on purpose."""
@@ -107,16 +109,8 @@ class UnfinishedChoiceError(TransientServiceError):
 class TransientStatusError(TransientServiceError):
     """An HTTP status (or a stream's error event with that code) worth retrying."""
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int,
-        endpoint: str | None = None,
-        job_id: str | None = None,
-        retry_after_s: float | None = None,
-    ):
-        super().__init__(message, endpoint=endpoint, job_id=job_id, retry_after_s=retry_after_s)
+    def __init__(self, message: str, *, status: int, **context: Any):
+        super().__init__(message, **context)  # endpoint, job_id, retry_after_s
         self.status = status
 
 
@@ -133,15 +127,8 @@ class QueueFullError(BackPressureError):
 class PermanentStatusError(PermanentServiceError):
     """An HTTP status (or a stream's error event with that code) that retrying cannot fix."""
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int,
-        endpoint: str | None = None,
-        job_id: str | None = None,
-    ):
-        super().__init__(message, endpoint=endpoint, job_id=job_id)
+    def __init__(self, message: str, *, status: int, **context: Any):
+        super().__init__(message, **context)  # endpoint, job_id
         self.status = status
 
 
