@@ -6,13 +6,25 @@
     ├── ConfigError                 bad settings / environment variables
     ├── ServiceError                a service we depend on misbehaved
     │   ├── TransientServiceError   worth retrying (connect error, timeout, 429, 5xx)
+    │   │   ├── LLMConnectError         cannot connect to an LLM endpoint
+    │   │   ├── LLMTimeoutError         connected, then timed out
+    │   │   ├── LLMDroppedError         the connection dropped or failed otherwise
+    │   │   ├── MalformedReplyError     a 200 whose body or choices are unusable
+    │   │   ├── UnfinishedChoiceError   a choice finished other than stop/length
+    │   │   └── TransientStatusError    408/409/425, 5xx (also a stream's error event)
+    │   │       └── BackPressureError   429, vLLM's queue-full 503: a live server pushing back
+    │   │           └── QueueFullError  vLLM's queue-full 503 (admission control)
     │   └── PermanentServiceError   not worth retrying (400, 401, 404, context length)
+    │       └── PermanentStatusError    400, 401/403, 404, 501… (also a stream's error event)
+    │           └── ContextOverflowError  the prompt does not fit max_model_len
     └── RetrievalError              the search backend failed or the index is missing
 
 Messages say what was wrong, where (file:line for input files) and how to fix it.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class QfarmError(Exception):
@@ -72,6 +84,56 @@ class TransientServiceError(ServiceError):
 
 class PermanentServiceError(ServiceError):
     """A failure that will not go away by retrying."""
+
+
+class LLMConnectError(TransientServiceError):
+    """The LLM endpoint refused or did not accept the connection."""
+
+
+class LLMTimeoutError(TransientServiceError):
+    """The LLM endpoint accepted the connection, then took too long."""
+
+
+class LLMDroppedError(TransientServiceError):
+    """The connection to the LLM endpoint dropped (or failed in another transport way)."""
+
+
+class MalformedReplyError(TransientServiceError):
+    """The LLM endpoint answered 200 with a body, stream or choice qfarm cannot use."""
+
+
+class UnfinishedChoiceError(TransientServiceError):
+    """A choice ended with a finish_reason other than stop/length: the request did not complete."""
+
+
+class TransientStatusError(TransientServiceError):
+    """An HTTP status (or a stream's error event with that code) worth retrying."""
+
+    def __init__(self, message: str, *, status: int, **context: Any):
+        super().__init__(message, **context)  # endpoint, job_id, retry_after_s
+        self.status = status
+
+
+class BackPressureError(TransientStatusError):
+    """A live server pushing back (a proxy's 429, vLLM's queue-full 503): wait or go
+    elsewhere; not a sign the server is failing, so the breaker ignores it."""
+
+
+class QueueFullError(BackPressureError):
+    """vLLM's admission control is full (503): the gateway waits for it without spending
+    the attempt budget, unlike a 429 whose Retry-After says how long to stay away."""
+
+
+class PermanentStatusError(PermanentServiceError):
+    """An HTTP status (or a stream's error event with that code) that retrying cannot fix."""
+
+    def __init__(self, message: str, *, status: int, **context: Any):
+        super().__init__(message, **context)  # endpoint, job_id
+        self.status = status
+
+
+class ContextOverflowError(PermanentStatusError):
+    """The prompt (or prompt + max_tokens) does not fit the endpoint's ``max_model_len``."""
 
 
 class ManifestError(QfarmError):

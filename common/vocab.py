@@ -101,6 +101,20 @@ class ViolationKind(StrEnum):
     BROAD_QUANTIFIER_REJECTED = "BROAD_QUANTIFIER_REJECTED"
 
 
+class BreakerState(StrEnum):
+    """An LLM endpoint's circuit breaker (worker/llm/balancer.py): closed lets requests
+    through, open keeps them off for a cool-down, half_open lets one trial through."""
+
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
+# The response header the simulator (ops/sim) sets on every reply, so the client and the
+# endpoint probe can label its output as simulated.
+SIMULATOR_HEADER = "x-qfarm-simulator"
+
+
 class Confidence(StrEnum):
     """The answerability sidecar's confidence, weakest first.
 

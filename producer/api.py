@@ -241,7 +241,7 @@ def _manifest(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], settin
 
 
 def _corpus(retriever: Any) -> str:
-    describe = getattr(retriever, "describe", lambda: {})()
+    describe: dict[str, Any] = getattr(retriever, "describe", lambda: {})()
     return str(describe.get("corpus") or describe.get("index") or "default")
 
 
@@ -552,12 +552,12 @@ def open_local_retriever(settings: Settings, *, progress: bool = True) -> Any:
     An embedded index with a damaged page is refused here, before any job runs.
     """
     from worker.retrieval import ensure_default_index, open_retriever
-    from worker.retrieval.embedded import check_index_pages
+    from worker.retrieval.embedded import EmbeddedRetriever, check_index_pages
 
     if settings.retriever == "embedded" and settings.index_path is None:
         ensure_default_index(settings, progress=progress)
     retriever = open_retriever(settings)
-    if retriever.backend == "embedded":
+    if isinstance(retriever, EmbeddedRetriever):
         check_index_pages(retriever.path, retriever.describe().get("corpus"))
     return retriever
 

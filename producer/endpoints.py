@@ -7,8 +7,7 @@ from dataclasses import dataclass
 import httpx
 
 from common.errors import ConfigError
-
-SIMULATOR_HEADER = "x-qfarm-simulator"  # set by ops.sim on every response
+from common.vocab import SIMULATOR_HEADER
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,9 @@ class FollowerLease:
 
     def holder(self) -> str | None:
         raw = self.client.get(self.key)
-        return raw.decode() if raw else None
+        if not raw:
+            return None
+        return raw.decode() if isinstance(raw, bytes) else raw
 
     def release(self) -> None:
         self._release(keys=[self.key], args=[self.token])

@@ -178,7 +178,9 @@ def plot_latency(manifest: Manifest, stats: RunStats, path: Path) -> None:
         sketch = stats.modes[mode].latency if mode in stats.modes else None
         if sketch is None or sketch.count == 0:
             continue
-        ax.plot(sketch.quantiles(qs), [100 * q for q in qs], label=f"{mode} (n={sketch.count})")
+        # A sketch with values has every quantile; nan only satisfies the type.
+        xs = [float("nan") if x is None else x for x in sketch.quantiles(qs)]
+        ax.plot(xs, [100 * q for q in qs], label=f"{mode} (n={sketch.count})")
         drawn = True
     if drawn:
         ax.set_xscale("log")
@@ -197,20 +199,20 @@ def plot_latency(manifest: Manifest, stats: RunStats, path: Path) -> None:
 
 def plot_deltas(cmp: Comparison, path: Path) -> None:
     """Each (mode, metric) delta with its 95% interval against the ±floor band."""
-    cells = [d for d in cmp.deltas if d.delta is not None and d.low is not None]
+    cells = [(d, d.delta) for d in cmp.deltas if d.delta is not None and d.low is not None]
     fig = _new_figure(7.0, 1.2 + 0.28 * max(len(cells), 1))
     ax = fig.add_subplot()
     colors = {"better": "#2a9d4b", "worse": "#c0392b"}
-    for i, d in enumerate(cells):
+    for i, (d, delta) in enumerate(cells):
         low = max(d.low or 0.0, -100.0)
         high = min(d.high or 0.0, 100.0)
         color = colors.get(d.effect, "#7f7f7f")
         ax.errorbar(
-            d.delta, i, xerr=[[d.delta - low], [high - d.delta]], fmt="o", color=color, capsize=3
+            delta, i, xerr=[[delta - low], [high - delta]], fmt="o", color=color, capsize=3
         )
     ax.axvspan(-cmp.floor, cmp.floor, color="#dddddd", alpha=0.6, label=f"±{cmp.floor:g} pp floor")
     ax.axvline(0, color="black", linewidth=0.8)
-    ax.set_yticks(range(len(cells)), [f"{d.mode} · {d.metric.label}" for d in cells], fontsize=7)
+    ax.set_yticks(range(len(cells)), [f"{d.mode} · {d.metric.label}" for d, _ in cells], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel(
         "Δ = B − A in points, 95% interval\ngreen: better signal · red: worse signal · grey: noise"

@@ -67,6 +67,12 @@ class Progress:
 
 
 class ProducerStore:
+    """The producer's reads and writes of a run's Redis keys.
+
+    The client never decodes replies, so they are bytes; redis-py's stubs cannot see
+    that (every reply is ``bytes | str``), hence the few ``type: ignore``s below.
+    """
+
     def __init__(self, client: redis.Redis):
         self.client = client
 
@@ -86,7 +92,8 @@ class ProducerStore:
         return bool(self.client.exists(keys.manifest_key(run_id)))
 
     def run_ids(self, limit: int = 20) -> list[str]:
-        return [r.decode() for r in self.client.zrevrange(keys.RUNS_KEY, 0, limit - 1)]
+        runs: list[bytes] = self.client.zrevrange(keys.RUNS_KEY, 0, limit - 1)  # type: ignore[assignment]
+        return [r.decode() for r in runs]
 
     # progress -------------------------------------------------------------------
     def progress(self, run_id: str, total: int) -> Progress:
@@ -131,11 +138,13 @@ class ProducerStore:
         log_key = keys.log_key(run_id)
         pos = start
         while ids := self.client.lrange(log_key, pos, pos + batch - 1):
-            yield [i.decode() for i in ids], len(ids)
+            yield [i.decode() for i in ids], len(ids)  # type: ignore[union-attr]
             pos += len(ids)
 
     def rows_for(self, run_id: str, job_ids: list[str]) -> list[bytes | None]:
-        return self.client.hmget(keys.rows_key(run_id), job_ids) if job_ids else []
+        if not job_ids:
+            return []
+        return self.client.hmget(keys.rows_key(run_id), job_ids)  # type: ignore[return-value]
 
     def restore_rows(self, run_id: str, rows: Iterable[tuple[str, bytes]], chunk: int = 500) -> int:
         """Write (job id, row JSON) pairs that Redis lacks, set-if-absent as workers do
@@ -186,9 +195,10 @@ class ProducerStore:
 
     def purge_run_messages(self, run_id: str, queues: Iterable[str] = keys.QUEUES) -> int:
         """Remove this run's pending messages from the queue lists; returns how many."""
-        return sum(
-            int(self.client.lrem(queue, 1, raw)) for queue, raw in self._queued(run_id, queues)
-        )
+        removed = 0
+        for queue, raw in self._queued(run_id, queues):
+            removed += int(self.client.lrem(queue, 1, raw))  # type: ignore[arg-type]
+        return removed
 
     def pending_message_count(self, run_id: str, queues: Iterable[str] = keys.QUEUES) -> int:
         """This run's messages still in a queue or held unacknowledged by a worker.
@@ -208,7 +218,8 @@ class ProducerStore:
     def _queued(self, run_id: str, queues: Iterable[str]) -> Iterator[tuple[str, bytes]]:
         """(queue, raw message) for each of this run's messages waiting in a queue list."""
         for queue in queues:
-            for raw in self.client.lrange(queue, 0, -1):
+            raws: list[bytes] = self.client.lrange(queue, 0, -1)  # type: ignore[assignment]
+            for raw in raws:
                 if message_run_id(raw) == run_id:
                     yield queue, raw
 

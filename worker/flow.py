@@ -209,9 +209,10 @@ def _start_many(
     records = [_with_cache_key(r, svc) for r in records if not _is_finished(r)]
     done += [(r, pipeline.finish(r)) for r in records if r.error]
     records = [r for r in records if not r.error]
-    keyed = [r for r in records if r.cache_key]
+    keyed = [(r, r.cache_key) for r in records if r.cache_key]
     hits: dict[str, dict] = {}
-    for record, cached in zip(keyed, svc.store.get_cached_many([r.cache_key for r in keyed]), strict=True):
+    cached_many = svc.store.get_cached_many([key for _, key in keyed])
+    for (record, _), cached in zip(keyed, cached_many, strict=True):
         if cached is not None:
             hits[record.job.job_id] = cached
     done += [(r, _safely_row(r, hits[r.job.job_id])) for r in records if r.job.job_id in hits]

@@ -10,25 +10,31 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from common.settings import Settings, load_settings
+
+if TYPE_CHECKING:  # imported where used at run time: a prefork parent opens no connections
+    from worker.pipeline import Gateway
+    from worker.retrieval.base import Retriever
+    from worker.store import WorkerStore
 
 
 @dataclass
 class Services:
     settings: Settings
-    store: Any  # worker.store.WorkerStore
+    store: WorkerStore
     worker_name: str
-    retriever_factory: Any = None
-    gateway_factory: Any = None
-    _retriever: Any = None
-    _gateway: Any = None
+    retriever_factory: Callable[[], Retriever] | None = None
+    gateway_factory: Callable[[], Gateway] | None = None
+    _retriever: Retriever | None = None
+    _gateway: Gateway | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
-    def retriever(self) -> Any:
+    def retriever(self) -> Retriever:
         with self._lock:
             if self._retriever is None:
                 if self.retriever_factory is not None:
@@ -40,7 +46,7 @@ class Services:
             return self._retriever
 
     @property
-    def gateway(self) -> Any:
+    def gateway(self) -> Gateway:
         with self._lock:
             if self._gateway is None:
                 if self.gateway_factory is not None:

@@ -8,6 +8,7 @@ failed job never leaves its sweep waiting forever.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 
@@ -86,5 +87,5 @@ def verify(records: str) -> None:
 @app.task(name=INTERACTIVE.task, **TASK_OPTIONS)
 def run_job(refs: list[dict]) -> None:
     for ref in refs:  # single queries: one job a message, all stages in one task
-        _guarded([ref], lambda svc, ref=ref: flow.handle_job(ref, svc))
+        _guarded([ref], functools.partial(flow.handle_job, ref))
 

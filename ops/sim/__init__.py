@@ -13,5 +13,4 @@ Every answer, metric and log line it produces is labelled as simulated: the
 * ``server``: the aiohttp app; ``launch``: start it as a subprocess.
 """
 
-SIMULATOR_HEADER = "x-qfarm-simulator"
 SIMULATOR_OWNER = "qfarm-simulator"

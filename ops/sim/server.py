@@ -29,7 +29,8 @@ from typing import Any
 
 from aiohttp import web
 
-from ops.sim import SIMULATOR_HEADER, SIMULATOR_OWNER, behaviour
+from common.vocab import SIMULATOR_HEADER
+from ops.sim import SIMULATOR_OWNER, behaviour
 from ops.sim.config import SimConfig, describe
 from ops.sim.faults import ARRIVAL_FAULTS, FaultInjector
 from ops.sim.metrics import Metrics

@@ -9,6 +9,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from common.errors import InputError
 from common.jobs import parse_modes
@@ -16,6 +17,9 @@ from common.models import ALL_MODES
 from common.settings import load_settings
 from producer.api import QuestionSet, RunResult, SweepSpec, follow_run, run_sweep
 from qfarm import runtime
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -102,7 +106,7 @@ class _ProgressBar:
 
     def __init__(self, quiet: bool):
         self.quiet = quiet
-        self.bar = None
+        self.bar: tqdm | None = None
         self.t0 = time.monotonic()
         self.first: dict[str, int] | None = None
 

@@ -6,8 +6,14 @@ import threading
 
 import pytest
 
-from common.errors import TransientServiceError
-from worker.llm.balancer import CLOSED, HALF_OPEN, OPEN, Balancer
+from common.errors import (
+    BackPressureError,
+    LLMConnectError,
+    TransientServiceError,
+    TransientStatusError,
+)
+from common.vocab import BreakerState
+from worker.llm.balancer import Balancer
 from worker.llm.client import Target
 
 
@@ -25,11 +31,15 @@ def make(n: int = 2, clock: Clock | None = None, **kw) -> Balancer:
 
 
 def failure(
-    status: int | None = 503, retry_after: float | None = None, kind: str = "http"
+    status: int = 503,
+    retry_after: float | None = None,
+    kind: type[TransientStatusError] = TransientStatusError,
 ) -> TransientServiceError:
-    exc = TransientServiceError("boom", retry_after_s=retry_after)
-    exc.kind, exc.status = kind, status
-    return exc
+    return kind("boom", status=status, retry_after_s=retry_after)
+
+
+def refused() -> TransientServiceError:
+    return LLMConnectError("boom")
 
 
 def test_least_outstanding_spreads_requests() -> None:
@@ -53,24 +63,24 @@ def test_breaker_opens_after_consecutive_failures_and_closes_after_a_trial() -> 
     e0 = b.endpoints[0]
     for _ in range(3):
         b.release(b.acquire(avoid=["http://e1"]), ok=False, error=failure())
-    assert e0.breaker == OPEN
+    assert e0.breaker == BreakerState.OPEN
     assert all(b.acquire().url == "http://e1" for _ in range(4))  # e0 out of rotation
     clock.now += 10.5
     trial = b.acquire(avoid=["http://e1"])
-    assert trial is e0 and e0.breaker == HALF_OPEN
+    assert trial is e0 and e0.breaker == BreakerState.HALF_OPEN
     assert b.acquire(avoid=["http://e1"]).url == "http://e1"  # only one trial at a time
     b.release(trial, ok=False, error=failure())
-    assert e0.breaker == OPEN  # failed trial: another cool-down
+    assert e0.breaker == BreakerState.OPEN  # failed trial: another cool-down
     clock.now += 10.5
     b.release(b.acquire(avoid=["http://e1"]), ok=True)
-    assert e0.breaker == CLOSED and e0.times_opened == 2
+    assert e0.breaker == BreakerState.CLOSED and e0.times_opened == 2
 
 
 def test_a_success_resets_the_failure_count() -> None:
     b = make(1)
     for ok in (False, False, True, False, False):
         b.release(b.acquire(), ok=ok, error=None if ok else failure())
-    assert b.endpoints[0].breaker == CLOSED
+    assert b.endpoints[0].breaker == BreakerState.CLOSED
 
 
 def test_429_sets_retry_after_and_does_not_trip_the_breaker() -> None:
@@ -80,19 +90,19 @@ def test_429_sets_retry_after_and_does_not_trip_the_breaker() -> None:
     for _ in range(5):
         picked = b.acquire(avoid=["http://e1"])
         assert picked is e0
-        b.release(picked, ok=False, error=failure(429, retry_after=4.0))
+        b.release(picked, ok=False, error=failure(429, retry_after=4.0, kind=BackPressureError))
         others = [b.acquire() for _ in range(2)]
         assert {e.url for e in others} == {"http://e1"}  # e0 held back
         for e in others:
             b.release(e, ok=True)
         clock.now += 4.1
-    assert e0.breaker == CLOSED and e0.failed == 5
+    assert e0.breaker == BreakerState.CLOSED and e0.failed == 5
 
 
 def test_nothing_usable_waits_then_names_every_reason() -> None:
     b = make(2, wait_clock := Clock())
     b.mark_health("http://e0", False)
-    b.release(b.acquire(), ok=False, error=failure(429, retry_after=30))
+    b.release(b.acquire(), ok=False, error=failure(429, retry_after=30, kind=BackPressureError))
     with pytest.raises(TransientServiceError) as info:
         b.acquire(wait_s=0.0, job_id="j9")
     msg = str(info.value)
@@ -124,10 +134,10 @@ def test_max_inflight_bounds_each_endpoint() -> None:
 
 def test_connect_errors_take_an_endpoint_out_only_with_health_polling() -> None:
     b = make(2)
-    b.release(b.acquire(avoid=["http://e1"]), ok=False, error=failure(None, kind="connect"))
+    b.release(b.acquire(avoid=["http://e1"]), ok=False, error=refused())
     assert b.endpoints[0].healthy
     b.enable_passive_health()
-    b.release(b.acquire(avoid=["http://e1"]), ok=False, error=failure(None, kind="connect"))
+    b.release(b.acquire(avoid=["http://e1"]), ok=False, error=refused())
     assert not b.endpoints[0].healthy
 
 

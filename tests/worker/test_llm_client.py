@@ -7,7 +7,13 @@ import json
 import httpx
 import pytest
 
-from common.errors import PermanentServiceError, TransientServiceError
+from common.errors import (
+    LLMConnectError,
+    LLMTimeoutError,
+    MalformedReplyError,
+    PermanentServiceError,
+    TransientServiceError,
+)
 from common.models import Sampling
 from worker.llm.client import LLMClient, Target, build_body, display_url, parse_prometheus, redact
 
@@ -89,7 +95,7 @@ def test_malformed_replies_are_transient_errors(response: httpx.Response, match:
     with pytest.raises(TransientServiceError, match=match) as info:
         client.complete(Target("http://a"), ["p"], Sampling(), job_id="job-7")
     assert info.value.endpoint == "http://a" and info.value.job_id == "job-7"
-    assert info.value.kind == "malformed"
+    assert isinstance(info.value, MalformedReplyError)
 
 
 def test_status_codes_split_transient_and_permanent() -> None:
@@ -132,14 +138,14 @@ def test_connection_errors_are_transient_and_tagged() -> None:
 
     with pytest.raises(TransientServiceError, match="cannot connect") as info:
         client_for(refuse).complete(Target("http://a"), ["p"], Sampling())
-    assert info.value.kind == "connect"
+    assert isinstance(info.value, LLMConnectError)
 
     def hang(request: httpx.Request) -> httpx.Response:
         raise httpx.ReadTimeout("timed out", request=request)
 
     with pytest.raises(TransientServiceError, match="timed out") as info:
         client_for(hang).complete(Target("http://a"), ["p"], Sampling())
-    assert info.value.kind == "timeout"
+    assert isinstance(info.value, LLMTimeoutError)
 
 
 def test_stream_reply_collects_text_and_ttft() -> None:

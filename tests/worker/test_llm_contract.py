@@ -18,7 +18,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from common.errors import PermanentServiceError, TransientServiceError
+from common.errors import (
+    BackPressureError,
+    PermanentServiceError,
+    QueueFullError,
+    TransientServiceError,
+)
 from common.models import Generation, JobRecord, Sampling
 from common.report import render_summary
 from common.rows import build_row
@@ -268,7 +273,7 @@ def test_the_queue_full_error_says_it_is_back_pressure() -> None:
     )
     with pytest.raises(TransientServiceError, match="queue full") as info:
         client.complete(Target(URL), ["p"], Sampling(), job_id="j")
-    assert info.value.kind == "overload"  # type: ignore[attr-defined]
+    assert isinstance(info.value, QueueFullError)
 
 
 # --------------------------------------------------------------------------- 5: permanent codes
@@ -398,8 +403,7 @@ def test_a_passing_health_poll_brings_an_endpoint_back_from_a_retry_after() -> N
     balancer = Balancer([Target(URL)], max_inflight=8, breaker_failures=3, breaker_cooldown_s=1,
                         clock=clock)  # fmt: skip
     ep = balancer.acquire()
-    limited = TransientServiceError("429", retry_after_s=60.0)
-    limited.status = 429  # type: ignore[attr-defined]
+    limited = BackPressureError("429", status=429, retry_after_s=60.0)
     balancer.release(ep, ok=False, error=limited)
     assert not balancer.has_available()
     clock.now += 2

@@ -37,10 +37,9 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
-from common.errors import ServiceError, TransientServiceError
+from common.errors import BackPressureError, LLMConnectError, ServiceError, TransientServiceError
+from common.vocab import BreakerState
 from worker.llm.client import Target
-
-CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
 
 
 @dataclass
@@ -49,7 +48,7 @@ class EndpointState:
     healthy: bool = True
     health_reason: str | None = None
     outstanding: int = 0
-    breaker: str = CLOSED
+    breaker: BreakerState = BreakerState.CLOSED
     consecutive_failures: int = 0
     opened_at: float = 0.0
     trial_in_flight: bool = False
@@ -104,9 +103,9 @@ class Balancer:
         """Why ``e`` cannot take a request now (None: it can)."""
         if not e.healthy:
             return f"unhealthy ({e.health_reason or '/health failed'})"
-        if e.breaker == OPEN and now < e.opened_at + self.breaker_cooldown_s:
+        if e.breaker == BreakerState.OPEN and now < e.opened_at + self.breaker_cooldown_s:
             return f"breaker open for {e.opened_at + self.breaker_cooldown_s - now:.1f} s more"
-        if e.breaker == HALF_OPEN and e.trial_in_flight:
+        if e.breaker == BreakerState.HALF_OPEN and e.trial_in_flight:
             return "breaker half-open, trial request in flight"
         if now < e.not_before:
             return f"Retry-After for {e.not_before - now:.1f} s more"
@@ -169,9 +168,9 @@ class Balancer:
                 now = self._clock()
                 e = self._pick(now, avoid, cost)
                 if e is not None:
-                    if e.breaker == OPEN:  # cool-down over: this request is the trial
-                        e.breaker = HALF_OPEN
-                    if e.breaker == HALF_OPEN:
+                    if e.breaker == BreakerState.OPEN:  # cool-down over: this request is the trial
+                        e.breaker = BreakerState.HALF_OPEN
+                    if e.breaker == BreakerState.HALF_OPEN:
                         e.trial_in_flight = True
                     e.outstanding += cost
                     e.sent += 1
@@ -204,7 +203,7 @@ class Balancer:
         for e in self.endpoints:
             if e.not_before > now:
                 times.append(e.not_before - now)
-            if e.breaker == OPEN:
+            if e.breaker == BreakerState.OPEN:
                 times.append(max(e.opened_at + self.breaker_cooldown_s - now, 0.0))
         return max(min(times), 0.001)
 
@@ -217,35 +216,34 @@ class Balancer:
         with self._cond:
             now = self._clock()
             e.outstanding = max(0, e.outstanding - cost)
-            was_trial = e.breaker == HALF_OPEN and e.trial_in_flight
+            was_trial = e.breaker == BreakerState.HALF_OPEN and e.trial_in_flight
             if was_trial:
                 e.trial_in_flight = False
-            retry_after = getattr(error, "retry_after_s", None)
+            retry_after = error.retry_after_s if isinstance(error, TransientServiceError) else None
             if retry_after:
                 e.not_before = max(e.not_before, now + retry_after)
                 e.retry_after_set_at = now
             if ok:
                 e.succeeded += 1
                 e.consecutive_failures = 0
-                e.breaker = CLOSED
-            elif (
-                getattr(error, "status", None) == 429 or getattr(error, "kind", None) == "overload"
-            ):
+                e.breaker = BreakerState.CLOSED
+            elif isinstance(error, BackPressureError):
                 # Back-pressure from a live server (a proxy's 429, vLLM's queue-full 503): the
                 # job goes elsewhere or waits; the breaker is for servers that are failing.
                 e.failed += 1
                 if was_trial:
-                    e.breaker = CLOSED
+                    e.breaker = BreakerState.CLOSED
             else:
                 e.failed += 1
                 e.consecutive_failures += 1
                 if was_trial or (
-                    e.breaker == CLOSED and e.consecutive_failures >= self.breaker_failures
+                    e.breaker == BreakerState.CLOSED
+                    and e.consecutive_failures >= self.breaker_failures
                 ):
-                    e.breaker = OPEN
+                    e.breaker = BreakerState.OPEN
                     e.opened_at = now
                     e.times_opened += 1
-                if getattr(error, "kind", None) == "connect" and self._passive_health:
+                if isinstance(error, LLMConnectError) and self._passive_health:
                     e.healthy = False
                     e.health_reason = "connection refused"
             self._cond.notify_all()

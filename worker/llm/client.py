@@ -1,9 +1,9 @@
 """HTTP to OpenAI-compatible endpoints: one small ``httpx.Client`` per thread, no retries.
 
 This layer sends one request and translates what comes back into either a
-``Reply`` (choices mapped by their ``index``, never by position) or a
-``TransientServiceError``/``PermanentServiceError`` carrying the endpoint and
-job id. It never retries (``retry.py`` and the gateway own that) and never puts
+``Reply`` (choices mapped by their ``index``, never by position) or one of the
+LLM failure classes of ``common.errors`` (a kind is a type: ``LLMConnectError``,
+``BackPressureError``, ``ContextOverflowError``…) carrying the endpoint and job id. It never retries (``retry.py`` and the gateway own that) and never puts
 an API key in a message: keys travel only in the ``Authorization`` header of
 each request, and any text taken from a server is passed through ``redact``.
 
@@ -30,12 +30,22 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from common.errors import PermanentServiceError, ServiceError, TransientServiceError
+from common.errors import (
+    BackPressureError,
+    ContextOverflowError,
+    LLMConnectError,
+    LLMDroppedError,
+    LLMTimeoutError,
+    MalformedReplyError,
+    PermanentStatusError,
+    QueueFullError,
+    TransientServiceError,
+    TransientStatusError,
+)
 from common.models import Sampling, Usage
+from common.vocab import SIMULATOR_HEADER
 from worker.llm.retry import DEFAULT_RETRY_AFTER_MAX_S, is_transient_status, parse_retry_after
 
-# Set by the qfarm simulator on every response (ops/sim); worker/ must not import ops/.
-SIMULATOR_HEADER = "x-qfarm-simulator"
 BODY_EXCERPT_CHARS = 300
 METRIC_NAMES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 # vLLM's admission control (--max-num-queued-reqs / --max-num-queued-tokens) answers 503 with
@@ -44,10 +54,6 @@ METRIC_NAMES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 OVERLOAD_TYPE = "Service Unavailable"
 OVERLOAD_MARKERS = ("cannot accept new requests", "prefill token backlog limit")
 FINISHED_OK = frozenset({"stop", "length"})
-
-
-class ContextOverflowError(PermanentServiceError):
-    """The prompt (or prompt + max_tokens) does not fit the endpoint's ``max_model_len``."""
 
 
 @dataclass(frozen=True)
@@ -173,13 +179,6 @@ def is_overload(status: int, message: str, err_type: str | None) -> bool:
         return False
     text = message.lower()
     return err_type == OVERLOAD_TYPE and any(m in text for m in OVERLOAD_MARKERS)
-
-
-def _tag(exc: ServiceError, kind: str, status: int | None = None) -> ServiceError:
-    """What went wrong, for the balancer: connect / timeout / dropped / http / malformed."""
-    exc.kind = kind  # type: ignore[attr-defined]
-    exc.status = status  # type: ignore[attr-defined]
-    return exc
 
 
 class LLMClient:
@@ -338,22 +337,19 @@ class LLMClient:
             elapsed_ms=elapsed,
         )
 
-    def missing_choice(self, target: Target, job_id: str | None, index: int) -> ServiceError:
+    def missing_choice(self, target: Target, job_id: str | None, index: int) -> MalformedReplyError:
         return self._malformed(target, job_id, f"no choice with index {index}")
 
-    def _malformed(self, target: Target, job_id: str | None, what: str) -> ServiceError:
-        return _tag(
-            TransientServiceError(
-                f"{target.display} returned a malformed reply: {what}",
-                endpoint=target.display,
-                job_id=job_id,
-            ),
-            "malformed",
+    def _malformed(self, target: Target, job_id: str | None, what: str) -> MalformedReplyError:
+        return MalformedReplyError(
+            f"{target.display} returned a malformed reply: {what}",
+            endpoint=target.display,
+            job_id=job_id,
         )
 
     def _stream_error(
         self, chunk: dict[str, Any], target: Target, job_id: str | None
-    ) -> ServiceError:
+    ) -> TransientStatusError | PermanentStatusError:
         err = chunk["error"]
         message, err_type = _error_message(json.dumps(chunk))
         code = err.get("code") if isinstance(err, dict) else None
@@ -385,81 +381,71 @@ class LLMClient:
         retry_after: str | None,
         *,
         where: str | None = None,
-    ) -> ServiceError:
-        """An HTTP error status (or a stream's error event with that code) as a ServiceError."""
+    ) -> TransientStatusError | PermanentStatusError:
+        """An HTTP error status (or a stream's error event with that code) as its error class."""
         detail = redact(message, [target.api_key, *self._secrets])
         if err_type:
             detail = f"{detail} [{redact(err_type, [target.api_key, *self._secrets])}]"
         where = f"{target.display} {where or 'answered'} {status}"
         if status in (401, 403):
-            return _tag(
-                PermanentServiceError(
-                    f"{where}: the API key was refused; set QFARM_LLM_API_KEY (or this endpoint's "
-                    "entry in QFARM_LLM_API_KEYS) to a key the server accepts",
-                    endpoint=target.display,
-                    job_id=job_id,
-                ),
-                "http",
-                status,
+            return PermanentStatusError(
+                f"{where}: the API key was refused; set QFARM_LLM_API_KEY (or this endpoint's "
+                "entry in QFARM_LLM_API_KEYS) to a key the server accepts",
+                status=status,
+                endpoint=target.display,
+                job_id=job_id,
             )
         if is_transient_status(status):
             overload = is_overload(status, message, err_type)
-            return _tag(
-                TransientServiceError(
-                    f"{where}: {detail}" + (" (queue full: back-pressure)" if overload else ""),
-                    endpoint=target.display,
-                    job_id=job_id,
-                    retry_after_s=parse_retry_after(retry_after, cap_s=self.retry_after_max_s),
-                ),
-                "overload" if overload else "http",
-                status,
+            transient: type[TransientStatusError] = TransientStatusError
+            if overload:
+                transient = QueueFullError
+            elif status == 429:
+                transient = BackPressureError
+            return transient(
+                f"{where}: {detail}" + (" (queue full: back-pressure)" if overload else ""),
+                status=status,
+                endpoint=target.display,
+                job_id=job_id,
+                retry_after_s=parse_retry_after(retry_after, cap_s=self.retry_after_max_s),
             )
         if status == 400 and (
             "context length" in message.lower() or "than max_model_len" in message
         ):
-            return _tag(
-                ContextOverflowError(
-                    f"context overflow: {where}: {detail}; lower max_context_chars_by_mode or "
-                    "max_tokens in the policy, or serve the model with a larger --max-model-len",
-                    endpoint=target.display,
-                    job_id=job_id,
-                ),
-                "context_overflow",
-                status,
+            return ContextOverflowError(
+                f"context overflow: {where}: {detail}; lower max_context_chars_by_mode or "
+                "max_tokens in the policy, or serve the model with a larger --max-model-len",
+                status=status,
+                endpoint=target.display,
+                job_id=job_id,
             )
         hint = ""
         if status == 404:
             hint = f"; check QFARM_MODEL ({self.model}) against the server's /v1/models"
         elif status == 501:
             hint = "; the server does not implement this feature (e.g. structured output)"
-        return _tag(
-            PermanentServiceError(
-                f"{where}: {detail}{hint}",
-                endpoint=target.display,
-                job_id=job_id,
-            ),
-            "http",
-            status,
+        return PermanentStatusError(
+            f"{where}: {detail}{hint}", status=status, endpoint=target.display, job_id=job_id
         )
 
-    def _translate(self, exc: httpx.HTTPError, target: Target, job_id: str | None) -> ServiceError:
-        name = type(exc).__name__
+    def _translate(
+        self, exc: httpx.HTTPError, target: Target, job_id: str | None
+    ) -> TransientServiceError:
+        """An httpx transport failure as the LLM failure class of the same kind."""
+        failure: type[TransientServiceError]
         if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
-            kind, what = "connect", "cannot connect"
+            failure, what = LLMConnectError, "cannot connect"
         elif isinstance(exc, httpx.TimeoutException):
-            kind, what = "timeout", "timed out"
+            failure, what = LLMTimeoutError, "timed out"
         elif isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
-            kind, what = "dropped", "dropped the connection"
+            failure, what = LLMDroppedError, "dropped the connection"
         else:
-            kind, what = "dropped", "failed"
+            failure, what = LLMDroppedError, "failed"
         detail = redact(str(exc), [target.api_key, *self._secrets])[:BODY_EXCERPT_CHARS]
-        return _tag(
-            TransientServiceError(
-                f"{target.display} {what} ({name}: {detail})",
-                endpoint=target.display,
-                job_id=job_id,
-            ),
-            kind,
+        return failure(
+            f"{target.display} {what} ({type(exc).__name__}: {detail})",
+            endpoint=target.display,
+            job_id=job_id,
         )
 
     # ------------------------------------------------------------------ probes

@@ -50,7 +50,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
-from common.errors import ConfigError, PermanentServiceError, ServiceError, TransientServiceError
+from common.errors import (
+    ConfigError,
+    PermanentServiceError,
+    QueueFullError,
+    ServiceError,
+    TransientServiceError,
+    UnfinishedChoiceError,
+)
 from common.models import Generation, Sampling, Usage
 from common.settings import Settings
 from worker.llm.balancer import Balancer, EndpointState
@@ -340,7 +347,7 @@ class Gateway:
                 exc.attempts = attempts
                 raise
             except TransientServiceError as exc:
-                if getattr(exc, "kind", None) == "overload":
+                if isinstance(exc, QueueFullError):
                     overloads += 1
                     pressed_since = pressed_since or time.monotonic()
                     if time.monotonic() - pressed_since < self._wait_s:
@@ -435,15 +442,12 @@ class Gateway:
         if choice is None:
             raise self._client.missing_choice(ep.target, job_id, index)
         if choice.finish_reason not in FINISHED_OK:
-            exc = TransientServiceError(
+            raise UnfinishedChoiceError(
                 f"{ep.target.display} ended the answer with finish_reason "
                 f"{choice.finish_reason!r} (not stop/length): the request did not complete",
                 endpoint=ep.target.display,
                 job_id=job_id,
             )
-            exc.kind = "unfinished"  # type: ignore[attr-defined]
-            exc.status = None  # type: ignore[attr-defined]
-            raise exc
         return choice
 
     def _finish_single(
