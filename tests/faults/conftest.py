@@ -243,8 +243,12 @@ def followed_sweep(farm: Farm, tmp_path: Path, n: int) -> tuple[subprocess.Popen
     return proc, rows_key.decode().split(":")[2], rows_key
 
 
-def interrupt(proc: subprocess.Popen, timeout_s: float = 20) -> tuple[str, str]:
-    """Ctrl-C a following ``qfarm`` (it detaches); returns its (stdout, stderr)."""
+def interrupt(proc: subprocess.Popen, timeout_s: float = 60) -> tuple[str, str]:
+    """Ctrl-C a following ``qfarm`` (it detaches); returns its (stdout, stderr).
+
+    Detaching takes well under a second on an idle host; on a loaded 2-core one the
+    follower's last drain and status write once took over 20 s, hence the margin.
+    """
     os.killpg(proc.pid, signal.SIGINT)
     return proc.communicate(timeout=timeout_s)
 
