@@ -23,7 +23,10 @@ from common.versions import CHUNKER_VERSION
 
 # English function words plus the words questions are made of ("who", "tell me
 # about", "describe"): they match nearly every passage and only add noise.
-STOP_WORDS = frozenset(
+# Not the verifier's STOP_WORDS (common/verify/text.py): that set decides which
+# words of a claim must be found in evidence, this one which words of a question
+# are worth searching for; each is tuned, and measured, for its own job.
+QUERY_STOP_WORDS = frozenset(
     """
     a about above after again against all also am an and any are as at be because been before
     being below between both but by can could did do does doing down during each either few for
@@ -59,7 +62,7 @@ def query_terms(question: str) -> list[str]:
     """
     # lower(), not casefold(): FTS5's unicode61 tokenizer folds case the same way.
     words = _WORD.findall(unicodedata.normalize("NFKC", question).lower())
-    content = [w for w in words if w not in STOP_WORDS] or words
+    content = [w for w in words if w not in QUERY_STOP_WORDS] or words
     return list(dict.fromkeys(content))
 
 
@@ -241,7 +244,7 @@ __all__ = [
     "QUERY_TYPES",
     "RANKING_VERSION",
     "SOURCE_FIELDS",
-    "STOP_WORDS",
+    "QUERY_STOP_WORDS",
     "alias_switch_actions",
     "evidence_from_hits",
     "fts5_match_expression",

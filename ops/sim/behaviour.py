@@ -112,7 +112,9 @@ PROFILES: dict[str, BehaviourRates] = {
 }
 DEFAULT_PROFILE = "small-model"
 
-STOP_WORDS = frozenset(
+# The simulator's own notion of a content word, part of its modelled behaviour (changing it
+# changes simulated answers); the farm's sets live in common/.
+SIM_STOP_WORDS = frozenset(
     """a an the and or but if of to in on at by for with from as is are was were be been being
     it its this that these those what which who whom whose when where why how do does did not no
     there their they them he she his her i you we our your my me about into than then so such
@@ -146,7 +148,7 @@ def count_tokens(text: str) -> int:
 @functools.lru_cache(maxsize=16384)
 def content_words(text: str) -> frozenset[str]:
     return frozenset(
-        w for w in WORD_RE.findall(text.casefold()) if w not in STOP_WORDS and len(w) > 1
+        w for w in WORD_RE.findall(text.casefold()) if w not in SIM_STOP_WORDS and len(w) > 1
     )
 
 
