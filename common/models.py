@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from common.policy import Policy
 from common.versions import ROW_SCHEMA_VERSION
@@ -145,14 +152,14 @@ class Claim(Frozen):
     problems: tuple[str, ...] = ()  # violation kinds attached to this claim
 
 
-class Verification(Frozen):
-    """Deterministic verification of one answer (docs/grounding.md, 'Verification')."""
+class Grading(Frozen):
+    """The verifier's grade of an answer: the part of ``Verification`` a row carries first."""
 
-    n_claims: int = 0
-    n_verified: int = 0
-    ratio: float = 0.0
     verdict: Verdict = Verdict.UNGROUNDED
     label: Label = Label.UNGROUNDED
+    ratio: float = 0.0
+    n_claims: int = 0
+    n_verified: int = 0
     violation_kinds: tuple[ViolationKind, ...] = ()
     format_collapsed: bool = False
     answer_brackets: int = 0
@@ -160,13 +167,23 @@ class Verification(Frozen):
     answer_chars_with_brackets: int = 0
     raw_meaningful_line_count: int = 0
     quote_match_layers: dict[str, int] | None = None
-    claims: tuple[Claim, ...] = ()
-    tails: tuple[str, ...] = ()  # audit-line tails, e.g. "format collapsed", "broad cap 8"
+
+
+class GoldCheck(Frozen):
+    """The answer and its evidence against the question file's gold answers and article."""
+
     gold_in_claims: bool | None = None
     gold_in_evidence: bool | None = None
     gold_evidence_rank: int | None = None  # first passage holding a gold answer, 1-based
     article_in_evidence: bool | None = None  # None when the question names no article
     article_rank: int | None = None
+
+
+class Verification(Grading, GoldCheck):
+    """Deterministic verification of one answer (docs/grounding.md, 'Verification')."""
+
+    claims: tuple[Claim, ...] = ()
+    tails: tuple[str, ...] = ()  # audit-line tails, e.g. "format collapsed", "broad cap 8"
 
 
 class CandidateSpan(Frozen):
@@ -307,18 +324,7 @@ class Row(Frozen):
     question_id: str
     mode: Mode
     sample_index: int
-    verdict: Verdict | None = None
-    label: Label | None = None
-    ratio: float | None = None
-    n_claims: int | None = None
-    n_verified: int | None = None
-    violation_kinds: list[str] = Field(default_factory=list)
-    format_collapsed: bool | None = None
-    answer_brackets: int | None = None
-    answer_pointer_count: int | None = None
-    answer_chars_with_brackets: int | None = None
-    raw_meaningful_line_count: int | None = None
-    quote_match_layers: dict[str, int] | None = None
+    grading: Grading | None = None  # None until verified; flat in the JSON (_flatten)
     question_scope: str | None = None  # "bounded"/"unbounded" when the question file says so
     quantifier_intensity: Intensity | None = None
     quantifier_matched_token: str | None = None
@@ -337,11 +343,7 @@ class Row(Frozen):
     top_doc_titles: list[str] = Field(default_factory=list)
     top_scores: list[float] = Field(default_factory=list)
     answerability: AnswerabilitySummary | None = None
-    gold_in_claims: bool | None = None
-    gold_in_evidence: bool | None = None
-    gold_evidence_rank: int | None = None
-    article_in_evidence: bool | None = None
-    article_rank: int | None = None
+    gold: GoldCheck | None = None  # with grading; flat in the JSON
     verifier_policy_hash: str | None = None
     governance_policy_hash: str | None = None
     cache_hit: bool = False
@@ -356,3 +358,35 @@ class Row(Frozen):
     finish_reason: str | None = None  # the model's, for an answer that came back
     truncated: bool | None = None  # finish_reason "length": scored, but cut off at max_tokens
     max_tokens_effective: int | None = None  # budget lowered to fit the context window
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nest(cls, data: Any) -> Any:
+        """Read a flat row (its JSON, a cached row, keyword arguments) back into its parts."""
+        if not isinstance(data, dict) or "grading" in data or "gold" in data:
+            return data
+        data = dict(data)
+        parts = {name: {k: data.pop(k) for k in part.model_fields if k in data} for name, part in _ROW_PARTS.items()}
+        if parts["grading"].get("verdict") is not None:  # a verified row; otherwise both parts are empty
+            data.update(parts)
+        return data
+
+    @model_serializer(mode="wrap")
+    def _flatten(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Write each part's fields as the row's own keys, where the part stands: rows.jsonl stays flat."""
+        flat: dict[str, Any] = {}
+        for key, value in handler(self).items():
+            part = _ROW_PARTS.get(key)
+            if part is None:
+                flat[key] = value
+            elif value is None:
+                flat.update(dict.fromkeys(part.model_fields))
+            else:
+                flat.update(value)
+        if flat.get("violation_kinds", ()) is None:  # an unverified row still lists its kinds: none
+            flat["violation_kinds"] = []
+        return flat
+
+
+# The row's parts that its JSON writes flat, by field name.
+_ROW_PARTS: dict[str, type[Frozen]] = {"grading": Grading, "gold": GoldCheck}

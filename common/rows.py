@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from common.models import Answerability, AnswerabilitySummary, JobRecord, Row, Usage
+from typing import TypeVar
+
+from common.models import (
+    Answerability,
+    AnswerabilitySummary,
+    GoldCheck,
+    Grading,
+    JobRecord,
+    Row,
+    Usage,
+    Verification,
+)
 from common.policy import governance_policy_hash, verifier_policy_hash
 
 
@@ -14,6 +25,19 @@ def summarize_answerability(result: Answerability | None) -> AnswerabilitySummar
         answerability_confidence=result.confidence_class,
         answerability_candidate_count=result.candidate_count,
     )
+
+
+Part = TypeVar("Part", Grading, GoldCheck)
+
+
+def _part(part: type[Part], ver: Verification | None) -> Part | None:
+    """The row's copy of one part of the verification (which subclasses each part)."""
+    if ver is None:
+        return None
+    fields = ver.model_dump(include=set(part.model_fields))
+    if "violation_kinds" in fields:  # a row lists each kind once, in a stable order
+        fields["violation_kinds"] = sorted(set(ver.violation_kinds))
+    return part.model_validate(fields)
 
 
 def build_row(record: JobRecord) -> Row:
@@ -29,18 +53,7 @@ def build_row(record: JobRecord) -> Row:
         question_id=job.question.id,
         mode=job.mode,
         sample_index=job.sample_index,
-        verdict=ver.verdict if ver else None,
-        label=ver.label if ver else None,
-        ratio=ver.ratio if ver else None,
-        n_claims=ver.n_claims if ver else None,
-        n_verified=ver.n_verified if ver else None,
-        violation_kinds=sorted({k.value for k in ver.violation_kinds}) if ver else [],
-        format_collapsed=ver.format_collapsed if ver else None,
-        answer_brackets=ver.answer_brackets if ver else None,
-        answer_pointer_count=ver.answer_pointer_count if ver else None,
-        answer_chars_with_brackets=ver.answer_chars_with_brackets if ver else None,
-        raw_meaningful_line_count=ver.raw_meaningful_line_count if ver else None,
-        quote_match_layers=ver.quote_match_layers if ver else None,
+        grading=_part(Grading, ver),
         question_scope=job.question.scope,
         quantifier_intensity=q.intensity if q else None,
         quantifier_matched_token=q.matched_token if q else None,
@@ -59,11 +72,7 @@ def build_row(record: JobRecord) -> Row:
         top_doc_titles=list(dict.fromkeys(e.title for e in evidence))[:5],
         top_scores=[round(e.score, 4) for e in evidence],
         answerability=summarize_answerability(record.answerability),
-        gold_in_claims=ver.gold_in_claims if ver else None,
-        gold_in_evidence=ver.gold_in_evidence if ver else None,
-        gold_evidence_rank=ver.gold_evidence_rank if ver else None,
-        article_in_evidence=ver.article_in_evidence if ver else None,
-        article_rank=ver.article_rank if ver else None,
+        gold=_part(GoldCheck, ver),
         verifier_policy_hash=verifier_policy_hash(job.policy),
         governance_policy_hash=governance_policy_hash(job.policy),
         cache_hit=record.cache_hit,

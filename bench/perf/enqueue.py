@@ -10,6 +10,9 @@
 * aggregator peak RSS streaming 10k and 100k rows to rows.jsonl and rendering
   the summary from the file.
 
+These time the producer's enqueue and aggregation stages alone, so they call them
+directly rather than ``producer.run_sweep``: a whole run would add the workers' time.
+
     python -m bench.perf.enqueue [--jobs 100000] [--bundle 8]
 """
 

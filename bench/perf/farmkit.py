@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -9,10 +10,15 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import redis
 
 from common import keys
+
+if TYPE_CHECKING:
+    from common.settings import Settings
+    from producer import SweepSpec
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -95,3 +101,19 @@ def wait_drained(client: redis.Redis, queues: list[str], timeout_s: float = 600.
             return time.monotonic()
         time.sleep(0.02)
     raise TimeoutError("queues did not drain")
+
+
+def sweep_on_farm(spec: SweepSpec, settings: Settings) -> tuple[list[dict[str, Any]], float]:
+    """Run ``spec`` through the run API on workers already started; returns its rows (as
+    written to rows.jsonl) and the seconds from the first job's enqueue to the last job's end.
+
+    The wall comes from the rows' own clocks rather than around the call: the call also opens
+    the retriever, checks the endpoints, follows at its poll interval and writes the summary,
+    none of which a jobs/s figure is about."""
+    from producer import run_sweep
+
+    result = run_sweep(spec, settings=settings)
+    rows = [json.loads(line) for line in result.rows_path.read_text().splitlines() if line.strip()]
+    started = [r for r in rows if r["started_at"] is not None]
+    enqueued = min(r["started_at"] - (r["timings"]["queue_wait_ms"] or 0.0) / 1000 for r in started)
+    return rows, max(r["finished_at"] or r["started_at"] for r in started) - enqueued

@@ -13,14 +13,20 @@ throughput.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from bench.perf.farmkit import bench_redis_url, farm_env, flush, wait_drained, workers
+from bench.perf.farmkit import (
+    bench_redis_url,
+    farm_env,
+    flush,
+    sweep_on_farm,
+    wait_drained,
+    workers,
+)
 
 
 def _cpu_s(pids: list[int]) -> float:
@@ -82,13 +88,10 @@ def main() -> None:
 
     from bench.perf.noop_app import NOOP_TASK
     from common import keys
-    from common.jobs import expand_jobs
     from common.models import ALL_MODES, Question
-    from common.policy import Policy
     from common.settings import Settings
     from ops.sim.launch import start_simulator
-    from producer.store import ProducerStore
-    from producer.sweep import enqueue_jobs, make_manifest
+    from producer import SweepSpec
     from worker.celery_app import configure_app
     from worker.retrieval import ensure_default_index
 
@@ -113,7 +116,8 @@ def main() -> None:
                 noop.apply_async(args=[{}], queue=(keys.RETRIEVE.queue, keys.GENERATE.queue)[i % 2])
             wait_drained(client, queues)
 
-            # Baseline: no-op tasks spread over the same two workers' queues.
+            # Baseline: no-op tasks spread over the same two workers' queues. Bare Celery tasks,
+            # not a run, so sent by hand: the run API has nothing to say about them.
             t0 = time.monotonic()
             with app.producer_or_acquire() as producer, producer.batch(1000):
                 for i in range(args.noops):
@@ -126,27 +130,17 @@ def main() -> None:
             words = ["Beatles", "France", "photosynthesis", "Hamlet", "jazz",
                      "Napoleon", "DNA", "Amazon River", "Mona Lisa", "atom"]
             questions = [Question(id=f"q{i}", text=f"What is known about {w}?") for i, w in enumerate(words)]
-            policy = Policy()
-            manifest = make_manifest(
-                run_id="orch", question_file="<bench>", question_file_digest="-", n_questions=10,
-                modes=list(ALL_MODES), n=per, policy=policy, model=settings.model,
-                endpoints=[sim.url], simulated=True, retriever="embedded", index_version=None,
-                corpus=None, eager=False, use_cache=False,
-            )
-            ProducerStore(client).put_manifest(manifest)
-            jobs = list(expand_jobs("orch", questions, list(ALL_MODES), per, policy,
-                                    model=settings.model, use_cache=False))
             watched = _process_tree([p.pid for p in procs]) | {
                 "simulator": [sim.pid], "redis-server": _pids_named("redis-server")}
             cpu0 = {k: _cpu_s(v) for k, v in watched.items()}
-            t2 = time.monotonic()
-            enqueue_jobs(app, jobs, bundle_size=bundle)
-            while client.hlen(keys.rows_key("orch")) < len(jobs):
-                time.sleep(0.02)
-            t3 = time.monotonic()
-            cpu_ms = {k: (_cpu_s(v) - cpu0[k]) * 1000 / len(jobs) for k, v in watched.items()}
-            pipeline_rate = len(jobs) / (t3 - t2)
-            rows = [json.loads(v) for v in client.hvals(keys.rows_key("orch"))]
+            # Through the run API, as qfarm sweep runs it; the Redis CPU now includes its follower's polls.
+            rows, wall = sweep_on_farm(
+                SweepSpec(questions=questions, modes=ALL_MODES, n=per, use_cache=False),
+                settings.model_copy(update={"bundle_size": bundle, "index_path": index,
+                                            "results_dir": tmp / "results"}),
+            )
+            cpu_ms = {k: (_cpu_s(v) - cpu0[k]) * 1000 / len(rows) for k, v in watched.items()}
+            pipeline_rate = len(rows) / wall
             errors = sum(1 for r in rows if r["error"])
             stage_ms = {k: statistics.fmean(r["timings"][k] or 0.0 for r in rows)
                         for k in ("retrieval_ms", "llm_ms", "verify_ms", "total_ms")}
@@ -155,7 +149,7 @@ def main() -> None:
     print("orchestration benchmark (simulated LLM at zero latency; same Redis and workers for "
           "baseline and pipeline: " + "; ".join(f"{n} -Q {q} -P {p} -c {c}" for n, q, p, c in spec) + ")")
     print(f"noop_tasks={args.noops} noop_tasks_per_s={noop_rate:.1f}")
-    print(f"pipeline_jobs={len(jobs)} bundle_size={bundle} tasks_per_bundle=3 "
+    print(f"pipeline_jobs={len(rows)} bundle_size={bundle} tasks_per_bundle=3 "
           f"pipeline_jobs_per_s={pipeline_rate:.1f} "
           f"error_rows={errors}")
     print("CPU per pipeline job (ms): " + " ".join(f"{k}={v:.2f}" for k, v in cpu_ms.items())

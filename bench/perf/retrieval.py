@@ -10,7 +10,8 @@ ranking and of the naive index on the independent held-out questions
 (``bench/questions/independent_heldout.jsonl``) print side by side; bars:
 qfarm's p50 <= 1.5x the naive p50. OpenSearch: build, latency and top-1
 parity with embedded on a local osmem-server, an in-memory stand-in, NOT a
-cluster figure. The last line is ``query_p50_ms=<embedded p50>``.
+cluster figure. The last line is ``query_p50_ms=<embedded p50>``. Retrieval
+alone, called directly: a run through ``producer.run_sweep`` would add the rest.
 
     python -m bench.perf.retrieval [--questions 1000] [--no-opensearch]
 """

@@ -31,9 +31,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from common import keys
 from common.errors import ServiceError
 from common.models import Evidence, Mode, Sampling
 from common.policy import Policy
@@ -130,7 +129,10 @@ def make_items(n: int, *, greedy: bool, seed: int = 7) -> list[Item]:
 def drive_thread_pool(
     urls: Sequence[str], items: Sequence[Item], concurrency: int, settings: dict[str, object]
 ) -> RunResult:
-    """Many threads calling one gateway, as a Celery ``threads`` worker does."""
+    """Many threads calling one gateway, as a Celery ``threads`` worker does.
+
+    The generate stage alone, so not through the run API: a sweep would add retrieval,
+    verification and queues to what this driver isolates."""
     gw = open_gateway(Settings(llm_endpoints=",".join(urls), **settings))  # type: ignore[arg-type]
     by_endpoint: Counter[str] = Counter()
     errors = tokens = 0
@@ -171,36 +173,25 @@ def drive_farm(
     README's sizing rule) and the gateway caps what is in flight per endpoint. As many
     jobs as ``items``, but real questions from ``bench/questions/general.jsonl`` through
     real retrieval and verification."""
-    import json
     import tempfile
     from pathlib import Path
 
-    from bench.perf.farmkit import REPO, bench_redis_url, farm_env, flush, workers
-    from common.jobs import expand_jobs
+    from bench.perf.farmkit import REPO, bench_redis_url, farm_env, flush, sweep_on_farm, workers
     from common.models import ALL_MODES
-    from producer.store import ProducerStore
-    from producer.sweep import enqueue_jobs, load_questions, make_manifest
-    from worker.celery_app import configure_app
+    from producer import QuestionSet, SweepSpec
     from worker.retrieval import ensure_default_index
 
     tmp = Path(tempfile.mkdtemp(prefix="qfarm-sat-"))
     index = ensure_default_index(Settings(data_dir=tmp / "data"), progress=False)
-    questions, digest = load_questions(REPO / "bench/questions/general.jsonl")
-    n = -(-len(items) // (len(questions) * len(ALL_MODES)))
+    every = QuestionSet.from_file(REPO / "bench/questions/general.jsonl")
+    n = -(-len(items) // (len(every.questions) * len(ALL_MODES)))
+    # A sweep is questions x modes x n: as few questions as reach len(items) jobs (a few more at most).
+    questions = replace(every, questions=every.questions[: -(-len(items) // (len(ALL_MODES) * n))])
     # Greedy items ask for temperature 0, the only setting at which prompts can share a batch.
     policy = Policy(temperature=items[0][1].temperature) if items else Policy()
-    jobs = list(expand_jobs("sat", questions, list(ALL_MODES), n, policy, model="m",
-                            use_cache=False))[: len(items)]
     client = flush()
     env = farm_env(QFARM_LLM_ENDPOINTS=",".join(urls), QFARM_INDEX_PATH=str(index),
                    **{f"QFARM_{k.upper()}": str(v) for k, v in settings.items()})
-    app = configure_app(Settings(redis_url=bench_redis_url()))
-    manifest = make_manifest(
-        run_id="sat", question_file="general.jsonl", question_file_digest=digest,
-        n_questions=len(questions), modes=list(ALL_MODES), n=n, policy=policy, model="m",
-        endpoints=list(urls), simulated=True, retriever="embedded", index_version=None,
-        corpus=None, eager=False, use_cache=False,
-    )
     bundle = min(Settings().bundle_size, concurrency)
     threads = 1 if concurrency == 1 else -(-2 * concurrency // bundle)  # serial: one at a time
     env["QFARM_BUNDLE_SIZE"] = str(bundle)
@@ -208,13 +199,11 @@ def drive_farm(
             ("sat-gpu", "generate", "threads", threads)]
     print(f"farm: generate worker -P threads -c {spec[1][3]}, bundles of {bundle} jobs", flush=True)
     with workers(env, spec, tmp):
-        ProducerStore(client).put_manifest(manifest)
-        t0 = time.perf_counter()
-        enqueue_jobs(app, jobs, bundle_size=bundle)
-        while client.hlen(keys.rows_key("sat")) < len(jobs):
-            time.sleep(0.05)
-        wall = time.perf_counter() - t0
-    rows = [json.loads(v) for v in client.hvals(keys.rows_key("sat"))]
+        rows, wall = sweep_on_farm(
+            SweepSpec(questions=questions, modes=ALL_MODES, n=n, policy=policy, use_cache=False),
+            Settings(redis_url=bench_redis_url(), llm_endpoints=",".join(urls), index_path=index,
+                     results_dir=tmp / "results", bundle_size=bundle),
+        )
     client.flushdb()
     ok = [r for r in rows if not r["error"]]
     by_endpoint: Counter[str] = Counter(r["endpoint"] or "?" for r in ok)

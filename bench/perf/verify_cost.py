@@ -19,6 +19,8 @@ Two regimes are timed per answer:
 The baseline, timed in the same run on the same rows, is the cost of
 normalizing and tokenizing the row's evidence once, uncached; the ratio says
 how many such passes a verification costs. The last line is the cold median.
+The verifier alone, called directly: a run through ``producer.run_sweep`` would
+add retrieval and generation to the figure.
 """
 
 from __future__ import annotations

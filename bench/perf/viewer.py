@@ -3,7 +3,7 @@
 Prints the one-off index build and the per-request figures (filter + page,
 row page, run page) against a baseline measured in the same run: one plain
 pass of ``json.loads`` over the file, what a viewer without an index would pay
-on every request.
+on every request. The viewer alone, over a generated rows file: no run is involved.
 
     .venv/bin/python -m bench.perf.viewer [--rows 100000]
 """

@@ -68,5 +68,6 @@ def _print(row: Row, record: JobRecord | None, *, as_json: bool) -> None:
             a = record.answerability
             print(f"  ! answerability: the answer denies evidence that may hold it "
                   f"({a.confidence_class}, {a.candidate_count} candidates)")
-    else:  # cache hit: the verdict was computed in an earlier run
-        print(f"{row.label} · via {row.mode.value} · cached  {row.n_verified}/{row.n_claims}")
+    elif row.grading is not None:  # cache hit: the verdict was computed in an earlier run
+        g = row.grading
+        print(f"{g.label} · via {row.mode.value} · cached  {g.n_verified}/{g.n_claims}")

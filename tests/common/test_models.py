@@ -16,7 +16,9 @@ from common.models import (
     Question,
     Retrieval,
     Usage,
+    Verdict,
     Verification,
+    ViolationKind,
 )
 from common.policy import build_policy
 from common.rows import build_row
@@ -98,3 +100,40 @@ def test_queue_message_rebuilds_the_same_job():
     wire = json.loads(json.dumps(ref.model_dump(mode="json", exclude_none=True)))
     assert job_from_ref(type(ref).model_validate(wire), manifest) == job
     assert len(json.dumps(wire)) < 300
+
+
+ROW_KEYS = [
+    "schema_version", "run_id", "job_id", "question", "question_id", "mode", "sample_index",
+    "verdict", "label", "ratio", "n_claims", "n_verified", "violation_kinds", "format_collapsed",
+    "answer_brackets", "answer_pointer_count", "answer_chars_with_brackets",
+    "raw_meaningful_line_count", "quote_match_layers", "question_scope", "quantifier_intensity",
+    "quantifier_matched_token", "quantifier_explicit_count", "scope_bound_hint",
+    "claim_cap_applied", "claim_cap_profile", "claim_cap_enforced", "model_profile_id", "model",
+    "endpoint", "simulated", "retriever", "index_version", "evidence_ids", "top_doc_titles",
+    "top_scores", "answerability", "gold_in_claims", "gold_in_evidence", "gold_evidence_rank",
+    "article_in_evidence", "article_rank", "verifier_policy_hash", "governance_policy_hash",
+    "cache_hit", "attempts", "error", "timings", "usage", "worker", "started_at", "finished_at",
+    "answer", "finish_reason", "truncated", "max_tokens_effective",
+]
+
+
+def test_a_row_dumps_its_verification_flat_in_the_rows_key_order():
+    kinds = (ViolationKind.FORMAT_COLLAPSED, ViolationKind.LAZY_ANCHOR_DEMOTE, ViolationKind.FORMAT_COLLAPSED)
+    ver = Verification(verdict=Verdict.HYBRID, n_claims=2, violation_kinds=kinds, gold_in_claims=True)
+    row = build_row(a_record().model_copy(update={"verification": ver}))
+    dumped = json.loads(row.model_dump_json())
+    assert list(dumped) == ROW_KEYS
+    assert (dumped["verdict"], dumped["n_claims"], dumped["gold_in_claims"]) == ("HYBRID", 2, True)
+    assert dumped["violation_kinds"] == sorted({k.value for k in kinds})
+    assert row.model_dump(mode="json") == dumped
+    assert type(row).model_validate(dumped) == row  # read back (the cache path) into its parts
+
+
+def test_an_unverified_row_writes_its_verification_keys_empty():
+    row = build_row(a_record().model_copy(update={"verification": None, "error": "llm: down"}))
+    dumped = json.loads(row.model_dump_json())
+    assert list(dumped) == ROW_KEYS
+    assert dumped["violation_kinds"] == []
+    assert all(dumped[k] is None for k in ("verdict", "ratio", "quote_match_layers", "article_rank"))
+    again = type(row).model_validate(dumped)
+    assert again.grading is None and again.gold is None and again == row

@@ -72,7 +72,7 @@ def completions_seen(sim) -> int:
 def test_a_job_runs_every_stage_and_fills_its_row(sim, retriever, gateway):
     row = run_job(make_job("Who were all the members of the Beatles?"), retriever, gateway)
     assert row.error is None
-    assert row.verdict in set(Verdict)
+    assert row.grading is not None and row.grading.verdict in set(Verdict)
     assert row.evidence_ids[0] == "E1" and "The Beatles" in row.top_doc_titles[:3]
     assert row.endpoint == sim.url and row.simulated is True
     assert row.usage.completion_tokens and row.usage.prompt_tokens
@@ -85,8 +85,9 @@ def test_reject_broad_decides_before_retrieval_and_sends_no_model_request(sim, r
     sim.reset()
     job = make_job("Tell me everything you know about volcanoes.", quantifier_reject_broad=True)
     row = run_job(job, retriever, gateway)
-    assert row.verdict is Verdict.UNGROUNDED and row.label.value == "BROAD-REJECTED"
-    assert row.violation_kinds == ["BROAD_QUANTIFIER_REJECTED"]
+    assert row.grading is not None
+    assert row.grading.verdict is Verdict.UNGROUNDED and row.grading.label.value == "BROAD-REJECTED"
+    assert row.model_dump(mode="json")["violation_kinds"] == ["BROAD_QUANTIFIER_REJECTED"]
     assert row.answerability is None and row.evidence_ids == []
     assert completions_seen(sim) == 0
 
@@ -95,7 +96,7 @@ def test_a_bounded_universal_is_not_rejected(sim, retriever, gateway):
     sim.reset()
     job = make_job("Who were all the members of the Beatles?", quantifier_reject_broad=True)
     row = run_job(job, retriever, gateway)
-    assert "BROAD_QUANTIFIER_REJECTED" not in row.violation_kinds
+    assert "BROAD_QUANTIFIER_REJECTED" not in row.model_dump(mode="json")["violation_kinds"]
     assert completions_seen(sim) == 1
 
 
@@ -109,7 +110,7 @@ def test_an_unreachable_endpoint_becomes_a_row_with_its_error(retriever):
     finally:
         gw.close()
     assert row.error and row.error.startswith("llm:")
-    assert row.verdict is None and row.attempts >= 1
+    assert row.grading is None and row.attempts >= 1
 
 
 @pytest.mark.parametrize("answer", ["", "   \n", '{"claims": [', "no format at all " * 50])
@@ -122,7 +123,7 @@ def test_empty_truncated_or_unformatted_replies_are_rows_not_exceptions(retrieve
 
     for mode in Mode:
         row = run_job(make_job("What is jazz?", mode=mode), retriever, Canned())
-        assert row.error is None and row.verdict is not None
+        assert row.error is None and row.grading is not None
 
 
 def test_streaming_records_time_to_first_token_in_the_row(sim, retriever):
