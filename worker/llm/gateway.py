@@ -59,7 +59,7 @@ from common.errors import (
     UnfinishedChoiceError,
 )
 from common.models import Generation, Sampling, Usage
-from common.settings import Settings
+from common.settings import Settings, api_keys_by_endpoint
 from worker.llm.balancer import Balancer, EndpointState
 from worker.llm.batcher import BatchItem, MicroBatcher
 from worker.llm.client import FINISHED_OK, Choice, LLMClient, Reply, Target
@@ -94,27 +94,6 @@ def batch_size_for(settings: Settings) -> int:
     return size
 
 
-def parse_api_keys(raw: str | None, endpoints: list[str]) -> dict[str, str]:
-    """``URL=KEY,URL=KEY`` → {url: key}. Errors name the entry's position, never its text."""
-    keys: dict[str, str] = {}
-    if not raw:
-        return keys
-    for pos, entry in enumerate((e for e in raw.split(",") if e.strip()), start=1):
-        url, sep, key = entry.strip().partition("=")
-        url = url.strip().rstrip("/")
-        if not sep or not url or not key:
-            raise ConfigError(
-                f"QFARM_LLM_API_KEYS: entry {pos} is not URL=KEY "
-                "(e.g. http://gpu1:8000=KEY1,http://gpu2:8000=KEY2)"
-            )
-        if url not in endpoints:
-            raise ConfigError(
-                f"QFARM_LLM_API_KEYS: entry {pos} names {url}, which is not in QFARM_LLM_ENDPOINTS"
-            )
-        keys[url] = key.strip()
-    return keys
-
-
 def build_targets(settings: Settings) -> list[Target]:
     endpoints = settings.endpoints
     if not endpoints:
@@ -128,7 +107,7 @@ def build_targets(settings: Settings) -> list[Target]:
             raise ConfigError(
                 f"QFARM_LLM_ENDPOINTS: {url!r} is not an http(s) base URL; write e.g. http://{url}"
             )
-    keys = parse_api_keys(
+    keys = api_keys_by_endpoint(
         settings.llm_api_keys.get_secret_value() if settings.llm_api_keys else None, endpoints
     )
     default = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
