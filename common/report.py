@@ -125,11 +125,11 @@ def _header(
         ("cache hits", str(stats.cache_hits)),
     ]
     out += md_table(["run", ""], [[k, v] for k, v in facts])
-    out += _warnings(man, stats, status)
+    out += run_warnings(man, stats, status)
     return out
 
 
-def _warnings(man: Manifest, stats: RunStats, status: str | None = None) -> list[str]:
+def run_warnings(man: Manifest, stats: RunStats, status: str | None = None) -> list[str]:
     notes: list[str] = []
     if status == "cancelled" and stats.rows < man.n_jobs:
         notes.append(

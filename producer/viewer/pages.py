@@ -22,7 +22,7 @@ from urllib.parse import quote, urlencode
 from common.compare import Comparison, compare_runs
 from common.errors import InputError
 from common.models import Manifest, ViolationKind
-from common.report import GOLD_COLUMNS, _warnings, fmt_ms, fmt_num, fmt_pct, fmt_time, gold_cells
+from common.report import GOLD_COLUMNS, fmt_ms, fmt_num, fmt_pct, fmt_time, gold_cells, run_warnings
 from common.runstats import STAGES
 from common.vocab import Verdict
 from producer.reports import DELTA_PLOT, LATENCY_PLOT, MANIFEST, STRICT_PLOT, check_floor
@@ -236,7 +236,7 @@ class Viewer:
         ]
         out = [f"<h1>Run {h(run_id)}{_badge(manifest)}</h1>",
                _table(["", ""], ([h(k), v] for k, v in facts), cls="facts")]
-        notes = [line[2:] for line in _warnings(manifest, stats, state or None)
+        notes = [line[2:] for line in run_warnings(manifest, stats, state or None)
                  if line.startswith("- ")]
         if notes:
             out.append('<div class="warn"><b>Warnings</b><ul>'
