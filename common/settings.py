@@ -85,6 +85,14 @@ class Settings(BaseSettings):
     es_shards: int = 1  # primary shards of a new passages index (qfarm index)
     es_replicas: int = 0  # replicas once a new passages index is filled
 
+    def api_key_for(self, url: str) -> str | None:
+        """The key sent to endpoint ``url``: its QFARM_LLM_API_KEYS entry, else QFARM_LLM_API_KEY."""
+        keys = api_keys_by_endpoint(
+            self.llm_api_keys.get_secret_value() if self.llm_api_keys else None, self.endpoints
+        )
+        default = self.llm_api_key.get_secret_value() if self.llm_api_key else None
+        return keys.get(url, default)
+
     @field_validator("llm_endpoints")
     @classmethod
     def _strip_endpoints(cls, value: str) -> str:

@@ -79,8 +79,8 @@ def configured_endpoints(settings: Settings) -> Iterator[Endpoints]:
             "no LLM endpoints: set QFARM_LLM_ENDPOINTS (or Settings(llm_endpoints=...)) to base "
             "URLs such as http://gpu1:8000; start a simulator with `qfarm sim --port 8000`"
         )
-    key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
-    probe = probe_endpoints(settings.endpoints, api_key=key)
+    probe = probe_endpoints(settings.endpoints, api_keys={
+        url: settings.api_key_for(url) for url in settings.endpoints})
     yield Endpoints(urls=settings.endpoints, simulated=probe.simulated)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import httpx
@@ -17,20 +18,32 @@ class ProbeResult:
 
 
 def probe_endpoints(
-    endpoints: list[str], *, api_key: str | None = None, timeout_s: float = 5.0
+    endpoints: list[str], *, api_keys: Mapping[str, str | None] | None = None,
+    timeout_s: float = 5.0,
 ) -> ProbeResult:
-    """The endpoints that answer /v1/models (and whether they are the simulator); raise if none."""
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    """The endpoints that answer /v1/models (and whether they are the simulator); raise if none.
+
+    ``api_keys`` maps an endpoint to the key the gateway will send it (per-endpoint keys
+    differ when the endpoints sit behind different proxies).
+    """
     alive: list[str] = []
     simulated: bool | None = None
     problems: list[str] = []
-    with httpx.Client(timeout=timeout_s, headers=headers) as client:
+    with httpx.Client(timeout=timeout_s) as client:
         for url in endpoints:
+            key = (api_keys or {}).get(url)
+            headers = {"Authorization": f"Bearer {key}"} if key else {}
             try:
-                resp = client.get(f"{url}/v1/models")
+                resp = client.get(f"{url}/v1/models", headers=headers)
             except httpx.HTTPError as exc:
                 problems.append(f"{url} unreachable ({type(exc).__name__})")
                 continue
+            if resp.status_code in (401, 403):
+                # Every job would fail with the same refusal: a configuration error, said now.
+                raise ConfigError(
+                    f"{url} refused the API key ({resp.status_code}): set its key in "
+                    "QFARM_LLM_API_KEYS (URL=KEY,...) or QFARM_LLM_API_KEY"
+                )
             if resp.status_code >= 500:
                 problems.append(f"{url} answered {resp.status_code}")
                 continue
