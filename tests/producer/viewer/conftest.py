@@ -140,6 +140,12 @@ def real_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
+def real_rows(real_index: Path) -> Callable[..., tuple[Manifest, list[Row]]]:
+    """``make_rows`` on the module's index."""
+    return lambda run_id, answers=None: make_rows(run_id, real_index, answers)
+
+
+@pytest.fixture
 def real_run(tmp_path: Path, real_index: Path) -> Callable[..., Path]:
     """Write a real run into ``tmp_path/results``; returns its directory."""
 
