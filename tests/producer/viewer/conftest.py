@@ -5,6 +5,7 @@ answers written here instead of a model's, so each row's verdict and spans are k
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -63,10 +64,6 @@ CASES: list[tuple[str, str, Mode, str]] = [
         "claims": [{"claim": "The Beatles were a rock band from Liverpool.",
                     "evidence": ["{beatles}"], "warrant": "an English rock band"}]})),
 ]
-CHANGED = {  # run B's answers where they differ from run A's: verdicts that change
-    ("q2", Mode.CLAIM_LATTICE_POINTER): "Marie Curie discovered the Rhine. [{everest}]",
-    ("q1", Mode.QUOTE): '"The Seine is the longest river in Europe" [{seine}]',
-}
 
 
 def build_index(root: Path) -> Path:
@@ -114,7 +111,7 @@ def make_rows(
             template = (answers or {}).get((qid, mode), template)
             job = next(iter(expand_jobs(run_id, [Question(id=qid, text=text)], [mode], 1, policy,
                                         model="m", keep_answers=True)))
-            record = preflight_stage(JobRecord(job=job, started_at=0.0))
+            record = preflight_stage(JobRecord(job=job, started_at=time.time()))
             [record] = retrieval_stage([record], retriever)
             evidence = record.retrieval.evidence if record.retrieval else ()
             gen = Generation(text=_answer(template, evidence), endpoint="http://sim", simulated=True)
