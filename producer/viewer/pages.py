@@ -264,7 +264,11 @@ class Viewer:
             ("finished", h(fmt_time(status.get("finished_at") or stats.last_finished))),
             ("answers kept", "yes" if manifest.keep_answers else "no (run with --keep-answers)"),
         ]
-        out = [f"<h1>Run {h(run_id)}{_badge(manifest)}</h1>",
+        in_redis = status.get("source") == "redis"
+        if in_redis:
+            facts.append(("read from", "Redis: this run has no directory in "
+                          f"{h(self.results_dir)} (yet)"))
+        out = [f"<h1>Run {h(run_id)}{_badge(manifest)}{REDIS_BADGE if in_redis else ''}</h1>",
                _table(["", ""], ([h(k), v] for k, v in facts), cls="facts")]
         notes = [line[2:] for line in run_warnings(manifest, stats, state or None)
                  if line.startswith("- ")]
@@ -279,7 +283,10 @@ class Viewer:
         plots = [p for p in (STRICT_PLOT, LATENCY_PLOT) if (self.results_dir / run_id / p).is_file()]
         out.append("<h2>Plots</h2>" + ("".join(
             f'<img src="/runs/{h(quote(run_id))}/files/{p}" alt="{p}">' for p in plots)
-            or f"<p class=note>No plots yet: <code>qfarm report {h(run_id)}</code> draws them.</p>"))
+            or (f"<p class=note>No plots yet: <code>qfarm report {h(run_id)}</code> draws them.</p>"
+                if not in_redis else
+                "<p class=note>No plots: they are drawn into the run's directory, which the "
+                "run's follower writes.</p>")))
         return _page(f"run {run_id}", "".join(out))
 
     def _mode_section(self, run_id: str, stats: Any, modes: list[str]) -> list[str]:

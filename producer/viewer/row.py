@@ -234,6 +234,8 @@ def render_row(run_id: str, pos: int, row: Mapping[str, Any], manifest: Manifest
         mode = str(row.get("mode"))
         spans = {n: claim_spans(c, blocks, mode=mode)
                  for n, c in enumerate(rr.verification.claims, start=1)}
+        # JSON answers cite in an "evidence" list, not with [E#] pointers
+        cited.update(i for c in rr.verification.claims for i in c.evidence_ids)
         out.append(_claims(rr.verification, spans, blocks))
     kinds = list(row.get("violation_kinds") or [])
     if kinds:

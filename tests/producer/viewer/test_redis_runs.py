@@ -65,7 +65,7 @@ def test_run_rows_and_row_pages_read_a_redis_only_run(
     rows = put_run(store, real_rows, RUN, 9)
     viewer = Viewer(tmp_path, store, index_path=real_index)
     run_html = get(viewer, f"/runs/{RUN}")
-    assert "9/9" in run_html and ">complete<" in run_html
+    assert "9/9" in run_html and ">complete<" in run_html and "has no directory in" in run_html
     link = re.search(r'<a href="([^"]*kind=CITATION_MISMATCH[^"]*)">CITATION_MISMATCH 1</a>',
                      run_html)
     assert link, "the violation count links to its rows"

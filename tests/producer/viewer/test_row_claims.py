@@ -117,6 +117,7 @@ def test_each_mode_marks_the_span_its_rule_matched(
     viewer, run_dir = run
     html = page(viewer, "run-real", position(rows_of(run_dir), qid, mode))
     assert f'title="claim 1: {how} match"' in html
+    assert '<div class="evidence cited" id="ev-E1">' in html  # cited, in every mode
     assert [(cls, text) for block, cls, text in marks(html) if block and cls == "hl"] == [
         ("hl", span)]
     assert 'id="reproduced"' in html
