@@ -101,6 +101,10 @@ class Viewer:
             return _page("not found", f"<h1>Not found</h1><p>{h(exc)}</p>", status=404)
         except InputError as exc:
             return _page("bad request", f"<h1>Bad request</h1><p>{h(exc)}</p>", status=400)
+        except REDIS_ERRORS as exc:  # Redis went away while a page of a Redis-only run was read
+            self.redis.failed(exc)
+            return _page("Redis unavailable", f"<h1>Redis unavailable</h1><p>{h(self.redis.note)}"
+                         '</p><p><a href="/">runs on disk</a></p>', status=503)
 
     def _route(self, parts: list[str], q: Mapping[str, str]) -> Response:
         match parts:

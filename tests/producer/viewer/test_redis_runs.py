@@ -9,6 +9,7 @@ from pathlib import Path
 
 import fakeredis
 import pytest
+import redis
 
 from common.models import Row
 from producer.store import ProducerStore
@@ -118,7 +119,16 @@ def test_redis_going_down_mid_session_is_a_note_not_an_error(
 ) -> None:
     put_run(store, real_rows, RUN, 3)
     viewer = Viewer(tmp_path, store)
-    assert f'href="/runs/{RUN}"' in get(viewer, "/")
+    assert f'href="/runs/{RUN}"' in get(viewer, "/")  # the run's rows are indexed from here on
+
+    def gone(*_: object) -> None:
+        raise redis.ConnectionError("Connection reset by peer")
+
+    with pytest.MonkeyPatch.context() as mp:  # Redis fails between reading the run and its row
+        mp.setattr(store, "rows_for", gone)
+        resp = viewer.handle(f"/runs/{RUN}/rows/1", {})
+    assert resp.status == 503 and b"not reachable" in resp.body and b"runs on disk" in resp.body
+    viewer = Viewer(tmp_path, store)
     store.client.connection_pool.connection_kwargs["server"].connected = False  # fakeredis: down
     html = get(viewer, "/")
     assert "not reachable" in html and f'href="/runs/{RUN}"' not in html
