@@ -63,8 +63,11 @@ STAGES = (INTERACTIVE, *SWEEP_STAGES)
 QUEUES = tuple(stage.queue for stage in STAGES)
 
 
+_RUN_PREFIX = f"{PREFIX}:run:"
+
+
 def _run_key(run_id: str, part: str) -> str:
-    return f"{PREFIX}:run:{run_id}:{part}"
+    return f"{_RUN_PREFIX}{run_id}:{part}"
 
 
 def manifest_key(run_id: str) -> str:
@@ -106,6 +109,14 @@ def detail_key(run_id: str, job_id: str) -> str:
 def run_pattern(part: str) -> str:
     """A SCAN/KEYS pattern matching ``part`` of every run (e.g. "rows")."""
     return _run_key("*", part)
+
+
+def run_id_of(key: str, part: str) -> str | None:
+    """The run id in a key that ``run_pattern(part)`` matched, None for any other key."""
+    head, tail = _RUN_PREFIX, f":{part}"
+    if key.startswith(head) and key.endswith(tail) and len(key) > len(head) + len(tail):
+        return key[len(head) : -len(tail)]
+    return None
 
 
 def cache_key(digest: str) -> str:

@@ -342,6 +342,9 @@ class Row(Frozen):
     evidence_ids: list[str] = Field(default_factory=list)
     top_doc_titles: list[str] = Field(default_factory=list)
     top_scores: list[float] = Field(default_factory=list)
+    # The shown blocks' passage ids in the index (chunk ids, E1 first): the viewer reads
+    # their text back by id and re-runs the verifier, so rows need not carry the text.
+    evidence_passage_ids: list[str] = Field(default_factory=list)
     answerability: AnswerabilitySummary | None = None
     gold: GoldCheck | None = None  # with grading; flat in the JSON
     verifier_policy_hash: str | None = None

@@ -71,6 +71,7 @@ def build_row(record: JobRecord) -> Row:
         evidence_ids=[e.id for e in evidence],
         top_doc_titles=list(dict.fromkeys(e.title for e in evidence))[:5],
         top_scores=[round(e.score, 4) for e in evidence],
+        evidence_passage_ids=[e.chunk_id for e in evidence],
         answerability=summarize_answerability(record.answerability),
         gold=_part(GoldCheck, ver),
         verifier_policy_hash=verifier_policy_hash(job.policy),

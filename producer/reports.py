@@ -65,10 +65,11 @@ def iter_rows(rows_path: Path, start: int = 0) -> Iterator[RowLine]:
         for lineno, raw in enumerate(fh, start=1):
             at, offset = offset, offset + len(raw)
             if raw.strip():
-                yield RowLine(at, offset, lineno, _parse_row(raw), raw.endswith(b"\n"))
+                yield RowLine(at, offset, lineno, parse_row(raw), raw.endswith(b"\n"))
 
 
-def _parse_row(raw: bytes) -> dict[str, Any] | None:
+def parse_row(raw: bytes) -> dict[str, Any] | None:
+    """One row's JSON (a rows.jsonl line or a Redis rows-hash value), None if unreadable."""
     try:
         row = json.loads(raw.decode("utf-8", errors="replace"))
     except json.JSONDecodeError:
@@ -80,7 +81,7 @@ def read_row_at(rows_path: Path, offset: int) -> dict[str, Any] | None:
     """The row that starts at byte ``offset`` (from ``iter_rows``), or None if unreadable."""
     with rows_path.open("rb") as fh:
         fh.seek(offset)
-        return _parse_row(fh.readline())
+        return parse_row(fh.readline())
 
 
 def read_stats(rows_path: Path) -> RunStats:

@@ -91,6 +91,16 @@ class ProducerStore:
     def has_manifest(self, run_id: str) -> bool:
         return bool(self.client.exists(keys.manifest_key(run_id)))
 
+    def manifest_run_ids(self, batch: int = 500) -> list[str]:
+        """Every run that has a manifest in Redis, found by SCAN (never KEYS: it blocks
+        the server), so runs written by another host's producer are found too."""
+        found: list[str] = []
+        for key in self.client.scan_iter(match=keys.run_pattern("manifest"), count=batch):
+            run_id = keys.run_id_of(key.decode(errors="replace"), "manifest")  # type: ignore[union-attr]
+            if run_id is not None:
+                found.append(run_id)
+        return sorted(set(found))
+
     def run_ids(self, limit: int = 20) -> list[str]:
         runs: list[bytes] = self.client.zrevrange(keys.RUNS_KEY, 0, limit - 1)  # type: ignore[assignment]
         return [r.decode() for r in runs]

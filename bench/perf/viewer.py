@@ -5,7 +5,12 @@ row page, run page) against a baseline measured in the same run: one plain
 pass of ``json.loads`` over the file, what a viewer without an index would pay
 on every request. The viewer alone, over a generated rows file: no run is involved.
 
-    .venv/bin/python -m bench.perf.viewer [--rows 100000]
+With ``--real-run RUN_DIR`` (a run made with ``--keep-answers``) it also times
+every row page of that run with re-verification (passages read from the
+embedded index of the settings, the verifier and the sidecar run again)
+against the same pages without an index, and counts the rows reproduced.
+
+    .venv/bin/python -m bench.perf.viewer [--rows 100000] [--real-run RUN_DIR]
 """
 
 from __future__ import annotations
@@ -103,7 +108,11 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--real-run", type=Path, default=None,
+                        help="also time the re-verified row pages of this run directory")
     args = parser.parse_args()
+    if args.real_run is not None:
+        time_reverified_rows(args.real_run)
     with tempfile.TemporaryDirectory() as tmp:
         n_questions = max(1, args.rows // 6)
         run_dir = write_synthetic_run(Path(tmp), "bench-run", n_questions)
@@ -139,6 +148,25 @@ def main() -> None:
             assert viewer.handle(path, query).status == 200, name
             t = _best(lambda p=path, q=query: viewer.handle(p, q))
             print(f"{name:<44} {t * 1000:8.1f} ms  ({t / baseline:.3f}× baseline)")
+
+
+def time_reverified_rows(run_dir: Path) -> None:
+    """Row pages of a real run, with and without re-verification, measured in the same run."""
+    from common.settings import load_settings
+
+    index = load_settings().embedded_index_path()
+    n = sum(1 for _ in (run_dir / "rows.jsonl").open())
+    plain = Viewer(run_dir.parent, index_path=None)
+    again = Viewer(run_dir.parent, index_path=index)
+    paths = [f"/runs/{run_dir.name}/rows/{i}" for i in range(n)]
+    reproduced = sum(b'id="reproduced"' in again.handle(p, {}).body for p in paths)
+    base = _best(lambda: [plain.handle(p, {}) for p in paths], 3) / n
+    with_index = _best(lambda: [again.handle(p, {}) for p in paths], 3) / n
+    print(f"real run {run_dir.name}: {n} rows, {reproduced} reproduced by re-verification "
+          f"(index {index})")
+    print(f"row page without an index (baseline)         {base * 1000:8.2f} ms")
+    print(f"row page re-verified from the index          {with_index * 1000:8.2f} ms"
+          f"  ({with_index / base:.2f}× baseline)")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from common.runstats import RunStats
-from producer.reports import ROWS, iter_rows, read_row_at
+from producer.reports import ROWS, iter_rows, parse_row, read_row_at
+from producer.store import ProducerStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +82,11 @@ def matches(e: RowEntry, f: dict[str, str]) -> bool:
 
 @dataclass
 class RunRows:
-    """Index and statistics of one rows file, as far as it has been read."""
+    """Index and statistics of one run's rows, as far as they have been read.
+
+    This reads a rows file; ``RedisRows`` reads the same rows from Redis. Both add
+    each row through ``_add``, so both pages count alike.
+    """
 
     path: Path
     entries: list[RowEntry] = field(default_factory=list)
@@ -111,6 +116,13 @@ class RunRows:
         self.entries, self.stats = [], RunStats()
         self.labels, self.intensities, self.read_to = {}, {}, 0
 
+    def _add(self, offset: int, row: dict[str, Any]) -> None:
+        self.stats.add(row)
+        e = _entry(offset, row)
+        self.entries.append(e)
+        self.labels.setdefault(e.mode, Counter())[e.label or "(none)"] += 1
+        self.intensities.setdefault(e.mode, Counter())[e.intensity or "(none)"] += 1
+
     def _read_from(self, start: int) -> None:
         for line in iter_rows(self.path, start):
             if not line.complete and line.row is None:
@@ -119,11 +131,7 @@ class RunRows:
             if line.row is None:
                 self.stats.note_unreadable(line.lineno)
                 continue
-            self.stats.add(line.row)
-            e = _entry(line.offset, line.row)
-            self.entries.append(e)
-            self.labels.setdefault(e.mode, Counter())[e.label or "(none)"] += 1
-            self.intensities.setdefault(e.mode, Counter())[e.intensity or "(none)"] += 1
+            self._add(line.offset, line.row)
 
     def select(self, f: dict[str, str]) -> list[int]:
         """Positions of the entries that match every filter in ``f``."""
@@ -136,11 +144,49 @@ class RunRows:
         return read_row_at(self.path, self.entries[position].offset)
 
 
+@dataclass
+class RedisRows(RunRows):
+    """The rows of a run that has them only in Redis (in progress, or followed elsewhere).
+
+    Read in landing order from the run's log (``read_to`` is a log position), each
+    row through ``parse_row``; an entry's offset is its log position. A log that
+    shrank (Redis lost the run and it is being restored) is read again.
+    """
+
+    store: ProducerStore | None = None
+    run_id: str = ""
+
+    def refresh(self) -> RunRows:
+        assert self.store is not None
+        with self.lock:
+            length, first = self.store.log_head(self.run_id)
+            stamp = (length, hash(first))
+            if stamp == self.stamp:
+                return self
+            if length < self.read_to or (self.stamp[1] != stamp[1] and self.read_to):
+                self._reset()
+            for ids, n in self.store.read_log(self.run_id, self.read_to):
+                for pos, raw in enumerate(self.store.rows_for(self.run_id, ids), start=self.read_to):
+                    row = parse_row(raw) if raw is not None else None
+                    if row is None:
+                        self.stats.note_unreadable(pos + 1)
+                    else:
+                        self._add(pos, row)
+                self.read_to += n
+            self.stamp = stamp
+        return self
+
+    def row(self, position: int) -> dict[str, Any] | None:
+        assert self.store is not None
+        raw = self.store.rows_for(self.run_id, [self.entries[position].job_id])[0]
+        return parse_row(raw) if raw is not None else None
+
+
 class RowsCache:
-    """One ``RunRows`` per run directory, shared by all requests."""
+    """One ``RunRows`` per run directory (or Redis run), shared by all requests."""
 
     def __init__(self) -> None:
-        self._runs: dict[Path, RunRows] = {}
+        self._runs: dict[Path | str, RunRows] = {}
         self._lock = threading.Lock()
 
     def get(self, run_dir: Path) -> RunRows:
@@ -148,4 +194,12 @@ class RowsCache:
             rr = self._runs.get(run_dir)
             if rr is None:
                 rr = self._runs[run_dir] = RunRows(run_dir / ROWS)
+        return rr.refresh()
+
+    def get_redis(self, store: ProducerStore, run_id: str) -> RunRows:
+        """The rows of ``run_id`` in Redis; raises what the store raises if Redis is down."""
+        with self._lock:
+            rr = self._runs.get(run_id)
+            if not isinstance(rr, RedisRows) or rr.store is not store:
+                rr = self._runs[run_id] = RedisRows(Path(run_id), store=store, run_id=run_id)
         return rr.refresh()

@@ -4,120 +4,92 @@ Every value from a manifest or a row is escaped (row text is model output).
 Runs are read through ``producer.reports`` and ``producer.viewer.index``, the
 same reader as ``qfarm report``; numbers are rendered with ``common.report``'s
 formatters and compared with ``common.compare``.
+
+A run is read from its directory when it has one, else from Redis (a run in
+progress whose follower has written nothing yet, or one followed on another
+host). Redis is optional (``producer.viewer.live``): without it the pages show
+the results directory and one line saying Redis is not there.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from html import escape
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
 
-from common.compare import Comparison, compare_runs
-from common.errors import InputError
-from common.models import Manifest, ViolationKind
+from common.compare import compare_runs
+from common.errors import InputError, ManifestError
+from common.models import Manifest
 from common.report import GOLD_COLUMNS, fmt_ms, fmt_num, fmt_pct, fmt_time, gold_cells, run_warnings
 from common.runstats import STAGES
 from common.vocab import Verdict
 from producer.reports import DELTA_PLOT, LATENCY_PLOT, MANIFEST, STRICT_PLOT, check_floor
 from producer.runs import read_manifest, read_run_status
+from producer.store import ProducerStore, Progress
+from producer.viewer.compare import changed_verdicts, render_comparison
+from producer.viewer.html import MEANINGS as MEANINGS  # re-exported: the tests read it here
+from producer.viewer.html import NotFound, Response, h
+from producer.viewer.html import badge as _badge
+from producer.viewer.html import count_link as _count_link
+from producer.viewer.html import meaning as _meaning
+from producer.viewer.html import page as _page
+from producer.viewer.html import rows_link as _rows_link
+from producer.viewer.html import rows_url as _rows_url
+from producer.viewer.html import table as _table
 from producer.viewer.index import FILTERS, RowsCache, RunRows
+from producer.viewer.live import REDIS_ERRORS, RedisSource
+from producer.viewer.reread import PassageSource, reread_row
+from producer.viewer.row import render_row
 
 PAGE_SIZE = 50
 LIVE_STATES = ("running", "enqueueing")
 PLOTS = (STRICT_PLOT, LATENCY_PLOT, DELTA_PLOT)
 STATIC = {"viewer.css": "text/css; charset=utf-8", "viewer.js": "text/javascript; charset=utf-8"}
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
-POINTER = re.compile(r"\[(E\d+)\]")
-
-# One line per violation kind: what the verifier saw (docs/grounding.md has the rules).
-MEANINGS: dict[ViolationKind, str] = {
-    ViolationKind.NO_EVIDENCE_POINTER: "a claim line carries no [E#] pointer to the evidence",
-    ViolationKind.FORMAT_COLLAPSED: "the answer lost the required format (one blob, no claim lines)",
-    ViolationKind.SCHEMA_INVALID: "structured output did not match the JSON schema",
-    ViolationKind.CITATION_MISMATCH: "a claim cites evidence that does not contain it",
-    ViolationKind.TITLE_MISMATCH: "a claim names a passage title other than the cited one",
-    ViolationKind.TOO_MANY_CLAIMS: "more claims than the cap for this question allows",
-    ViolationKind.TOO_MANY_EVIDENCE_IDS: "a claim cites more evidence ids than allowed",
-    ViolationKind.POINTER_OVERFLOW_TRIMMED: "extra pointers beyond the limit were dropped",
-    ViolationKind.WARRANT_MISSING: "a claim lacks the warrant its mode requires",
-    ViolationKind.LAZY_ANCHOR_DEMOTE: "the warrant only repeats the claim; demoted to an anchor",
-    ViolationKind.DEFLECTION_DETECTED: "the answer deflects instead of answering",
-    ViolationKind.BROAD_QUANTIFIER_RUNAWAY: "a broad question drew an unbounded list of claims",
-    ViolationKind.BROAD_QUANTIFIER_CAP_APPLIED: "claims beyond the broad-question cap were not admitted",
-    ViolationKind.BROAD_QUANTIFIER_SCOPE_UNBOUND: "a broad question has no bounded scope",
-    ViolationKind.BROAD_QUANTIFIER_REJECTED: "the broad question was rejected before retrieval",
-}
+REDIS_BADGE = ' <span class="badge redis" title="no run directory here yet">in Redis</span>'
 
 
-@dataclass(frozen=True)
-class Response:
-    status: int
-    content_type: str
-    body: bytes
-
-
-class NotFound(Exception):
-    pass
-
-
-def h(value: object) -> str:
-    return escape("" if value is None else str(value), quote=True)
-
-
-def _page(title: str, body: str, *, status: int = 200) -> Response:
-    html = (
-        "<!doctype html><html lang=en><head><meta charset=utf-8>"
-        f"<title>{h(title)} · qfarm</title>"
-        '<link rel=stylesheet href="/static/viewer.css"><script defer src="/static/viewer.js"></script>'
-        '</head><body><nav><a href="/">runs</a> · <a href="/compare">compare</a></nav>'
-        f"<main>{body}</main></body></html>"
-    )
-    return Response(status, "text/html; charset=utf-8", html.encode())
-
-
-def _table(header: Iterable[str], rows: Iterable[Iterable[str]], *, cls: str = "") -> str:
-    """Cells are HTML already (callers escape); header cells are escaped here."""
-    head = "".join(f"<th>{h(c)}</th>" for c in header)
-    if not any(header):
-        head = ""  # a two-column facts table needs no header row
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
-    thead = f"<thead><tr>{head}</tr></thead>" if head else ""
-    return f'<table class="{cls}">{thead}<tbody>{body}</tbody></table>'
-
-
-def _rows_link(run_id: str, text: object, **filters: str) -> str:
-    return f'<a href="{h(_rows_url(run_id, **filters))}">{h(text)}</a>'
-
-
-def _rows_url(run_id: str, **params: Any) -> str:
-    query = urlencode({k: v for k, v in params.items() if v not in ("", None)})
-    return f"/runs/{quote(run_id)}/rows" + (f"?{query}" if query else "")
-
-
-def _count_link(run_id: str, count: int, **filters: str) -> str:
-    """A count linked to its rows; zero, and rows lacking the value ("(none)"), stay plain."""
-    if not count or "(none)" in filters.values():
-        return h(count)
-    return _rows_link(run_id, count, **filters)
-
-
-def _badge(manifest: Manifest) -> str:
-    return ' <span class="badge sim">SIMULATED</span>' if manifest.simulated else ""
+def redis_status(p: Progress) -> str:
+    """A Redis-only run's state, in the words of ``status.json``."""
+    if not p.has_manifest:
+        return "lost"
+    if p.error:
+        return "failed"
+    if p.cancelled:
+        return "cancelled"
+    return "complete" if p.done >= p.total else "running"
 
 
 class Viewer:
-    """The viewer over one results directory; ``handle`` serves one request."""
+    """The viewer over one results directory and, optionally, Redis; ``handle`` serves one request.
 
-    def __init__(self, results_dir: Path) -> None:
+    ``store`` is a Redis store the caller already has (``qfarm serve``), ``redis_url``
+    one to connect to lazily (``qfarm view``); with neither, Redis is not read.
+    ``index_path`` is the embedded index the row page reads passages from, or
+    ``passages`` a source of them (tests).
+    """
+
+    def __init__(
+        self,
+        results_dir: Path,
+        store: ProducerStore | None = None,
+        *,
+        redis_url: str | None = None,
+        index_path: Path | None = None,
+        passages: PassageSource | None = None,
+    ) -> None:
         self.results_dir = Path(results_dir)
         self.cache = RowsCache()
+        self.redis = RedisSource(store, redis_url)
+        self.index_path = index_path
+        self._passages = passages
+        self._passages_lock = threading.Lock()
 
     # ----------------------------------------------------------------- dispatch
 
@@ -129,6 +101,10 @@ class Viewer:
             return _page("not found", f"<h1>Not found</h1><p>{h(exc)}</p>", status=404)
         except InputError as exc:
             return _page("bad request", f"<h1>Bad request</h1><p>{h(exc)}</p>", status=400)
+        except REDIS_ERRORS as exc:  # Redis went away while a page of a Redis-only run was read
+            self.redis.failed(exc)
+            return _page("Redis unavailable", f"<h1>Redis unavailable</h1><p>{h(self.redis.note)}"
+                         '</p><p><a href="/">runs on disk</a></p>', status=503)
 
     def _route(self, parts: list[str], q: Mapping[str, str]) -> Response:
         match parts:
@@ -156,10 +132,26 @@ class Viewer:
 
     # ----------------------------------------------------------------- runs
 
+    def _has_dir(self, run_id: str) -> bool:
+        return bool(RUN_ID.match(run_id)) and (self.results_dir / run_id / MANIFEST).is_file()
+
     def _run_dir(self, run_id: str) -> Path:
-        if not RUN_ID.match(run_id) or not (self.results_dir / run_id / MANIFEST).is_file():
+        if not self._has_dir(run_id):
             raise NotFound(f"no run {run_id!r} in {self.results_dir}")
         return self.results_dir / run_id
+
+    def redis_run_ids(self) -> list[str]:
+        """Runs with a manifest in Redis and no directory here, newest id first."""
+        store = self.redis.get()
+        if store is None:
+            return []
+        try:
+            ids = store.manifest_run_ids()
+        except REDIS_ERRORS as exc:
+            self.redis.failed(exc)
+            return []
+        self.redis.ok()
+        return sorted((r for r in ids if RUN_ID.match(r) and not self._has_dir(r)), reverse=True)
 
     def run_ids(self) -> list[str]:
         if not self.results_dir.is_dir():
@@ -168,25 +160,60 @@ class Viewer:
         return [p.name for p in sorted(dirs, key=lambda p: p.name, reverse=True)]
 
     def _run(self, run_id: str) -> tuple[Manifest, dict[str, Any], RunRows]:
-        run_dir = self._run_dir(run_id)
-        return read_manifest(run_dir), read_run_status(run_dir), self.cache.get(run_dir)
+        """A run's manifest, status and rows: from its directory, else from Redis."""
+        if self._has_dir(run_id):
+            run_dir = self.results_dir / run_id
+            return read_manifest(run_dir), read_run_status(run_dir), self.cache.get(run_dir)
+        store = self.redis.get() if RUN_ID.match(run_id) else None
+        if store is None:
+            where = " or in Redis" if self.redis.configured else ""
+            raise NotFound(f"no run {run_id!r} in {self.results_dir}{where}"
+                           + (f" ({self.redis.note})" if self.redis.note else ""))
+        try:
+            manifest = store.manifest(run_id)
+            if manifest is None:
+                raise NotFound(f"no run {run_id!r} in {self.results_dir} or in Redis")
+            progress = store.progress(run_id, manifest.n_jobs)
+            rr = self.cache.get_redis(store, run_id)
+        except REDIS_ERRORS as exc:
+            self.redis.failed(exc)
+            raise NotFound(f"run {run_id!r} has no directory here and {self.redis.note}") from None
+        except ManifestError as exc:
+            raise InputError(str(exc)) from None
+        self.redis.ok()
+        status = {"status": redis_status(progress), "source": "redis",
+                  "started_at": manifest.created_at, "rows": progress.done}
+        return manifest, status, rr
 
     def progress(self, run_id: str) -> Response:
+        """JSON for the live progress bars: rows written of jobs, and the run's state."""
         manifest, status, rr = self._run(run_id)
-        data = {"run": run_id, "rows": rr.stats.rows, "jobs": manifest.n_jobs,
+        rows = int(status["rows"]) if status.get("source") == "redis" else rr.stats.rows
+        data = {"run": run_id, "rows": rows, "jobs": manifest.n_jobs,
                 "status": status.get("status") or ""}
         return Response(200, "application/json", json.dumps(data).encode())
 
+    def passages(self) -> PassageSource | None:
+        """The embedded index, opened read-only on first use; None when there is none."""
+        with self._passages_lock:
+            if self._passages is None and self.index_path is not None:
+                from worker.retrieval.embedded import EmbeddedRetriever, read_meta
+
+                if read_meta(self.index_path) is not None:
+                    self._passages = EmbeddedRetriever(self.index_path)
+            return self._passages
+
     def runs_page(self) -> Response:
         rows = []
-        for run_id in self.run_ids():
+        for run_id in [*self.redis_run_ids(), *self.run_ids()]:
             try:
                 manifest, status, rr = self._run(run_id)
-            except InputError as exc:
+            except (InputError, NotFound) as exc:
                 rows.append([h(run_id), f'<span class="err">{h(exc)}</span>'] + [""] * 5)
                 continue
             state = str(status.get("status") or "")
-            done = rr.stats.rows
+            in_redis = status.get("source") == "redis"
+            done = int(status["rows"]) if in_redis else rr.stats.rows
             bar = (
                 f'<progress max="{manifest.n_jobs}" value="{done}"></progress> '
                 f'<span class="count">{done}/{manifest.n_jobs}</span>'
@@ -198,7 +225,8 @@ class Viewer:
             started = status.get("started_at") or manifest.created_at
             finished = status.get("finished_at") or rr.stats.last_finished
             rows.append([
-                f'<a href="/runs/{h(quote(run_id))}">{h(run_id)}</a>{_badge(manifest)}',
+                f'<a href="/runs/{h(quote(run_id))}">{h(run_id)}</a>{_badge(manifest)}'
+                + (REDIS_BADGE if in_redis else ""),
                 h(manifest.question_file),
                 h(f"{', '.join(manifest.modes)} × {manifest.n}"),
                 f'<span class="status" data-run="{h(run_id)}" data-live="{int(state in LIVE_STATES)}">'
@@ -209,8 +237,15 @@ class Viewer:
             ])
         header = ["run", "question file", "modes × n", "status", "started", "finished",
                   "strict-rate per mode"]
+        if self.redis.note:
+            source = f'<p class="note" id="redis-note">{h(self.redis.note)}</p>'
+        elif not self.redis.configured:
+            source = ('<p class="note" id="redis-note">No Redis configured: only the runs on disk '
+                      "are listed.</p>")
+        else:
+            source = ""
         body = (
-            f"<h1>Runs in {h(self.results_dir)}</h1>"
+            f"<h1>Runs in {h(self.results_dir)}</h1>{source}"
             '<p><input id="filter" placeholder="filter runs" autocomplete="off"></p>'
             + (_table(header, rows, cls="runs sortable") if rows else "<p>No runs yet.</p>")
         )
@@ -234,7 +269,11 @@ class Viewer:
             ("finished", h(fmt_time(status.get("finished_at") or stats.last_finished))),
             ("answers kept", "yes" if manifest.keep_answers else "no (run with --keep-answers)"),
         ]
-        out = [f"<h1>Run {h(run_id)}{_badge(manifest)}</h1>",
+        in_redis = status.get("source") == "redis"
+        if in_redis:
+            facts.append(("read from", "Redis: this run has no directory in "
+                          f"{h(self.results_dir)} (yet)"))
+        out = [f"<h1>Run {h(run_id)}{_badge(manifest)}{REDIS_BADGE if in_redis else ''}</h1>",
                _table(["", ""], ([h(k), v] for k, v in facts), cls="facts")]
         notes = [line[2:] for line in run_warnings(manifest, stats, state or None)
                  if line.startswith("- ")]
@@ -249,7 +288,10 @@ class Viewer:
         plots = [p for p in (STRICT_PLOT, LATENCY_PLOT) if (self.results_dir / run_id / p).is_file()]
         out.append("<h2>Plots</h2>" + ("".join(
             f'<img src="/runs/{h(quote(run_id))}/files/{p}" alt="{p}">' for p in plots)
-            or f"<p class=note>No plots yet: <code>qfarm report {h(run_id)}</code> draws them.</p>"))
+            or (f"<p class=note>No plots yet: <code>qfarm report {h(run_id)}</code> draws them.</p>"
+                if not in_redis else
+                "<p class=note>No plots: they are drawn into the run's directory, which the "
+                "run's follower writes.</p>")))
         return _page(f"run {run_id}", "".join(out))
 
     def _mode_section(self, run_id: str, stats: Any, modes: list[str]) -> list[str]:
@@ -410,12 +452,13 @@ class Viewer:
         row = rr.row(pos)
         if row is None:
             raise NotFound(f"row {pos} of {run_id} is no longer readable")
-        return _page(f"row {pos} of {run_id}", render_row(run_id, pos, row, manifest))
+        reread = reread_row(row, manifest, self.passages(), str(self.index_path or "(none given)"))
+        return _page(f"row {pos} of {run_id}", render_row(run_id, pos, row, manifest, reread))
 
     # ----------------------------------------------------------------- compare
 
     def compare_page(self, a: str, b: str, floor_text: str) -> Response:
-        ids = self.run_ids()
+        ids = [*self.redis_run_ids(), *self.run_ids()]
         picker = "".join(
             f'<label>{side} <select name="{side}">'
             + "".join(f'<option value="{h(r)}"{" selected" if r == cur else ""}>{h(r)}</option>'
@@ -435,174 +478,5 @@ class Viewer:
         (man_a, _, rr_a), (man_b, _, rr_b) = self._run(a), self._run(b)
         cmp = compare_runs(man_a, rr_a.stats, man_b, rr_b.stats, floor=floor)
         body = f"<h1>{h(a)}{_badge(man_a)} → {h(b)}{_badge(man_b)}</h1>{form}"
-        body += render_comparison(cmp) + _changed_verdicts(a, rr_a, b, rr_b)
+        body += render_comparison(cmp) + changed_verdicts(a, rr_a, b, rr_b)
         return _page(f"compare {a} {b}", body)
-
-
-# --------------------------------------------------------------------------- pure renderers
-
-
-def _meaning(kind: str) -> str:
-    try:
-        return MEANINGS[ViolationKind(kind)]
-    except ValueError:
-        return "(a kind this viewer does not know)"
-
-
-def _pct_or_ratio(metric_is_rate: bool, x: float | None) -> str:
-    if x is None:
-        return "—"
-    return f"{x:.1f}%" if metric_is_rate else f"{x:.3f}"
-
-
-def render_comparison(cmp: Comparison) -> str:
-    out = []
-    if cmp.warnings:
-        out.append('<div class="warn"><b>Warnings</b><ul>'
-                   + "".join(f"<li>{h(w)}</li>" for w in cmp.warnings) + "</ul></div>")
-    rows = [
-        [h(d.mode), h(d.metric.label), h(_pct_or_ratio(d.metric.is_rate, d.a)),
-         h(_pct_or_ratio(d.metric.is_rate, d.b)),
-         h("—" if d.delta is None else f"{d.delta:+.1f}"),
-         h("—" if d.low is None or d.high is None else f"[{d.low:+.1f}, {d.high:+.1f}]"),
-         h(f"{d.n_a}/{d.n_b}"), h(d.method),
-         f'<span class="{h(d.effect if d.verdict == "signal" else "noise")}">'
-         f"{h(d.verdict)} {h(d.effect if d.verdict == 'signal' else '')}</span>"]
-        for d in cmp.deltas
-    ]
-    out += [f"<h2>Per mode and metric (floor ±{cmp.floor:g} points)</h2>",
-            _table(["mode", "metric", "A", "B", "Δ points", "95% interval", "n A/B", "method",
-                    "signal / noise"], rows, cls="compare")]
-    changes = [f"{k}: {va!r} → {vb!r}" for k, (va, vb) in cmp.policy_changes.items()]
-    what = changes + cmp.notes + [f"mixed: {m}" for m in cmp.mixed]
-    if what:
-        out.append("<h2>What changed</h2><ul>" + "".join(f"<li>{h(w)}</li>" for w in what)
-                   + "</ul>")
-    if cmp.kind_shifts:
-        out.append("<h2>Violation kinds</h2>" + _table(
-            ["mode", "kind", "A", "B", "Δ points"],
-            ([h(s.mode), h(s.kind), h(f"{s.count_a} ({_pct_or_ratio(True, s.a)})"),
-              h(f"{s.count_b} ({_pct_or_ratio(True, s.b)})"),
-              h("—" if s.delta is None else f"{s.delta:+.1f}")] for s in cmp.kind_shifts)))
-    return "".join(out)
-
-
-def _changed_verdicts(a: str, rr_a: RunRows, b: str, rr_b: RunRows, limit: int = 500) -> str:
-    """Rows of the same (question, mode, sample) whose verdict differs between A and B."""
-    in_a = {(e.question_id, e.mode, e.sample_index): i for i, e in enumerate(rr_a.entries)}
-    rows: list[list[str]] = []
-    total = 0
-    for j, e in enumerate(rr_b.entries):
-        i = in_a.get((e.question_id, e.mode, e.sample_index))
-        if i is None or rr_a.entries[i].verdict == e.verdict:
-            continue
-        total += 1
-        if len(rows) < limit:
-            va = rr_a.entries[i].verdict or "error"
-            rows.append([
-                h(e.question_id), h(e.question), h(e.mode), h(e.sample_index),
-                f'<a href="/runs/{h(quote(a))}/rows/{i}">{h(va)}</a>',
-                f'<a href="/runs/{h(quote(b))}/rows/{j}">{h(e.verdict or "error")}</a>',
-            ])
-    head = f"<h2>Verdicts that changed ({total})</h2>"
-    if not rows:
-        return head + "<p>None among the questions both runs share.</p>"
-    more = f"<p>First {limit} shown.</p>" if total > limit else ""
-    return head + more + _table(["qid", "question", "mode", "i", "A", "B"], rows, cls="changed")
-
-
-def _highlight_pointers(answer: str, cited: set[str]) -> str:
-    """The answer with each [E#] pointer marked and linked to its evidence block."""
-    out, last = [], 0
-    for m in POINTER.finditer(answer):
-        out.append(h(answer[last:m.start()]))
-        eid = m.group(1)
-        cited.add(eid)
-        out.append(f'<a class="cite" href="#ev-{h(eid)}"><mark>{h(m.group(0))}</mark></a>')
-        last = m.end()
-    out.append(h(answer[last:]))
-    return "".join(out)
-
-
-def render_row(run_id: str, pos: int, row: Mapping[str, Any], manifest: Manifest) -> str:
-    verdict = row.get("verdict") or "—"
-    out = [f'<h1><a href="/runs/{h(quote(run_id))}">{h(run_id)}</a>{_badge(manifest)} · row {pos}'
-           f"</h1><p class=question>{h(row.get('question'))}</p>",
-           _table(["", ""], ([h(k), h(v)] for k, v in (
-               ("question id · job id", f"{row.get('question_id')} · {row.get('job_id')}"),
-               ("mode · sample", f"{row.get('mode')} · {row.get('sample_index')}"),
-               ("verdict · label", f"{verdict} · {row.get('label') or '—'}"),
-               ("claims verified", f"{row.get('n_verified')}/{row.get('n_claims')} "
-                                   f"(ratio {row.get('ratio')})"),
-               ("endpoint", row.get("endpoint") or "—"),
-               ("attempts", row.get("attempts")),
-               ("cache hit", row.get("cache_hit")),
-               ("model", row.get("model")),
-               ("worker", row.get("worker")),
-           )), cls="facts")]
-    if row.get("error"):
-        out.append(f'<h2>Error</h2><pre class="err">{h(row["error"])}</pre>')
-    out.append("<h2>Preflight</h2>" + _table(["", ""], ([h(k), h(v)] for k, v in (
-        ("intensity (rung)", row.get("quantifier_intensity")),
-        ("matched token", row.get("quantifier_matched_token") or "—"),
-        ("explicit count", row.get("quantifier_explicit_count") or "—"),
-        ("scope", row.get("scope_bound_hint")),
-        ("claim cap", row.get("claim_cap_applied") if row.get("claim_cap_applied") is not None
-         else "none"),
-        ("cap enforced", "yes" if row.get("claim_cap_enforced") else "no (reported only)"),
-    )), cls="facts"))
-    cited: set[str] = set()
-    answer = row.get("answer")
-    if answer is None:
-        answer_html = ('<p class="note">Answers were not kept for this run (the default); '
-                       "re-run with <code>--keep-answers</code> to see the answer text.</p>")
-    else:
-        answer_html = f'<pre class="answer">{_highlight_pointers(str(answer), cited)}</pre>'
-    out.append("<h2>Answer</h2>" + answer_html)
-    out.append('<p class="note">Rows do not record per-claim verification, matched spans or '
-               "the sidecar's candidate spans (only counts and the verdict), so they are not "
-               "shown; cited evidence is highlighted from the answer's [E#] pointers.</p>")
-    kinds = list(row.get("violation_kinds") or [])
-    if kinds:
-        out.append("<h2>Violation kinds</h2><ul class=kinds>" + "".join(
-            f"<li><b>{h(k)}</b>: {h(_meaning(k))}</li>" for k in kinds) + "</ul>")
-    out.append(_evidence(row, cited))
-    out.append(_waterfall(row.get("timings") or {}))
-    return "".join(out)
-
-
-def _evidence(row: Mapping[str, Any], cited: set[str]) -> str:
-    ids = list(row.get("evidence_ids") or [])
-    scores = list(row.get("top_scores") or [])
-    if not ids:
-        return "<h2>Evidence</h2><p>No evidence was retrieved for this row.</p>"
-    blocks = []
-    for n, eid in enumerate(ids):
-        score = f"{scores[n]:.3f}" if n < len(scores) and isinstance(scores[n], int | float) else "—"
-        cls = "evidence cited" if eid in cited else "evidence"
-        blocks.append(f'<div class="{cls}" id="ev-{h(eid)}"><b>{h(eid)}</b> '
-                      f'<span class="score">score {h(score)}</span>'
-                      f'{" <b>cited by the answer</b>" if eid in cited else ""}</div>')
-    titles = ", ".join(h(t) for t in row.get("top_doc_titles") or []) or "—"
-    return ("<h2>Evidence</h2><p class=note>Rows keep the evidence ids and scores and the "
-            "distinct titles of the top documents, not each passage's title or text.</p>"
-            f"<p>Top documents, in rank order: {titles}</p>" + "".join(blocks))
-
-
-def _waterfall(timings: Mapping[str, Any]) -> str:
-    total = timings.get("total_ms") or sum(
-        float(timings.get(k) or 0) for k, _ in STAGES if k != "total_ms")
-    if not total:
-        return ""
-    bars, start = [], 0.0
-    for key, label in STAGES:
-        if key == "total_ms" or timings.get(key) is None:
-            continue
-        ms = float(timings[key])
-        left = min(99.5, 100 * start / total)
-        width = max(0.5, min(100 - left, 100 * ms / total))
-        bars.append(f'<div class="wf"><span class="wl">{h(label)} {h(fmt_ms(ms))} ms</span>'
-                    f'<span class="wb" style="margin-left:{left:.1f}%;width:{width:.1f}%">'
-                    "</span></div>")
-        start += ms
-    return f"<h2>Timings (total {h(fmt_ms(total))} ms)</h2>" + "".join(bars)

@@ -13,8 +13,15 @@ from urllib.parse import parse_qsl, urlsplit
 from producer.viewer.pages import Viewer
 
 
-def make_server(results_dir: Path, host: str = "127.0.0.1", port: int = 8765) -> ThreadingHTTPServer:
-    viewer = Viewer(results_dir)
+def make_server(
+    results_dir: Path,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    *,
+    redis_url: str | None = None,
+    index_path: Path | None = None,
+) -> ThreadingHTTPServer:
+    viewer = Viewer(results_dir, redis_url=redis_url, index_path=index_path)
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

@@ -1,4 +1,8 @@
-"""`qfarm view [RESULTS_DIR]`: browse runs, rows and comparisons in a web browser (no Redis)."""
+"""`qfarm view [RESULTS_DIR]`: browse runs, rows and comparisons in a web browser.
+
+Redis is optional: runs that exist only there are listed when QFARM_REDIS_URL answers
+within half a second, and a one-line note says so when it does not.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "view",
         help="serve a web viewer over a results directory",
         description="Serve read-only pages of the runs in RESULTS_DIR: runs, run summaries, "
-        "rows with filters, single rows and A/B comparisons. Needs no Redis.",
+        "rows with filters, single rows claim by claim, and A/B comparisons. Needs no Redis; "
+        "when QFARM_REDIS_URL answers, runs that exist only in Redis (in progress, or "
+        "followed on another host) are listed too.",
     )
     p.add_argument(
         "results_dir",
@@ -30,18 +36,28 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="127.0.0.1",
         help="address to bind (default 127.0.0.1: this machine only; the pages have no login)",
     )
+    p.add_argument(
+        "--no-redis",
+        action="store_true",
+        help="do not look for runs in Redis (QFARM_REDIS_URL); show the results directory only",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from producer.viewer.server import make_server  # the viewer is imported only to serve
 
-    results_dir = args.results_dir or load_settings().results_dir
+    settings = load_settings()
+    results_dir = args.results_dir or settings.results_dir
     if not results_dir.is_dir():
         raise InputError(f"{results_dir}: no such results directory; give one, e.g. "
                          "`qfarm view bench/results`")
     try:
-        server = make_server(results_dir, args.host, args.port)
+        server = make_server(
+            results_dir, args.host, args.port,
+            redis_url=None if args.no_redis else settings.redis_url,
+            index_path=settings.embedded_index_path(),
+        )
     except OSError as exc:
         raise InputError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}; "
                          "pick another --port") from None

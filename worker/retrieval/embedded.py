@@ -231,6 +231,31 @@ class EmbeddedRetriever:
     ) -> list[list[Evidence]]:
         return [self.search(q, top_k=top_k, title_boost=title_boost) for q in queries]
 
+    def passages(self, chunk_ids: Sequence[str]) -> dict[str, Evidence]:
+        """The passages with these chunk ids (a row's ``evidence_passage_ids``), by id.
+
+        Not a search: ``id`` is the chunk id and ``score`` 0, the caller numbers the
+        blocks. Ids the index does not hold are absent from the result.
+        """
+        if not chunk_ids:
+            return {}
+        marks = ", ".join("?" * len(chunk_ids))
+        sql = (
+            "SELECT doc_id, chunk_id, title, text, offset_start, offset_end FROM passages"
+            f" WHERE chunk_id IN ({marks})"
+        )
+        try:
+            rows = self._conn().execute(sql, list(chunk_ids)).fetchall()
+        except sqlite3.Error as exc:
+            raise RetrievalError(f"embedded index {self.path}: passage lookup failed ({exc})") from exc
+        return {
+            chunk_id: Evidence(
+                id=chunk_id, doc_id=doc_id, chunk_id=chunk_id, title=title, text=text,
+                score=0.0, offset_start=start, offset_end=end,
+            )
+            for doc_id, chunk_id, title, text, start, end in rows
+        }
+
     def index_version(self) -> str:
         return self._meta["index_version"]
 

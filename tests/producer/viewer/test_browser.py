@@ -1,5 +1,10 @@
 """The viewer in a real headless Chromium: runs → run → violation count → row → compare.
 
+The runs are real (``conftest.py``: the pipeline's stages over a small embedded index),
+two on disk and one only in Redis (the test Redis, a database of the viewer's own), whose
+progress bar must follow rows that land while the page is open. On the row page the
+cited claim's matched span must be a highlighted element inside the passage's text.
+
 Debian's ``chromium`` and ``chromium-driver`` (installed by
 ``ops/scripts/ensure-chromium.sh``, which ``.ci/run`` calls) driven by Selenium
 with the driver's path given, so nothing is downloaded at run time. The server
@@ -9,39 +14,75 @@ directory and in ``/tmp/viewer-shots/``.
 
 from __future__ import annotations
 
-import json
+import os
 import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from bench.perf.viewer import write_synthetic_run
+from common.vocab import Mode
 from producer.reports import write_summary
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 SHOTS = Path("/tmp/viewer-shots")
-HIGHLIGHT = "rgba(255, 224, 102, 1)"  # .evidence.cited in viewer.css
+HIGHLIGHT = "rgba(255, 224, 102, 1)"  # mark.hl and the answer's [E#] marks in viewer.css
+# The test Redis (tests/producer/conftest.py reads the same variable; read before the
+# autouse fixture clears QFARM_*); a database of the viewer's own, only its run's keys touched.
+TEST_PORT = int(os.environ.get("QFARM_TEST_REDIS_PORT", "6379"))
+VIEWER_DB = 13
+RUN_A, RUN_B = "20260101-000000-aaaaaa", "20260101-010000-bbbbbb"
+REDIS_RUN = "20260101-020000-redis0"
+PARIS_SPAN = "The Seine flows through Paris and into the English Channel"
+CHANGED = {  # run B's answers that change a verdict
+    ("q2", Mode.CLAIM_LATTICE_POINTER): "The Rhine flows into the North Sea. [{curie}]",
+    ("q1", Mode.QUOTE): '"The Seine is the longest river in Europe" [{seine}]',
+}
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[str]:
-    results = tmp_path / "results"
-    write_summary(write_synthetic_run(results, "20260101-000000-aaaaaa", 30))  # draws the plots
-    b = write_synthetic_run(results, "20260101-010000-bbbbbb", 30)
-    rows = [json.loads(line) for line in (b / "rows.jsonl").open()]
-    for r in rows[::4]:
-        r["verdict"] = "STRICT" if r["verdict"] != "STRICT" else "UNGROUNDED"
-    (b / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+def redis_run(real_rows: Callable) -> Iterator[tuple[str, Callable[[], None]]]:
+    """A run that exists only in Redis, 4 of its 9 rows landed; yields the URL of its database
+    and a function that lands the rest. Only this run's keys are written and deleted."""
+    import redis
+
+    from producer.store import ProducerStore
+    from worker.store import WorkerStore
+
+    url = f"redis://127.0.0.1:{TEST_PORT}/{VIEWER_DB}"
+    client = redis.Redis.from_url(url)
+
+    def clean() -> None:
+        for key in client.scan_iter(match=f"qfarm:run:{REDIS_RUN}:*"):
+            client.delete(key)
+        client.zrem("qfarm:runs", REDIS_RUN)
+
+    clean()
+    manifest, rows = real_rows(REDIS_RUN)
+    ProducerStore(client).put_manifest(manifest)
+    WorkerStore(client).write_rows(rows[:4])
+    try:
+        yield url, lambda: WorkerStore(client).write_rows(rows[4:]) and None
+    finally:
+        clean()
+
+
+@pytest.fixture
+def server(tmp_path: Path, real_run: Callable[..., Path], real_index: Path,
+           redis_run: tuple[str, Callable[[], None]]) -> Iterator[str]:
+    write_summary(real_run(RUN_A))  # draws the plots
+    write_summary(real_run(RUN_B, CHANGED))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QFARM_")}
+    env.update(QFARM_REDIS_URL=redis_run[0], QFARM_INDEX_PATH=str(real_index))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "qfarm.cli", "view", str(results), "--port", "0"],
-        stdout=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "qfarm.cli", "view", str(tmp_path / "results"), "--port", "0"],
+        stdout=subprocess.PIPE, text=True, env=env,
     )
     try:
         line = proc.stdout.readline() if proc.stdout else ""
@@ -82,17 +123,29 @@ def shot(driver: object, tmp_path: Path, name: str) -> None:
     shutil.copy(path, SHOTS / path.name)
 
 
-def test_runs_run_rows_row_compare_in_chromium(server: str, browser: object, tmp_path: Path) -> None:
+def test_runs_run_rows_row_compare_in_chromium(
+    server: str, browser: object, tmp_path: Path, redis_run: tuple[str, Callable[[], None]]
+) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     d = browser
     d.get(server)  # type: ignore[attr-defined]
-    assert "Runs in" in d.title or d.find_element(By.TAG_NAME, "h1").text.startswith("Runs in")
+    assert d.find_element(By.TAG_NAME, "h1").text.startswith("Runs in")
+    live = d.find_element(By.XPATH, f"//tr[td/a[text()='{REDIS_RUN}']]")
+    assert "in Redis" in live.text and "SIMULATED" in live.text
+    assert live.find_element(By.CSS_SELECTOR, ".count").text == "4/9"
+    assert live.find_element(By.CSS_SELECTOR, ".status").text == "running"
+    assert d.find_elements(By.ID, "redis-note") == []  # Redis answered: no note
     shot(d, tmp_path, "1-runs")
-    d.find_element(By.LINK_TEXT, "20260101-000000-aaaaaa").click()
+    redis_run[1]()  # the other rows land; the page polls and its bar follows
+    WebDriverWait(d, 20).until(lambda drv: live.find_element(By.CSS_SELECTOR, ".count").text == "9/9")
+    assert live.find_element(By.CSS_SELECTOR, ".status").text == "complete"
+    assert live.find_element(By.TAG_NAME, "progress").get_attribute("value") == "9"
+
+    d.find_element(By.LINK_TEXT, RUN_A).click()
     WebDriverWait(d, 20).until(lambda drv: drv.title.startswith("run "))
-    assert d.find_element(By.TAG_NAME, "h1").text.startswith("Run 20260101-000000-aaaaaa")
+    assert d.find_element(By.TAG_NAME, "h1").text.startswith(f"Run {RUN_A}")
     loaded = "return Array.from(document.images).filter(i => i.complete && i.naturalWidth).length"
     WebDriverWait(d, 20).until(lambda drv: drv.execute_script(loaded) == 2)
     shot(d, tmp_path, "2-run")
@@ -101,30 +154,48 @@ def test_runs_run_rows_row_compare_in_chromium(server: str, browser: object, tmp
     count = int(link.text.split()[-1])
     link.click()
     WebDriverWait(d, 20).until(lambda drv: drv.title.startswith("rows of "))
-    assert int(d.find_element(By.ID, "matched").text) == count
+    assert int(d.find_element(By.ID, "matched").text) == count == 1
     cells = d.find_elements(By.CSS_SELECTOR, "table.rows tbody tr td:nth-child(8)")
-    assert len(cells) == min(count, 50)
-    assert all(c.text == "CITATION_MISMATCH" for c in cells)
+    assert [c.text for c in cells] == ["CITATION_MISMATCH"]
     shot(d, tmp_path, "3-rows")
 
     d.find_element(By.CSS_SELECTOR, "table.rows tbody tr td a").click()
     WebDriverWait(d, 20).until(lambda drv: drv.title.startswith("row "))
-    cited = d.find_elements(By.CSS_SELECTOR, ".evidence.cited")
-    assert cited, "no evidence block highlighted"
+    assert d.find_element(By.ID, "reproduced")
     pointer = d.find_element(By.CSS_SELECTOR, "a.cite mark")
     eid = pointer.text.strip("[]")
     block = d.find_element(By.ID, f"ev-{eid}")
     assert "cited" in block.get_attribute("class")
-    assert block.value_of_css_property("background-color") == HIGHLIGHT
+    span = block.find_element(By.CSS_SELECTOR, ".text mark.hl")  # inside the passage's text
+    assert span.text == PARIS_SPAN
+    assert span.value_of_css_property("background-color") == HIGHLIGHT
+    assert block.value_of_css_property("background-color") != HIGHLIGHT  # the span stands out
+    assert PARIS_SPAN in block.find_element(By.CSS_SELECTOR, ".text").text
     assert pointer.value_of_css_property("background-color") == HIGHLIGHT
+    claims = d.find_elements(By.CSS_SELECTOR, "table.claims tbody tr")
+    assert len(claims) == 2 and "CITATION_MISMATCH" in claims[1].text
     shot(d, tmp_path, "4-row")
+    claims[0].find_element(By.PARTIAL_LINK_TEXT, eid).click()  # the claim links to its span
+    assert d.execute_script("return location.hash") == "#c1-0"  # type: ignore[attr-defined]
 
     d.get(server + "compare")  # type: ignore[attr-defined]
-    d.find_element(By.CSS_SELECTOR, "select[name=a] option[value='20260101-000000-aaaaaa']").click()
-    d.find_element(By.CSS_SELECTOR, "select[name=b] option[value='20260101-010000-bbbbbb']").click()
+    d.find_element(By.CSS_SELECTOR, f"select[name=a] option[value='{RUN_A}']").click()
+    d.find_element(By.CSS_SELECTOR, f"select[name=b] option[value='{RUN_B}']").click()
     d.find_element(By.CSS_SELECTOR, "form.filters button").click()
     WebDriverWait(d, 20).until(lambda drv: drv.title.startswith("compare 2026"))
     heading = d.find_element(By.XPATH, "//h2[starts-with(., 'Verdicts that changed')]").text
-    assert int(heading.split("(")[1].rstrip(")")) > 0
+    assert int(heading.split("(")[1].rstrip(")")) == 2
     assert d.find_elements(By.CSS_SELECTOR, "table.compare tbody tr")
     shot(d, tmp_path, "5-compare")
+
+    d.get(f"{server}runs/{REDIS_RUN}/rows/0")  # type: ignore[attr-defined]
+    WebDriverWait(d, 20).until(lambda drv: drv.title.startswith("row "))
+    assert d.find_element(By.CSS_SELECTOR, ".text mark.hl").text == PARIS_SPAN
+    shot(d, tmp_path, "6-redis-row")
+
+    sidecar = 6  # q3 in claim_lattice_pointer mode: a denial while the passage names albums
+    d.get(f"{server}runs/{RUN_A}/rows/{sidecar}")  # type: ignore[attr-defined]
+    WebDriverWait(d, 20).until(lambda drv: drv.title.startswith("row "))
+    cands = d.find_elements(By.CSS_SELECTOR, ".evidence .text mark.cand")
+    assert [c.text for c in cands] == ["Abbey Road", "Revolver", "Let It Be"]
+    shot(d, tmp_path, "7-sidecar-row")

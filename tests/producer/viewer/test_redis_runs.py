@@ -1,0 +1,135 @@
+"""Runs that exist only in Redis, and a viewer whose Redis is absent or down."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import fakeredis
+import pytest
+import redis
+
+from common.models import Row
+from producer.store import ProducerStore
+from producer.viewer.pages import Viewer
+from worker.store import WorkerStore
+
+RUN = "20260102-000000-redis1"
+
+
+@pytest.fixture
+def store() -> ProducerStore:
+    return ProducerStore(fakeredis.FakeRedis(server=fakeredis.FakeServer()))
+
+
+def put_run(store: ProducerStore, real_rows: Callable, run_id: str, n_rows: int) -> list[Row]:
+    """A run as a producer on another host leaves it: its manifest and the first rows."""
+    manifest, rows = real_rows(run_id)
+    store.put_manifest(manifest)
+    WorkerStore(store.client).write_rows(rows[:n_rows])
+    return rows
+
+
+def get(viewer: Viewer, path: str, **query: str) -> str:
+    resp = viewer.handle(path, query)
+    assert resp.status == 200, resp.body[:400]
+    return resp.body.decode()
+
+
+def test_the_store_finds_every_manifest_by_scan(store: ProducerStore, real_rows: Callable) -> None:
+    for run_id in ("r-b", "r-a", "r-c"):
+        put_run(store, real_rows, run_id, 0)
+    store.client.set("qfarm:run:r-x:rows-extra", b"{}")  # another key of a run: not a manifest
+    assert store.manifest_run_ids(batch=1) == ["r-a", "r-b", "r-c"]
+
+
+def test_a_redis_only_run_is_listed_live_with_its_progress(
+    store: ProducerStore, real_rows: Callable, tmp_path: Path
+) -> None:
+    put_run(store, real_rows, RUN, 4)
+    viewer = Viewer(tmp_path, store)
+    html = get(viewer, "/")
+    row = re.search(rf"<tr><td><a href=\"/runs/{RUN}\">.*?</tr>", html).group(0)
+    assert "in Redis" in row and "SIMULATED" in row
+    assert 'data-live="1"' in row and ">running<" in row
+    assert '<progress max="9" value="4">' in row and "4/9" in row
+    assert "redis-note" not in html
+    progress = json.loads(viewer.handle("/api/progress", {"run": RUN}).body)
+    assert progress == {"run": RUN, "rows": 4, "jobs": 9, "status": "running"}
+
+
+def test_run_rows_and_row_pages_read_a_redis_only_run(
+    store: ProducerStore, real_rows: Callable, real_index: Path, tmp_path: Path
+) -> None:
+    rows = put_run(store, real_rows, RUN, 9)
+    viewer = Viewer(tmp_path, store, index_path=real_index)
+    run_html = get(viewer, f"/runs/{RUN}")
+    assert "9/9" in run_html and ">complete<" in run_html and "has no directory in" in run_html
+    link = re.search(r'<a href="([^"]*kind=CITATION_MISMATCH[^"]*)">CITATION_MISMATCH 1</a>',
+                     run_html)
+    assert link, "the violation count links to its rows"
+    rows_html = get(viewer, f"/runs/{RUN}/rows", mode="claim_lattice_pointer",
+                    kind="CITATION_MISMATCH")
+    assert '<span id=matched>1</span> of 9 rows' in rows_html
+    pos = int(re.search(rf'href="/runs/{RUN}/rows/(\d+)"', rows_html).group(1))
+    row_html = get(viewer, f"/runs/{RUN}/rows/{pos}")
+    assert rows[0].question in row_html and 'id="reproduced"' in row_html
+    assert '<mark class="hl" id="c1-0"' in row_html
+
+
+def test_a_redis_run_grows_as_rows_land(store: ProducerStore, real_rows: Callable, tmp_path: Path) -> None:
+    rows = put_run(store, real_rows, RUN, 2)
+    viewer = Viewer(tmp_path, store)
+    assert "<span id=matched>2</span>" in get(viewer, f"/runs/{RUN}/rows")
+    WorkerStore(store.client).write_rows(rows[2:5])
+    assert "<span id=matched>5</span>" in get(viewer, f"/runs/{RUN}/rows")
+    assert rows[4].question in get(viewer, f"/runs/{RUN}/rows/4")
+
+
+def test_a_run_on_disk_is_read_from_disk_and_listed_once(
+    store: ProducerStore, real_rows: Callable, real_run: Callable[..., Path]
+) -> None:
+    run_dir = real_run(RUN)
+    put_run(store, real_rows, RUN, 1)  # Redis still holds it, with fewer rows
+    html = get(Viewer(run_dir.parent, store), "/")
+    assert html.count(f'href="/runs/{RUN}"') == 1 and "in Redis" not in html
+    assert "9/9" in html
+
+
+def test_without_redis_the_pages_work_and_say_so_in_one_line(
+    real_run: Callable[..., Path], unused_port: int
+) -> None:
+    run_dir = real_run(RUN)
+    html = get(Viewer(run_dir.parent), "/")
+    assert "No Redis configured" in html and f'href="/runs/{RUN}"' in html
+    down = Viewer(run_dir.parent, redis_url=f"redis://127.0.0.1:{unused_port}/0")
+    html = get(down, "/")
+    note = re.search(r'<p class="note" id="redis-note">(.*?)</p>', html).group(1)
+    assert f"127.0.0.1:{unused_port}" in note and "not reachable" in note
+    assert f'href="/runs/{RUN}"' in html
+    assert get(down, f"/runs/{RUN}").count("<h2>") > 3
+    missing = down.handle("/runs/not-a-run", {})
+    assert missing.status == 404 and b"not reachable" in missing.body
+
+
+def test_redis_going_down_mid_session_is_a_note_not_an_error(
+    store: ProducerStore, real_rows: Callable, tmp_path: Path
+) -> None:
+    put_run(store, real_rows, RUN, 3)
+    viewer = Viewer(tmp_path, store)
+    assert f'href="/runs/{RUN}"' in get(viewer, "/")  # the run's rows are indexed from here on
+
+    def gone(*_: object) -> None:
+        raise redis.ConnectionError("Connection reset by peer")
+
+    with pytest.MonkeyPatch.context() as mp:  # Redis fails between reading the run and its row
+        mp.setattr(store, "rows_for", gone)
+        resp = viewer.handle(f"/runs/{RUN}/rows/1", {})
+    assert resp.status == 503 and b"not reachable" in resp.body and b"runs on disk" in resp.body
+    viewer = Viewer(tmp_path, store)
+    store.client.connection_pool.connection_kwargs["server"].connected = False  # fakeredis: down
+    html = get(viewer, "/")
+    assert "not reachable" in html and f'href="/runs/{RUN}"' not in html
+    assert viewer.handle(f"/runs/{RUN}", {}).status == 404
