@@ -66,6 +66,13 @@ def redis_status(p: Progress) -> str:
     return "complete" if p.done >= p.total else "running"
 
 
+def _finished(state: str, status: Mapping[str, Any], last_row_at: float | None) -> float | None:
+    """When the run ended; a live run has not (its last row's time is not its end)."""
+    if state in LIVE_STATES:
+        return None
+    return status.get("finished_at") or last_row_at
+
+
 class Viewer:
     """The viewer over one results directory and, optionally, Redis; ``handle`` serves one request.
 
@@ -223,7 +230,7 @@ class Viewer:
                 for m, ms in ((m, rr.stats.modes[m]) for m in rr.stats.mode_order(manifest.modes))
             )
             started = status.get("started_at") or manifest.created_at
-            finished = status.get("finished_at") or rr.stats.last_finished
+            finished = _finished(state, status, rr.stats.last_finished)
             rows.append([
                 f'<a href="/runs/{h(quote(run_id))}">{h(run_id)}</a>{_badge(manifest)}'
                 + (REDIS_BADGE if in_redis else ""),
@@ -266,7 +273,7 @@ class Viewer:
                        f'"{int(state in LIVE_STATES)}">{h(state or "—")}</span> '
                        f'<span class="count">{stats.rows}/{manifest.n_jobs}</span> rows'),
             ("started", h(fmt_time(status.get("started_at") or manifest.created_at))),
-            ("finished", h(fmt_time(status.get("finished_at") or stats.last_finished))),
+            ("finished", h(fmt_time(_finished(state, status, stats.last_finished)))),
             ("answers kept", "yes" if manifest.keep_answers else "no (run with --keep-answers)"),
         ]
         in_redis = status.get("source") == "redis"

@@ -77,7 +77,7 @@ def _facts(row: Mapping[str, Any]) -> str:
         ("mode · sample", f"{row.get('mode')} · {row.get('sample_index')}"),
         ("verdict · label", f"{verdict} · {row.get('label') or '—'}"),
         ("claims verified", f"{row.get('n_verified')}/{row.get('n_claims')} "
-                            f"(ratio {row.get('ratio')})"),
+                            f"(ratio {_ratio(row.get('ratio'))})"),
         ("endpoint", row.get("endpoint") or "—"),
         ("attempts", row.get("attempts")),
         ("cache hit", row.get("cache_hit")),
@@ -264,3 +264,7 @@ def _waterfall(timings: Mapping[str, Any]) -> str:
                     "</span></div>")
         start += ms
     return f"<h2>Timings (total {h(fmt_ms(total))} ms)</h2>" + "".join(bars)
+
+
+def _ratio(value: object) -> str:
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
