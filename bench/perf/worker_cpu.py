@@ -70,14 +70,14 @@ def _stage_costs(jobs: list[Any], retriever: Any, bundle: int) -> dict[str, floa
         t0 = time.process_time()
         records = pipeline.retrieval_stage(records, retriever)
         spent["prompt"] += time.process_time() - t0
-        records = timed("records_json", lambda rs=records: flow.RECORDS.validate_json(
+        records = timed("records_json", lambda rs=records: flow.parse_records(
             flow.dump_records(rs)))
         prompts = timed("prompt", lambda rs=records: [pipeline.render_prompt(r) for r in rs])
         answers = gateway.generate_many(
             [(p, pipeline.sampling_for(r.job), r.job.job_id) for p, r in zip(prompts, records, strict=True)])
         records = [pipeline._with_generation(r, a, time.perf_counter())
                    for r, a in zip(records, answers, strict=True)]
-        records = timed("records_json", lambda rs=records: flow.RECORDS.validate_json(
+        records = timed("records_json", lambda rs=records: flow.parse_records(
             flow.dump_records(rs)))
         records = timed("verification", lambda rs=records: [
             pipeline.verification_stage(r) for r in rs])
