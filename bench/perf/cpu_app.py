@@ -16,6 +16,7 @@ import threading
 import time
 from pathlib import Path
 
+import bench.perf.noop_app  # noqa: F401  (registers the no-op task the baselines send)
 from common.errors import ServiceError
 from common.models import Generation, Sampling, Usage
 from ops.sim.behaviour import complete
