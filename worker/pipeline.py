@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Protocol
 
+from common import profiles
 from common.errors import QfarmError, ServiceError
 from common.gold import match_gold
 from common.models import (
@@ -62,16 +63,18 @@ def _with_timing(record: JobRecord, **timings: float | None) -> JobRecord:
     return record.model_copy(update={"timings": record.timings.model_copy(update=timings)})
 
 
-# Preflight depends only on the question, mode, policy and model profile: the n samples
-# of a question x mode share one result (a frozen model, so sharing it is safe). Keyed by
-# the policy's JSON, which names every field's value; bounded by a reset, as a process
-# sees a few runs' questions at a time.
+# Preflight depends only on the question, mode, policy and model profile (and the rule
+# tables): the n samples of a question x mode share one result (a frozen model, so sharing
+# it is safe). Keyed by the policy's JSON, which names every field's value, and by the
+# profile table's identity; bounded by a reset, as a process sees a few runs' questions
+# at a time.
 _PREFLIGHT_MEMO_SIZE = 1024
-_preflight_memo: dict[tuple[str, str, str, str], Preflight] = {}
+_preflight_memo: dict[tuple[str, str, str, str, int], Preflight] = {}
 
 
 def _preflight(job: Job) -> Preflight:
-    key = (job.question.text, job.mode.value, job.policy.model_dump_json(), job.model_profile_id)
+    key = (job.question.text, job.mode.value, job.policy.model_dump_json(), job.model_profile_id,
+           id(profiles.MODEL_PROFILES))
     found = _preflight_memo.get(key)
     if found is None:
         if len(_preflight_memo) >= _PREFLIGHT_MEMO_SIZE:
