@@ -43,5 +43,6 @@ bench: install
 	$(BIN)/python -m bench.perf.retrieval
 	$(BIN)/python -m bench.perf.saturation --driver farm --jobs 1200
 	$(BIN)/python -m bench.perf.orchestration
+	$(BIN)/python -m bench.perf.worker_cpu
 	$(BIN)/python -m bench.perf.enqueue
 	$(BIN)/python -m bench.perf.viewer

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 
 from common.models import Claim, Evidence
 from common.verify.text import joined
@@ -39,6 +40,10 @@ def _split_dashes(text: str) -> str:
     return "".join(" " if unicodedata.category(ch) == "Pd" else ch for ch in text)
 
 
+# Memoised: the n samples and the modes of a question check the same evidence blocks
+# (twice each: gold-in-evidence here and the evidence rank in common.retrieval_eval),
+# which was most of the verify stage's gold-answer cost.
+@lru_cache(maxsize=4096)
 def normalize_tokens(text: str) -> tuple[str, ...]:
     """Tokens of ``text`` after NFKC, casefold, dash split, edge-punctuation strip and article removal."""
     tokens = []

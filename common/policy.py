@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any, Literal, get_origin
 
@@ -171,8 +172,47 @@ def _digest(payload: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
+# Every row carries both hashes of its job's policy, and a run's jobs all share one policy:
+# the hashes are memoised by the policy's JSON (pydantic's Rust dump, a few µs), which
+# names every field's value, by the rule-set version stamps and by the identity of the
+# (immutable) profile table, so an equal key means an equal hash. The dump and
+# SHA-256 they replace were about a tenth of the verify worker's CPU.
+_HASH_MEMO_SIZE = 256
+_hash_memo: dict[tuple[str, str, tuple[object, ...]], str] = {}
+
+
+def _memoised(kind: str, policy: Policy, compute: Callable[[Policy], str]) -> str:
+    from common.profiles import MODEL_PROFILES  # imported here: it imports this module
+
+    stamps = (
+        id(MODEL_PROFILES),
+        versions.MODEL_PROFILES_VERSION,
+        versions.CLASSIFIER_VERSION,
+        versions.DENIAL_PATTERNS_VERSION,
+        versions.EXTRACTION_CUES_VERSION,
+        versions.VERIFIER_VERSION,
+        versions.PROMPT_VERSION,
+    )
+    key = (kind, policy.model_dump_json(), stamps)
+    found = _hash_memo.get(key)
+    if found is None:
+        if len(_hash_memo) >= _HASH_MEMO_SIZE:
+            _hash_memo.clear()  # a handful of policies per process: a reset is simpler than LRU
+        found = _hash_memo[key] = compute(policy)
+    return found
+
+
 def verifier_policy_hash(policy: Policy) -> str:
     """Hash of the fields that change the prompt or the verification."""
+    return _memoised("verifier", policy, _verifier_policy_hash)
+
+
+def governance_policy_hash(policy: Policy) -> str:
+    """Hash of every policy field, every rule-set version and the model-profile caps."""
+    return _memoised("governance", policy, _governance_policy_hash)
+
+
+def _verifier_policy_hash(policy: Policy) -> str:
     data = policy.model_dump(mode="json")
     payload = {k: data[k] for k in VERIFIER_FIELDS}
     payload["_versions"] = {
@@ -182,8 +222,7 @@ def verifier_policy_hash(policy: Policy) -> str:
     return _digest(payload)
 
 
-def governance_policy_hash(policy: Policy) -> str:
-    """Hash of every policy field, every rule-set version and the model-profile caps."""
+def _governance_policy_hash(policy: Policy) -> str:
     # Imported here: common.profiles imports this module.
     from common.profiles import MODEL_PROFILES
 

@@ -43,8 +43,10 @@ class Settings(BaseSettings):
     redis_reconnect_s: float = Field(default=300.0, ge=0)
     # Jobs per sweep message: the stages handle a bundle's jobs together (one search per
     # distinct question, prompts in flight together, one Redis round trip per step).
-    # The generate worker then has up to -c x bundle_size requests in flight.
-    bundle_size: int = Field(default=8, ge=1, le=256)
+    # The generate worker then has up to -c x bundle_size requests in flight. 32, not 8:
+    # a Celery hop costs about a no-op task's CPU whatever the bundle, and at 32 a job's
+    # share of it is a quarter (bench/perf/worker_cpu.py: 2.1 -> 1.5 ms of worker CPU a job).
+    bundle_size: int = Field(default=32, ge=1, le=256)
     # A larger plan is refused before anything is sent (a typo like -n 1000000000).
     max_jobs_per_run: int = Field(default=5_000_000, ge=1)
     # Flower needs task events (worker_send_task_events, task_send_sent_event).

@@ -29,12 +29,12 @@ from typing import TypeVar
 
 import redis
 from kombu.exceptions import OperationalError
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 
 from common import keys
 from common.errors import ManifestError
 from common.jobs import job_from_ref
-from common.models import Job, JobRecord, JobRef, Row, Timings, Usage
+from common.models import Evidence, Job, JobRecord, JobRef, Row, Timings, Usage
 from common.policy import governance_policy_hash
 from common.text import replace_lone_surrogates
 from worker import pipeline
@@ -257,32 +257,98 @@ def handle_retrieve(ref_data: list[dict], svc: Services, send: Send) -> None:
 # Records travel between stages as one JSON string (``dump_records``): pydantic's Rust
 # (de)serializer handles the nested evidence and claims, instead of kombu's JSON with a
 # Python hook per object, which cost a fifth of the generate worker's CPU.
+#
+# The string is an object: ``records`` with their evidence left out, ``evidence`` the
+# bundle's distinct evidence lists, and ``evidence_of`` which list each record had (null:
+# none). The n samples of a question x mode carry the same blocks, two thirds of a record's
+# bytes, and every byte of a message is paid for several times over (pydantic, kombu's
+# JSON and base64, Redis, the prefork pool's pipe). A plain JSON list of whole records
+# (the earlier format, still in queues during an upgrade) is read too.
 RECORDS = TypeAdapter(list[JobRecord])
+EVIDENCE_LISTS = TypeAdapter(list[tuple[Evidence, ...]])
+
+
+class _Bundle(BaseModel):
+    records: list[JobRecord]
+    evidence: list[tuple[Evidence, ...]]
+    evidence_of: list[int | None]
 
 
 def dump_records(records: Sequence[JobRecord]) -> str:
-    return RECORDS.dump_json(list(records)).decode()
+    lists: dict[tuple[Evidence, ...], int] = {}
+    evidence_of: list[int | None] = []
+    slim: list[JobRecord] = []
+    for record in records:
+        ret = record.retrieval
+        if ret is None or not ret.evidence:
+            evidence_of.append(None)
+            slim.append(record)
+            continue
+        evidence_of.append(lists.setdefault(ret.evidence, len(lists)))
+        slim.append(record.model_copy(update={"retrieval": ret.model_copy(update={"evidence": ()})}))
+    return "".join((
+        '{"evidence":', EVIDENCE_LISTS.dump_json(list(lists)).decode(),
+        ',"evidence_of":', json.dumps(evidence_of),
+        ',"records":', RECORDS.dump_json(slim).decode(), "}",
+    ))
 
 
 def load_records(payload: str, svc: Services) -> list[JobRecord]:
     """A bundle's records; should one be unusable, the others still run and it ends as a row."""
     try:
-        return RECORDS.validate_json(payload)
-    except ValueError:
+        return parse_records(payload)
+    except (ValueError, IndexError):
         return _each(payload_items(payload), svc, JobRecord.model_validate)
+
+
+def parse_records(payload: str) -> list[JobRecord]:
+    """The records ``dump_records`` wrote; ValueError or IndexError if any is unusable."""
+    if payload.startswith("["):  # the earlier format
+        return RECORDS.validate_json(payload)
+    bundle = _Bundle.model_validate_json(payload)
+    return [
+        _with_evidence(record, bundle.evidence[i] if i is not None else None)
+        for record, i in zip(bundle.records, bundle.evidence_of, strict=True)
+    ]
+
+
+def _with_evidence(record: JobRecord, evidence: tuple[Evidence, ...] | None) -> JobRecord:
+    if evidence is None or record.retrieval is None:
+        return record
+    return record.model_copy(
+        update={"retrieval": record.retrieval.model_copy(update={"evidence": evidence})}
+    )
 
 
 def payload_items(payload: str | list[dict]) -> list[dict]:
     """The per-job items of a message payload: a first stage's refs, or a later stage's
-    records (one JSON string)."""
-    if isinstance(payload, str):
+    records (one JSON string, their evidence put back)."""
+    if not isinstance(payload, str):
+        return payload
+    try:
+        items = json.loads(payload)
+    except ValueError:
+        log.error("unreadable bundle payload dropped: %.200s", payload)
+        return []
+    if isinstance(items, dict):
+        items = _items_with_evidence(items)
+    return items if isinstance(items, list) else []
+
+
+def _items_with_evidence(bundle: dict) -> list[dict]:
+    """The records of a bundle object as dicts, each with its evidence list back in place
+    (an item that cannot take it is left as it is: it fails as that job's row)."""
+    records, lists, refs = bundle.get("records"), bundle.get("evidence"), bundle.get("evidence_of")
+    if not isinstance(records, list):
+        return []
+    for i, item in enumerate(records):
         try:
-            items = json.loads(payload)
-        except ValueError:
-            log.error("unreadable bundle payload dropped: %.200s", payload)
-            return []
-        return items if isinstance(items, list) else []
-    return payload
+            ref = refs[i]  # type: ignore[index]
+            if ref is not None:
+                item["retrieval"]["evidence"] = lists[ref]  # type: ignore[index]
+        except (TypeError, KeyError, IndexError):
+            continue
+    return records
 
 
 def handle_generate(record_data: str, svc: Services, send: Send) -> None:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Protocol
 
+from common import profiles
 from common.errors import QfarmError, ServiceError
 from common.gold import match_gold
 from common.models import (
@@ -20,6 +21,7 @@ from common.models import (
     Generation,
     Job,
     JobRecord,
+    Preflight,
     Retrieval,
     Row,
     Sampling,
@@ -61,9 +63,31 @@ def _with_timing(record: JobRecord, **timings: float | None) -> JobRecord:
     return record.model_copy(update={"timings": record.timings.model_copy(update=timings)})
 
 
+# Preflight depends only on the question, mode, policy and model profile (and the rule
+# tables): the n samples of a question x mode share one result (a frozen model, so sharing
+# it is safe). Keyed by the policy's JSON, which names every field's value, and by the
+# profile table's identity; bounded by a reset, as a process sees a few runs' questions
+# at a time.
+_PREFLIGHT_MEMO_SIZE = 1024
+_preflight_memo: dict[tuple[str, str, str, str, int], Preflight] = {}
+
+
+def _preflight(job: Job) -> Preflight:
+    key = (job.question.text, job.mode.value, job.policy.model_dump_json(), job.model_profile_id,
+           id(profiles.MODEL_PROFILES))
+    found = _preflight_memo.get(key)
+    if found is None:
+        if len(_preflight_memo) >= _PREFLIGHT_MEMO_SIZE:
+            _preflight_memo.clear()
+        found = _preflight_memo[key] = run_preflight(
+            job.question.text, job.mode, job.policy, job.model_profile_id
+        )
+    return found
+
+
 def preflight_stage(record: JobRecord) -> JobRecord:
     job = record.job
-    pre = run_preflight(job.question.text, job.mode, job.policy, job.model_profile_id)
+    pre = _preflight(job)
     record = record.model_copy(update={"preflight": pre})
     if pre.rejected:
         # Reject-broad: no retrieval and no model call; the verdict is decided here.

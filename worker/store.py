@@ -65,13 +65,30 @@ class WorkerStore:
         return pipeline is None and bool(wrote)
 
     def write_rows(self, rows: Sequence[Row]) -> list[bool]:
-        """``write_row`` for a bundle in one pipeline; [True where this call wrote the row]."""
-        if len(rows) <= 1:  # a pipeline with a script costs an extra SCRIPT EXISTS round trip
+        """``write_row`` for a bundle in one pipeline; [True where this call wrote the row].
+
+        One round trip: the pipeline sends ``EVALSHA`` itself rather than registering the
+        script with redis-py, which would ask ``SCRIPT EXISTS`` first on every execute.
+        Should the server not know the script (a restarted Redis), those rows are written
+        again one by one through the registered script, which loads it; the script is
+        set-if-absent, so a row can never be written twice.
+        """
+        if len(rows) <= 1:
             return [self.write_row(r) for r in rows]
         pipe = self.client.pipeline(transaction=False)
         for row in rows:
-            self._write_row(**self._row_script_args(row), client=pipe)
-        return [bool(w) for w in pipe.execute()]
+            args = self._row_script_args(row)
+            pipe.evalsha(self._write_row.sha, len(args["keys"]), *args["keys"], *args["args"])
+        results = pipe.execute(raise_on_error=False)
+        wrote = []
+        for row, result in zip(rows, results, strict=True):
+            if isinstance(result, redis.exceptions.NoScriptError):
+                wrote.append(self.write_row(row))
+            elif isinstance(result, Exception):
+                raise result
+            else:
+                wrote.append(bool(result))
+        return wrote
 
     @staticmethod
     def _row_script_args(row: Row) -> dict[str, list]:

@@ -7,7 +7,11 @@ them; real retrieval and verification) with the simulator at zero latency. Print
 no-op tasks/s`` last. Simulated LLM: these are orchestration figures, not model
 throughput.
 
-    python -m bench.perf.orchestration [--jobs 1200] [--noops 3000] [--bundle 8]
+    python -m bench.perf.orchestration [--jobs 1200] [--noops 3000] [--bundle N] [--llm canned]
+
+``--llm canned`` answers in the workers (bench/perf/cpu_app.py: the simulator's composer
+in-process, no HTTP): the ratio the farm reaches when the LLM client costs next to nothing,
+an upper bound for a cheaper gateway.
 """
 
 from __future__ import annotations
@@ -81,6 +85,9 @@ def main() -> None:
     ap.add_argument("--shape", choices=["split", "threads"], default="split",
                     help="split: prefork CPU worker + threads generate worker (README); "
                          "threads: one threads worker for all queues")
+    ap.add_argument("--llm", choices=["http", "canned"], default="http",
+                    help="http: the gateway calls the simulator (default); canned: answers "
+                         "composed in the workers, no HTTP (bench/perf/cpu_app.py)")
     args = ap.parse_args()
     from bench.perf.farmkit import exit_on_sigterm
 
@@ -109,7 +116,8 @@ def main() -> None:
                 ("orch-gpu", "generate", "threads", args.threads)]
         if args.shape == "threads":  # one threads worker for every queue (small hosts)
             spec = [("orch-all", "retrieve,generate,verify", "threads", args.threads)]
-        with workers(env, spec, tmp, app="bench.perf.noop_app") as procs:
+        worker_app = "bench.perf.cpu_app" if args.llm == "canned" else "bench.perf.noop_app"
+        with workers(env, spec, tmp, app=worker_app) as procs:
             # Warm-up: let every child open its retriever and HTTP client.
             noop = app.tasks[NOOP_TASK]
             for i in range(50):
@@ -146,7 +154,8 @@ def main() -> None:
                         for k in ("retrieval_ms", "llm_ms", "verify_ms", "total_ms")}
 
     client.flushdb()
-    print("orchestration benchmark (simulated LLM at zero latency; same Redis and workers for "
+    llm = "answers composed in the workers, no HTTP" if args.llm == "canned" else "simulated LLM at zero latency"
+    print(f"orchestration benchmark ({llm}; same Redis and workers for "
           "baseline and pipeline: " + "; ".join(f"{n} -Q {q} -P {p} -c {c}" for n, q, p, c in spec) + ")")
     print(f"noop_tasks={args.noops} noop_tasks_per_s={noop_rate:.1f}")
     print(f"pipeline_jobs={len(rows)} bundle_size={bundle} tasks_per_bundle=3 "

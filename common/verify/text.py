@@ -76,6 +76,10 @@ _TOKEN_RE = re.compile(r"\w(?:\S*\w)?")
 _POSSESSIVE_RE = re.compile(r"(?<=\w)'s\b")
 
 
+# Memoised (a str in, a str out): one job's answer is normalised by the reader, the
+# deflection check and the sidecar, and its question by every check; about a tenth of the
+# verify stage's CPU (bench/perf/worker_cpu.py).
+@lru_cache(maxsize=4096)
 def normalize(text: str) -> str:
     """NFKC, casefold, fold typographic quotes/dashes, collapse whitespace."""
     folded = unicodedata.normalize("NFKC", text).casefold().translate(_FOLD)

@@ -157,6 +157,9 @@ def make_farm(tmp_path: Path, server: RedisServer, endpoints: str, index: Path, 
         QFARM_RESULTS_DIR=str(tmp_path / "results"),
         QFARM_VISIBILITY_TIMEOUT_S=str(VISIBILITY_TIMEOUT_S),
         QFARM_BROKER_SOCKET_TIMEOUT_S="5",
+        # The scenarios stop a run part-way (kill a worker after 40 of 120 rows, ...): they
+        # need more bundles than the workers run at once, so not the sweep default's 32.
+        QFARM_BUNDLE_SIZE="8",
         PYTHONUNBUFFERED="1",
         **env,
     )

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from common.settings import Settings
 from producer.capacity import (
     HOST_MEMORY_SHARE,
     MESSAGE_BYTES,
@@ -86,5 +87,6 @@ def test_a_plan_that_fits_is_sent_and_costs_no_more_than_estimated(sweep, small_
     res = sweep("-n", "20", "--detach")  # 600 jobs, no worker: every message stays pending
     assert res.returncode == 0, res.stderr
     used = small_redis.info("memory")["used_memory"] - before
-    assert small_redis.llen("retrieve") == 4 + 75  # bundles of 8
-    assert 0 < used <= estimated_queue_bytes(600, 8) * 1.25, used  # the estimate is not optimistic
+    bundle = Settings().bundle_size  # the sweep's default
+    assert small_redis.llen("retrieve") == -(-30 // bundle) + -(-600 // bundle)
+    assert 0 < used <= estimated_queue_bytes(600, bundle) * 1.25, used  # the estimate is not optimistic

@@ -153,7 +153,10 @@ def test_resume_after_the_queue_is_lost_finishes_exactly_the_missing_jobs(farm, 
 
 def test_cancel_stops_a_run(farm, tmp_path):
     qfile = write_questions(tmp_path / "q.txt")
-    res = farm.qfarm("sweep", str(qfile), "-n", "10", "--detach", "--quiet")
+    # Bundles of 8 (75 messages), not the default 32 (19): the cancel must find messages
+    # still queued once the first rows are in.
+    res = farm.qfarm("sweep", str(qfile), "-n", "10", "--detach", "--quiet",
+                     env={**farm.env, "QFARM_BUNDLE_SIZE": "8"})
     assert res.returncode == 0, res.stderr
     run_id = run_id_from(res.stderr)
     farm.start_worker("w1", concurrency=2)

@@ -86,9 +86,12 @@ def test_task_args_decodes_real_messages_of_each_stage(client, app):
     (forwarded,) = client.lrange(keys.GENERATE.queue, 0, -1)
     assert [(ref["qid"], ref["mode"]) for ref in task_args(first)[0]] == [
         (j.question.id, j.mode.value) for j in js[:2]]
-    assert [r["job"]["job_id"] for r in json.loads(task_args(forwarded)[0])] == [
+    assert [r["job"]["job_id"] for r in json.loads(task_args(forwarded)[0])["records"]] == [
         j.job_id for j in js[2:]]
     assert message_run_id(first) == message_run_id(forwarded) == "fwd"
+    # A forwarded bundle in the earlier format (a list of whole records) is still recognised.
+    records = "[" + JobRecord(job=js[2]).model_dump_json() + "]"
+    assert message_run_id({"body": json.dumps([[records], {}, {}])}) == "fwd"
     # A message read but not acknowledged lives on in kombu's unacked hash only.
     with app.connection_for_read() as conn:
         held = conn.SimpleQueue(keys.GENERATE.queue, no_ack=False).get(timeout=5)

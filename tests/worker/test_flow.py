@@ -200,23 +200,56 @@ def test_a_bundle_is_served_from_the_cache_on_a_second_run(eager):
     assert store.progress("c2", 6).stages["retrieve"] == 6
 
 
-def test_an_unreadable_record_in_a_forwarded_bundle_spares_the_others(eager):
+def _unreadable_second_record(records, payload_format: str) -> str:
+    """A forwarded bundle whose second record lost its job (no id, no question)."""
+    from worker import flow
+
+    if payload_format == "list":  # the earlier format: whole records in a JSON list
+        items = json.loads(flow.RECORDS.dump_json(records))
+        items[1]["job"] = {"run_id": "v"}
+        return json.dumps(items)
+    bundle = json.loads(flow.dump_records(records))
+    bundle["records"][1]["job"] = {"run_id": "v"}
+    return json.dumps(bundle)
+
+
+@pytest.mark.parametrize("payload_format", ["bundle", "list"])
+def test_an_unreadable_record_in_a_forwarded_bundle_spares_the_others(eager, payload_format):
     from worker import flow, pipeline
 
     svc, store, gateway = eager
     manifest_for(store, "v", 2, 1)
     jobs, _ = bundle_refs("v", n=1)
     records = pipeline.retrieval_stage([pipeline.begin(j) for j in jobs], svc.retriever)
-    good = json.loads(flow.dump_records(records))
-    broken = dict(good[1], job={"run_id": "v"})  # no job id, no question: unusable
     sent = []
-    flow.handle_generate(json.dumps([good[0], broken]), svc, lambda stage, rs: sent.extend(rs))
+    flow.handle_generate(_unreadable_second_record(records, payload_format), svc,
+                         lambda stage, rs: sent.extend(rs))
     assert [r.job.job_id for r in sent] == [jobs[0].job_id]
+    assert sent[0].retrieval.evidence == records[0].retrieval.evidence  # put back, one by one
     assert gateway.calls == 1
     # Forwarded as one string, the good one verifies into its row.
     flow.handle_verify(flow.dump_records(sent), svc)
     (row,) = [json.loads(r) for r in store.read_rows("v", 0)]
     assert row["job_id"] == jobs[0].job_id and row["error"] is None
+
+
+def test_a_bundle_carries_each_evidence_list_once_and_reads_back_equal(eager):
+    from worker import flow, pipeline
+
+    svc, store, _ = eager
+    manifest_for(store, "w", 2, 3)
+    jobs, _ = bundle_refs("w", n=3)
+    records = pipeline.retrieval_stage([pipeline.begin(j) for j in jobs], svc.retriever)
+    records.append(records[0].model_copy(update={"retrieval": None}))  # one without evidence
+    payload = flow.dump_records(records)
+    assert flow.load_records(payload, svc) == records
+    bundle = json.loads(payload)
+    distinct = {r.retrieval.evidence for r in records if r.retrieval}
+    assert len(bundle["evidence"]) == len(distinct) < len(records) - 1
+    assert bundle["evidence_of"][-1] is None
+    assert len(payload) < 0.6 * len(flow.RECORDS.dump_json(records))  # 3 samples share blocks
+    # Messages sent before the format changed (a JSON list of whole records) still read.
+    assert flow.load_records(flow.RECORDS.dump_json(records).decode(), svc) == records
 
 
 def test_a_failed_hand_off_to_the_next_stage_leaves_the_message_for_redelivery(eager, monkeypatch):

@@ -136,3 +136,18 @@ def test_streaming_records_time_to_first_token_in_the_row(sim, retriever):
         gw.close()
     assert row.error is None
     assert row.timings.ttft_ms is not None and row.timings.ttft_ms <= row.timings.llm_ms
+
+
+def test_the_samples_of_a_question_share_one_preflight_and_a_new_policy_gets_its_own():
+    from worker import pipeline
+
+    text = "Tell me everything you know about volcanoes."
+    q = Question(id="q1", text=text)
+    a, b = expand_jobs("run-p", [q], [Mode.CLAIM_LATTICE_POINTER], 2, build_policy({}), model="m")
+    first = pipeline.preflight_stage(pipeline.begin(a))
+    assert pipeline.preflight_stage(pipeline.begin(b)).preflight is first.preflight
+    assert not first.preflight.rejected and first.verification is None
+    # The same question under reject-broad is decided differently, not served the memo's copy.
+    rejecting = make_job(text, quantifier_reject_broad=True)
+    decided = pipeline.preflight_stage(pipeline.begin(rejecting))
+    assert decided.preflight.rejected and decided.verification is not None

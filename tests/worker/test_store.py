@@ -46,3 +46,33 @@ def test_the_cache_reads_and_writes_many_at_once(store):
     got = store.get_cached_many(["d1", "missing", "d2"])
     assert [g and g["job_id"] for g in got] == ["a", None, "b"]
     assert store.get_cached_many([]) == []
+
+
+def test_write_rows_loads_the_script_when_the_server_has_forgotten_it(store):
+    # A restarted Redis has no scripts: the bundle's EVALSHAs fail and its rows are written
+    # through the registered script instead, still once each.
+    store.client.script_flush()
+    assert store.write_rows([row("a"), row("b")]) == [True, True]
+    store.client.script_flush()
+    assert store.write_rows([row("a"), row("c"), row("c")]) == [False, True, False]
+    assert store.client.lrange("qfarm:run:r:log", 0, -1) == [b"a", b"b", b"c"]
+
+
+def test_write_rows_is_one_round_trip(store, monkeypatch):
+    store.write_row(row("warm"))  # the registered script loads itself once
+    pipeline_cls = type(store.client.pipeline())
+    sent: list[str] = []
+    execute, immediate = pipeline_cls.execute, pipeline_cls.immediate_execute_command
+
+    def counting_execute(pipe, *args, **kwargs):
+        sent.append(f"pipeline of {len(pipe.command_stack)}")
+        return execute(pipe, *args, **kwargs)
+
+    def counting_immediate(pipe, *args, **kwargs):
+        sent.append(str(args[0]))  # e.g. redis-py's SCRIPT EXISTS before a script pipeline
+        return immediate(pipe, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline_cls, "execute", counting_execute)
+    monkeypatch.setattr(pipeline_cls, "immediate_execute_command", counting_immediate)
+    assert store.write_rows([row("a"), row("b"), row("c")]) == [True, True, True]
+    assert sent == ["pipeline of 3"]

@@ -1,0 +1,95 @@
+"""Rows before and after a change: a sweep's rows.jsonl minus what differs run to run.
+
+A CPU optimisation of the worker must not change a row. This runs one sweep (the
+general question set, every mode, ``-n`` samples, answers kept, cache off) through
+real Celery workers on Redis with bundles, as ``qfarm sweep`` runs it, against the
+zero-latency simulator (deterministic for a given prompt and seed), and writes the
+rows with their run-specific fields removed (ids, clocks, timings, worker, endpoint
+URL), sorted, one per line. Run it on the old code with ``--out old.jsonl`` and on the
+new with ``--against old.jsonl``: it prints how many rows differ and exits non-zero
+if any does.
+
+    python -m bench.perf.rows_check --out /tmp/rows-before.jsonl
+    python -m bench.perf.rows_check --against /tmp/rows-before.jsonl [--eager]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench.perf.farmkit import REPO, bench_redis_url, exit_on_sigterm, farm_env, flush, workers
+
+# What a run stamps on a row that is not its result.
+VOLATILE = ("run_id", "job_id", "timings", "started_at", "finished_at", "worker", "endpoint")
+
+
+def normalised(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in row.items() if k not in VOLATILE}
+
+
+def _key(row: dict[str, Any]) -> tuple:
+    return (row["question_id"], row["mode"], row["sample_index"])
+
+
+def run(n: int, bundle: int, eager: bool) -> list[dict[str, Any]]:
+    from common.settings import Settings
+    from ops.sim.launch import start_simulator
+    from producer import QuestionSet, SweepSpec, run_sweep
+    from worker.retrieval import ensure_default_index
+
+    tmp = Path(tempfile.mkdtemp(prefix="qfarm-rows-"))
+    index = ensure_default_index(Settings(data_dir=tmp / "data"), progress=False)
+    spec = SweepSpec(questions=QuestionSet.from_file(REPO / "bench/questions/general.jsonl"),
+                     n=n, keep_answers=True, use_cache=False)
+    with start_simulator(ttft_ms=0, tpot_ms=0, max_num_seqs=512) as sim:
+        settings = Settings(redis_url=bench_redis_url(), llm_endpoints=sim.url, index_path=index,
+                            bundle_size=bundle, results_dir=tmp / "results")
+        if eager:
+            result = run_sweep(spec, eager=True, settings=settings)
+        else:
+            flush()
+            env = farm_env(QFARM_LLM_ENDPOINTS=sim.url, QFARM_INDEX_PATH=str(index))
+            spec_w = [("rows-cpu", "retrieve,verify", "prefork", 2),
+                      ("rows-gpu", "generate", "threads", 8)]
+            with workers(env, spec_w, tmp):
+                result = run_sweep(spec, settings=settings)
+    rows = [json.loads(line) for line in result.rows_path.read_text().splitlines() if line.strip()]
+    return sorted((normalised(r) for r in rows), key=_key)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-n", type=int, default=3)
+    ap.add_argument("--bundle", type=int, default=None, help="jobs per message (default: the setting's)")
+    ap.add_argument("--eager", action="store_true", help="run in-process instead of on workers")
+    ap.add_argument("--out", type=Path, help="write the normalised rows here")
+    ap.add_argument("--against", type=Path, help="compare with rows written by --out")
+    args = ap.parse_args()
+    exit_on_sigterm()
+    from common.settings import Settings
+
+    rows = run(args.n, args.bundle or Settings().bundle_size, args.eager)
+    errors = sum(1 for r in rows if r["error"])
+    print(f"rows={len(rows)} error_rows={errors}")
+    if args.out:
+        args.out.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+        print(f"wrote {args.out}")
+    if args.against:
+        old = [json.loads(line) for line in args.against.read_text().splitlines() if line.strip()]
+        old_by, new_by = {_key(r): r for r in old}, {_key(r): r for r in rows}
+        differ = [k for k in old_by.keys() | new_by.keys() if old_by.get(k) != new_by.get(k)]
+        for k in sorted(differ)[:5]:
+            a, b = old_by.get(k) or {}, new_by.get(k) or {}
+            fields = sorted(f for f in a.keys() | b.keys() if a.get(f) != b.get(f))
+            print(f"differs: {k} fields={fields}")
+        print(f"rows_compared={len(old_by)} rows_differing={len(differ)}")
+        sys.exit(1 if differ else 0)
+
+
+if __name__ == "__main__":
+    main()
