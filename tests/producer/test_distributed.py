@@ -167,8 +167,15 @@ def test_cancel_stops_a_run(farm, tmp_path):
     assert purged > 0
     # Let the jobs already past their cancel check finish, then nothing more may land.
     assert farm.wait_for(lambda: farm.redis.llen("retrieve") == 0, timeout_s=30)
-    time.sleep(3.0)
-    settled = len(farm.rows(run_id))
+    # Jobs past their cancel check may take a while to land on a loaded host: wait until
+    # the count holds still for 3 s, then it must not move again.
+    settled, deadline = len(farm.rows(run_id)), time.monotonic() + 90
+    while time.monotonic() < deadline:
+        time.sleep(3.0)
+        now = len(farm.rows(run_id))
+        if now == settled:
+            break
+        settled = now
     time.sleep(4.0)
     assert len(farm.rows(run_id)) == settled < 600
     res = farm.qfarm("sweep", "--attach", run_id, "--quiet", timeout_s=120)
