@@ -217,8 +217,17 @@ def test_holdings_count_terms_by_root_and_phrases_as_written() -> None:
     assert holdings.count("Flowering plants of the daisy family") == (4, 2)
     # All four words, none adjacent as in the question: no phrase.
     assert holdings.count("A family of plants; the daisy is flowering") == (4, 0)
+    # Punctuation between the two words still makes them adjacent (FTS5 phrases agree).
+    assert holdings.count("flowering-plants, daisy-family") == (4, 2)
     # A word that merely contains a term ("transplant") does not hold it.
     assert holdings.count("A transplant") == (0, 0)
+
+
+def test_holdings_fold_diacritics_as_the_index_does() -> None:
+    # FTS5 (remove_diacritics 2) matches "Dvorak" to "Dvořák"; stage 2 must agree,
+    # or it would scale down the very passage stage 1 found.
+    assert sq.Holdings("Antonin Dvorak symphonies").count("Antonín Dvořák: symphonies") == (3, 2)
+    assert sq.Holdings("Antonín Dvořák").count("Antonin Dvorak") == (2, 1)
 
 
 def test_rerank_score_scales_by_coverage_and_raises_per_phrase() -> None:
