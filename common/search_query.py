@@ -5,14 +5,18 @@ One ranking shape everywhere (``RANKING_VERSION``): BM25F, title and text
 scored as one document (k1=1.2, b=0.75; a title occurrence counts
 ``title_boost`` times, default ×2; one IDF and one length across both
 fields), English stemming, the question reduced to its content terms OR-ed
-together. The embedded FTS5 index
-and Elasticsearch/OpenSearch receive the same terms (see ``query_terms``), so
+together; then a second stage, the same pure function for every backend
+(``rerank_order``), re-scores the first stage's top ``RERANK_DEPTH`` by the
+share of the question's terms each passage holds and the adjacent-word
+phrases it holds as written. The embedded FTS5 index and
+Elasticsearch/OpenSearch receive the same terms (see ``query_terms``), so
 their top documents agree except where their BM25 variants differ
 (docs/retrieval.md explains where).
 """
 
 from __future__ import annotations
 
+import heapq
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
@@ -46,8 +50,17 @@ ANALYZER = "english"
 SOURCE_FIELDS = ("doc_id", "chunk_id", "title", "text", "offset_start", "offset_end")
 MAPPING_VERSION = "mapping-v1"
 # Names the ranking shape; part of every index version, so rows say which
-# ranking served them. v2: BM25F over title+text (v1: per-field BM25 added).
-RANKING_VERSION = "bm25f-v2"
+# ranking served them. v2: BM25F over title+text (v1: per-field BM25 added);
+# v3: every backend re-ranks its BM25F top ``RERANK_DEPTH`` by term coverage
+# and adjacent-word phrases (``rerank_order``).
+RANKING_VERSION = "bm25f-v3"
+# Stage 2 of the embedded ranking (measured on bench/questions/independent_tune.jsonl,
+# docs/retrieval.md): the BM25F top 30 re-scored. A deeper window found no
+# more answers (50: recall@8 0.880 against 0.881) and costs time; 20 lost 4.
+RERANK_DEPTH = 30
+# Each adjacent-word phrase of the question found in a passage multiplies its
+# score by (1 + PHRASE_BONUS): 0.25, 0.5 and 1.0 were tried, 0.5 kept.
+PHRASE_BONUS = 0.5
 # Query types of the cluster backends: ``combined_fields`` is BM25F;
 # ``cross_fields`` is the nearest shape on servers without it (older OpenSearch).
 QUERY_TYPES = ("combined_fields", "cross_fields")
@@ -66,6 +79,198 @@ def query_terms(question: str) -> list[str]:
     return list(dict.fromkeys(content))
 
 
+def query_phrases(question: str) -> list[str]:
+    """Distinct pairs of content words adjacent in the question ("pride prejudice" is not one).
+
+    BM25F sums terms one by one; a passage holding "string instrument" or
+    "daisy family" as written matches the description better than one holding
+    both words apart, and a pair is far rarer than either word.
+    """
+    words = _WORD.findall(unicodedata.normalize("NFKC", question).lower())
+    pairs = [
+        f"{a} {b}"
+        for a, b in zip(words, words[1:], strict=False)
+        if a not in QUERY_STOP_WORDS and b not in QUERY_STOP_WORDS
+    ]
+    return list(dict.fromkeys(pairs))
+
+
+def fts5_phrase(text: str) -> str:
+    """``text`` as one quoted FTS5 phrase: its syntax characters lose their meaning."""
+    return '"' + text.replace('"', '""') + '"'
+
+
+_SUFFIXES = ("ing", "ed", "es", "s")
+
+
+def _root(word: str) -> str:
+    # A light suffix strip, not Porter: the pattern below matches any word
+    # starting with the root, so "mountain" finds "mountains" and "species" "species".
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    return word
+
+
+# U+0300..U+036F, the combining diacritical marks: dropped after NFD, so "dvořák"
+# reads "dvorak", as FTS5's ``remove_diacritics 2`` folds it (``re.sub``: ~4x
+# faster than ``str.translate`` on a passage, measured).
+_DIACRITICS = re.compile("[\u0300-\u036f]+")
+# Latin letters with diacritics (Latin-1 Supplement to Latin Extended-B, and the
+# combining marks): text without any needs no folding.
+_ACCENTED = re.compile("[\u00c0-\u024f\u0300-\u036f]")
+
+
+def _fold(text: str) -> str:
+    """Text without its diacritics (``text`` itself when it has none to drop)."""
+    if text.isascii() or not _ACCENTED.search(text):  # isascii first: a plain C scan
+        return text
+    return _DIACRITICS.sub("", unicodedata.normalize("NFD", text))
+
+
+def _word_start(text: str, root: str, at: int = 0) -> int:
+    """Index of the first word of ``text`` at or after ``at`` starting with ``root``; -1 if none.
+
+    ``str.find`` runs at C speed; the loop only skips matches inside a word.
+    """
+    at = text.find(root, at)
+    while at > 0 and text[at - 1].isalnum():
+        at = text.find(root, at + 1)
+    return at
+
+
+def _holds_phrase(text: str, first: str, second: str) -> bool:
+    """Whether a word starting with ``first`` is followed, past non-word characters, by
+    one starting with ``second`` ("string instruments", "daisy-family")."""
+    n = len(text)
+    at = _word_start(text, first)
+    while at >= 0:
+        end = at + len(first)
+        while end < n and text[end].isalnum():
+            end += 1
+        gap = end
+        while gap < n and not text[gap].isalnum():
+            gap += 1
+        if gap > end and text.startswith(second, gap):
+            return True
+        at = _word_start(text, first, at + 1)
+    return False
+
+
+class Holdings:
+    """Which of a question's terms and adjacent-word phrases a passage holds (stage 2).
+
+    Matched in Python on the candidates' stored text. FTS5 can say which
+    phrases matched a row only by running one query per phrase (about x2 the
+    whole first stage, measured), and a regular expression with one
+    alternative per term cost ~3 ms per question, one per phrase ~40 us to
+    compile; a substring search per root costs a few microseconds per
+    passage. The stems are approximate: a word matches a term when it starts
+    with the term's root (``_root``), lowercased and without diacritics, as
+    FTS5 folds them.
+    """
+
+    def __init__(self, question: str):
+        self.terms = query_terms(question)
+        self.phrases = query_phrases(question)
+        self._roots = [_fold(_root(t)) for t in self.terms]
+        index = {t: i for i, t in enumerate(self.terms)}
+        self._phrases = [
+            (index[first], index[second])
+            for first, second in (phrase.split(" ") for phrase in self.phrases)
+        ]
+
+    def count(self, text: str) -> tuple[int, int]:
+        """(distinct terms held, distinct phrases held) in ``text``."""
+        low = text.lower()
+        roots = self._roots
+        held = self._held(low, range(len(roots)))
+        if len(held) < len(roots):
+            # Fold only when a term is missing and the text has diacritics to drop (~5 us).
+            folded = _fold(low)
+            if folded is not low:
+                low = folded
+                held |= self._held(low, [i for i in range(len(roots)) if i not in held])
+        phrases = sum(
+            1
+            for a, b in self._phrases
+            if a in held and b in held and _holds_phrase(low, roots[a], roots[b])
+        )
+        return (len(held), phrases)
+
+    def _held(self, low: str, which: Iterable[int]) -> set[int]:
+        held = set()
+        find = low.find
+        for i in which:
+            root = self._roots[i]
+            at = find(root)
+            # The common cases inline (absent; at a word start), the rest in _word_start.
+            if at < 0 or (at and low[at - 1].isalnum() and _word_start(low, root, at + 1) < 0):
+                continue
+            held.add(i)
+        return held
+
+
+def rerank_score(bm25f: float, *, matched_terms: int, terms: int, matched_phrases: int) -> float:
+    """Stage-2 score of a passage from its BM25F score (higher is better).
+
+    Scaled by the share of the question's terms the passage holds (an OR of
+    terms lets one frequent word outscore a passage holding all of them) and
+    raised by ``PHRASE_BONUS`` per adjacent-word phrase it holds as written.
+    """
+    coverage = min(matched_terms, terms) / terms if terms else 1.0
+    return bm25f * coverage * (1.0 + PHRASE_BONUS * matched_phrases)
+
+
+def rerank_order(
+    question: str, candidates: Sequence[tuple[float, str]], top_k: int
+) -> list[tuple[int, float]]:
+    """Stage 2 of every backend: the best ``top_k`` as (index into ``candidates``, new score).
+
+    ``candidates`` are the first stage's (BM25F score >= 0, title + text) in
+    its rank order; equal new scores keep that order, so each backend's own
+    tie-break (rowid, ``chunk_id``) carries over. The scale of the first-stage
+    score does not matter: stage 2 multiplies it. A candidate cannot score
+    more than its first-stage score x (1 + PHRASE_BONUS x phrases), and the
+    first-stage scores fall, so matching stops once that bound cannot reach
+    the ``top_k``-th score found: the same answer, less text read.
+    """
+    holdings = Holdings(question)
+    n_terms = len(holdings.terms)
+    if n_terms < 2:
+        # One term: every candidate holds it and there is no phrase.
+        return [(i, score) for i, (score, _) in enumerate(candidates[:top_k])]
+    best_factor = 1.0 + PHRASE_BONUS * len(holdings.phrases)
+    scored: list[tuple[int, float]] = []
+    best: list[float] = []  # min-heap of the top_k new scores so far: best[0] is the k-th
+    for i, (score, text) in enumerate(candidates):
+        if len(best) == top_k and score * best_factor <= best[0]:
+            break  # neither it nor any later (lower) candidate can enter the top_k
+        held, phrases = holdings.count(text)
+        new = rerank_score(score, matched_terms=held, terms=n_terms, matched_phrases=phrases)
+        scored.append((i, new))
+        if len(best) < top_k:
+            heapq.heappush(best, new)
+        else:
+            heapq.heappushpop(best, new)
+    scored.sort(key=lambda item: -item[1])  # stable: ties keep the first stage's order
+    return scored[:top_k]
+
+
+def rerank_hits(
+    question: str, hits: Sequence[Mapping[str, Any]], top_k: int
+) -> list[Mapping[str, Any]]:
+    """The best ``top_k`` of a cluster's first-stage hits after stage 2, ``_score`` replaced."""
+    candidates = [
+        (
+            float(h.get("_score") or 0.0),
+            f"{(h.get('_source') or {}).get('title') or ''}\n{(h.get('_source') or {}).get('text') or ''}",
+        )
+        for h in hits
+    ]
+    return [{**hits[i], "_score": score} for i, score in rerank_order(question, candidates, top_k)]
+
+
 def fts5_match_expression(question: str) -> str | None:
     """A safe FTS5 MATCH string: the question's terms, each quoted, OR-ed.
 
@@ -76,7 +281,7 @@ def fts5_match_expression(question: str) -> str | None:
     terms = query_terms(question)
     if not terms:
         return None
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+    return " OR ".join(fts5_phrase(t) for t in terms)
 
 
 # --------------------------------------------------------------------------- index names
@@ -240,20 +445,28 @@ def evidence_from_hits(hits: Sequence[Mapping[str, Any]]) -> list[Evidence]:
 
 __all__ = [
     "ANALYZER",
+    "Holdings",
     "MAPPING_VERSION",
+    "PHRASE_BONUS",
     "QUERY_TYPES",
     "RANKING_VERSION",
+    "RERANK_DEPTH",
     "SOURCE_FIELDS",
     "QUERY_STOP_WORDS",
     "alias_switch_actions",
     "evidence_from_hits",
     "fts5_match_expression",
+    "fts5_phrase",
     "index_body",
     "index_template_body",
     "index_version_for",
     "is_versioned_index_of",
     "msearch_body",
+    "query_phrases",
     "query_terms",
+    "rerank_hits",
+    "rerank_order",
+    "rerank_score",
     "search_body",
     "serving_settings",
 ]

@@ -10,8 +10,8 @@ ranking and of the naive index on the independent held-out questions
 (``bench/questions/independent_heldout.jsonl``) print side by side; bars:
 qfarm's p50 <= 1.5x the naive p50. OpenSearch: build, latency and top-1
 parity with embedded on a local osmem-server, an in-memory stand-in, NOT a
-cluster figure. The last line is ``query_p50_ms=<embedded p50>``. Retrieval
-alone, called directly: a run through ``producer.run_sweep`` would add the rest.
+cluster figure, each difference put in a category (``parity_breakdown``).
+The last line is ``query_p50_ms=<embedded p50>``. Retrieval alone, called directly: a run through ``producer.run_sweep`` would add the rest.
 
     python -m bench.perf.retrieval [--questions 1000] [--no-opensearch]
 """
@@ -162,7 +162,9 @@ def quality(retrievers: Sequence[Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def bench_embedded(tmp: Path, questions: list[str]) -> tuple[float, list[str | None]]:
+def bench_embedded(
+    tmp: Path, questions: list[str]
+) -> tuple[float, list[str | None], list[list[str]]]:
     from common.search_query import fts5_match_expression
     from worker.retrieval.embedded import EmbeddedRetriever
     from worker.retrieval.ingest import CorpusSource, build_embedded_index
@@ -183,6 +185,7 @@ def bench_embedded(tmp: Path, questions: list[str]) -> tuple[float, list[str | N
         questions,
     )
     top1 = [_top_doc(retriever.search(q, top_k=1, title_boost=TITLE_BOOST)) for q in questions]
+    stage1 = first_stage_embedded(dest, questions)
     figures = quality([retriever, naive])
     heldout = [json.loads(line)["question"] for line in HELDOUT.read_text().splitlines() if line]
     h_ours, h_naive = time_interleaved(
@@ -221,7 +224,87 @@ def bench_embedded(tmp: Path, questions: list[str]) -> tuple[float, list[str | N
         f"{'met' if ours['recall_at_k'] >= 0.99 else 'MISSED'}); p50 interleaved {h50:.2f} ms vs "
         f"{hn50:.2f} ms (x{h50 / hn50:.2f}; bar <= x1.5: {'met' if h50 <= 1.5 * hn50 else 'MISSED'})"
     )
-    return p50, top1
+    return p50, top1, stage1
+
+
+def first_stage_embedded(index: Path, questions: list[str]) -> list[list[str]]:
+    """Chunk ids of the embedded BM25F first stage (the re-ranking window), best first."""
+    from common.search_query import RERANK_DEPTH, fts5_match_expression
+
+    conn = sqlite3.connect(index)
+    sql = (
+        "SELECT p.chunk_id FROM passages_fts JOIN passages AS p ON p.rowid = passages_fts.rowid"
+        " WHERE passages_fts MATCH ? ORDER BY bm25(passages_fts, ?, 1.0), passages_fts.rowid LIMIT ?"
+    )
+    out: list[list[str]] = []
+    for q in questions:
+        expr = fts5_match_expression(q)
+        rows = conn.execute(sql, (expr, TITLE_BOOST, RERANK_DEPTH)).fetchall() if expr else []
+        out.append([r[0] for r in rows])
+    conn.close()
+    return out
+
+
+def first_stage_cluster(
+    url: str, index: str, questions: list[str], query_type: str
+) -> list[list[str]]:
+    """Chunk ids of a cluster's first stage, best first: qfarm's body of ``query_type``,
+    or for ``"most_fields"`` the same terms and fields as ``multi_match most_fields``
+    (per-field BM25 summed, the v1 shape)."""
+    import urllib.request
+
+    from common.search_query import RERANK_DEPTH, search_body
+
+    out: list[list[str]] = []
+    for q in questions:
+        shape = "cross_fields" if query_type == "most_fields" else query_type
+        body = search_body(q, top_k=RERANK_DEPTH, title_boost=TITLE_BOOST, query_type=shape)
+        if body is None:
+            out.append([])
+            continue
+        if query_type == "most_fields":
+            body["query"]["multi_match"]["type"] = "most_fields"
+        req = urllib.request.Request(
+            f"{url}/{index}/_search", data=json.dumps(body).encode(), method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            hits = json.loads(resp.read())["hits"]["hits"]
+        out.append([h["_source"]["chunk_id"] for h in hits])
+    return out
+
+
+def parity_breakdown(
+    embedded: list[str | None], cluster: list[str | None],
+    embedded_stage1: list[list[str]], cluster_stage1: list[list[str]],
+    most_fields_stage1: list[list[str]],
+) -> dict[str, int]:
+    """Why each question's top document differs between embedded and the stand-in.
+
+    Both backends run the same second stage (``rerank_order``) over their
+    first stage's top ``RERANK_DEPTH``, so a difference starts in the first
+    stage: its candidates differ (split by whether the stand-in's
+    ``combined_fields`` list is exactly its ``most_fields`` list, i.e. it
+    scored per-field BM25 sums, not BM25F), or the candidates are the same
+    but their first-stage scores, which stage 2 multiplies, differ.
+    """
+    out = {
+        "same": 0,
+        "candidates differ, stand-in's combined_fields list == its most_fields list": 0,
+        "candidates differ, otherwise": 0,
+        "same candidates, first-stage scores differ": 0,
+    }
+    for e, c, s_e, s_c, s_m in zip(
+        embedded, cluster, embedded_stage1, cluster_stage1, most_fields_stage1, strict=True
+    ):
+        if e == c:
+            out["same"] += 1
+        elif set(s_e) != set(s_c):
+            key = "most_fields list" if s_c == s_m else "otherwise"
+            out[next(k for k in out if k.endswith(key))] += 1
+        else:
+            out["same candidates, first-stage scores differ"] += 1
+    return out
 
 
 def _top_doc(evidence: list) -> str | None:
@@ -229,13 +312,15 @@ def _top_doc(evidence: list) -> str | None:
 
 
 def bench_opensearch(
-    questions: list[str], embedded_p50: float, embedded_top1: list[str | None]
+    questions: list[str], embedded_p50: float, embedded_top1: list[str | None],
+    embedded_stage1: list[list[str]],
 ) -> None:
     try:
         from osmem_server import OsmemServer
     except ImportError:
         print("opensearch: skipped (pip install osmem-server for the in-memory stand-in)")
         return
+    from common.search_query import RERANK_DEPTH
     from common.settings import Settings
     from worker.retrieval import open_retriever
     from worker.retrieval.ingest import CorpusSource, build_cluster_index
@@ -274,6 +359,17 @@ def bench_opensearch(
                 f"ranking parity ({retriever.query_type}): same top document as embedded for "
                 f"{same}/{len(questions)} questions ({same / len(questions):.1%}; bar >= 95%)"
             )
+            alias = Settings().es_index
+            combined = first_stage_cluster(server.url, alias, questions, retriever.query_type)
+            most = first_stage_cluster(server.url, alias, questions, "most_fields")
+            same_list = sum(a == b for a, b in zip(combined, most, strict=True))
+            print(
+                f"stand-in check: {retriever.query_type} and most_fields return the same "
+                f"first-stage list (top {RERANK_DEPTH}, in order) for "
+                f"{same_list}/{len(questions)} questions"
+            )
+            reasons = parity_breakdown(embedded_top1, theirs, embedded_stage1, combined, most)
+            print("parity breakdown: " + "; ".join(f"{k}: {v}" for k, v in reasons.items()))
             quality([retriever])
         finally:
             retriever.close()
@@ -293,9 +389,9 @@ def main() -> None:
         f"retrieval benchmark: default corpus ({len(corpus):,} articles), {len(questions):,} questions, {os.cpu_count()} CPUs"
     )
     with tempfile.TemporaryDirectory(prefix="qfarm-retrieval-") as tmp:
-        p50, top1 = bench_embedded(Path(tmp), questions)
+        p50, top1, stage1 = bench_embedded(Path(tmp), questions)
     if not args.no_opensearch:
-        bench_opensearch(questions, p50, top1)
+        bench_opensearch(questions, p50, top1, stage1)
     print(f"query_p50_ms={p50:.3f}")
 
 

@@ -115,3 +115,17 @@ def test_independent_sets_are_what_their_script_builds_and_do_not_overlap() -> N
     # The question never contains its answer (it would be found by string match alone).
     for r in built[0] + built[1]:
         assert not contains_answer(normalize_tokens(r["question"]), [normalize_tokens(r["answers"][0])])
+
+
+def test_a_description_is_ambiguous_when_another_holds_all_its_content_words() -> None:
+    from bench.questions.ambiguity import ambiguous_titles
+
+    corpus = {
+        "Guppy": {"title": "Guppy", "description": "Species of tropical fish"},
+        "Neon tetra": {"title": "Neon tetra", "description": "Species of tropical freshwater fish"},
+        "Cod": {"title": "Cod", "description": "Species of cold-water fish"},
+        "Mars": {"title": "Mars", "description": ""},
+    }
+    # Every content word of Guppy's description is in Neon tetra's, not the reverse;
+    # Cod's "cold" and "water" are in no other description; no description, no claim.
+    assert ambiguous_titles(corpus) == {"Guppy"}

@@ -197,3 +197,85 @@ def test_ops_template_file_matches_the_generated_mapping() -> None:
 def test_conversational_frame_words_are_not_query_terms() -> None:
     # "know"/"everything" matched a short unrelated passage above *Volcano*.
     assert sq.query_terms("Tell me everything you know about volcanoes.") == ["volcanoes"]
+
+
+def test_query_phrases_are_adjacent_content_word_pairs() -> None:
+    # "Pride and Prejudice": "and" sits between them, so no "pride prejudice" pair.
+    assert sq.query_phrases("What is the electric plucked string instrument?") == [
+        "electric plucked",
+        "plucked string",
+        "string instrument",
+    ]
+    assert sq.query_phrases("Who wrote Pride and Prejudice?") == ["wrote pride"]
+    assert sq.query_phrases("...") == []
+
+
+def test_holdings_count_terms_by_root_and_phrases_as_written() -> None:
+    holdings = sq.Holdings("What is the flowering plant in the daisy family?")
+    assert holdings.terms == ["flowering", "plant", "daisy", "family"]
+    # "plants" holds "plant"; "Flowering" is case-folded; "daisy family" is written as a phrase.
+    assert holdings.count("Flowering plants of the daisy family") == (4, 2)
+    # All four words, none adjacent as in the question: no phrase.
+    assert holdings.count("A family of plants; the daisy is flowering") == (4, 0)
+    # Punctuation between the two words still makes them adjacent (FTS5 phrases agree).
+    assert holdings.count("flowering-plants, daisy-family") == (4, 2)
+    # A word that merely contains a term ("transplant") does not hold it.
+    assert holdings.count("A transplant") == (0, 0)
+
+
+def test_holdings_fold_diacritics_as_the_index_does() -> None:
+    # FTS5 (remove_diacritics 2) matches "Dvorak" to "Dvořák"; stage 2 must agree,
+    # or it would scale down the very passage stage 1 found.
+    assert sq.Holdings("Antonin Dvorak symphonies").count("Antonín Dvořák: symphonies") == (3, 2)
+    assert sq.Holdings("Antonín Dvořák").count("Antonin Dvorak") == (2, 1)
+
+
+def test_rerank_score_scales_by_coverage_and_raises_per_phrase() -> None:
+    assert sq.rerank_score(10.0, matched_terms=4, terms=4, matched_phrases=0) == 10.0
+    assert sq.rerank_score(10.0, matched_terms=1, terms=4, matched_phrases=0) == 2.5
+    assert sq.rerank_score(10.0, matched_terms=4, terms=4, matched_phrases=2) == pytest.approx(
+        10.0 * (1 + 2 * sq.PHRASE_BONUS)
+    )
+    # A passage holding one frequent word many times no longer beats one holding all of them.
+    assert sq.rerank_score(12.0, matched_terms=1, terms=4, matched_phrases=0) < sq.rerank_score(
+        8.0, matched_terms=4, terms=4, matched_phrases=0
+    )
+
+
+def test_rerank_order_keeps_first_stage_order_on_ties_and_for_one_term() -> None:
+    same = [(2.0, "daisy family plant"), (2.0, "daisy family plant"), (3.0, "daisy")]
+    # "daisy family": the two passages holding both terms and the phrase win; equal
+    # scores keep their first-stage order (each backend's own tie-break).
+    assert [i for i, _ in sq.rerank_order("daisy family", same, 3)] == [0, 1, 2]
+    assert sq.rerank_order("daisy", same, 3) == [(0, 2.0), (1, 2.0), (2, 3.0)]
+    assert sq.rerank_order("daisy", same, 1) == [(0, 2.0)]
+
+
+def test_rerank_order_stops_early_with_the_same_answer() -> None:
+    # 40 candidates with falling first-stage scores, holding all terms or one.
+    texts = ["daisy family" if i % 3 == 0 else "daisy" for i in range(40)]
+    candidates = [(100.0 - i, t) for i, t in enumerate(texts)]
+    full = sorted(
+        (
+            (i, sq.rerank_score(s, matched_terms=2 if t == "daisy family" else 1, terms=2,
+                                matched_phrases=1 if t == "daisy family" else 0))
+            for i, (s, t) in enumerate(candidates)
+        ),
+        key=lambda item: -item[1],
+    )
+    for k in (1, 3, 8, 40):
+        assert sq.rerank_order("daisy family", candidates, k) == full[:k]
+
+
+def test_rerank_hits_reorders_cluster_hits_and_cuts_to_top_k() -> None:
+    def hit(chunk: str, score: float, title: str, text: str) -> dict:
+        return {"_score": score, "_source": {"chunk_id": chunk, "title": title, "text": text}}
+
+    hits = [
+        hit("a#0", 9.0, "Mountaineering", "Mountain mountain mountain climbing."),
+        hit("b#0", 6.0, "Mount Kilimanjaro", "The highest mountain in Africa."),
+    ]
+    got = sq.rerank_hits("What is the highest mountain in Africa?", hits, 1)
+    assert [h["_source"]["chunk_id"] for h in got] == ["b#0"]
+    # 6 x (3/3 terms) x (1 + 0.5 for "highest mountain"; "mountain africa" is not adjacent as written)
+    assert got[0]["_score"] == pytest.approx(6.0 * 1.5)

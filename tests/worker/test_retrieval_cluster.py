@@ -249,3 +249,51 @@ def test_client_major_check_refuses_only_a_client_newer_than_the_server() -> Non
         es_backend.check_client_fits_server(module, "http://es:9200", version)  # type: ignore[arg-type]
     with pytest.raises(RetrievalError, match=r"elasticsearch>=8,<9.*`elasticsearch8` package"):
         es_backend.check_client_fits_server(client9, "http://es:9200", "8.15.0")  # type: ignore[arg-type]
+
+
+def _hit(chunk: str, score: float, title: str, text: str) -> dict:
+    return {
+        "_score": score,
+        "_source": {
+            "doc_id": chunk.split("#")[0], "chunk_id": chunk, "title": title, "text": text,
+            "offset_start": 0, "offset_end": len(text),
+        },
+    }
+
+
+class RankingClient(FakeClient):
+    """Answers every search with the same first-stage hits and records the bodies."""
+
+    def __init__(self, hits: list[dict]):
+        super().__init__()
+        self.hits = hits
+        self.bodies: list[dict] = []
+
+    def search(self, **kwargs: Any) -> dict:
+        self.bodies.append(kwargs["body"])
+        return {"hits": {"hits": self.hits}}
+
+    def msearch(self, **kwargs: Any) -> dict:
+        bodies = kwargs["body"][1::2]
+        self.bodies.extend(bodies)
+        return {"responses": [{"hits": {"hits": self.hits}} for _ in bodies]}
+
+
+def test_clusters_fetch_the_rerank_window_and_apply_stage_two() -> None:
+    from common.search_query import RERANK_DEPTH
+
+    hits = [
+        _hit("Mountaineering#0", 9.0, "Mountaineering", "Mountain mountain mountain climbing."),
+        _hit("Mount Kilimanjaro#0", 6.0, "Mount Kilimanjaro", "The highest mountain in Africa."),
+    ]
+    client = RankingClient(hits)
+    r = _retriever(client)
+    question = "What is the highest mountain in Africa?"
+    got = r.search(question, top_k=1, title_boost=2.0)
+    # First stage alone would answer Mountaineering (9.0); stage 2 scales it by
+    # the share of terms it holds (1/3) and raises Kilimanjaro for its phrase.
+    assert [e.chunk_id for e in got] == ["Mount Kilimanjaro#0"]
+    assert [e.chunk_id for e in r.search_many([question], top_k=1, title_boost=2.0)[0]] == [
+        "Mount Kilimanjaro#0"
+    ]
+    assert [b["size"] for b in client.bodies] == [RERANK_DEPTH, RERANK_DEPTH]

@@ -130,9 +130,10 @@ class ClusterRetriever:
         if top_k < 1:
             return []
         while True:
+            # The first stage's window; stage 2 (``rerank_hits``) keeps the best top_k.
             body = sq.search_body(
                 query,
-                top_k=top_k,
+                top_k=max(top_k, sq.RERANK_DEPTH),
                 title_boost=title_boost,
                 doc_ids=doc_ids,
                 query_type=self.query_type,
@@ -146,7 +147,7 @@ class ClusterRetriever:
                 if self._fall_back(exc.__cause__):
                     continue
                 raise
-            return sq.evidence_from_hits(response["hits"]["hits"])
+            return sq.evidence_from_hits(sq.rerank_hits(query, response["hits"]["hits"], top_k))
 
     def search_many(
         self, queries: Sequence[str], *, top_k: int, title_boost: float
@@ -157,7 +158,12 @@ class ClusterRetriever:
             return results
         while True:
             bodies = [
-                sq.search_body(q, top_k=top_k, title_boost=title_boost, query_type=self.query_type)
+                sq.search_body(
+                    q,
+                    top_k=max(top_k, sq.RERANK_DEPTH),
+                    title_boost=title_boost,
+                    query_type=self.query_type,
+                )
                 for q in queries
             ]
             wanted = [b for b in bodies if b is not None]
@@ -180,7 +186,9 @@ class ClusterRetriever:
                 raise RetrievalError(
                     f"{self.backend} at {self.url}: msearch failed: {answer['error']}"
                 )
-            results[i] = sq.evidence_from_hits(answer["hits"]["hits"])
+            results[i] = sq.evidence_from_hits(
+                sq.rerank_hits(queries[i], answer["hits"]["hits"], top_k)
+            )
         return results
 
     # ------------------------------------------------------------------ what is served

@@ -11,7 +11,10 @@ Ranking shape (``RANKING_VERSION``): title and text scored as one document,
 BM25F-style, in one two-column FTS5 table ranked by ``bm25(passages_fts,
 title_boost, 1.0)``: a term's frequency is counted ``title_boost`` times in
 the title, and its rarity (IDF) and the passage's length are counted once
-across both fields, as Elasticsearch's ``combined_fields`` does. The earlier
+across both fields, as Elasticsearch's ``combined_fields`` does. Its top 30
+(``RERANK_DEPTH``) are then re-scored by ``common.search_query.rerank_order``
+(term coverage, adjacent-word phrases), as the cluster backends re-score
+theirs. The earlier
 shape (one FTS5 index per field, separately normalised BM25 scores added,
 ``most_fields``) let any short title holding one generic question word
 outrank the passage that answers; on the independent description questions
@@ -41,7 +44,7 @@ from common.chunking import Passage
 from common.corpus import Document
 from common.errors import RetrievalError
 from common.models import Evidence
-from common.search_query import fts5_match_expression
+from common.search_query import RERANK_DEPTH, fts5_match_expression, rerank_order
 
 SCHEMA_VERSION = "qfarm-embedded-2"  # 2: one two-column FTS5 table (BM25F)
 TOKENIZER = "porter unicode61 remove_diacritics 2"
@@ -205,13 +208,17 @@ class EmbeddedRetriever:
             marks = ", ".join("?" * len(doc_ids))
             where = f" AND rowid IN (SELECT rowid FROM passages WHERE doc_id IN ({marks}))"
             filter_params = list(doc_ids)
-        params: list[Any] = [float(title_boost), match, *filter_params, int(top_k)]
+        # Stage 1 fetches the re-ranking window; stage 2 re-scores it (RANKING_VERSION).
+        depth = max(int(top_k), RERANK_DEPTH)
+        params: list[Any] = [float(title_boost), match, *filter_params, depth]
         try:
             rows = self._conn().execute(_SEARCH_SQL.format(filter=where), params).fetchall()
         except sqlite3.Error as exc:
             raise RetrievalError(
                 f"embedded index {self.path}: query failed ({exc}); rebuild it with `qfarm index --force`"
             ) from exc
+        # bm25() is negated (lower is better); stage 2 wants higher-is-better.
+        order = rerank_order(query, [(-row[-1], f"{row[2]}\n{row[3]}") for row in rows], top_k)
         return [
             Evidence(
                 id=f"E{rank}",
@@ -219,11 +226,13 @@ class EmbeddedRetriever:
                 chunk_id=chunk_id,
                 title=title,
                 text=text,
-                score=round(-score, 6),
+                score=round(score, 6),
                 offset_start=start,
                 offset_end=end,
             )
-            for rank, (doc_id, chunk_id, title, text, start, end, score) in enumerate(rows, start=1)
+            for rank, (score, (doc_id, chunk_id, title, text, start, end, _)) in enumerate(
+                ((score, rows[i]) for i, score in order), start=1
+            )
         ]
 
     def search_many(
