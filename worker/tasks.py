@@ -12,12 +12,13 @@ import functools
 import logging
 from collections.abc import Callable
 
+from celery import signals
 from celery.exceptions import Reject
 
 from common.jobs import bundle_label
 from common.keys import GENERATE, INTERACTIVE, RETRIEVE, VERIFY, Stage
 from common.models import JobRecord
-from worker import flow
+from worker import flow, metrics
 from worker.celery_app import app
 from worker.flow import REDIS_ERRORS
 from worker.services import Services, get_services
@@ -89,3 +90,36 @@ def run_job(refs: list[dict]) -> None:
     for ref in refs:  # single queries: one job a message, all stages in one task
         _guarded([ref], functools.partial(flow.handle_job, ref))
 
+
+
+# Operator metrics (worker/metrics.py): only real worker processes flush to Redis. The
+# main process starts a flusher when it is ready (it heartbeats for the node; with the
+# threads pool it also runs the tasks); each prefork child starts its own after the fork.
+def _consumed_queues(worker: object) -> list[str]:
+    consumer = getattr(worker, "consumer", None)
+    queues = getattr(getattr(consumer, "task_consumer", None), "queues", None) or []
+    names = [q.name for q in queues]
+    return names or list(app.amqp.queues.consume_from or [])
+
+
+_node: dict[str, object] = {}
+
+
+@signals.worker_ready.connect
+def _start_metrics(sender: object = None, **_: object) -> None:
+    hostname = str(getattr(sender, "hostname", "") or "worker")
+    _node.update(hostname=hostname, queues=_consumed_queues(sender))
+    metrics.start_flushing(get_services().settings, node=hostname,
+                           queues=_node["queues"])  # type: ignore[arg-type]
+
+
+@signals.worker_process_init.connect
+def _start_child_metrics(**_: object) -> None:
+    if _node:
+        metrics.start_flushing(get_services().settings, node=str(_node["hostname"]),
+                               queues=_node["queues"])  # type: ignore[arg-type]
+
+
+@signals.worker_shutdown.connect
+def _stop_metrics(**_: object) -> None:
+    metrics.stop_flushing()
