@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import http.cookies
 import json
 import logging
 import threading
@@ -70,6 +71,7 @@ log = logging.getLogger("qfarm.api")
 NDJSON = "application/x-ndjson"
 ROWS_PAGE_MAX = 1000
 THREADS = 100
+DOC_PATHS = ("/openapi.json", "/docs", "/redoc", "/docs/oauth2-redirect")
 ERRORS: dict[int | str, dict[str, Any]] = {
     s: {"model": ErrorBody} for s in (400, 401, 403, 404, 409, 413, 422, 503)
 }
@@ -238,7 +240,8 @@ def create_app(settings: Settings, *, eager: bool = False,
     collector = None if eager else _register_collector(farm)
 
     _install_errors(app)
-    app.add_middleware(BodyLimit, limit=settings.api_max_body_bytes, collector=collector)
+    app.add_middleware(BodyLimit, limit=settings.api_max_body_bytes, collector=collector,
+                       tokens=farm.tokens)
 
     def need(scope: str) -> Callable[[Request], str | None]:
         def check(request: Request) -> str | None:
@@ -699,14 +702,19 @@ class BodyLimit:
     by Content-Length (refused before reading) or chunked (refused once the count passes
     the limit while the route reads); also counts requests per route for /metrics."""
 
-    def __init__(self, app: Any, limit: int, collector: Any) -> None:
-        self.app, self.limit, self.collector = app, limit, collector
+    def __init__(self, app: Any, limit: int, collector: Any, tokens: auth.Tokens) -> None:
+        self.app, self.limit, self.collector, self.tokens = app, limit, collector, tokens
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        length = dict(scope.get("headers") or []).get(b"content-length")
+        headers = dict(scope.get("headers") or [])
+        if scope["path"] in DOC_PATHS and not self._may_read_docs(headers):
+            await _problem(401, "the API's schema needs a token too (a bearer header, or the "
+                                "viewer's cookie: open /?token=TOKEN first)")(scope, receive, send)
+            return
+        length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.limit:
             resp = _problem(413, f"request body of {int(length)} bytes; at most {self.limit} "
                                  "(QFARM_API_MAX_BODY_BYTES)")
@@ -733,6 +741,16 @@ class BodyLimit:
 
         await self.app(scope, limited, sending)
         self._count(scope, status[0])
+
+    def _may_read_docs(self, headers: dict[bytes, bytes]) -> bool:
+        if not self.tokens.required:
+            return True
+        presented = auth.bearer(headers.get(b"authorization", b"").decode(errors="replace"))
+        if presented is None:
+            cookies = http.cookies.SimpleCookie(headers.get(b"cookie", b"").decode(errors="replace"))
+            morsel = cookies.get(auth.COOKIE)
+            presented = morsel.value if morsel else None
+        return self.tokens.scope_of(presented) is not None
 
     def _count(self, scope: dict[str, Any], status: int) -> None:
         if self.collector is not None:
