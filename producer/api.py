@@ -524,12 +524,9 @@ def _ask_distributed(settings: Settings, question: Question, modes: list[Mode], 
                      use_cache: bool, timeout_s: float, endpoints: EndpointsFor) -> Answer:
     ctx = ask_context(settings, endpoints)
     ticket = submit_ask(ctx, question, modes[0], policy, use_cache=use_cache)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        answer = answer_for(ctx.store, ticket)
-        if answer is not None:
-            return answer
-        time.sleep(0.1)
+    answer = wait_for_answer(ctx.store, ticket, timeout_s)
+    if answer is not None:
+        return answer
     raise QfarmError(
         f"no answer within {timeout_s:.0f}s (run {ticket.run_id}); is a worker consuming the "
         "interactive queue? start one with: celery -A worker worker -Q interactive -P threads -c 8"
@@ -585,18 +582,57 @@ def submit_ask(ctx: AskContext, question: Question | str, mode: Mode | str, poli
     return AskTicket(manifest.run_id, _submit(ctx.store, manifest, question, ctx.app))
 
 
+def poll_pauses(first_s: float = 0.02, factor: float = 1.5, most_s: float = 0.25) -> Iterator[float]:
+    """Pauses between polls for a question's row: short first (most answers are quick),
+    longer later, so a slow answer costs few Redis reads."""
+    pause = first_s
+    while True:
+        yield pause
+        pause = min(pause * factor, most_s)
+
+
+def wait_for_answer(store: ProducerStore, ticket: AskTicket, timeout_s: float) -> Answer | None:
+    """The question's answer, polling until ``timeout_s``; None if it has not come."""
+    deadline = time.monotonic() + timeout_s
+    for pause in poll_pauses():
+        answer = answer_for(store, ticket)
+        if answer is not None or time.monotonic() >= deadline:
+            return answer
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+    return None
+
+
 def answer_for(store: ProducerStore, ticket: AskTicket) -> Answer | None:
-    """The question's answer once its row exists, else None."""
-    if not store.existing_job_ids(ticket.run_id, [ticket.job_id]):
+    """The question's answer once its row exists, else None (one round trip per poll)."""
+    pipe = store.client.pipeline(transaction=False)
+    pipe.hget(keys.rows_key(ticket.run_id), ticket.job_id)
+    pipe.get(keys.detail_key(ticket.run_id, ticket.job_id))
+    raw, detail = pipe.execute()
+    if raw is None:
         return None
-    return _fetch(store, ticket.run_id, ticket.job_id)
+    row = Row.model_validate_json(raw)
+    if detail is None and not row.cache_hit and not row.error:
+        # The worker stores the full record just after the row: give it a moment.
+        time.sleep(0.02)
+        detail = store.client.get(keys.detail_key(ticket.run_id, ticket.job_id))
+    record = JobRecord.model_validate_json(detail) if detail else None
+    return Answer(row=row, record=record)
+
+
+_interactive_seen_at = 0.0  # monotonic time a heartbeat last showed an interactive worker
+HEARTBEAT_TRUST_S = 2.0  # one flush interval: a worker seen this recently is taken as alive
 
 
 def _require_interactive_worker(app: Any, store: ProducerStore | None = None) -> None:
     # The workers' heartbeats (worker/metrics.py) answer in one round trip; Celery's
     # inspect waits for its whole timeout, so it is asked only when no heartbeat says so.
-    if store is not None and any(keys.INTERACTIVE.queue in w.queues for w in store.live_workers()):
-        return
+    global _interactive_seen_at
+    if store is not None:
+        if time.monotonic() - _interactive_seen_at < HEARTBEAT_TRUST_S:
+            return
+        if any(keys.INTERACTIVE.queue in w.queues for w in store.live_workers()):
+            _interactive_seen_at = time.monotonic()
+            return
     replies = app.control.inspect(timeout=1.5).active_queues() or {}
     if not any(q.get("name") == keys.INTERACTIVE.queue for qs in replies.values() for q in qs):
         raise QfarmError(
