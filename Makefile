@@ -45,3 +45,4 @@ bench: install
 	$(BIN)/python -m bench.perf.orchestration
 	$(BIN)/python -m bench.perf.enqueue
 	$(BIN)/python -m bench.perf.viewer
+	$(BIN)/python -m bench.perf.api_load

@@ -44,6 +44,7 @@ from common.models import Question
 from common.policy import policy_from_mapping
 from common.questions import parse_questions
 from common.settings import Settings
+from common.vocab import Verdict
 from producer import control
 from producer.api import (
     AskContext,
@@ -57,6 +58,7 @@ from producer.api import (
     ask_context,
     configured_endpoints,
     follow_run,
+    poll_pauses,
     run_sweep,
     submit_ask,
 )
@@ -472,16 +474,15 @@ def _login(farm: Farm, request: Request, token: str) -> Response:
 
 
 async def _wait_answer(store: ProducerStore, ticket: AskTicket, wait_s: float) -> Any:
-    """Poll for the row until ``wait_s``: short sleeps first (most answers are quick),
-    longer later; each poll is one short Redis read in the thread pool."""
+    """Poll for the row until ``wait_s``; each poll is one short Redis read in the thread
+    pool and the waits between them hold no thread."""
     deadline = time.monotonic() + wait_s
-    pause = 0.02
-    while True:
+    for pause in poll_pauses():  # the schedule of producer.api.wait_for_answer
         answer = await run_in_threadpool(answer_for, store, ticket)
         if answer is not None or time.monotonic() >= deadline:
             return answer
         await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-        pause = min(pause * 1.5, 0.25)
+    return None
 
 
 def _rows_key(run_id: str) -> str:
@@ -509,7 +510,7 @@ def _row_filter(mode: str | None, verdict: str | None,
                 kind: str | None) -> Callable[[dict[str, Any]], bool]:
     if mode is not None:
         _modes([mode], "mode")
-    allowed_verdicts = ("STRICT", "HYBRID", "UNGROUNDED", "none")
+    allowed_verdicts = (*(v.value for v in Verdict), "none")
     if verdict is not None and verdict not in allowed_verdicts:
         raise ApiError(422, f"verdict: {verdict!r}; choose from {', '.join(allowed_verdicts)} "
                             "(none: rows with an error)", "verdict")
