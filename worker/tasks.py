@@ -93,28 +93,29 @@ def run_job(refs: list[dict]) -> None:
 
 
 # Operator metrics (worker/metrics.py): only real worker processes flush to Redis. The
-# main process starts a flusher when it is ready (it heartbeats for the node; with the
-# threads pool it also runs the tasks); each prefork child starts its own after the fork.
-def _consumed_queues(worker: object) -> list[str]:
-    consumer = getattr(worker, "consumer", None)
-    queues = getattr(getattr(consumer, "task_consumer", None), "queues", None) or []
-    names = [q.name for q in queues]
-    return names or list(app.amqp.queues.consume_from or [])
-
-
+# node name and queues are known after set-up, before the pool forks; the main process
+# starts a flusher when ready (it heartbeats for the node, and with the threads pool it
+# also runs the tasks); each prefork child starts its own after its fork.
 _node: dict[str, object] = {}
 
 
+@signals.celeryd_after_setup.connect
+def _note_node(sender: object = None, instance: object = None, **_: object) -> None:
+    queues = app.amqp.queues.consume_from or app.amqp.queues
+    _node.update(hostname=str(sender or "worker"), queues=sorted(queues))
+
+
 @signals.worker_ready.connect
-def _start_metrics(sender: object = None, **_: object) -> None:
-    hostname = str(getattr(sender, "hostname", "") or "worker")
-    _node.update(hostname=hostname, queues=_consumed_queues(sender))
-    metrics.start_flushing(get_services().settings, node=hostname,
-                           queues=_node["queues"])  # type: ignore[arg-type]
+def _start_metrics(**_: object) -> None:
+    _start_flushing()
 
 
 @signals.worker_process_init.connect
 def _start_child_metrics(**_: object) -> None:
+    _start_flushing()
+
+
+def _start_flushing() -> None:
     if _node:
         metrics.start_flushing(get_services().settings, node=str(_node["hostname"]),
                                queues=_node["queues"])  # type: ignore[arg-type]

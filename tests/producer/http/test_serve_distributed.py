@@ -146,7 +146,8 @@ def test_ask_answers_within_wait_s_or_gives_a_job_url(farm, serve):
 
 
 def test_sweep_is_followed_to_its_files_and_paged_without_gaps(farm, serve, tmp_path):
-    farm.start_worker("w1")
+    # prefork, as the Procfile's cpu role: its pool children count and flush rows themselves
+    farm.start_worker("w1", pool="prefork", concurrency=2)
     api = serve()
     resp = api.http.post("/v1/sweeps", json={"questions": QUESTIONS, "n": 2}, headers=ADMIN)
     assert resp.status_code == 201, resp.text
