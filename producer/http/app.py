@@ -15,20 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import http.cookies
-import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import (
     JSONResponse,
     PlainTextResponse,
@@ -36,23 +31,15 @@ from fastapi.responses import (
     Response,
     StreamingResponse,
 )
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from common.errors import ConfigError, InputError, ManifestError, PolicyError, QfarmError
-from common.jobs import parse_modes
-from common.models import Question
-from common.policy import policy_from_mapping
-from common.questions import parse_questions
+from common.errors import QfarmError
 from common.settings import Settings
-from common.vocab import Verdict
 from producer import control
 from producer.api import (
     AskContext,
     AskTicket,
     Endpoints,
     EndpointsFor,
-    QuestionSet,
-    SweepSpec,
     answer_for,
     ask,
     ask_context,
@@ -63,32 +50,29 @@ from producer.api import (
     submit_ask,
 )
 from producer.http import auth
-from producer.http.schemas import MAX_N, AskRequest, ErrorBody, SweepRequest, answer_payload
-from producer.reports import iter_rows
+from producer.http.errors import ApiError, install_errors, problem
+from producer.http.middleware import BodyLimit
+from producer.http.requests import NDJSON, modes_of, policy_of, question_text, sweep_spec
+from producer.http.runs import (
+    check_run_id,
+    compare_json,
+    created_body,
+    page_rows,
+    row_filter,
+    run_dir_of,
+    stream_rows,
+)
+from producer.http.schemas import AskRequest, ErrorBody, SweepRequest, answer_payload
 from producer.runs import read_manifest
-from producer.store import ProducerStore, connect, redact_url
+from producer.store import ProducerStore, connect
 
 log = logging.getLogger("qfarm.api")
 
-NDJSON = "application/x-ndjson"
 ROWS_PAGE_MAX = 1000
 THREADS = 100
-DOC_PATHS = ("/openapi.json", "/docs", "/redoc", "/docs/oauth2-redirect")
 ERRORS: dict[int | str, dict[str, Any]] = {
     s: {"model": ErrorBody} for s in (400, 401, 403, 404, 409, 413, 422, 503)
 }
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, field: str | None = None):
-        super().__init__(message)
-        self.status, self.message, self.field = status, message, field
-
-
-def _problem(status: int, message: str, field: str | None = None,
-             headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"status": status, "field": field, "message": message}},
-                        status_code=status, headers=headers)
 
 
 @dataclass
@@ -160,60 +144,6 @@ class Farm:
         return lambda _settings: contextlib.nullcontext(eps)
 
 
-# ---------------------------------------------------------------- validation
-
-def _question_text(text: str, limit: int, where: str) -> str:
-    text = text.strip()
-    if not text:
-        raise ApiError(422, f"{where}: the question is empty", where)
-    if len(text) > limit:
-        raise ApiError(422, f"{where}: {len(text)} characters; at most {limit} "
-                            "(QFARM_API_MAX_QUESTION_CHARS)", where)
-    return text
-
-
-def _modes(values: list[str], where: str) -> list[Any]:
-    try:
-        return parse_modes(values)
-    except InputError as exc:
-        raise ApiError(422, f"{where}: {exc}", where) from None
-
-
-def _policy(data: dict[str, Any]) -> Any:
-    try:
-        return policy_from_mapping(data)
-    except PolicyError as exc:
-        where = str(exc).split(":", 1)[0]
-        raise ApiError(422, str(exc), where) from None
-
-
-def _check_plan(settings: Settings, n_questions: int, n_modes: int, n: int) -> None:
-    jobs = n_questions * n_modes * n
-    if jobs > settings.api_max_jobs:
-        raise ApiError(
-            422,
-            f"{n_questions} questions x {n_modes} modes x n={n} is {jobs} jobs; at most "
-            f"{settings.api_max_jobs} per sweep through the API (QFARM_API_MAX_JOBS); split "
-            "the sweep or use `qfarm sweep` on a farm host",
-            "n",
-        )
-
-
-def _upload_questions(settings: Settings, questions: list[Question]) -> Path:
-    """Write the sweep's questions where a resume can read them again (the run's
-    ``question_file``); content-addressed, so the same set is one file."""
-    body = "".join(json.dumps({"id": q.id, "question": q.text}, ensure_ascii=False) + "\n"
-                   for q in questions).encode()
-    folder = settings.data_dir / "uploads"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{hashlib.sha256(body).hexdigest()[:24]}.jsonl"
-    if not path.exists():
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(body)
-        tmp.replace(path)
-    return path
-
-
 # ---------------------------------------------------------------- the app
 
 def create_app(settings: Settings, *, eager: bool = False,
@@ -241,7 +171,7 @@ def create_app(settings: Settings, *, eager: bool = False,
     app.state.farm = farm
     collector = None if eager else _register_collector(farm)
 
-    _install_errors(app)
+    install_errors(app)
     app.add_middleware(BodyLimit, limit=settings.api_max_body_bytes, collector=collector,
                        tokens=farm.tokens)
 
@@ -298,9 +228,9 @@ def _ask_routes(app: FastAPI, farm: Farm, asker: Any) -> None:
     async def post_ask(body: AskRequest) -> JSONResponse:
         """Answer one question through the interactive queue: 200 with the answer within
         ``wait_s``, else 202 with the job's URL."""
-        text = _question_text(body.question, settings.api_max_question_chars, "question")
-        (mode,) = _modes([body.mode], "mode")
-        policy = _policy(body.policy)
+        text = question_text(body.question, settings.api_max_question_chars, "question")
+        (mode,) = modes_of([body.mode], "mode")
+        policy = policy_of(body.policy)
         if body.wait_s > settings.api_max_wait_s:
             raise ApiError(422, f"wait_s: {body.wait_s:g}; at most {settings.api_max_wait_s:g} "
                                 "(QFARM_API_MAX_WAIT_S)", "wait_s")
@@ -345,11 +275,11 @@ def _sweep_routes(app: FastAPI, farm: Farm, asker: Any, admin: Any) -> None:
         """Plan and enqueue a sweep (the same producer code as `qfarm sweep`); 201 with
         its run id. JSON body (SweepRequest), or a JSONL question file with
         ``Content-Type: application/x-ndjson`` and ``?modes=&n=&policy=&keep_answers=``."""
-        spec = await _sweep_spec(request, settings)
+        spec = await sweep_spec(request, settings)
         if eager:
             result = await run_in_threadpool(run_sweep, spec, eager=True, settings=settings,
                                              endpoints=endpoints)
-            return JSONResponse(_created(result.run_id, result.status, result.manifest.n_jobs),
+            return JSONResponse(created_body(result.run_id, result.status, result.manifest.n_jobs),
                                 status_code=201)
         eps = await run_in_threadpool(farm.endpoints_once)
         result = await run_in_threadpool(run_sweep, spec, detach=True, settings=settings,
@@ -358,7 +288,7 @@ def _sweep_routes(app: FastAPI, farm: Farm, asker: Any, admin: Any) -> None:
             raise ApiError(503, f"run {result.run_id}: {result.status}; resume it with "
                                 f"POST /v1/runs/{result.run_id}/resume")
         farm.followers.start(result.run_id)
-        body = _created(result.run_id, "running", result.manifest.n_jobs)
+        body = created_body(result.run_id, "running", result.manifest.n_jobs)
         body["enqueued"] = result.enqueued
         return JSONResponse(body, status_code=201, headers={"Location": body["url"]})
 
@@ -377,7 +307,7 @@ def _run_routes(app: FastAPI, farm: Farm, asker: Any, admin: Any) -> None:
     @app.get("/v1/runs/{run_id}", tags=["runs"], dependencies=[asker], responses=ERRORS)
     def get_run(run_id: str) -> dict[str, Any]:
         """Manifest, state, progress per stage and ETA (from Redis, or the run's files)."""
-        _check_run_id(run_id)
+        check_run_id(run_id)
         info = control.describe_run(run_id, settings, farm.store_or_none())
         info["following"] = farm.followers.is_following(run_id)
         info["follower_error"] = farm.followers.errors.get(run_id)
@@ -391,12 +321,12 @@ def _run_routes(app: FastAPI, farm: Farm, asker: Any, admin: Any) -> None:
                  ) -> Response:
         """Rows of ``rows.jsonl`` in landing order, filtered; ``cursor`` is a byte offset
         (``next_cursor`` of the previous page), so paging a 1M-row run never rescans it."""
-        run_dir = _run_dir(settings, run_id)
-        match = _row_filter(mode, verdict, kind)
+        run_dir = run_dir_of(settings, run_id)
+        match = row_filter(mode, verdict, kind)
         rows_path = run_dir / "rows.jsonl"
         if stream:
-            return StreamingResponse(_stream_rows(rows_path, cursor, match), media_type=NDJSON)
-        rows, offset, eof = _page_rows(rows_path, cursor, match, limit)
+            return StreamingResponse(stream_rows(rows_path, cursor, match), media_type=NDJSON)
+        rows, offset, eof = page_rows(rows_path, cursor, match, limit)
         finished = (run_dir / "summary.md").exists() and not farm.followers.is_following(run_id)
         nxt = offset if not eof or not finished else None
         return JSONResponse({"rows": rows, "next_cursor": nxt})
@@ -404,7 +334,7 @@ def _run_routes(app: FastAPI, farm: Farm, asker: Any, admin: Any) -> None:
     @app.get("/v1/runs/{run_id}/summary", tags=["runs"], dependencies=[asker], responses=ERRORS)
     def get_summary(run_id: str, format: str = Query("json", pattern="^(json|md)$")) -> Response:
         """The run's summary: ``format=md`` is summary.md, ``json`` its figures."""
-        run_dir = _run_dir(settings, run_id)
+        run_dir = run_dir_of(settings, run_id)
         if format == "md":
             path = run_dir / "summary.md"
             if not path.exists():
@@ -416,7 +346,7 @@ def _run_routes(app: FastAPI, farm: Farm, asker: Any, admin: Any) -> None:
     @app.post("/v1/runs/{run_id}/cancel", tags=["runs"], dependencies=[admin], responses=ERRORS)
     def cancel(run_id: str) -> dict[str, Any]:
         """Set the cancel flag and purge the run's queued messages (`qfarm cancel`)."""
-        _check_run_id(run_id)
+        check_run_id(run_id)
         done = control.cancel_run(farm.store, run_id, settings.results_dir)
         return {"run_id": run_id, "state": "cancelled", "purged_messages": done.purged,
                 "done": done.done, "total": done.total}
@@ -425,7 +355,7 @@ def _run_routes(app: FastAPI, farm: Farm, asker: Any, admin: Any) -> None:
               responses=ERRORS)
     def resume(run_id: str) -> JSONResponse:
         """Re-send the jobs without a row and follow the run (`qfarm sweep --resume`)."""
-        run_dir = _run_dir(settings, run_id)
+        run_dir = run_dir_of(settings, run_id)
         manifest = read_manifest(run_dir)
         if manifest.eager:
             raise ApiError(409, f"run {run_id} was an eager run; eager runs cannot be resumed")
@@ -439,7 +369,7 @@ def _run_routes(app: FastAPI, farm: Farm, asker: Any, admin: Any) -> None:
     def compare(a: str, b: str, floor: float = 5.0) -> dict[str, Any]:
         """A/B comparison of two finished runs (`qfarm compare`): per mode and metric A, B,
         delta with its 95% interval and signal or noise; also as markdown."""
-        return _compare(settings, a, b, floor)
+        return compare_json(settings, a, b, floor)
 
 
 def _viewer_route(app: FastAPI, farm: Farm, viewer: Any) -> None:
@@ -454,7 +384,7 @@ def _viewer_route(app: FastAPI, farm: Farm, viewer: Any) -> None:
             presented = (request.cookies.get(auth.COOKIE)
                          or auth.bearer(request.headers.get("authorization")))
             if farm.tokens.scope_of(presented) is None:
-                return _problem(401, "the viewer needs a token: open /?token=TOKEN once "
+                return problem(401, "the viewer needs a token: open /?token=TOKEN once "
                                      "(a cookie keeps it) or send Authorization: Bearer TOKEN")
         resp = viewer.handle("/" + path, query)
         return Response(resp.body, status_code=resp.status, media_type=resp.content_type,
@@ -464,7 +394,7 @@ def _viewer_route(app: FastAPI, farm: Farm, viewer: Any) -> None:
 def _login(farm: Farm, request: Request, token: str) -> Response:
     """``?token=T``: a cookie for the viewer's pages, then the same page without the token."""
     if farm.tokens.scope_of(token) is None:
-        return _problem(401, "that token is not valid")
+        return problem(401, "that token is not valid")
     query = "&".join(f"{k}={v}" for k, v in request.query_params.multi_items() if k != "token")
     target = request.url.path + (f"?{query}" if query else "")
     resp = RedirectResponse(target, status_code=303)
@@ -491,274 +421,6 @@ def _rows_key(run_id: str) -> str:
     return keys.rows_key(run_id)
 
 
-def _check_run_id(run_id: str) -> None:
-    # Run ids name directories: nothing that could leave the results directory.
-    if not run_id or "/" in run_id or "\\" in run_id or run_id.startswith("."):
-        raise ApiError(404, f"run {run_id!r}: not a run id")
-
-
-def _run_dir(settings: Settings, run_id: str) -> Path:
-    _check_run_id(run_id)
-    run_dir = settings.results_dir / run_id
-    if not (run_dir / "manifest.json").exists():
-        raise ApiError(404, f"run {run_id}: no run directory here (the server that followed "
-                            "it has its files; GET /v1/runs lists runs)")
-    return run_dir
-
-
-def _row_filter(mode: str | None, verdict: str | None,
-                kind: str | None) -> Callable[[dict[str, Any]], bool]:
-    if mode is not None:
-        _modes([mode], "mode")
-    allowed_verdicts = (*(v.value for v in Verdict), "none")
-    if verdict is not None and verdict not in allowed_verdicts:
-        raise ApiError(422, f"verdict: {verdict!r}; choose from {', '.join(allowed_verdicts)} "
-                            "(none: rows with an error)", "verdict")
-
-    def match(row: dict[str, Any]) -> bool:
-        if mode is not None and row.get("mode") != mode:
-            return False
-        if verdict is not None:
-            got = "none" if row.get("error") or not row.get("verdict") else row.get("verdict")
-            if got != verdict:
-                return False
-        return kind is None or kind in (row.get("violation_kinds") or ())
-
-    return match
-
-
-def _compare(settings: Settings, a: str, b: str, floor: float) -> dict[str, Any]:
-    from common.compare import headline, render_compare
-    from producer.reports import check_floor, compare_dirs
-
-    try:
-        check_floor(floor)
-    except InputError as exc:
-        raise ApiError(422, str(exc), "floor") from None
-    cmp = compare_dirs(_run_dir(settings, a), _run_dir(settings, b), floor)
-    return {
-        "a": a, "b": b, "floor": floor,
-        "headline": headline(cmp),
-        "warnings": cmp.warnings,
-        "deltas": [_jsonable(d) for d in cmp.deltas],
-        "markdown": render_compare(cmp),
-    }
-
-
-def _page_rows(path: Path, cursor: int, match: Callable[[dict[str, Any]], bool],
-               limit: int) -> tuple[list[dict[str, Any]], int, bool]:
-    """Up to ``limit`` matching rows from byte ``cursor``; (rows, next offset, reached the end)."""
-    rows: list[dict[str, Any]] = []
-    offset = cursor
-    for line in iter_rows(path, cursor):
-        if not line.complete:
-            break  # the follower is writing it: the next page starts here
-        offset = line.end
-        if line.row is not None and match(line.row):
-            rows.append(line.row)
-            if len(rows) >= limit:
-                return rows, offset, False
-    return rows, offset, True
-
-
-def _stream_rows(path: Path, cursor: int, match: Callable[[dict[str, Any]], bool]) -> Iterator[bytes]:
-    for line in iter_rows(path, cursor):
-        if not line.complete:
-            break
-        if line.row is not None and match(line.row):
-            yield (json.dumps(line.row, ensure_ascii=False) + "\n").encode()
-
-
-def _created(run_id: str, state: str, n_jobs: int) -> dict[str, Any]:
-    return {"run_id": run_id, "state": state, "jobs": n_jobs, "url": f"/v1/runs/{run_id}"}
-
-
-def _jsonable(obj: Any) -> Any:
-    import dataclasses
-    import enum
-
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, enum.Enum):
-        return obj.value
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, float) and obj != obj:
-        return None
-    return obj
-
-
-async def _sweep_spec(request: Request, settings: Settings) -> SweepSpec:
-    """A SweepSpec from a JSON body or a JSONL upload, every part checked before anything
-    is written or sent."""
-    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    raw = await request.body()
-    if ctype in (NDJSON, "application/jsonl", "application/json-lines"):
-        q = request.query_params
-        try:
-            policy_data = json.loads(q.get("policy", "{}"))
-        except json.JSONDecodeError as exc:
-            raise ApiError(422, f"policy: not a JSON object ({exc.msg})", "policy") from None
-        if not isinstance(policy_data, dict):
-            raise ApiError(422, "policy: not a JSON object", "policy")
-        try:
-            text = raw.decode("utf-8")
-            questions = parse_questions("upload", text)
-        except UnicodeDecodeError:
-            raise ApiError(422, "questions: the upload is not UTF-8 text", "questions") from None
-        except InputError as exc:
-            raise ApiError(422, str(exc), "questions") from None
-        try:
-            n = int(q.get("n", "1"))
-        except ValueError:
-            raise ApiError(422, f"n: {q.get('n')!r} is not an integer", "n") from None
-        body: dict[str, Any] = {"modes": q.get("modes", ",".join(m.value for m in _all_modes())).split(","),
-                "n": n, "policy": policy_data,
-                "keep_answers": q.get("keep_answers", "false").lower() in ("1", "true", "yes"),
-                "burn": q.get("burn", "false").lower() in ("1", "true", "yes")}
-    elif ctype in ("application/json", ""):
-        try:
-            data = json.loads(raw or b"{}")
-            req = SweepRequest.model_validate(data)
-        except json.JSONDecodeError as exc:
-            raise ApiError(422, f"body: not JSON ({exc.msg})") from None
-        except Exception as exc:
-            raise _from_validation(exc) from None
-        for i, text in enumerate(req.questions):
-            _question_text(text, settings.api_max_question_chars, f"questions[{i}]")
-        questions = QuestionSet.from_texts(req.questions, source="request").questions
-        body = req.model_dump(exclude={"questions"})
-    else:
-        raise ApiError(415, f"Content-Type {ctype!r}: send application/json or {NDJSON}")
-    for q_ in questions:
-        _question_text(q_.text, settings.api_max_question_chars, f"questions[{q_.id}]")
-    if not 1 <= body["n"] <= MAX_N:
-        raise ApiError(422, f"n: {body['n']}; allowed 1 <= n <= {MAX_N}", "n")
-    modes = _modes(body["modes"], "modes")
-    policy = _policy(body["policy"])
-    _check_plan(settings, len(questions), len(modes), body["n"])
-    path = await run_in_threadpool(_upload_questions, settings, questions)
-    return SweepSpec(questions=QuestionSet.from_file(path), modes=modes, n=body["n"],
-                     policy=policy, keep_answers=body["keep_answers"], use_cache=not body["burn"])
-
-
-def _all_modes() -> tuple[Any, ...]:
-    from common.models import ALL_MODES
-
-    return ALL_MODES
-
-
-def _from_validation(exc: Exception) -> ApiError:
-    from pydantic import ValidationError
-
-    if isinstance(exc, ValidationError):
-        return _first_error(exc.errors())
-    return ApiError(422, f"body: {exc}")
-
-
-def _first_error(errors: Any) -> ApiError:
-    first = list(errors)[0]
-    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-    where = ".".join(loc) or "body"
-    msg = str(first.get("msg", "invalid")).removeprefix("Value error, ")
-    if first.get("type") == "extra_forbidden":
-        msg = "unknown field"
-    return ApiError(422, f"{where}: {msg}", where)
-
-
-def _install_errors(app: FastAPI) -> None:
-    @app.exception_handler(ApiError)
-    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return _problem(exc.status, exc.message, exc.field,
-                        headers={"WWW-Authenticate": "Bearer"} if exc.status == 401 else None)
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        err = _first_error(exc.errors())
-        return _problem(err.status, err.message, err.field)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return _problem(exc.status_code, str(exc.detail))
-
-    @app.exception_handler(QfarmError)
-    async def qfarm_error(_: Request, exc: QfarmError) -> JSONResponse:
-        # Input errors are the caller's (4xx); the rest are the farm's state: no worker,
-        # no endpoints, Redis down (503). Messages are qfarm's own one-liners, which
-        # never carry a secret (Redis URLs are redacted where they are made).
-        if isinstance(exc, ManifestError):
-            return _problem(409, str(exc))
-        if isinstance(exc, InputError):
-            status = 404 if "not found" in str(exc) or "no such" in str(exc) else 422
-            return _problem(status, str(exc))
-        if isinstance(exc, ConfigError):
-            return _problem(503, str(exc))
-        return _problem(503, str(exc))
-
-
-class BodyLimit:
-    """ASGI middleware: request bodies over ``limit`` bytes get a 413, whether announced
-    by Content-Length (refused before reading) or chunked (refused once the count passes
-    the limit while the route reads); also counts requests per route for /metrics."""
-
-    def __init__(self, app: Any, limit: int, collector: Any, tokens: auth.Tokens) -> None:
-        self.app, self.limit, self.collector, self.tokens = app, limit, collector, tokens
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        headers = dict(scope.get("headers") or [])
-        if scope["path"] in DOC_PATHS and not self._may_read_docs(headers):
-            await _problem(401, "the API's schema needs a token too (a bearer header, or the "
-                                "viewer's cookie: open /?token=TOKEN first)")(scope, receive, send)
-            return
-        length = headers.get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.limit:
-            resp = _problem(413, f"request body of {int(length)} bytes; at most {self.limit} "
-                                 "(QFARM_API_MAX_BODY_BYTES)")
-            await resp(scope, receive, send)
-            self._count(scope, 413)
-            return
-        seen = 0
-        status = [500]
-
-        async def limited() -> Any:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise ApiError(413, f"request body over {self.limit} bytes "
-                                        "(QFARM_API_MAX_BODY_BYTES)")
-            return message
-
-        async def sending(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                status[0] = message["status"]
-            await send(message)
-
-        await self.app(scope, limited, sending)
-        self._count(scope, status[0])
-
-    def _may_read_docs(self, headers: dict[bytes, bytes]) -> bool:
-        if not self.tokens.required:
-            return True
-        presented = auth.bearer(headers.get(b"authorization", b"").decode(errors="replace"))
-        if presented is None:
-            cookies = http.cookies.SimpleCookie(headers.get(b"cookie", b"").decode(errors="replace"))
-            morsel = cookies.get(auth.COOKIE)
-            presented = morsel.value if morsel else None
-        return self.tokens.scope_of(presented) is not None
-
-    def _count(self, scope: dict[str, Any], status: int) -> None:
-        if self.collector is not None:
-            route = scope.get("route")
-            self.collector.count_request(getattr(route, "path", "other"), status)
-
-
 def _register_collector(farm: Farm) -> Any:
     from prometheus_client import CollectorRegistry
 
@@ -776,4 +438,4 @@ def _register_collector(farm: Farm) -> Any:
     return collector
 
 
-__all__ = ["create_app", "redact_url"]
+__all__ = ["create_app"]
