@@ -98,6 +98,8 @@ class Followers:
 
         with self.lock:
             self.errors.pop(run_id, None)
+            for done in [r for r, t in self.threads.items() if not t.is_alive()]:
+                del self.threads[done]  # a long-lived server must not keep every run's thread
             thread = threading.Thread(target=follow, name=f"follow-{run_id}", daemon=True)
             self.threads[run_id] = thread
         thread.start()
