@@ -185,11 +185,13 @@ def main() -> None:  # noqa: C901 - a linear script: start, measure, print
         drive(args.clients, questions(args.clients * 2, "warm-h"), http)
 
         results: dict[str, list[tuple[float, list[float], float]]] = {"direct": [], "http": []}
+        client_cpu = {"direct": 0.0, "http": 0.0}  # this process: the callers' side
         for r in range(args.rounds):
             for name, fn in (("direct", direct), ("http", http)):
-                cpu0 = cpu_s(api.pid)
+                cpu0, own0 = cpu_s(api.pid), cpu_s(os.getpid())
                 wall, lat = drive(args.clients, questions(args.requests, f"{name}-{r}"), fn)
                 results[name].append((wall, lat, cpu_s(api.pid) - cpu0))
+                client_cpu[name] += cpu_s(os.getpid()) - own0
         for c in clients:
             c.close()
 
@@ -202,10 +204,11 @@ def main() -> None:  # noqa: C901 - a linear script: start, measure, print
             n = len(lat)
             rps = statistics.median(args.requests / wall for wall, _, _ in runs)
             cpu_ms = 1000 * sum(c for _, _, c in runs) / n
+            caller_ms = 1000 * client_cpu[name] / n
             summary[name] = (rps, pct(lat, 0.5), pct(lat, 0.99), cpu_ms)
             print(f"{name:6s}  {rps:7.1f} req/s   p50 {1000 * pct(lat, 0.5):7.1f} ms   "
-                  f"p99 {1000 * pct(lat, 0.99):7.1f} ms   API process CPU "
-                  f"{cpu_ms:6.2f} ms/request")
+                  f"p99 {1000 * pct(lat, 0.99):7.1f} ms   CPU per request: API process "
+                  f"{cpu_ms:5.2f} ms, callers {caller_ms:5.2f} ms, sum {cpu_ms + caller_ms:5.2f} ms")
         d, h = summary["direct"], summary["http"]
         print(f"http/direct: throughput x{h[0] / d[0]:.2f}, p50 x{h[1] / d[1]:.2f}, "
               f"p99 x{h[2] / d[2]:.2f}")
