@@ -250,3 +250,27 @@ def test_openapi_lists_every_route(eager_client):
     assert {"/v1/ask", "/v1/jobs/{job_id}", "/v1/sweeps", "/v1/runs", "/v1/runs/{run_id}",
             "/v1/runs/{run_id}/rows", "/v1/runs/{run_id}/summary", "/v1/runs/{run_id}/cancel",
             "/v1/runs/{run_id}/resume", "/v1/compare", "/metrics", "/healthz"} <= paths
+
+
+def test_unknown_jobs_are_404_and_metrics_render_with_no_worker(farm_client, test_redis):
+    assert farm_client.get("/v1/jobs/ask-nope", headers=bearer(ASK_TOKEN)).status_code == 404
+    assert farm_client.get("/v1/jobs/run-1", headers=bearer(ASK_TOKEN)).status_code == 404
+    assert farm_client.get("/metrics").status_code == 401
+    resp = farm_client.get("/metrics", headers=bearer(ASK_TOKEN))
+    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain")
+    assert 'qfarm_workers{role="interactive"} 0.0' in resp.text
+    assert 'qfarm_queue_messages{queue="retrieve"} 0.0' in resp.text
+    # The requests above are counted by route and status.
+    assert 'qfarm_api_requests_total{route="/v1/jobs/{job_id}",status="404"} 2.0' in resp.text
+
+
+def test_ask_without_an_interactive_worker_is_503_and_enqueues_nothing(farm_client, test_redis,
+                                                                     monkeypatch):
+    import producer.api
+
+    monkeypatch.setattr(producer.api, "_interactive_seen_at", 0.0)  # no worker seen lately
+    resp = farm_client.post("/v1/ask", json={"question": "What is jazz?", "wait_s": 1},
+                            headers=bearer(ASK_TOKEN))
+    assert resp.status_code == 503
+    assert "no worker is consuming the interactive queue" in resp.json()["error"]["message"]
+    assert test_redis.llen("interactive") == 0 and not test_redis.exists("qfarm:runs")
