@@ -46,3 +46,4 @@ bench: install
 	$(BIN)/python -m bench.perf.worker_cpu
 	$(BIN)/python -m bench.perf.enqueue
 	$(BIN)/python -m bench.perf.viewer
+	$(BIN)/python -m bench.perf.api_load

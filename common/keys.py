@@ -18,7 +18,20 @@ Everything for a run lives under ``qfarm:run:<run_id>:``:
 
 ``qfarm:runs`` is a sorted set of run ids by creation time; ``qfarm:cache:<digest>``
 holds cached results across runs.
+
+Operator metrics (run-independent, read by ``qfarm serve``'s /metrics; fields are
+spelled in common/metrics.py):
+
+* ``qfarm:metrics:counters`` hash of counters every process adds to (HINCRBY):
+  rows by mode and verdict, LLM requests, errors and latency buckets per endpoint,
+  result-cache hits and misses, jobs enqueued by mode
+* ``qfarm:worker:<name>`` one hash per worker process (role, node, queues, and
+  gauges: in-flight requests and breaker state per endpoint), expiring unless
+  refreshed: a heartbeat
+* ``qfarm:workers`` sorted set of worker process names by last heartbeat, so readers
+  find the live ones without scanning the keyspace
 """
+
 
 from __future__ import annotations
 
@@ -117,6 +130,16 @@ def run_id_of(key: str, part: str) -> str | None:
     if key.startswith(head) and key.endswith(tail) and len(key) > len(head) + len(tail):
         return key[len(head) : -len(tail)]
     return None
+
+
+METRICS_COUNTERS_KEY = f"{PREFIX}:metrics:counters"
+WORKER_PREFIX = f"{PREFIX}:worker:"
+WORKERS_KEY = f"{PREFIX}:workers"
+
+
+def worker_key(name: str) -> str:
+    """Heartbeat and gauges of one worker process (``host:pid``)."""
+    return f"{WORKER_PREFIX}{name}"
 
 
 def cache_key(digest: str) -> str:

@@ -20,9 +20,10 @@ Which fields fold into which hash is one explicit list per hash:
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import Any, Literal, get_origin
 
@@ -296,8 +297,24 @@ def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-def build_policy(overrides: dict[str, Any] | None = None, base: Policy | None = None) -> Policy:
-    """Apply overrides on top of ``base`` (defaults if None), validating every value."""
+def policy_from_mapping(data: Mapping[str, Any], where: str = "policy") -> Policy:
+    """A policy from a JSON object (the HTTP API's ``policy``): an unknown key is refused
+    with the nearest known name, a bad value with the key's allowed range."""
+    known = sorted(Policy.model_fields)
+    for key in data:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.5)
+            hint = f"; nearest: {close[0]}" if close else ""
+            raise PolicyError(
+                f"{where}.{key}: unknown policy key{hint}; the keys are {', '.join(known)}"
+            )
+    return build_policy(dict(data), prefix=f"{where}.")
+
+
+def build_policy(overrides: dict[str, Any] | None = None, base: Policy | None = None, *,
+                 prefix: str = "--policy ") -> Policy:
+    """Apply overrides on top of ``base`` (defaults if None), validating every value.
+    ``prefix`` names where the override came from in messages (a flag, a JSON field)."""
     data = (base or Policy()).model_dump()
     data.update(overrides or {})
     try:
@@ -308,7 +325,7 @@ def build_policy(overrides: dict[str, Any] | None = None, base: Policy | None = 
         msg = str(first["msg"]).removeprefix("Value error, ")
         allowed = allowed_range(str(first["loc"][0])) if first["loc"] else None
         raise PolicyError(
-            f"--policy {where}: {msg} (got {first.get('input')!r})"
+            f"{prefix}{where}: {msg} (got {first.get('input')!r})"
             + (f"; allowed: {allowed}" if allowed else "")
             + "; run `qfarm policy` to see each key's type, default and range"
         ) from exc

@@ -86,6 +86,16 @@ class Settings(BaseSettings):
     es_max_retries: int = 2  # per request, on connection errors, timeouts, 429 and 502-504 only
     es_shards: int = 1  # primary shards of a new passages index (qfarm index)
     es_replicas: int = 0  # replicas once a new passages index is filled
+    # HTTP front door (`qfarm serve`, docs/api.md). Tokens are secrets: comma-separated
+    # entries TOKEN (admin scope) or SCOPE:TOKEN with SCOPE ask or admin.
+    api_tokens: SecretStr | None = None
+    api_max_jobs: int = Field(default=10_000, ge=1)  # a larger HTTP sweep is refused (4xx)
+    api_max_body_bytes: int = Field(default=4_000_000, ge=1024)  # larger bodies get a 413
+    api_max_question_chars: int = Field(default=2_000, ge=1)
+    api_max_wait_s: float = Field(default=120.0, ge=0)  # cap on POST /v1/ask's wait_s
+    # Workers flush their in-process counters (and a heartbeat) to Redis this often; the
+    # API's /metrics reads them (docs/api.md, 'Metrics'). 0 turns the flushing off.
+    metrics_flush_s: float = Field(default=2.0, ge=0)
 
     def api_key_for(self, url: str) -> str | None:
         """The key sent to endpoint ``url``: its QFARM_LLM_API_KEYS entry, else QFARM_LLM_API_KEY."""
@@ -110,6 +120,13 @@ class Settings(BaseSettings):
         if value is not None:
             endpoints = [e for e in info.data.get("llm_endpoints", "").split(",") if e]
             api_keys_by_endpoint(value.get_secret_value(), endpoints)
+        return value
+
+    @field_validator("api_tokens")
+    @classmethod
+    def _api_tokens_parse(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            api_tokens_by_scope(value.get_secret_value())
         return value
 
     @field_validator("results_dir")
@@ -146,6 +163,28 @@ def api_keys_by_endpoint(raw: str | None, endpoints: list[str]) -> dict[str, str
     return keys
 
 
+API_SCOPES = ("ask", "admin")  # admin may do everything ask may
+MIN_TOKEN_CHARS = 16
+
+
+def api_tokens_by_scope(raw: str | None) -> dict[str, str]:
+    """``TOKEN,ask:TOKEN,admin:TOKEN`` → {token: scope}. Errors name the entry's position,
+    never its text (it is a secret)."""
+    tokens: dict[str, str] = {}
+    for pos, entry in enumerate((e.strip() for e in (raw or "").split(",") if e.strip()), start=1):
+        scope, sep, token = entry.partition(":")
+        if not sep or scope not in API_SCOPES:
+            scope, token = "admin", entry
+        if len(token) < MIN_TOKEN_CHARS:
+            raise ConfigError(
+                f"QFARM_API_TOKENS: entry {pos} has a token of fewer than {MIN_TOKEN_CHARS} "
+                "characters; use a long random one (e.g. `python -c 'import secrets; "
+                "print(secrets.token_urlsafe(32))'`), as TOKEN or SCOPE:TOKEN (SCOPE: ask, admin)"
+            )
+        tokens[token] = scope
+    return tokens
+
+
 def load_settings(**overrides: object) -> Settings:
     """Read QFARM_* variables; a bad value fails with the variable's name."""
     try:
@@ -153,6 +192,6 @@ def load_settings(**overrides: object) -> Settings:
     except ValidationError as exc:
         first = exc.errors()[0]
         name = "QFARM_" + "__".join(str(p) for p in first["loc"]).upper()
-        secret = any(w in name for w in ("KEY", "PASSWORD"))
+        secret = any(w in name for w in ("KEY", "PASSWORD", "TOKEN"))
         got = "" if secret else f" (got {first.get('input')!r})"
         raise ConfigError(f"{name}: {first['msg']}{got}") from exc

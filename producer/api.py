@@ -22,7 +22,8 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,7 @@ from typing import Any
 from common import keys
 from common.errors import ConfigError, InputError, QfarmError
 from common.jobs import parse_modes
-from common.models import ALL_MODES, JobRecord, Manifest, Mode, Question, Row
+from common.models import ALL_MODES, Job, JobRecord, Manifest, Mode, Question, Row
 from common.policy import Policy
 from common.questions import digest_content, question_id_for
 from common.settings import Settings, load_settings
@@ -303,7 +304,7 @@ def _run_distributed(spec: SweepSpec, questions: QuestionSet, modes: list[Mode],
     update_run_status(run_dir, status="enqueueing", started_at=time.time())
     t0 = time.perf_counter()
     try:
-        sent = enqueue_jobs(app, plan.jobs(), bundle_size=settings.bundle_size)
+        sent = enqueue_counted(app, store, plan.jobs(), bundle_size=settings.bundle_size)
     except KeyboardInterrupt:
         update_run_status(run_dir, status="enqueue interrupted")
         return RunResult(plan.manifest, run_dir, "enqueue interrupted")
@@ -362,7 +363,7 @@ def follow_run(
         assert plan is not None  # a missing question file raised above
         require_endpoints_for_workers(settings)
         recovered = _recover(store, run_dir, manifest, lease, say)
-        sent = enqueue_jobs(app, missing_jobs(plan, store), bundle_size=settings.bundle_size)
+        sent = enqueue_counted(app, store, missing_jobs(plan, store), bundle_size=settings.bundle_size)
         say(f"run {run_id}: re-enqueued {sent} jobs without a row")
     reconcile = _reconciler(app, plan, store, settings.bundle_size, say) if plan else None
     return _follow(store, run_dir, manifest, settings, on_progress, say, reconcile=reconcile,
@@ -482,8 +483,24 @@ def _ask_manifest(settings: Settings, question: Question, modes: list[Mode], pol
 def _submit(store: ProducerStore, manifest: Manifest, question: Question, app: Any) -> str:
     store.put_manifest(manifest)
     job = next(iter(SweepPlan(manifest=manifest, questions=[question]).jobs()))
-    enqueue_jobs(app, [job], stage=keys.INTERACTIVE)
+    enqueue_counted(app, store, [job], stage=keys.INTERACTIVE)
     return job.job_id
+
+
+def enqueue_counted(app: Any, store: ProducerStore, jobs: Iterable[Job], *,
+                    stage: keys.Stage = keys.RETRIEVE, bundle_size: int = 1) -> int:
+    """``enqueue_jobs``, adding the jobs sent per mode to the operator counters (/metrics)."""
+    per_mode: Counter[str] = Counter()
+
+    def counted() -> Iterator[Job]:
+        for job in jobs:
+            per_mode[job.mode.value] += 1
+            yield job
+
+    try:
+        return enqueue_jobs(app, counted(), stage=stage, bundle_size=bundle_size)
+    finally:
+        store.count_enqueued(per_mode)
 
 
 def _ask_eager(settings: Settings, question: Question, modes: list[Mode], policy: Policy,
@@ -505,30 +522,117 @@ def _ask_eager(settings: Settings, question: Question, modes: list[Mode], policy
 
 def _ask_distributed(settings: Settings, question: Question, modes: list[Mode], policy: Policy,
                      use_cache: bool, timeout_s: float, endpoints: EndpointsFor) -> Answer:
+    ctx = ask_context(settings, endpoints)
+    ticket = submit_ask(ctx, question, modes[0], policy, use_cache=use_cache)
+    answer = wait_for_answer(ctx.store, ticket, timeout_s)
+    if answer is not None:
+        return answer
+    raise QfarmError(
+        f"no answer within {timeout_s:.0f}s (run {ticket.run_id}); is a worker consuming the "
+        "interactive queue? start one with: celery -A worker worker -Q interactive -P threads -c 8"
+    )
+
+
+@dataclass(frozen=True)
+class AskContext:
+    """What every distributed question needs, built once: a long-lived caller (the HTTP
+    API) keeps one instead of probing the endpoints and opening the index per question."""
+
+    settings: Settings
+    store: ProducerStore
+    app: Any
+    retriever: Any
+    endpoints: Endpoints
+
+
+@dataclass(frozen=True)
+class AskTicket:
+    """A submitted question: its one-job run and the job's id."""
+
+    run_id: str
+    job_id: str
+
+
+def ask_context(settings: Settings, endpoints: EndpointsFor = configured_endpoints) -> AskContext:
+    """Check and open what distributed questions need: endpoints set and answering, Redis,
+    the local index (for the manifest's index version)."""
     from worker.celery_app import configure_app  # Celery is slow to import
 
     require_endpoints_for_workers(settings)
     store = ProducerStore(connect(settings.redis_url))
     app = configure_app(settings)
-    _require_interactive_worker(app)
     retriever = open_local_retriever(settings, progress=False)
     with endpoints(settings) as eps:
         pass  # the workers call the endpoints; this only checks they answer
-    manifest = _ask_manifest(settings, question, modes, policy, eps, retriever, eager=False,
-                             use_cache=use_cache)
-    job_id = _submit(store, manifest, question, app)
+    return AskContext(settings, store, app, retriever, eps)
+
+
+def submit_ask(ctx: AskContext, question: Question | str, mode: Mode | str, policy: Policy,
+               *, use_cache: bool = True) -> AskTicket:
+    """Send one question to the ``interactive`` queue (after checking a worker consumes it)."""
+    if isinstance(question, str):
+        text = question.strip()
+        if not text:
+            raise InputError("the question is empty")
+        question = Question(id=question_id_for(text), text=text, source="<command line>")
+    modes = parse_modes(str(mode))
+    _require_interactive_worker(ctx.app, ctx.store)
+    manifest = _ask_manifest(ctx.settings, question, modes, policy, ctx.endpoints, ctx.retriever,
+                             eager=False, use_cache=use_cache)
+    return AskTicket(manifest.run_id, _submit(ctx.store, manifest, question, ctx.app))
+
+
+def poll_pauses(first_s: float = 0.02, factor: float = 1.5, most_s: float = 0.25) -> Iterator[float]:
+    """Pauses between polls for a question's row: short first (most answers are quick),
+    longer later, so a slow answer costs few Redis reads."""
+    pause = first_s
+    while True:
+        yield pause
+        pause = min(pause * factor, most_s)
+
+
+def wait_for_answer(store: ProducerStore, ticket: AskTicket, timeout_s: float) -> Answer | None:
+    """The question's answer, polling until ``timeout_s``; None if it has not come."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if store.existing_job_ids(manifest.run_id, [job_id]):
-            return _fetch(store, manifest.run_id, job_id)
-        time.sleep(0.1)
-    raise QfarmError(
-        f"no answer within {timeout_s:.0f}s (run {manifest.run_id}); is a worker consuming the "
-        "interactive queue? start one with: celery -A worker worker -Q interactive -P threads -c 8"
-    )
+    for pause in poll_pauses():
+        answer = answer_for(store, ticket)
+        if answer is not None or time.monotonic() >= deadline:
+            return answer
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+    return None
 
 
-def _require_interactive_worker(app: Any) -> None:
+def answer_for(store: ProducerStore, ticket: AskTicket) -> Answer | None:
+    """The question's answer once its row exists, else None (one round trip per poll)."""
+    pipe = store.client.pipeline(transaction=False)
+    pipe.hget(keys.rows_key(ticket.run_id), ticket.job_id)
+    pipe.get(keys.detail_key(ticket.run_id, ticket.job_id))
+    raw, detail = pipe.execute()
+    if raw is None:
+        return None
+    row = Row.model_validate_json(raw)
+    if detail is None and not row.cache_hit and not row.error:
+        # The worker stores the full record just after the row: give it a moment.
+        time.sleep(0.02)
+        detail = store.client.get(keys.detail_key(ticket.run_id, ticket.job_id))
+    record = JobRecord.model_validate_json(detail) if detail else None
+    return Answer(row=row, record=record)
+
+
+_interactive_seen_at = 0.0  # monotonic time a heartbeat last showed an interactive worker
+HEARTBEAT_TRUST_S = 2.0  # one flush interval: a worker seen this recently is taken as alive
+
+
+def _require_interactive_worker(app: Any, store: ProducerStore | None = None) -> None:
+    # The workers' heartbeats (worker/metrics.py) answer in one round trip; Celery's
+    # inspect waits for its whole timeout, so it is asked only when no heartbeat says so.
+    global _interactive_seen_at
+    if store is not None:
+        if time.monotonic() - _interactive_seen_at < HEARTBEAT_TRUST_S:
+            return
+        if any(keys.INTERACTIVE.queue in w.queues for w in store.live_workers()):
+            _interactive_seen_at = time.monotonic()
+            return
     replies = app.control.inspect(timeout=1.5).active_queues() or {}
     if not any(q.get("name") == keys.INTERACTIVE.queue for qs in replies.values() for q in qs):
         raise QfarmError(

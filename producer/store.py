@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
@@ -53,6 +54,17 @@ def connect(url: str, *, timeout_s: float = 5.0) -> redis.Redis:
             "(redis-server --port 6379) or set QFARM_REDIS_URL, or run with --eager"
         ) from exc
     return client
+
+
+@dataclass(frozen=True)
+class LiveWorker:
+    """A worker process whose heartbeat (worker/metrics.py) has not expired."""
+
+    name: str
+    node: str
+    role: str
+    queues: tuple[str, ...]
+    gauges: dict[str, int]
 
 
 @dataclass(frozen=True)
@@ -232,6 +244,40 @@ class ProducerStore:
             for raw in raws:
                 if message_run_id(raw) == run_id:
                     yield queue, raw
+
+    # operator metrics -------------------------------------------------------------
+    def count_enqueued(self, per_mode: Mapping[str, int]) -> None:
+        from common import metrics
+
+        pipe = self.client.pipeline(transaction=False)
+        for mode, n in per_mode.items():
+            if n:
+                pipe.hincrby(keys.METRICS_COUNTERS_KEY, metrics.field(metrics.ENQUEUED, mode), n)
+        pipe.execute()
+
+    def metric_counters(self) -> dict[str, int]:
+        raw: dict[bytes, bytes] = self.client.hgetall(keys.METRICS_COUNTERS_KEY)  # type: ignore[assignment]
+        return {k.decode(errors="replace"): int(v) for k, v in raw.items()}
+
+    def live_workers(self, max_age_s: float = 60.0) -> list[LiveWorker]:
+        """Worker processes with a live heartbeat; forgets names silent for ``max_age_s``."""
+        now = time.time()
+        self.client.zremrangebyscore(keys.WORKERS_KEY, "-inf", now - max_age_s)
+        names: list[bytes] = self.client.zrange(keys.WORKERS_KEY, 0, -1)  # type: ignore[assignment]
+        pipe = self.client.pipeline(transaction=False)
+        for name in names:
+            pipe.hgetall(keys.worker_key(name.decode()))
+        out = []
+        for name, fields in zip(names, pipe.execute(), strict=True):
+            if not fields:
+                continue  # expired: three flushes missed
+            data = {k.decode(): v.decode(errors="replace") for k, v in fields.items()}
+            gauges = {k: int(v) for k, v in data.items() if k not in ("role", "node", "queues")}
+            out.append(LiveWorker(name=name.decode(), node=data.get("node", ""),
+                                  role=data.get("role", "mixed"),
+                                  queues=tuple(q for q in data.get("queues", "").split(",") if q),
+                                  gauges=gauges))
+        return out
 
     def queue_lengths(self, queues: Iterable[str] = keys.QUEUES) -> dict[str, int]:
         pipe = self.client.pipeline()

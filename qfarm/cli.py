@@ -26,6 +26,7 @@ COMMANDS = (
     "cancel",
     "policy",
     "view",
+    "serve",
     "eval-retrieval",
 )
 

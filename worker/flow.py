@@ -37,7 +37,7 @@ from common.jobs import job_from_ref
 from common.models import Evidence, Job, JobRecord, JobRef, Row, Timings, Usage
 from common.policy import governance_policy_hash
 from common.text import replace_lone_surrogates
-from worker import pipeline
+from worker import metrics, pipeline
 from worker.services import Services
 
 log = logging.getLogger("qfarm.worker")
@@ -215,6 +215,8 @@ def _start_many(
     for (record, _), cached in zip(keyed, cached_many, strict=True):
         if cached is not None:
             hits[record.job.job_id] = cached
+    if keyed:
+        metrics.count_cache(len(hits), len(keyed) - len(hits))
     done += [(r, _safely_row(r, hits[r.job.job_id])) for r in records if r.job.job_id in hits]
     return [r for r in records if r.job.job_id not in hits], done
 
@@ -230,6 +232,7 @@ def _safely_row(record: JobRecord, cached: dict) -> Row:
 def write_rows(rows: Sequence[Row], svc: Services, cache_keys: Sequence[str | None] = ()) -> int:
     """Write each row once; results of fresh successful jobs go into the cache. Returns rows written."""
     wrote = svc.store.write_rows(rows)
+    metrics.count_rows(rows, wrote)
     keys_ = list(cache_keys) or [None] * len(rows)
     svc.store.put_cached_many([
         (key, row)

@@ -12,12 +12,13 @@ import functools
 import logging
 from collections.abc import Callable
 
+from celery import signals
 from celery.exceptions import Reject
 
 from common.jobs import bundle_label
 from common.keys import GENERATE, INTERACTIVE, RETRIEVE, VERIFY, Stage
 from common.models import JobRecord
-from worker import flow
+from worker import flow, metrics
 from worker.celery_app import app
 from worker.flow import REDIS_ERRORS
 from worker.services import Services, get_services
@@ -89,3 +90,37 @@ def run_job(refs: list[dict]) -> None:
     for ref in refs:  # single queries: one job a message, all stages in one task
         _guarded([ref], functools.partial(flow.handle_job, ref))
 
+
+
+# Operator metrics (worker/metrics.py): only real worker processes flush to Redis. The
+# node name and queues are known after set-up, before the pool forks; the main process
+# starts a flusher when ready (it heartbeats for the node, and with the threads pool it
+# also runs the tasks); each prefork child starts its own after its fork.
+_node: dict[str, object] = {}
+
+
+@signals.celeryd_after_setup.connect
+def _note_node(sender: object = None, instance: object = None, **_: object) -> None:
+    queues = app.amqp.queues.consume_from or app.amqp.queues
+    _node.update(hostname=str(sender or "worker"), queues=sorted(queues))
+
+
+@signals.worker_ready.connect
+def _start_metrics(**_: object) -> None:
+    _start_flushing()
+
+
+@signals.worker_process_init.connect
+def _start_child_metrics(**_: object) -> None:
+    _start_flushing()
+
+
+def _start_flushing() -> None:
+    if _node:
+        metrics.start_flushing(get_services().settings, node=str(_node["hostname"]),
+                               queues=_node["queues"])  # type: ignore[arg-type]
+
+
+@signals.worker_shutdown.connect
+def _stop_metrics(**_: object) -> None:
+    metrics.stop_flushing()

@@ -21,3 +21,24 @@ if [ "$rows" -ne 2 ]; then
   exit 1
 fi
 echo "check-install: a no-extras install ran an eager sweep ($rows rows)"
+# The Procfile's api line needs nothing more: qfarm serve answers /healthz.
+port=$("$tmp/venv/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+env QFARM_RESULTS_DIR="$tmp/results" "$tmp/venv/bin/qfarm" serve --eager --port "$port" > "$tmp/serve.log" 2>&1 &
+serve_pid=$!
+if ! "$tmp/venv/bin/python" - "$port" <<'PY'
+import sys, time, urllib.request
+for _ in range(150):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/healthz", timeout=2) as r:
+            sys.exit(0 if r.status == 200 else 1)
+    except OSError:
+        time.sleep(0.2)
+sys.exit(1)
+PY
+then
+  kill "$serve_pid"; cat "$tmp/serve.log" >&2
+  echo "check-install: qfarm serve did not answer /healthz" >&2
+  exit 1
+fi
+kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
+echo "check-install: a no-extras install serves the HTTP API"

@@ -8,9 +8,7 @@ left without a row as cancelled.
 from __future__ import annotations
 
 import argparse
-import time
 
-from common.errors import InputError
 from common.settings import load_settings
 
 
@@ -21,21 +19,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from producer.runs import update_run_status
+    from producer.control import cancel_run
     from producer.store import ProducerStore, connect
 
     settings = load_settings()
-    store = ProducerStore(connect(settings.redis_url))
-    manifest = store.manifest(args.run_id)
-    if manifest is None:
-        raise InputError(f"run {args.run_id}: not found in Redis; `qfarm status` lists runs")
-    now = time.time()
-    store.set_cancelled(args.run_id, now)
-    purged = store.purge_run_messages(args.run_id)
-    run_dir = settings.results_dir / args.run_id
-    if run_dir.exists():
-        update_run_status(run_dir, cancelled_at=now, purged_messages=purged)
-    prog = store.progress(args.run_id, manifest.n_jobs)
-    print(f"run {args.run_id} cancelled: purged {purged} pending messages; "
-          f"{prog.done}/{prog.total} jobs have rows; the rest end without a row")
+    done = cancel_run(ProducerStore(connect(settings.redis_url)), args.run_id, settings.results_dir)
+    print(f"run {done.run_id} cancelled: purged {done.purged} pending messages; "
+          f"{done.done}/{done.total} jobs have rows; the rest end without a row")
     return 0

@@ -48,6 +48,7 @@ import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 from urllib.parse import urlsplit
 
 from common.errors import (
@@ -60,6 +61,7 @@ from common.errors import (
 )
 from common.models import Generation, Sampling, Usage
 from common.settings import Settings, api_keys_by_endpoint
+from worker import metrics
 from worker.llm.balancer import Balancer, EndpointState
 from worker.llm.batcher import BatchItem, MicroBatcher
 from worker.llm.client import FINISHED_OK, Choice, LLMClient, Reply, Target
@@ -228,6 +230,7 @@ class Gateway:
                 settings.llm_health_interval_s,
                 settings.llm_metrics_weighting,
             )
+        metrics.watch_endpoints(self.endpoint_states)  # in-flight and breakers for /metrics
         self._batcher: MicroBatcher | None = None
         batch_size = batch_size_for(settings)
         if batch_size > 1:
@@ -317,9 +320,7 @@ class Gateway:
             tried.append(ep.url)
             sent = _fit_context(prompt, sampling, ep.max_model_len)
             try:
-                reply = self._client.complete(
-                    ep.target, [prompt], sent, stream=self._stream, job_id=job_id
-                )
+                reply = self._complete(ep, [prompt], sent, stream=self._stream, job_id=job_id)
                 choice = self._usable_choice(reply, ep, job_id, 0)
             except PermanentServiceError as exc:
                 self._balancer.release(ep, ok=True)  # the server answered: it is alive
@@ -365,6 +366,18 @@ class Gateway:
                 attempts=attempts,
             ) from exc
 
+    def _complete(self, ep: EndpointState, prompts: list[str], sampling: Sampling,
+                  **kwargs: Any) -> Reply:
+        """One HTTP request to ``ep``, its outcome counted for /metrics (worker/metrics.py)."""
+        t0, error = time.perf_counter(), None
+        try:
+            return self._client.complete(ep.target, prompts, sampling, **kwargs)
+        except Exception as exc:
+            error = exc
+            raise
+        finally:
+            metrics.observe_request(ep.target.display, time.perf_counter() - t0, error)
+
     # ------------------------------------------------------------------ batches
 
     def _dispatch_batch(self, items: list[BatchItem]) -> None:
@@ -387,9 +400,7 @@ class Gateway:
                 item.future.set_exception(exc)
             return
         try:
-            reply = self._client.complete(
-                ep.target, [i.prompt for i in items], sampling, job_id=items[0].job_id
-            )
+            reply = self._complete(ep, [i.prompt for i in items], sampling, job_id=items[0].job_id)
         except PermanentServiceError:
             # One bad prompt fails a whole vLLM request: find it by sending each alone.
             self._balancer.release(ep, ok=True, cost=len(items))

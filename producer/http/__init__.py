@@ -1,0 +1,6 @@
+"""``qfarm serve``: the farm's HTTP front door (FastAPI on uvicorn); docs/api.md.
+
+``app.create_app(settings)`` builds the ASGI app: the /v1 API over the run API
+(``producer.api``, ``producer.control``), Prometheus /metrics over the counters
+workers flush to Redis, /healthz, and the viewer (``producer.viewer``) at ``/``.
+"""

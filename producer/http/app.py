@@ -1,0 +1,447 @@
+"""The ASGI app of ``qfarm serve``: ``create_app(settings)``.
+
+Every route is a thin adapter over the run API the CLI uses (``producer.api``,
+``producer.control``, ``producer.reports``). Blocking work (Redis, planning and
+enqueueing, reading rows files) runs in Starlette's thread pool: sync routes do
+that by themselves, and ``POST /v1/ask`` waits for its row with ``asyncio.sleep``
+between short Redis reads, so a waiting question holds no thread.
+
+Sweeps submitted here are followed by a thread of this process (it drains rows into
+``rows.jsonl`` and writes ``summary.md``), under the run's follower lease, so a second
+follower (``qfarm sweep --attach``, a resume) is safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import (
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
+
+from common.errors import QfarmError
+from common.settings import Settings
+from producer import control
+from producer.api import (
+    AskContext,
+    AskTicket,
+    Endpoints,
+    EndpointsFor,
+    answer_for,
+    ask,
+    ask_context,
+    configured_endpoints,
+    follow_run,
+    poll_pauses,
+    run_sweep,
+    submit_ask,
+)
+from producer.http import auth
+from producer.http.errors import ApiError, install_errors, problem
+from producer.http.middleware import BodyLimit
+from producer.http.requests import NDJSON, modes_of, policy_of, question_text, sweep_spec
+from producer.http.runs import (
+    check_run_id,
+    compare_json,
+    created_body,
+    page_rows,
+    row_filter,
+    run_dir_of,
+    stream_rows,
+)
+from producer.http.schemas import AskRequest, ErrorBody, SweepRequest, answer_payload
+from producer.runs import read_manifest
+from producer.store import ProducerStore, connect
+
+log = logging.getLogger("qfarm.api")
+
+ROWS_PAGE_MAX = 1000
+THREADS = 100
+ERRORS: dict[int | str, dict[str, Any]] = {
+    s: {"model": ErrorBody} for s in (400, 401, 403, 404, 409, 413, 422, 503)
+}
+
+
+@dataclass
+class Followers:
+    """Threads following the runs submitted (or resumed) through this process."""
+
+    settings: Settings
+    threads: dict[str, threading.Thread] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(self, run_id: str, *, resend_missing: bool = False) -> None:
+        def follow() -> None:
+            try:
+                result = follow_run(run_id, resend_missing=resend_missing, settings=self.settings)
+                log.info("run %s: %s (%d rows)", run_id, result.status, result.rows_written)
+            except QfarmError as exc:
+                self.errors[run_id] = str(exc)
+                log.warning("run %s: following stopped: %s", run_id, exc)
+            except Exception as exc:  # a thread's crash must leave a trace for GET /v1/runs/{id}
+                self.errors[run_id] = f"internal: {type(exc).__name__}"
+                log.exception("run %s: following crashed", run_id)
+
+        with self.lock:
+            self.errors.pop(run_id, None)
+            for done in [r for r, t in self.threads.items() if not t.is_alive()]:
+                del self.threads[done]  # a long-lived server must not keep every run's thread
+            thread = threading.Thread(target=follow, name=f"follow-{run_id}", daemon=True)
+            self.threads[run_id] = thread
+        thread.start()
+
+    def is_following(self, run_id: str) -> bool:
+        thread = self.threads.get(run_id)
+        return thread is not None and thread.is_alive()
+
+
+class Farm:
+    """What the routes share: settings, the Redis store, the ask context (built once)."""
+
+    def __init__(self, settings: Settings, *, eager: bool, endpoints: EndpointsFor):
+        self.settings = settings
+        self.eager = eager
+        self.endpoints = endpoints
+        self.tokens = auth.Tokens.from_settings(settings)
+        self._store: ProducerStore | None = None
+        self._ctx: AskContext | None = None
+        self._lock = threading.Lock()
+        self.followers = Followers(settings)
+
+    @property
+    def store(self) -> ProducerStore:
+        if self.eager:
+            raise ApiError(409, "this server runs eagerly (no Redis): runs are read from disk only")
+        with self._lock:
+            if self._store is None:
+                self._store = ProducerStore(connect(self.settings.redis_url))
+            return self._store
+
+    def store_or_none(self) -> ProducerStore | None:
+        return None if self.eager else self.store
+
+    def ask_context(self) -> AskContext:
+        with self._lock:
+            if self._ctx is None:
+                self._ctx = ask_context(self.settings, self.endpoints)
+            return self._ctx
+
+    def endpoints_once(self) -> EndpointsFor:
+        """The endpoints checked when the ask context was built, reused per sweep."""
+        eps: Endpoints = self.ask_context().endpoints
+        return lambda _settings: contextlib.nullcontext(eps)
+
+
+# ---------------------------------------------------------------- the app
+
+def create_app(settings: Settings, *, eager: bool = False,
+               endpoints: EndpointsFor = configured_endpoints) -> FastAPI:
+    """The ASGI app. ``eager`` runs questions and sweeps in this process (no Redis, no
+    workers: tests and demos); otherwise they go through Redis to the workers."""
+    from producer.viewer.pages import Viewer
+
+    farm = Farm(settings, eager=eager, endpoints=endpoints)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> Any:
+        import anyio.to_thread
+
+        # Sync routes and Redis reads share this pool; Starlette's default of 40 threads
+        # would queue requests behind a few slow sweeps' planning.
+        anyio.to_thread.current_default_thread_limiter().total_tokens = THREADS
+        yield
+
+    app = FastAPI(
+        lifespan=lifespan,
+        title="qfarm", version="1",
+        description="The farm's HTTP front door: questions, sweeps, runs, metrics (docs/api.md).",
+    )
+    app.state.farm = farm
+    collector = None if eager else _register_collector(farm)
+
+    install_errors(app)
+    app.add_middleware(BodyLimit, limit=settings.api_max_body_bytes, collector=collector,
+                       tokens=farm.tokens)
+
+    def need(scope: str) -> Callable[[Request], str | None]:
+        def check(request: Request) -> str | None:
+            if not farm.tokens.required:
+                return auth.ADMIN
+            presented = auth.bearer(request.headers.get("authorization"))
+            granted = farm.tokens.scope_of(presented)
+            if granted is None:
+                raise ApiError(401, "a valid bearer token is required (Authorization: Bearer "
+                                    "TOKEN; tokens come from QFARM_API_TOKENS)")
+            if not auth.allows(granted, scope):
+                raise ApiError(403, f"this token has scope {granted!r}; this needs {scope!r}")
+            return granted
+        return check
+
+    asker, admin = Depends(need(auth.ASK)), Depends(need(auth.ADMIN))
+    _ops_routes(app, farm, asker, collector)
+    _ask_routes(app, farm, asker)
+    _sweep_routes(app, farm, asker, admin)
+    _run_routes(app, farm, asker, admin)
+    # The viewer lists runs in the farm's Redis too (a Redis-only run, one in progress);
+    # an eager server has no Redis to show.
+    _viewer_route(app, farm, Viewer(settings.results_dir,
+                                    redis_url=None if eager else settings.redis_url,
+                                    index_path=settings.embedded_index_path()))
+    return app
+
+
+def _ops_routes(app: FastAPI, farm: Farm, asker: Any, collector: Any) -> None:
+    eager = farm.eager
+
+    @app.get("/healthz", tags=["ops"])
+    def healthz() -> dict[str, Any]:
+        """Open to all: is the process up, and does Redis answer."""
+        if eager:
+            return {"ok": True, "redis": None, "eager": True}
+        try:
+            farm.store.client.ping()
+            return {"ok": True, "redis": True}
+        except Exception:
+            return {"ok": False, "redis": False}
+
+    @app.get("/metrics", tags=["ops"], dependencies=[asker], response_class=PlainTextResponse)
+    def metrics() -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        if collector is None:
+            raise ApiError(409, "an eager server has no farm metrics")
+        return Response(generate_latest(collector.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def _ask_routes(app: FastAPI, farm: Farm, asker: Any) -> None:
+    settings, eager, endpoints = farm.settings, farm.eager, farm.endpoints
+
+    @app.post("/v1/ask", tags=["ask"], dependencies=[asker], responses=ERRORS)
+    async def post_ask(body: AskRequest) -> JSONResponse:
+        """Answer one question through the interactive queue: 200 with the answer within
+        ``wait_s``, else 202 with the job's URL."""
+        text = question_text(body.question, settings.api_max_question_chars, "question")
+        (mode,) = modes_of([body.mode], "mode")
+        policy = policy_of(body.policy)
+        if body.wait_s > settings.api_max_wait_s:
+            raise ApiError(422, f"wait_s: {body.wait_s:g}; at most {settings.api_max_wait_s:g} "
+                                "(QFARM_API_MAX_WAIT_S)", "wait_s")
+        if eager:
+            answer = await run_in_threadpool(
+                ask, text, mode, eager=True, policy=policy, use_cache=not body.burn,
+                settings=settings, endpoints=endpoints)
+            return JSONResponse(answer_payload(answer))
+        ctx = await run_in_threadpool(farm.ask_context)
+        ticket = await run_in_threadpool(submit_ask, ctx, text, mode, policy,
+                                         use_cache=not body.burn)
+        answer = await _wait_answer(ctx.store, ticket, body.wait_s)
+        if answer is not None:
+            return JSONResponse(answer_payload(answer))
+        url = f"/v1/jobs/{ticket.run_id}"
+        return JSONResponse({"state": "pending", "job_id": ticket.run_id, "url": url},
+                            status_code=202, headers={"Location": url})
+
+    @app.get("/v1/jobs/{job_id}", tags=["ask"], dependencies=[asker], responses=ERRORS)
+    def get_job(job_id: str) -> JSONResponse:
+        """A question submitted with POST /v1/ask: 202 while pending, 200 with the answer."""
+        store = farm.store
+        if not job_id.startswith("ask-") or store.manifest(job_id) is None:
+            raise ApiError(404, f"job {job_id}: not found (job ids come from POST /v1/ask)")
+        ids: list[bytes] = store.client.hkeys(_rows_key(job_id))  # type: ignore[assignment]
+        if not ids:
+            return JSONResponse({"state": "pending", "job_id": job_id}, status_code=202)
+        answer = answer_for(store, AskTicket(job_id, ids[0].decode()))
+        assert answer is not None
+        return JSONResponse(answer_payload(answer))
+
+
+def _sweep_routes(app: FastAPI, farm: Farm, asker: Any, admin: Any) -> None:
+    settings, eager, endpoints = farm.settings, farm.eager, farm.endpoints
+
+    @app.post("/v1/sweeps", tags=["sweeps"], dependencies=[admin], status_code=201,
+              responses=ERRORS, openapi_extra={"requestBody": {"content": {
+                  "application/json": {"schema": SweepRequest.model_json_schema()},
+                  NDJSON: {"schema": {"type": "string", "description":
+                           "a JSONL question file; options in the query string"}}}}})
+    async def post_sweep(request: Request) -> JSONResponse:
+        """Plan and enqueue a sweep (the same producer code as `qfarm sweep`); 201 with
+        its run id. JSON body (SweepRequest), or a JSONL question file with
+        ``Content-Type: application/x-ndjson`` and ``?modes=&n=&policy=&keep_answers=``."""
+        spec = await sweep_spec(request, settings)
+        if eager:
+            result = await run_in_threadpool(run_sweep, spec, eager=True, settings=settings,
+                                             endpoints=endpoints)
+            return JSONResponse(created_body(result.run_id, result.status, result.manifest.n_jobs),
+                                status_code=201)
+        eps = await run_in_threadpool(farm.endpoints_once)
+        result = await run_in_threadpool(run_sweep, spec, detach=True, settings=settings,
+                                         endpoints=eps)
+        if result.status != "running":
+            raise ApiError(503, f"run {result.run_id}: {result.status}; resume it with "
+                                f"POST /v1/runs/{result.run_id}/resume")
+        farm.followers.start(result.run_id)
+        body = created_body(result.run_id, "running", result.manifest.n_jobs)
+        body["enqueued"] = result.enqueued
+        return JSONResponse(body, status_code=201, headers={"Location": body["url"]})
+
+
+def _run_routes(app: FastAPI, farm: Farm, asker: Any, admin: Any) -> None:
+    settings = farm.settings
+
+    @app.get("/v1/runs", tags=["runs"], dependencies=[asker], responses=ERRORS)
+    def get_runs(limit: int = Query(20, ge=1, le=200),
+                 cursor: int = Query(0, ge=0, description="next_cursor of the previous page")
+                 ) -> dict[str, Any]:
+        """Runs newest first, a page at a time."""
+        items, nxt = control.list_runs(settings, farm.store_or_none(), offset=cursor, limit=limit)
+        return {"runs": items, "next_cursor": nxt}
+
+    @app.get("/v1/runs/{run_id}", tags=["runs"], dependencies=[asker], responses=ERRORS)
+    def get_run(run_id: str) -> dict[str, Any]:
+        """Manifest, state, progress per stage and ETA (from Redis, or the run's files)."""
+        check_run_id(run_id)
+        info = control.describe_run(run_id, settings, farm.store_or_none())
+        info["following"] = farm.followers.is_following(run_id)
+        info["follower_error"] = farm.followers.errors.get(run_id)
+        return info
+
+    @app.get("/v1/runs/{run_id}/rows", tags=["runs"], dependencies=[asker], responses=ERRORS)
+    def get_rows(run_id: str, mode: str | None = None, verdict: str | None = None,
+                 kind: str | None = None, cursor: int = Query(0, ge=0),
+                 limit: int = Query(100, ge=1, le=ROWS_PAGE_MAX),
+                 stream: bool = Query(False, description="every matching row from cursor as NDJSON")
+                 ) -> Response:
+        """Rows of ``rows.jsonl`` in landing order, filtered; ``cursor`` is a byte offset
+        (``next_cursor`` of the previous page), so paging a 1M-row run never rescans it."""
+        run_dir = run_dir_of(settings, run_id)
+        match = row_filter(mode, verdict, kind)
+        rows_path = run_dir / "rows.jsonl"
+        if stream:
+            return StreamingResponse(stream_rows(rows_path, cursor, match), media_type=NDJSON)
+        rows, offset, eof = page_rows(rows_path, cursor, match, limit)
+        finished = (run_dir / "summary.md").exists() and not farm.followers.is_following(run_id)
+        nxt = offset if not eof or not finished else None
+        return JSONResponse({"rows": rows, "next_cursor": nxt})
+
+    @app.get("/v1/runs/{run_id}/summary", tags=["runs"], dependencies=[asker], responses=ERRORS)
+    def get_summary(run_id: str, format: str = Query("json", pattern="^(json|md)$")) -> Response:
+        """The run's summary: ``format=md`` is summary.md, ``json`` its figures."""
+        run_dir = run_dir_of(settings, run_id)
+        if format == "md":
+            path = run_dir / "summary.md"
+            if not path.exists():
+                raise ApiError(404, f"run {run_id}: no summary.md yet (written when the run ends)")
+            return PlainTextResponse(path.read_text(encoding="utf-8"),
+                                     media_type="text/markdown; charset=utf-8")
+        return JSONResponse(control.summary_data(run_dir))
+
+    @app.post("/v1/runs/{run_id}/cancel", tags=["runs"], dependencies=[admin], responses=ERRORS)
+    def cancel(run_id: str) -> dict[str, Any]:
+        """Set the cancel flag and purge the run's queued messages (`qfarm cancel`)."""
+        check_run_id(run_id)
+        done = control.cancel_run(farm.store, run_id, settings.results_dir)
+        return {"run_id": run_id, "state": "cancelled", "purged_messages": done.purged,
+                "done": done.done, "total": done.total}
+
+    @app.post("/v1/runs/{run_id}/resume", tags=["runs"], dependencies=[admin], status_code=202,
+              responses=ERRORS)
+    def resume(run_id: str) -> JSONResponse:
+        """Re-send the jobs without a row and follow the run (`qfarm sweep --resume`)."""
+        run_dir = run_dir_of(settings, run_id)
+        manifest = read_manifest(run_dir)
+        if manifest.eager:
+            raise ApiError(409, f"run {run_id} was an eager run; eager runs cannot be resumed")
+        farm.store.client.ping()
+        farm.followers.start(run_id, resend_missing=True)
+        url = f"/v1/runs/{run_id}"
+        return JSONResponse({"run_id": run_id, "state": "resuming", "url": url},
+                            status_code=202, headers={"Location": url})
+
+    @app.get("/v1/compare", tags=["runs"], dependencies=[asker], responses=ERRORS)
+    def compare(a: str, b: str, floor: float = 5.0) -> dict[str, Any]:
+        """A/B comparison of two finished runs (`qfarm compare`): per mode and metric A, B,
+        delta with its 95% interval and signal or noise; also as markdown."""
+        return compare_json(settings, a, b, floor)
+
+
+def _viewer_route(app: FastAPI, farm: Farm, viewer: Any) -> None:
+    # The viewer's pages, last: /v1, /metrics and /healthz above take precedence.
+    @app.get("/{path:path}", include_in_schema=False)
+    def view(path: str, request: Request) -> Response:
+        query = dict(request.query_params)
+        token = query.pop("token", None)
+        if farm.tokens.required:
+            if token is not None:
+                return _login(farm, request, token)
+            presented = (request.cookies.get(auth.COOKIE)
+                         or auth.bearer(request.headers.get("authorization")))
+            if farm.tokens.scope_of(presented) is None:
+                return problem(401, "the viewer needs a token: open /?token=TOKEN once "
+                                     "(a cookie keeps it) or send Authorization: Bearer TOKEN")
+        resp = viewer.handle("/" + path, query)
+        return Response(resp.body, status_code=resp.status, media_type=resp.content_type,
+                        headers={"Cache-Control": "no-store"})
+
+
+def _login(farm: Farm, request: Request, token: str) -> Response:
+    """``?token=T``: a cookie for the viewer's pages, then the same page without the token."""
+    if farm.tokens.scope_of(token) is None:
+        return problem(401, "that token is not valid")
+    query = "&".join(f"{k}={v}" for k, v in request.query_params.multi_items() if k != "token")
+    target = request.url.path + (f"?{query}" if query else "")
+    resp = RedirectResponse(target, status_code=303)
+    resp.set_cookie(auth.COOKIE, token, httponly=True, samesite="strict",
+                    secure=request.url.scheme == "https", path="/")
+    return resp
+
+
+async def _wait_answer(store: ProducerStore, ticket: AskTicket, wait_s: float) -> Any:
+    """Poll for the row until ``wait_s``; each poll is one short Redis read in the thread
+    pool and the waits between them hold no thread."""
+    deadline = time.monotonic() + wait_s
+    for pause in poll_pauses():  # the schedule of producer.api.wait_for_answer
+        answer = await run_in_threadpool(answer_for, store, ticket)
+        if answer is not None or time.monotonic() >= deadline:
+            return answer
+        await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+    return None
+
+
+def _rows_key(run_id: str) -> str:
+    from common import keys
+
+    return keys.rows_key(run_id)
+
+
+def _register_collector(farm: Farm) -> Any:
+    from prometheus_client import CollectorRegistry
+
+    from producer.http.metrics import FarmCollector
+
+    class LazyStore:
+        """Redis is connected at the first scrape, not when the app is built."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(farm.store, name)
+
+    collector = FarmCollector(LazyStore())  # type: ignore[arg-type]
+    collector.registry = CollectorRegistry(auto_describe=False)  # type: ignore[attr-defined]
+    collector.registry.register(collector)  # type: ignore[attr-defined]
+    return collector
+
+
+__all__ = ["create_app"]

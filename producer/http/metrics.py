@@ -1,0 +1,163 @@
+"""/metrics: the farm's counters and gauges, read from Redis at each scrape.
+
+Workers on any host flush their counters to one Redis hash and refresh a heartbeat
+hash per process (worker/metrics.py); this collector reads both, the queue lengths
+(LLEN of each Stage's queue) and renders them with prometheus-client. Nothing here is
+per-API-process except ``qfarm_api_requests_total`` and the rows-per-second estimate,
+so any number of API processes report the same farm.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from common import metrics as m
+from producer.store import ProducerStore
+
+WINDOW_S = 60.0  # rows per second: over the last minute of scrapes
+
+
+class FarmCollector(Collector):
+    def __init__(self, store: ProducerStore) -> None:
+        self.store = store
+        self._samples: deque[tuple[float, int]] = deque()
+        self._lock = threading.Lock()
+        self.api_requests: dict[tuple[str, str], int] = {}
+
+    def count_request(self, route: str, status: int) -> None:
+        key = (route, str(status))
+        with self._lock:
+            self.api_requests[key] = self.api_requests.get(key, 0) + 1
+
+    def _rows_per_second(self, total: int) -> float:
+        now = time.monotonic()
+        with self._lock:
+            self._samples.append((now, total))
+            while len(self._samples) > 2 and now - self._samples[1][0] >= WINDOW_S:
+                self._samples.popleft()
+            t0, n0 = self._samples[0]
+        return (total - n0) / (now - t0) if now > t0 else 0.0
+
+    def collect(self) -> Iterator[Metric]:
+        counters = self.store.metric_counters()
+        yield from self._queues()
+        yield from self._rows(counters)
+        yield from self._llm(counters)
+        yield from self._workers()
+        yield from self._cache(counters)
+        api = CounterMetricFamily("qfarm_api_requests", "HTTP requests this API process served",
+                                  labels=["route", "status"])
+        with self._lock:
+            for (route, status), n in sorted(self.api_requests.items()):
+                api.add_metric([route, status], n)
+        yield api
+
+    def _queues(self) -> Iterator[Metric]:
+        g = GaugeMetricFamily("qfarm_queue_messages",
+                              "messages waiting per queue (sweep messages carry up to "
+                              "QFARM_BUNDLE_SIZE jobs)", labels=["queue"])
+        for queue, n in self.store.queue_lengths().items():
+            g.add_metric([queue], n)
+        yield g
+
+    def _rows(self, counters: dict[str, int]) -> Iterator[Metric]:
+        enq = CounterMetricFamily("qfarm_jobs_enqueued", "jobs sent to the queues",
+                                  labels=["mode"])
+        rows = CounterMetricFamily("qfarm_rows", "rows written (verdict none: the row has an error)",
+                                   labels=["mode", "verdict"])
+        errs = CounterMetricFamily("qfarm_row_errors", "rows written with an error",
+                                   labels=["mode"])
+        total = 0
+        for raw, value in sorted(counters.items()):
+            parsed = m.parse_field(raw)
+            if parsed is None:
+                continue
+            name, labels = parsed
+            if name == m.ENQUEUED:
+                enq.add_metric(list(labels), value)
+            elif name == m.ROWS:
+                rows.add_metric(list(labels), value)
+                total += value
+            elif name == m.ROW_ERRORS:
+                errs.add_metric(list(labels), value)
+        yield from (enq, rows, errs)
+        rate = GaugeMetricFamily("qfarm_rows_per_second",
+                                 f"rows written per second over the last {WINDOW_S:.0f} s of scrapes")
+        rate.add_metric([], self._rows_per_second(total))
+        yield rate
+
+    def _llm(self, counters: dict[str, int]) -> Iterator[Metric]:
+        req = CounterMetricFamily("qfarm_llm_requests", "HTTP requests to each LLM endpoint",
+                                  labels=["endpoint"])
+        err = CounterMetricFamily("qfarm_llm_request_errors",
+                                  "failed LLM requests by error class", labels=["endpoint", "error"])
+        for raw, value in sorted(counters.items()):
+            parsed = m.parse_field(raw)
+            if parsed is None:
+                continue
+            name, labels = parsed
+            if name == m.LLM_REQUESTS:
+                req.add_metric(list(labels), value)
+            elif name == m.LLM_ERRORS:
+                err.add_metric(list(labels), value)
+        yield from (req, err)
+        hist = HistogramMetricFamily("qfarm_llm_request_seconds",
+                                     "latency of one LLM HTTP request", labels=["endpoint"])
+        for endpoint, h in sorted(m.histograms(counters).items()):
+            hist.add_metric([endpoint], h.buckets, h.sum_s)
+        yield hist
+
+    def _workers(self) -> Iterator[Metric]:
+        live = self.store.live_workers()
+        nodes: dict[str, set[str]] = {}
+        inflight: dict[str, int] = {}
+        breaker: dict[tuple[str, str], int] = {}
+        for w in live:
+            nodes.setdefault(w.role, set()).add(w.node)
+            for key, value in w.gauges.items():
+                kind, _, rest = key.partition(m.SEP)
+                if kind == "inflight":
+                    inflight[rest] = inflight.get(rest, 0) + value
+                elif kind == "breaker":
+                    url, _, state = rest.rpartition(m.SEP)
+                    breaker[(url, state)] = max(breaker.get((url, state), 0), value)
+        workers = GaugeMetricFamily("qfarm_workers", "live Celery workers (nodes) by role",
+                                    labels=["role"])
+        for role in ("cpu", "gpu", "interactive", "mixed"):
+            workers.add_metric([role], len(nodes.get(role, ())))
+        yield workers
+        g = GaugeMetricFamily("qfarm_llm_inflight", "LLM requests in flight per endpoint "
+                              "(summed over worker processes)", labels=["endpoint"])
+        for url, n in sorted(inflight.items()):
+            g.add_metric([url], n)
+        yield g
+        b = GaugeMetricFamily("qfarm_llm_breaker_state",
+                              "1 if any worker process holds the endpoint's breaker in this "
+                              "state", labels=["endpoint", "state"])
+        for url in sorted({u for u, _ in breaker}):
+            for state in m.BREAKER_STATES:
+                b.add_metric([url, state], breaker.get((url, state), 0))
+        yield b
+
+    def _cache(self, counters: dict[str, int]) -> Iterator[Metric]:
+        hits = counters.get(m.field(m.CACHE, "hit"), 0)
+        misses = counters.get(m.field(m.CACHE, "miss"), 0)
+        c = CounterMetricFamily("qfarm_result_cache", "result-cache lookups", labels=["result"])
+        c.add_metric(["hit"], hits)
+        c.add_metric(["miss"], misses)
+        yield c
+        ratio = GaugeMetricFamily("qfarm_result_cache_hit_ratio",
+                                  "hits / lookups since the counters began (NaN before any)")
+        ratio.add_metric([], hits / (hits + misses) if hits + misses else float("nan"))
+        yield ratio

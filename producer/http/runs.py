@@ -1,0 +1,114 @@
+"""Reading runs for the API: run directories, filtered and paged rows, comparisons."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from common.errors import InputError
+from common.settings import Settings
+from common.vocab import Verdict
+from producer.http.errors import ApiError
+from producer.http.requests import modes_of
+from producer.reports import iter_rows
+
+
+def check_run_id(run_id: str) -> None:
+    # Run ids name directories: nothing that could leave the results directory.
+    if not run_id or "/" in run_id or "\\" in run_id or run_id.startswith("."):
+        raise ApiError(404, f"run {run_id!r}: not a run id")
+
+
+def run_dir_of(settings: Settings, run_id: str) -> Path:
+    check_run_id(run_id)
+    run_dir = settings.results_dir / run_id
+    if not (run_dir / "manifest.json").exists():
+        raise ApiError(404, f"run {run_id}: no run directory here (the server that followed "
+                            "it has its files; GET /v1/runs lists runs)")
+    return run_dir
+
+
+def row_filter(mode: str | None, verdict: str | None,
+                kind: str | None) -> Callable[[dict[str, Any]], bool]:
+    if mode is not None:
+        modes_of([mode], "mode")
+    allowed_verdicts = (*(v.value for v in Verdict), "none")
+    if verdict is not None and verdict not in allowed_verdicts:
+        raise ApiError(422, f"verdict: {verdict!r}; choose from {', '.join(allowed_verdicts)} "
+                            "(none: rows with an error)", "verdict")
+
+    def match(row: dict[str, Any]) -> bool:
+        if mode is not None and row.get("mode") != mode:
+            return False
+        if verdict is not None:
+            got = "none" if row.get("error") or not row.get("verdict") else row.get("verdict")
+            if got != verdict:
+                return False
+        return kind is None or kind in (row.get("violation_kinds") or ())
+
+    return match
+
+
+def compare_json(settings: Settings, a: str, b: str, floor: float) -> dict[str, Any]:
+    from common.compare import headline, render_compare
+    from producer.reports import check_floor, compare_dirs
+
+    try:
+        check_floor(floor)
+    except InputError as exc:
+        raise ApiError(422, str(exc), "floor") from None
+    cmp = compare_dirs(run_dir_of(settings, a), run_dir_of(settings, b), floor)
+    return {
+        "a": a, "b": b, "floor": floor,
+        "headline": headline(cmp),
+        "warnings": cmp.warnings,
+        "deltas": [_jsonable(d) for d in cmp.deltas],
+        "markdown": render_compare(cmp),
+    }
+
+
+def page_rows(path: Path, cursor: int, match: Callable[[dict[str, Any]], bool],
+               limit: int) -> tuple[list[dict[str, Any]], int, bool]:
+    """Up to ``limit`` matching rows from byte ``cursor``; (rows, next offset, reached the end)."""
+    rows: list[dict[str, Any]] = []
+    offset = cursor
+    for line in iter_rows(path, cursor):
+        if not line.complete:
+            break  # the follower is writing it: the next page starts here
+        offset = line.end
+        if line.row is not None and match(line.row):
+            rows.append(line.row)
+            if len(rows) >= limit:
+                return rows, offset, False
+    return rows, offset, True
+
+
+def stream_rows(path: Path, cursor: int, match: Callable[[dict[str, Any]], bool]) -> Iterator[bytes]:
+    for line in iter_rows(path, cursor):
+        if not line.complete:
+            break
+        if line.row is not None and match(line.row):
+            yield (json.dumps(line.row, ensure_ascii=False) + "\n").encode()
+
+
+def created_body(run_id: str, state: str, n_jobs: int) -> dict[str, Any]:
+    return {"run_id": run_id, "state": state, "jobs": n_jobs, "url": f"/v1/runs/{run_id}"}
+
+
+def _jsonable(obj: Any) -> Any:
+    import dataclasses
+    import enum
+
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, float) and obj != obj:
+        return None
+    return obj

@@ -1,0 +1,86 @@
+"""Request and response bodies of the HTTP API (they are also its OpenAPI schema).
+
+Shapes are checked by pydantic; meanings (a mode, a policy key, the size of a plan)
+by the same functions the CLI uses, so both refuse the same input with the same words.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from common.audit import render_audit_line
+from common.models import Mode
+from producer.api import Answer
+
+MAX_N = 1000  # samples per question and mode; QFARM_API_MAX_JOBS bounds the whole plan
+
+
+class _Body(BaseModel):
+    # An unknown field is an error that names it, not silently ignored (a typo like
+    # "keep_answer" would otherwise drop answers without a word).
+    model_config = ConfigDict(extra="forbid")
+
+
+class AskRequest(_Body):
+    question: str = Field(description="the question; at most QFARM_API_MAX_QUESTION_CHARS characters")
+    mode: str = Field(default=Mode.CLAIM_LATTICE_POINTER.value,
+                      description="one of " + ", ".join(m.value for m in Mode))
+    policy: dict[str, Any] = Field(default_factory=dict,
+                                   description="policy overrides by key (`qfarm policy` lists them)")
+    burn: bool = Field(default=False, description="bypass the result cache")
+    wait_s: float = Field(default=30.0, ge=0,
+                          description="seconds to wait for the answer before a 202 with a job URL")
+
+
+class SweepRequest(_Body):
+    questions: list[str] = Field(description="question texts (or POST a JSONL body instead)")
+    modes: list[str] = Field(default_factory=lambda: [m.value for m in Mode])
+    n: int = Field(default=1, ge=1, le=MAX_N, description="samples per question and mode")
+    policy: dict[str, Any] = Field(default_factory=dict)
+    keep_answers: bool = False
+    burn: bool = False
+
+
+class Problem(BaseModel):
+    """Every error: the HTTP status, the field at fault (if any) and a one-line message."""
+
+    status: int
+    field: str | None = None
+    message: str
+
+
+class ErrorBody(BaseModel):
+    error: Problem
+
+
+def answer_payload(answer: Answer) -> dict[str, Any]:
+    """What POST /v1/ask and GET /v1/jobs/{id} return: the row, the audit line (as
+    ``qfarm ask`` prints it), the answer when kept, and the evidence map."""
+    row, record = answer.row, answer.record
+    evidence = []
+    if record is not None and record.retrieval is not None:
+        evidence = [
+            {"id": e.id, "doc_id": e.doc_id, "title": e.title, "score": e.score, "text": e.text}
+            for e in record.retrieval.evidence
+        ]
+    if record is not None:
+        audit = render_audit_line(record)
+    elif row.grading is not None:  # a cache hit: the verdict came from an earlier run
+        g = row.grading
+        audit = f"{g.label.value} · via {row.mode.value} · cached  {g.n_verified}/{g.n_claims}"
+    else:
+        audit = f"ERROR · via {row.mode.value} · {row.error}"
+    claims = (
+        [c.model_dump(mode="json") for c in record.verification.claims]
+        if record is not None and record.verification is not None else []
+    )
+    return {
+        "state": "done",
+        "row": row.model_dump(mode="json"),
+        "audit": audit,
+        "answer": row.answer,
+        "evidence": evidence,
+        "claims": claims,
+    }

@@ -1,0 +1,84 @@
+"""Run operations shared by the CLI and the HTTP API: describe, list, cancel."""
+
+from __future__ import annotations
+
+import time
+
+import fakeredis
+import pytest
+
+from common import keys
+from common.errors import InputError
+from common.models import Mode
+from common.policy import Policy
+from common.settings import Settings
+from producer.control import cancel_run, describe_run, list_runs
+from producer.runs import create_run_dir, update_run_status
+from producer.store import ProducerStore
+from producer.sweep import make_manifest
+
+
+def manifest(run_id: str, n_questions: int = 5):
+    return make_manifest(
+        run_id=run_id, question_file="<test>", question_file_digest="d", n_questions=n_questions,
+        modes=[Mode.QUOTE, Mode.CLAIM_LATTICE], n=2, policy=Policy(), model="m", endpoints=[],
+        simulated=True, retriever="embedded", index_version=None, corpus=None, eager=False,
+    )
+
+
+@pytest.fixture
+def store():
+    return ProducerStore(fakeredis.FakeRedis())
+
+
+def test_a_running_run_is_described_from_redis_with_an_eta(tmp_path, store):
+    settings = Settings(results_dir=tmp_path)
+    m = manifest("run-a")  # 5 questions x 2 modes x n=2 = 20 jobs
+    store.put_manifest(m)
+    run_dir = create_run_dir(tmp_path, m)
+    update_run_status(run_dir, status="running", started_at=time.time() - 10)
+    for i in range(5):
+        store.client.hset(keys.rows_key("run-a"), f"j{i}", "{}")
+    info = describe_run("run-a", settings, store)
+    assert info["source"] == "redis" and info["state"] == "running"
+    assert info["progress"]["done"] == 5 and info["progress"]["total"] == 20
+    assert info["eta_s"] == pytest.approx(30, rel=0.2)  # 5 rows in 10 s, 15 to go
+
+
+def test_a_finished_run_redis_forgot_is_described_from_its_files(tmp_path, store):
+    settings = Settings(results_dir=tmp_path)
+    m = manifest("run-b")
+    run_dir = create_run_dir(tmp_path, m)
+    update_run_status(run_dir, status="complete", rows=20)
+    info = describe_run("run-b", settings, store)
+    assert info["source"] == "disk" and info["state"] == "complete"
+    assert info["progress"]["done"] == 20 and info["eta_s"] is None
+    with pytest.raises(InputError, match="not found"):
+        describe_run("run-c", settings, store)
+
+
+def test_runs_are_listed_newest_first_a_page_at_a_time(tmp_path, store):
+    settings = Settings(results_dir=tmp_path)
+    for i in range(5):
+        m = manifest(f"run-{i}").model_copy(update={"created_at": 1000.0 + i})
+        if i % 2:
+            store.put_manifest(m)  # only in Redis (a CLI on another host)
+        else:
+            create_run_dir(tmp_path, m)  # only on disk (Redis forgot)
+    page, nxt = list_runs(settings, store, offset=0, limit=2)
+    assert [r["run_id"] for r in page] == ["run-4", "run-3"] and nxt == 2
+    page, nxt = list_runs(settings, store, offset=4, limit=2)
+    assert [r["run_id"] for r in page] == ["run-0"] and nxt is None
+
+
+def test_cancel_sets_the_flag_and_notes_it_beside_the_manifest(tmp_path, store):
+    m = manifest("run-x")
+    store.put_manifest(m)
+    run_dir = create_run_dir(tmp_path, m)
+    done = cancel_run(store, "run-x", tmp_path)
+    assert done.total == 20 and done.purged == 0
+    assert store.client.exists(keys.cancelled_key("run-x"))
+    assert "cancelled_at" in (run_dir / "status.json").read_text()
+    assert describe_run("run-x", Settings(results_dir=tmp_path), store)["state"] == "cancelled"
+    with pytest.raises(InputError, match="not found in Redis"):
+        cancel_run(store, "nope", tmp_path)
