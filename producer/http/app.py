@@ -29,7 +29,6 @@ from fastapi.responses import (
     PlainTextResponse,
     RedirectResponse,
     Response,
-    StreamingResponse,
 )
 
 from common.errors import QfarmError
@@ -57,10 +56,10 @@ from producer.http.runs import (
     check_run_id,
     compare_json,
     created_body,
-    page_rows,
+    file_rows_response,
+    redis_rows_response,
     row_filter,
     run_dir_of,
-    stream_rows,
 )
 from producer.http.schemas import AskRequest, ErrorBody, SweepRequest, answer_payload
 from producer.runs import read_manifest
@@ -321,21 +320,24 @@ def _run_routes(app: FastAPI, farm: Farm, asker: Any, admin: Any) -> None:
 
     @app.get("/v1/runs/{run_id}/rows", tags=["runs"], dependencies=[asker], responses=ERRORS)
     def get_rows(run_id: str, mode: str | None = None, verdict: str | None = None,
-                 kind: str | None = None, cursor: int = Query(0, ge=0),
+                 kind: str | None = None, cursor: str = Query("0", pattern=r"^r?\d{1,15}$"),
                  limit: int = Query(100, ge=1, le=ROWS_PAGE_MAX),
                  stream: bool = Query(False, description="every matching row from cursor as NDJSON")
                  ) -> Response:
-        """Rows of ``rows.jsonl`` in landing order, filtered; ``cursor`` is a byte offset
-        (``next_cursor`` of the previous page), so paging a 1M-row run never rescans it."""
-        run_dir = run_dir_of(settings, run_id)
+        """Rows in landing order, filtered. For a run with a directory here they are read
+        from ``rows.jsonl`` and ``cursor`` is a byte offset; for a run only in Redis (one
+        another host follows) they are read from Redis and the cursor is ``r`` + a row
+        log position. Either way pass the previous page's ``next_cursor`` as it is: a page
+        never rescans what earlier pages read."""
         match = row_filter(mode, verdict, kind)
-        rows_path = run_dir / "rows.jsonl"
-        if stream:
-            return StreamingResponse(stream_rows(rows_path, cursor, match), media_type=NDJSON)
-        rows, offset, eof = page_rows(rows_path, cursor, match, limit)
-        finished = (run_dir / "summary.md").exists() and not farm.followers.is_following(run_id)
-        nxt = offset if not eof or not finished else None
-        return JSONResponse({"rows": rows, "next_cursor": nxt})
+        check_run_id(run_id)
+        if (not (settings.results_dir / run_id / "manifest.json").exists() and not farm.eager
+                and farm.store.has_manifest(run_id)):
+            return redis_rows_response(farm.store, run_id, int(cursor.removeprefix("r")),
+                                       match, limit, stream=stream)
+        return file_rows_response(run_dir_of(settings, run_id), cursor, match, limit,
+                                  stream=stream,
+                                  following=farm.followers.is_following(run_id))
 
     @app.get("/v1/runs/{run_id}/summary", tags=["runs"], dependencies=[asker], responses=ERRORS)
     def get_summary(run_id: str, format: str = Query("json", pattern="^(json|md)$")) -> Response:

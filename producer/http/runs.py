@@ -7,12 +7,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
 from common.errors import InputError
 from common.settings import Settings
 from common.vocab import Verdict
+from producer.control import run_state
 from producer.http.errors import ApiError
-from producer.http.requests import modes_of
-from producer.reports import iter_rows
+from producer.http.requests import NDJSON, modes_of
+from producer.reports import iter_rows, parse_row
+from producer.store import ProducerStore
 
 
 def check_run_id(run_id: str) -> None:
@@ -91,6 +95,68 @@ def stream_rows(path: Path, cursor: int, match: Callable[[dict[str, Any]], bool]
             break
         if line.row is not None and match(line.row):
             yield (json.dumps(line.row, ensure_ascii=False) + "\n").encode()
+
+
+def page_redis_rows(store: ProducerStore, run_id: str, start: int,
+                    match: Callable[[dict[str, Any]], bool],
+                    limit: int) -> tuple[list[dict[str, Any]], int, bool]:
+    """Up to ``limit`` matching rows of a Redis-only run from row-log position ``start``;
+    (rows, next position, reached the end of the log)."""
+    rows: list[dict[str, Any]] = []
+    pos = start
+    for ids, _ in store.read_log(run_id, start, batch=max(limit, 200)):
+        for raw in store.rows_for(run_id, ids):
+            pos += 1
+            row = parse_row(raw) if raw is not None else None
+            if row is not None and match(row):
+                rows.append(row)
+                if len(rows) >= limit:
+                    return rows, pos, False
+    return rows, pos, True
+
+
+def stream_redis_rows(store: ProducerStore, run_id: str, start: int,
+                      match: Callable[[dict[str, Any]], bool]) -> Iterator[bytes]:
+    for raw in store.read_rows(run_id, start):
+        row = parse_row(raw)
+        if row is not None and match(row):
+            yield (json.dumps(row, ensure_ascii=False) + "\n").encode()
+
+
+def redis_run_state(store: ProducerStore, run_id: str) -> str:
+    """running, complete, cancelled or failed, for a run read from Redis."""
+    manifest = store.manifest(run_id)
+    total = manifest.n_jobs if manifest else 0
+    prog = store.progress(run_id, total)
+    return run_state({}, prog.done, total, cancelled=prog.cancelled, error=prog.error)
+
+
+def redis_rows_response(store: ProducerStore, run_id: str, start: int,
+                        match: Callable[[dict[str, Any]], bool], limit: int,
+                        *, stream: bool) -> Response:
+    """A page (or the NDJSON stream) of a Redis-only run's rows; cursors are ``r<position>``."""
+    if stream:
+        return StreamingResponse(stream_redis_rows(store, run_id, start, match),
+                                 media_type=NDJSON)
+    rows, pos, eof = page_redis_rows(store, run_id, start, match, limit)
+    done = eof and redis_run_state(store, run_id) != "running"
+    return JSONResponse({"rows": rows, "next_cursor": None if done else f"r{pos}",
+                         "source": "redis"})
+
+
+def file_rows_response(run_dir: Path, cursor: str, match: Callable[[dict[str, Any]], bool],
+                       limit: int, *, stream: bool, following: bool) -> Response:
+    """A page (or the NDJSON stream) of ``rows.jsonl``; cursors are byte offsets."""
+    if cursor.startswith("r"):
+        raise ApiError(422, "cursor: an r-cursor pages a run read from Redis; this run is read "
+                            "from its rows.jsonl, whose cursors are byte offsets", "cursor")
+    rows_path = run_dir / "rows.jsonl"
+    if stream:
+        return StreamingResponse(stream_rows(rows_path, int(cursor), match), media_type=NDJSON)
+    rows, offset, eof = page_rows(rows_path, int(cursor), match, limit)
+    finished = (run_dir / "summary.md").exists() and not following
+    nxt = str(offset) if not eof or not finished else None
+    return JSONResponse({"rows": rows, "next_cursor": nxt, "source": "file"})
 
 
 def created_body(run_id: str, state: str, n_jobs: int) -> dict[str, Any]:
