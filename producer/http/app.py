@@ -30,6 +30,7 @@ from fastapi.responses import (
     RedirectResponse,
     Response,
 )
+from redis.exceptions import RedisError
 
 from common.errors import QfarmError
 from common.settings import Settings
@@ -62,7 +63,7 @@ from producer.http.runs import (
     run_dir_of,
 )
 from producer.http.schemas import AskRequest, ErrorBody, SweepRequest, answer_payload
-from producer.runs import read_manifest
+from producer.runs import read_manifest, read_run_status
 from producer.store import ProducerStore, connect
 
 log = logging.getLogger("qfarm.api")
@@ -102,6 +103,27 @@ class Followers:
             thread = threading.Thread(target=follow, name=f"follow-{run_id}", daemon=True)
             self.threads[run_id] = thread
         thread.start()
+
+    def adopt(self, store: ProducerStore) -> list[str]:
+        """Follow again the runs under the results directory that a follower left running
+        (this server restarted while following them) and that Redis still holds; the
+        follower lease makes this safe when another process follows one of them already."""
+        adopted = []
+        results = self.settings.results_dir
+        for run_dir in sorted(results.iterdir()) if results.is_dir() else []:
+            if not (run_dir / "manifest.json").is_file():
+                continue
+            if read_run_status(run_dir).get("status") not in ("running", "interrupted"):
+                continue
+            try:
+                if read_manifest(run_dir).eager:
+                    continue  # an eager run lived and died with its process
+            except QfarmError:
+                continue
+            if store.has_manifest(run_dir.name):
+                self.start(run_dir.name)
+                adopted.append(run_dir.name)
+        return adopted
 
     def is_following(self, run_id: str) -> bool:
         thread = self.threads.get(run_id)
@@ -162,6 +184,15 @@ def create_app(settings: Settings, *, eager: bool = False,
         # Sync routes and Redis reads share this pool; Starlette's default of 40 threads
         # would queue requests behind a few slow sweeps' planning.
         anyio.to_thread.current_default_thread_limiter().total_tokens = THREADS
+        if not eager:
+            try:
+                adopted = await anyio.to_thread.run_sync(farm.followers.adopt, farm.store)
+            except RedisError as exc:  # the server starts anyway; POST .../resume later
+                log.warning("could not look for runs to follow again: Redis: %s", exc)
+            else:
+                if adopted:
+                    log.info("following again %d run(s) left running: %s", len(adopted),
+                             ", ".join(adopted))
         yield
 
     app = FastAPI(
