@@ -285,7 +285,9 @@ def _run_eager(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], setti
 
                 # As many jobs in flight as the endpoints take from one process.
                 inflight = len(eps.urls) * max(1, settings.llm_max_inflight_per_endpoint)
-                InProcessRunner(svc, max_inflight=inflight).run(plan.jobs(), tick=tick)
+                InProcessRunner(svc, max_inflight=inflight, bundle_size=settings.bundle_size).run(
+                    plan.jobs(), tick=tick
+                )
         finally:
             svc.close()
         agg.drain()

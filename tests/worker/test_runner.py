@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from common.settings import Settings
 from ops.sim.launch import SimulatorHandle, start_simulator
 from producer import SweepSpec, run_sweep
 from producer.api import QuestionSet
-from worker.llm.gateway import Gateway
+from worker.llm.client import LLMClient
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -68,26 +67,19 @@ def test_concurrent_and_serial_eager_runs_write_the_same_rows(sim, default_index
 def test_an_eager_run_keeps_many_requests_in_flight_within_the_cap(
     sim, default_index, tmp_path, monkeypatch
 ) -> None:
-    lock = threading.Lock()
     now = peak = 0
-    submit = Gateway.submit
+    complete = LLMClient.acomplete
 
-    def counting(self, prompt, sampling, *, job_id):  # type: ignore[no-untyped-def]
-        nonlocal now, peak
-        with lock:
-            now += 1
-            peak = max(peak, now)
+    async def counting(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal now, peak  # on the gateway's one loop: no lock needed
+        now += 1
+        peak = max(peak, now)
+        try:
+            return await complete(self, *args, **kwargs)
+        finally:
+            now -= 1
 
-        def done(_future: object) -> None:
-            nonlocal now
-            with lock:
-                now -= 1
-
-        future = submit(self, prompt, sampling, job_id=job_id)
-        future.add_done_callback(done)
-        return future
-
-    monkeypatch.setattr(Gateway, "submit", counting)
+    monkeypatch.setattr(LLMClient, "acomplete", counting)
     seen: list[int] = []
     result = run_sweep(spec(), eager=True, settings=settings_for(sim, default_index, tmp_path),
                        on_progress=lambda p: seen.append(p.done))  # fmt: skip

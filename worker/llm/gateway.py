@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import threading
@@ -231,8 +232,13 @@ class Gateway:
         # Coroutines waiting for an endpoint; woken (all) whenever the balancer's state
         # changes, like the threads of a Condition.notify_all. Touched on the loop only.
         self._waiters: list[asyncio.Future[None]] = []
-        self._balancer.on_change = lambda: self._loop.call_soon(self._wake)
+        self._balancer.on_change = self._on_change
         self._tasks: set[asyncio.Task[Any]] = set()
+        # One permit per slot of every endpoint, taken before the balancer is asked: queued
+        # requests wait here, first come first served, and a finished request wakes exactly
+        # one of them (the balancer's waiters all wake on every change). Single-prompt
+        # requests only: a batch takes its slots from the balancer directly.
+        self._permits = asyncio.Semaphore(len(targets) * max_inflight)
         self._policy = RetryPolicy(
             max_attempts=max(1, settings.llm_max_attempts),
             base_s=settings.llm_backoff_base_s,
@@ -277,17 +283,29 @@ class Gateway:
 
     def generate(self, prompt: str, sampling: Sampling, *, job_id: str) -> Generation:
         """One answer for one prompt, or a ``ServiceError`` saying why not."""
-        return self._call(self.agenerate(prompt, sampling, job_id=job_id)).result()
+        return self.submit(prompt, sampling, job_id=job_id).result()
 
     def submit(self, prompt: str, sampling: Sampling, *, job_id: str) -> Future[Generation]:
         """``generate`` without waiting: the answer (or its ``ServiceError``) as a future."""
-        return self._call(self.agenerate(prompt, sampling, job_id=job_id))
+        return self.submit_many([(prompt, sampling, job_id)])[0]
+
+    def submit_many(self, items: list[tuple[str, Sampling, str]]) -> list[Future[Generation]]:
+        """Futures of many prompts, started with one wake-up of the loop (waking it costs a
+        write to its self-pipe: per prompt, a tenth of an eager run's CPU)."""
+        if self._loop.in_loop():
+            raise RuntimeError("submit was called on the gateway's event loop; use agenerate")
+        futures: list[Future[Generation]] = [Future() for _ in items]
+        pairs = list(zip(items, futures, strict=True))
+        if self._closed or not self._loop.call_soon(self._start_many, pairs):
+            for f in futures:
+                f.set_exception(TransientServiceError("the LLM gateway is closed"))
+        return futures
 
     def generate_many(
         self, items: list[tuple[str, Sampling, str]]
     ) -> list[Generation | ServiceError]:
         """Many prompts at once, results in input order; failures are returned, not raised."""
-        futures = [self.submit(p, s, job_id=j) for p, s, j in items]
+        futures = self.submit_many(items)
         results: list[Generation | ServiceError] = []
         for f in futures:
             try:
@@ -337,16 +355,15 @@ class Gateway:
 
     # ------------------------------------------------------------------ the loop's plumbing
 
-    def _call(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
-        if self._closed:
-            coro.close()
-            future: Future[T] = Future()
-            future.set_exception(TransientServiceError("the LLM gateway is closed"))
-            return future
-        if self._loop.in_loop():
-            coro.close()
-            raise RuntimeError("a blocking gateway call was made on the gateway's event loop")
-        return self._loop.submit(self._tracked(coro))
+    def _start_many(
+        self, pairs: list[tuple[tuple[str, Sampling, str], Future[Generation]]]
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        for (prompt, sampling, job_id), future in pairs:
+            if not future.set_running_or_notify_cancel():
+                continue  # the caller cancelled it meanwhile
+            task = loop.create_task(self._tracked(self.agenerate(prompt, sampling, job_id=job_id)))
+            task.add_done_callback(functools.partial(_settle, future))
 
     async def _tracked(self, coro: Coroutine[Any, Any, T]) -> T:
         """Every top-level request is a task ``close`` can wait for (or end, cleanly)."""
@@ -374,6 +391,9 @@ class Gateway:
                 task.cancel()
             if late:
                 await asyncio.wait(late, timeout=1.0)
+
+    def _on_change(self) -> None:
+        self._loop.call_soon(self._wake)
 
     def _wake(self) -> None:
         waiters, self._waiters = self._waiters, []
@@ -415,7 +435,15 @@ class Gateway:
         self, ep: EndpointState, *, ok: bool, error: ServiceError | None = None, cost: int = 1
     ) -> None:
         self._balancer.release(ep, ok=ok, error=error, cost=cost)
+        if cost == 1:
+            self._permits.release()
         self._observe_endpoint(ep)
+
+    def _cancel(self, ep: EndpointState, cost: int = 1) -> None:
+        """Give a slot back without an outcome (cancelled while closing, or a bug)."""
+        self._balancer.cancel(ep, cost=cost)
+        if cost == 1:
+            self._permits.release()
 
     async def _run(
         self,
@@ -459,7 +487,7 @@ class Gateway:
                 log.warning("job %s: attempt %d failed: %s", job_id, attempts, exc)
                 continue
             except BaseException:
-                self._balancer.cancel(ep)  # cancelled (closing) or a bug: give the slot back
+                self._cancel(ep)  # cancelled (closing) or a bug: give the slot back
                 raise
             self._release(ep, ok=True)
             return _generation(
@@ -477,6 +505,18 @@ class Gateway:
         self, tried: list[str], job_id: str, attempts: int, last: ServiceError | None, cost: int = 1
     ) -> EndpointState:
         """``Balancer.acquire`` for the loop: waits on a future, never blocks the thread."""
+        if cost == 1:
+            await self._permits.acquire()
+        try:
+            return await self._acquire_endpoint(tried, job_id, attempts, last, cost)
+        except BaseException:
+            if cost == 1:
+                self._permits.release()
+            raise
+
+    async def _acquire_endpoint(
+        self, tried: list[str], job_id: str, attempts: int, last: ServiceError | None, cost: int
+    ) -> EndpointState:
         loop = asyncio.get_running_loop()
         deadline = self._balancer.now() + self._wait_s
         while True:
@@ -559,7 +599,7 @@ class Gateway:
                 self._spawn(self._finish_single(item, 1, [ep.url], exc))
             return
         except BaseException:
-            self._balancer.cancel(ep, cost=len(items))
+            self._cancel(ep, cost=len(items))
             raise
         self._release(ep, ok=True, cost=len(items))
         shares = _split_usage(reply, items)
@@ -607,6 +647,16 @@ class Gateway:
                 raise
         else:
             item.future.set_result(gen)
+
+
+def _settle(future: Future[Generation], task: asyncio.Task[Generation]) -> None:
+    """Hand a task's outcome to the caller's future (the caller may be on any thread)."""
+    if task.cancelled():
+        future.set_exception(TransientServiceError("the LLM gateway is closed"))
+    elif (exc := task.exception()) is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(task.result())
 
 
 def _resolve(waiter: asyncio.Future[None]) -> None:

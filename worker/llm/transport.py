@@ -102,13 +102,19 @@ class EventLoopThread:
             raise RuntimeError("a blocking LLM call was made on the gateway's event loop")
         return self.submit(coro).result()
 
-    def call_soon(self, fn: Any, *args: Any) -> None:
-        """Schedule ``fn`` on the loop from any thread (directly when already on it)."""
+    def call_soon(self, fn: Any, *args: Any) -> bool:
+        """Schedule ``fn`` on the loop from any thread (directly when already on it);
+        False when the loop is closed and ``fn`` will never run."""
         if self.in_loop():
             fn(*args)
-        elif not self.loop.is_closed():
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                self.loop.call_soon_threadsafe(fn, *args)
+            return True
+        if self.loop.is_closed():
+            return False
+        try:
+            self.loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop closed meanwhile
+            return False
+        return True
 
     def stop(self) -> None:
         if self.loop.is_closed():
