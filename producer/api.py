@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -255,6 +256,9 @@ def _run_eager(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], setti
                index_progress: bool, *, serial: bool = False) -> RunResult:
     from worker.celery_app import app  # imported late: Celery is slow to import
 
+    # matplotlib takes about a second to import, and only the summary at the end needs it:
+    # imported now, beside the run (which leaves the GIL free most of the time), not after.
+    threading.Thread(target=_import_plotting, name="qfarm-import-plotting", daemon=True).start()
     retriever = open_local_retriever(settings, progress=index_progress)
     with endpoints(settings) as eps:
         settings = settings.model_copy(update={"llm_endpoints": ",".join(eps.urls)})
@@ -296,6 +300,10 @@ def _run_eager(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], setti
         update_run_status(run_dir, status="failed", error=error, rows=agg.written)
         return RunResult(plan.manifest, run_dir, "failed", agg.written, error=error)
     return _finish(plan.manifest, run_dir, agg.written)
+
+
+def _import_plotting() -> None:
+    import matplotlib.figure  # noqa: F401  (the import is the point)
 
 
 def _run_distributed(spec: SweepSpec, questions: QuestionSet, modes: list[Mode],

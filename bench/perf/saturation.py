@@ -70,6 +70,7 @@ class RunResult:
     done_at: list[float] | None = None  # completion times since the start, seconds
     last_start_s: float = 0.0  # when the last job was handed to the gateway
     cpu_s: float = 0.0  # client CPU: this process, plus the workers for the farm
+    started_epoch: float = 0.0  # time.time() when the driver's timed part began
 
     def steady_rps(self) -> float:
         """Completions per second until the last job was sent (excludes the final drain)."""
@@ -177,8 +178,8 @@ def drive_thread_pool(
 def drive_async(
     urls: Sequence[str], items: Sequence[Item], concurrency: int, settings: dict[str, object]
 ) -> RunResult:
-    """The gateway alone, fed without threads: ``Gateway.submit`` from one thread, at most
-    ``concurrency`` requests outstanding (as the in-process runner feeds it)."""
+    """The gateway alone, fed without threads: ``Gateway.submit_many`` from one thread, at
+    most ``concurrency`` requests outstanding (as the in-process runner feeds it)."""
     cpu0 = process_cpu_s()
     gw = open_gateway(Settings(llm_endpoints=",".join(urls), **settings))  # type: ignore[arg-type]
     by_endpoint: Counter[str] = Counter()
@@ -200,11 +201,18 @@ def drive_async(
             by_endpoint[g.endpoint or "?"] += 1
             tokens += g.usage.completion_tokens or 0
 
-        futures = []
-        for prompt, sampling, job_id in items:
+        futures: list[Future[Generation]] = []
+        pending = list(items)
+        while pending:
+            # Wait for one free slot, take every other free one, hand them over in one call.
             slots.acquire()
-            futures.append(gw.submit(prompt, sampling, job_id=job_id))
-            futures[-1].add_done_callback(done)
+            take = 1
+            while take < len(pending) and slots.acquire(blocking=False):
+                take += 1
+            batch, pending = pending[:take], pending[take:]
+            for future in gw.submit_many(batch):
+                future.add_done_callback(done)
+                futures.append(future)
         last_start = time.perf_counter() - t0
         wait(futures)
         wall = time.perf_counter() - t0
@@ -243,14 +251,15 @@ def drive_eager(
                             "results_dir": tmp / "results", **settings}  # fmt: skip
     run_settings = Settings(**opts)
     spec = SweepSpec(questions=questions, modes=[Mode.QUOTE], n=n, policy=policy, use_cache=False)
-    cpu0, t0 = process_cpu_s(), time.perf_counter()
+    cpu0, t0, started = process_cpu_s(), time.perf_counter(), time.time()
     result = run_sweep(spec, eager=True, settings=run_settings)
     wall, cpu = time.perf_counter() - t0, process_cpu_s() - cpu0
     rows = result.rows()
     ok = [r for r in rows if not r.error]
     by_endpoint: Counter[str] = Counter(r.endpoint or "?" for r in ok)
     tokens = sum(r.usage.completion_tokens or 0 for r in ok)
-    return RunResult("", len(rows), wall, len(rows) - len(ok), tokens, by_endpoint, cpu_s=cpu)
+    return RunResult("", len(rows), wall, len(rows) - len(ok), tokens, by_endpoint, cpu_s=cpu,
+                     started_epoch=started)  # fmt: skip
 
 
 def drive_farm(
@@ -308,22 +317,33 @@ def process_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _stat(pid: int | str) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name (state is [0]), or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def _cpu_ticks(fields: list[str]) -> int:
+    return int(fields[11]) + int(fields[12])  # utime, stime (the 14th and 15th fields)
+
+
 def group_cpu_s(pgids: Sequence[int]) -> float:
     """CPU seconds of every live process in these process groups, read from /proc."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
+    ticks = 0
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # exited meanwhile
-        # After the command's ")": state ppid pgrp ... utime (14th field) stime (15th).
-        if int(fields[2]) in pgids:
-            total += int(fields[11]) + int(fields[12])
-    return total / tick
+        fields = _stat(entry) if entry.isdigit() else None
+        if fields is not None and int(fields[2]) in pgids:  # [2]: the process group
+            ticks += _cpu_ticks(fields)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def pid_cpu_s(pids: Sequence[int]) -> float:
+    """CPU seconds of these processes (not their children), read from /proc."""
+    ticks = sum(_cpu_ticks(f) for f in map(_stat, pids) if f is not None)
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 _INDEX: list[Path] = []
@@ -409,6 +429,9 @@ class Measured:
     cpu_ms: float  # client CPU per request, ms (= s per 1k requests)
     requests: int
     errors: int
+    before_s: float  # from the driver's start to the first request (eager: index, probes)
+    after_s: float  # from the last answer to the driver's end (eager: rows, summary.md)
+    sim_cpu_ms: float  # the simulators' own CPU per request: what the client competes with
 
 
 class RequestLog:
@@ -419,9 +442,9 @@ class RequestLog:
         self._since = [0] * len(sims)
         self.take(len(sims))
 
-    def take(self, count: int) -> list[dict[str, object]]:
+    def take(self, count: int) -> list[dict[str, Any]]:
         """Completion requests to the first ``count`` simulators since the last call."""
-        out: list[dict[str, object]] = []
+        out: list[dict[str, Any]] = []
         for i, sim in enumerate(self._sims):
             entries = sim.stats(self._since[i])["requests"]
             if entries:
@@ -450,16 +473,25 @@ def measure(driver: str, sims: Sequence[SimulatorHandle], log: RequestLog, jobs:
     # themselves.
     conc = 2 * cap
     items = make_items(jobs, greedy=False)
+    sim_cpu0 = pid_cpu_s([s.pid for s in sims])
     result = run(DRIVERS[driver], urls, items, conc, driver)
+    sim_cpu = pid_cpu_s([s.pid for s in sims]) - sim_cpu0
     entries = log.take(len(urls))
     ideal = ideal_rps([TABLE_ENDPOINT] * len(urls), 1.0)  # tpot 0: the slot time is 250 ms
     requests = max(len(entries), 1)
+    first = min((e["t_arrival"] for e in entries), default=0.0)
+    last = max((e.get("t_done") or 0.0 for e in entries), default=0.0)
+    before = first - result.started_epoch if result.started_epoch else 0.0
+    after = result.started_epoch + result.wall_s - last if result.started_epoch else 0.0
     return Measured(
         flow=flow_ratio(entries, ideal),
         whole=result.n_jobs / result.wall_s / ideal,
         cpu_ms=result.cpu_s * 1000.0 / requests,
         requests=len(entries),
         errors=result.errors,
+        before_s=before,
+        after_s=after,
+        sim_cpu_ms=sim_cpu * 1000.0 / requests,
     )
 
 
@@ -494,7 +526,10 @@ def print_table(jobs: int, repeat: int, only: Sequence[str] = ()) -> None:
                 results.setdefault((client, driver, n_eps), []).append(m)
                 print(f"run {attempt + 1}: {client}, {n_eps} endpoint(s): flow={m.flow:.3f} "
                       f"whole={m.whole:.3f} cpu={m.cpu_ms:.2f} ms/request "
-                      f"requests={m.requests} errors={m.errors} load={os.getloadavg()[0]:.2f}",
+                      f"sim_cpu={m.sim_cpu_ms:.2f} ms/request "
+                      f"requests={m.requests} errors={m.errors} load={os.getloadavg()[0]:.2f}"
+                      + (f" before_first_request={m.before_s:.2f}s after_last_answer="
+                         f"{m.after_s:.2f}s" if driver == "eager" else ""),
                       flush=True)  # fmt: skip
     print()
     print("| client | endpoints | achieved / ideal while requests flow | whole command | "
