@@ -1,4 +1,10 @@
-"""The LLM gateway: one per process, shared by every thread of a Celery ``threads`` worker.
+"""The LLM gateway: one per process, shared by every thread of a Celery ``threads`` worker
+and by the in-process runner of eager sweeps.
+
+Every request runs as a coroutine on one event loop (the client's, see
+``transport.py``); the retry loop below runs there too, so holding hundreds of
+requests in flight costs coroutines, not threads. Threads hand requests over
+with ``generate``/``generate_many`` (blocking) or ``submit_many`` (futures).
 
 ``generate`` sends one prompt through the balancer and the one retry layer:
 
