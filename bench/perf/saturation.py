@@ -238,7 +238,8 @@ def drive_eager(
 ) -> RunResult:
     """``run_sweep(..., eager=True)``: the whole in-process run (retrieval, the LLM calls,
     verification, rows.jsonl, summary.md) on as many real quote-mode jobs as ``items``;
-    ``wall_s`` is the run API call, from opening the index to the summary."""
+    ``wall_s`` is the run API call, from opening the index to the summary. The runner
+    sizes its own concurrency (the endpoints' in-flight caps); 1 means ``serial``."""
     import tempfile
     from pathlib import Path
 
@@ -252,7 +253,8 @@ def drive_eager(
     run_settings = Settings(**opts)
     spec = SweepSpec(questions=questions, modes=[Mode.QUOTE], n=n, policy=policy, use_cache=False)
     cpu0, t0, started = process_cpu_s(), time.perf_counter(), time.time()
-    result = run_sweep(spec, eager=True, settings=run_settings)
+    # Concurrency 1 is the main run's "one job at a time" baseline: the serial eager path.
+    result = run_sweep(spec, eager=True, serial=concurrency == 1, settings=run_settings)
     wall, cpu = time.perf_counter() - t0, process_cpu_s() - cpu0
     rows = result.rows()
     ok = [r for r in rows if not r.error]
