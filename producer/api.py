@@ -6,8 +6,9 @@ notebook calls them the same way::
     result = run_sweep(SweepSpec(questions=["What is jazz?"]), eager=True, settings=settings)
     rows = result.rows()
 
-Eager runs execute every job in this process (Celery eager mode, an in-memory
-Redis); distributed runs publish the jobs to Redis for ``celery -A worker``
+Eager runs execute every job in this process (an in-memory Redis; the stages run
+concurrently, or one job at a time through Celery's eager mode with ``serial=True``);
+distributed runs publish the jobs to Redis for ``celery -A worker``
 workers and follow the run until every job has a row. Both write the same run
 directory (``manifest.json``, ``rows.jsonl``, ``status.json``, ``summary.md``).
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -197,11 +199,14 @@ def run_sweep(
     say: Say | None = None,
     endpoints: EndpointsFor = configured_endpoints,
     index_progress: bool = False,
+    serial: bool = False,
 ) -> RunResult:
     """Run a sweep and return when every job has a row (or the run stopped).
 
-    ``eager`` runs the jobs in this process; otherwise they go to Redis workers and
-    this call follows the run (``detach``: returns once every job is enqueued).
+    ``eager`` runs the jobs in this process, concurrently (``worker/runner.py``: the
+    endpoints' in-flight caps of LLM requests at once), or one at a time with ``serial``
+    (for debugging); otherwise they go to Redis workers and this call follows the run
+    (``detach``: returns once every job is enqueued).
     ``on_progress`` receives each poll's progress, ``say`` lines for the operator
     (default: the ``qfarm.producer`` log). ``index_progress`` shows the progress of
     building the default index when it does not exist yet.
@@ -213,7 +218,8 @@ def run_sweep(
         raise InputError(f"-n {spec.n}: the number of samples must be at least 1")
     questions = spec.question_set()
     if eager:
-        return _run_eager(spec, questions, modes, settings, endpoints, on_progress, index_progress)
+        return _run_eager(spec, questions, modes, settings, endpoints, on_progress, index_progress,
+                          serial=serial)
     return _run_distributed(spec, questions, modes, settings, endpoints, on_progress, say,
                             detach=detach, index_progress=index_progress)
 
@@ -248,9 +254,12 @@ def _corpus(retriever: Any) -> str:
 
 def _run_eager(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], settings: Settings,
                endpoints: EndpointsFor, on_progress: OnProgress | None,
-               index_progress: bool) -> RunResult:
+               index_progress: bool, *, serial: bool = False) -> RunResult:
     from worker.celery_app import app  # imported late: Celery is slow to import
 
+    # matplotlib takes about a second to import, and only the summary at the end needs it:
+    # imported now, beside the run (which leaves the GIL free most of the time), not after.
+    threading.Thread(target=_import_plotting, name="qfarm-import-plotting", daemon=True).start()
     retriever = open_local_retriever(settings, progress=index_progress)
     with endpoints(settings) as eps:
         settings = settings.model_copy(update={"llm_endpoints": ",".join(eps.urls)})
@@ -265,12 +274,25 @@ def _run_eager(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], setti
         store.put_manifest(plan.manifest)
         update_run_status(run_dir, status="running", started_at=time.time())
         agg = Aggregator(store, plan.manifest.run_id, run_dir / "rows.jsonl")
+
+        def tick() -> None:
+            agg.drain()
+            if on_progress:
+                on_progress(store.progress(plan.manifest.run_id, plan.manifest.n_jobs))
+
         try:
-            for job in plan.jobs():
-                enqueue_jobs(app, [job])  # eager: runs every stage inline
-                agg.drain()
-                if on_progress:
-                    on_progress(store.progress(plan.manifest.run_id, plan.manifest.n_jobs))
+            if serial:
+                for job in plan.jobs():
+                    enqueue_jobs(app, [job])  # Celery eager mode: runs every stage inline
+                    tick()
+            else:
+                from worker.runner import InProcessRunner
+
+                # As many jobs in flight as the endpoints take from one process.
+                inflight = len(eps.urls) * max(1, settings.llm_max_inflight_per_endpoint)
+                InProcessRunner(svc, max_inflight=inflight, bundle_size=settings.bundle_size).run(
+                    plan.jobs(), tick=tick
+                )
         finally:
             svc.close()
         agg.drain()
@@ -279,6 +301,10 @@ def _run_eager(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], setti
         update_run_status(run_dir, status="failed", error=error, rows=agg.written)
         return RunResult(plan.manifest, run_dir, "failed", agg.written, error=error)
     return _finish(plan.manifest, run_dir, agg.written)
+
+
+def _import_plotting() -> None:
+    import matplotlib.figure  # noqa: F401  (the import is the point)
 
 
 def _run_distributed(spec: SweepSpec, questions: QuestionSet, modes: list[Mode],

@@ -354,18 +354,33 @@ def _items_with_evidence(bundle: dict) -> list[dict]:
     return records
 
 
+def enter_generate(records: list[JobRecord], svc: Services) -> list[JobRecord]:
+    """The generate stage's entry check (cancelled run, job already has a row), also used
+    by the in-process runner (worker/runner.py)."""
+    return _live(records, lambda r: r.job, svc, keys.GENERATE)
+
+
 def handle_generate(record_data: str, svc: Services, send: Send) -> None:
-    records = load_records(record_data, svc)
-    records = _live(records, lambda r: r.job, svc, keys.GENERATE)
+    records = enter_generate(load_records(record_data, svc), svc)
     if records:
         records = _safely_many(records, lambda rs: pipeline.generation_stage(rs, svc.gateway))
         _send(send, keys.VERIFY, records, svc)
 
 
 def handle_verify(record_data: str, svc: Services) -> None:
+    verify_and_write(load_records(record_data, svc), svc)
+
+
+def verify_and_write(records: Sequence[JobRecord], svc: Services) -> None:
+    """The verify stage: verification, sidecar, rows (also the in-process runner's)."""
     # No pre-check: verification is cheap and the row write is set-if-absent anyway.
-    records = [_safely(r, pipeline.verification_stage) for r in load_records(record_data, svc)]
+    records = [_safely(r, pipeline.verification_stage) for r in records]
     write_rows([pipeline.finish(r) for r in records], svc, [r.cache_key for r in records])
+
+
+def failed(record: JobRecord, exc: Exception) -> JobRecord:
+    """``record`` ending with ``exc`` as its error (a bug, not a service failure)."""
+    return _failed(record, exc)
 
 
 def _safely_many(

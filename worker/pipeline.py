@@ -183,6 +183,19 @@ def generation_stage(records: Sequence[JobRecord], gateway: Gateway) -> list[Job
     return out
 
 
+def generation_request(record: JobRecord) -> tuple[str, Sampling, str] | None:
+    """What the gateway is asked for this job (prompt, sampling, job id); None when the
+    job failed earlier or has no evidence (it passes the generation stage untouched)."""
+    if record.retrieval is None or record.error:
+        return None
+    return render_prompt(record), sampling_for(record.job), record.job.job_id
+
+
+def with_generation(record: JobRecord, result: Generation | ServiceError, t0: float) -> JobRecord:
+    """The record with the gateway's answer (or its failure) for a request sent at ``t0``."""
+    return _with_generation(record, result, t0)
+
+
 def _with_generation(record: JobRecord, result: Generation | ServiceError, t0: float) -> JobRecord:
     if isinstance(result, ServiceError):
         failed = Generation(

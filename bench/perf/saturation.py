@@ -25,21 +25,28 @@ that goes through the distributed farm. Figures are printed, never asserted.
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import resource
+import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
 
 from common.errors import ServiceError
-from common.models import Evidence, Mode, Sampling
+from common.models import Evidence, Generation, Mode, Sampling
 from common.policy import Policy
 from common.prompts import build_prompt
 from common.settings import Settings
 from ops.sim.latency import LatencyModel
 from ops.sim.launch import SimulatorHandle, start_simulator
+from producer.api import QuestionSet
 from worker.llm import open_gateway
 
 Item = tuple[str, Sampling, str]  # prompt, sampling, job id
@@ -62,6 +69,8 @@ class RunResult:
     mean_batch_size: float = 0.0
     done_at: list[float] | None = None  # completion times since the start, seconds
     last_start_s: float = 0.0  # when the last job was handed to the gateway
+    cpu_s: float = 0.0  # client CPU: this process, plus the workers for the farm
+    started_epoch: float = 0.0  # time.time() when the driver's timed part began
 
     def steady_rps(self) -> float:
         """Completions per second until the last job was sent (excludes the final drain)."""
@@ -133,6 +142,7 @@ def drive_thread_pool(
 
     The generate stage alone, so not through the run API: a sweep would add retrieval,
     verification and queues to what this driver isolates."""
+    cpu0 = process_cpu_s()
     gw = open_gateway(Settings(llm_endpoints=",".join(urls), **settings))  # type: ignore[arg-type]
     by_endpoint: Counter[str] = Counter()
     errors = tokens = 0
@@ -161,7 +171,97 @@ def drive_thread_pool(
         batch = gw.batch_stats()["mean_batch_size"]
     finally:
         gw.close()
-    return RunResult("", len(items), wall, errors, tokens, by_endpoint, batch, done_at, last_start)
+    return RunResult("", len(items), wall, errors, tokens, by_endpoint, batch, done_at, last_start,
+                     cpu_s=process_cpu_s() - cpu0)  # fmt: skip
+
+
+def drive_async(
+    urls: Sequence[str], items: Sequence[Item], concurrency: int, settings: dict[str, object]
+) -> RunResult:
+    """The gateway alone, fed without threads: ``Gateway.submit_many`` from one thread, at
+    most ``concurrency`` requests outstanding (as the in-process runner feeds it)."""
+    cpu0 = process_cpu_s()
+    gw = open_gateway(Settings(llm_endpoints=",".join(urls), **settings))  # type: ignore[arg-type]
+    by_endpoint: Counter[str] = Counter()
+    errors = tokens = 0
+    done_at: list[float] = []
+    slots = threading.Semaphore(concurrency)
+    try:
+        t0 = time.perf_counter()
+
+        def done(future: Future[Generation]) -> None:
+            nonlocal errors, tokens
+            done_at.append(time.perf_counter() - t0)
+            slots.release()
+            try:
+                g = future.result()
+            except ServiceError:
+                errors += 1
+                return
+            by_endpoint[g.endpoint or "?"] += 1
+            tokens += g.usage.completion_tokens or 0
+
+        futures: list[Future[Generation]] = []
+        pending = list(items)
+        while pending:
+            # Wait for one free slot, take every other free one, hand them over in one call.
+            slots.acquire()
+            take = 1
+            while take < len(pending) and slots.acquire(blocking=False):
+                take += 1
+            batch, pending = pending[:take], pending[take:]
+            for future in gw.submit_many(batch):
+                future.add_done_callback(done)
+                futures.append(future)
+        last_start = time.perf_counter() - t0
+        wait(futures)
+        wall = time.perf_counter() - t0
+    finally:
+        gw.close()
+    return RunResult("", len(items), wall, errors, tokens, by_endpoint, 0.0, done_at, last_start,
+                     cpu_s=process_cpu_s() - cpu0)  # fmt: skip
+
+
+def real_questions(n_jobs: int, modes: Sequence[Mode]) -> tuple[QuestionSet, int]:
+    """Questions of ``bench/questions/general.jsonl`` and ``n`` so that questions x modes x n
+    is ``n_jobs`` or a few more (1,976 = 152 x 1 x 13: the issue's quote prompts)."""
+    from bench.perf.farmkit import REPO
+
+    every = QuestionSet.from_file(REPO / "bench/questions/general.jsonl")
+    n = -(-n_jobs // (len(every.questions) * len(modes)))
+    count = -(-n_jobs // (len(modes) * n))
+    return replace(every, questions=every.questions[:count]), n
+
+
+def drive_eager(
+    urls: Sequence[str], items: Sequence[Item], concurrency: int, settings: dict[str, object]
+) -> RunResult:
+    """``run_sweep(..., eager=True)``: the whole in-process run (retrieval, the LLM calls,
+    verification, rows.jsonl, summary.md) on as many real quote-mode jobs as ``items``;
+    ``wall_s`` is the run API call, from opening the index to the summary. The runner
+    sizes its own concurrency (the endpoints' in-flight caps); 1 means ``serial``."""
+    import tempfile
+    from pathlib import Path
+
+    from producer import SweepSpec, run_sweep
+
+    tmp = Path(tempfile.mkdtemp(prefix="qfarm-sat-eager-"))
+    questions, n = real_questions(len(items), [Mode.QUOTE])
+    policy = Policy(temperature=items[0][1].temperature) if items else Policy()
+    opts: dict[str, Any] = {"llm_endpoints": ",".join(urls), "index_path": table_index(),
+                            "results_dir": tmp / "results", **settings}  # fmt: skip
+    run_settings = Settings(**opts)
+    spec = SweepSpec(questions=questions, modes=[Mode.QUOTE], n=n, policy=policy, use_cache=False)
+    cpu0, t0, started = process_cpu_s(), time.perf_counter(), time.time()
+    # Concurrency 1 is the main run's "one job at a time" baseline: the serial eager path.
+    result = run_sweep(spec, eager=True, serial=concurrency == 1, settings=run_settings)
+    wall, cpu = time.perf_counter() - t0, process_cpu_s() - cpu0
+    rows = result.rows()
+    ok = [r for r in rows if not r.error]
+    by_endpoint: Counter[str] = Counter(r.endpoint or "?" for r in ok)
+    tokens = sum(r.usage.completion_tokens or 0 for r in ok)
+    return RunResult("", len(rows), wall, len(rows) - len(ok), tokens, by_endpoint, cpu_s=cpu,
+                     started_epoch=started)  # fmt: skip
 
 
 def drive_farm(
@@ -171,22 +271,17 @@ def drive_farm(
     for generate. ``qfarm sweep`` sends bundles, and a bundle holds its thread until its
     slowest answer, so the worker gets ``-c`` = 2 × concurrency ÷ bundle size (the
     README's sizing rule) and the gateway caps what is in flight per endpoint. As many
-    jobs as ``items``, but real questions from ``bench/questions/general.jsonl`` through
-    real retrieval and verification."""
+    real quote-mode jobs as ``items`` through real retrieval and verification; ``cpu_s``
+    is every worker process's CPU plus this (following) process's."""
     import tempfile
     from pathlib import Path
 
-    from bench.perf.farmkit import REPO, bench_redis_url, farm_env, flush, sweep_on_farm, workers
-    from common.models import ALL_MODES
-    from producer import QuestionSet, SweepSpec
-    from worker.retrieval import ensure_default_index
+    from bench.perf.farmkit import bench_redis_url, farm_env, flush, sweep_on_farm, workers
+    from producer import SweepSpec
 
     tmp = Path(tempfile.mkdtemp(prefix="qfarm-sat-"))
-    index = ensure_default_index(Settings(data_dir=tmp / "data"), progress=False)
-    every = QuestionSet.from_file(REPO / "bench/questions/general.jsonl")
-    n = -(-len(items) // (len(every.questions) * len(ALL_MODES)))
-    # A sweep is questions x modes x n: as few questions as reach len(items) jobs (a few more at most).
-    questions = replace(every, questions=every.questions[: -(-len(items) // (len(ALL_MODES) * n))])
+    index = table_index()
+    questions, n = real_questions(len(items), [Mode.QUOTE])
     # Greedy items ask for temperature 0, the only setting at which prompts can share a batch.
     policy = Policy(temperature=items[0][1].temperature) if items else Policy()
     client = flush()
@@ -198,20 +293,80 @@ def drive_farm(
     spec = [("sat-cpu", "retrieve,verify", "prefork", 2),
             ("sat-gpu", "generate", "threads", threads)]
     print(f"farm: generate worker -P threads -c {spec[1][3]}, bundles of {bundle} jobs", flush=True)
-    with workers(env, spec, tmp):
+    with workers(env, spec, tmp) as procs:
+        groups = [p.pid for p in procs]  # each worker leads its own session (and children)
+        cpu0 = group_cpu_s(groups) + process_cpu_s()
         rows, wall = sweep_on_farm(
-            SweepSpec(questions=questions, modes=ALL_MODES, n=n, policy=policy, use_cache=False),
+            SweepSpec(questions=questions, modes=[Mode.QUOTE], n=n, policy=policy,
+                      use_cache=False),
             Settings(redis_url=bench_redis_url(), llm_endpoints=",".join(urls), index_path=index,
                      results_dir=tmp / "results", bundle_size=bundle),
         )
+        cpu = group_cpu_s(groups) + process_cpu_s() - cpu0
     client.flushdb()
     ok = [r for r in rows if not r["error"]]
     by_endpoint: Counter[str] = Counter(r["endpoint"] or "?" for r in ok)
     tokens = sum(r["usage"]["completion_tokens"] or 0 for r in ok)
-    return RunResult("", len(rows), wall, len(rows) - len(ok), tokens, by_endpoint)
+    return RunResult("", len(rows), wall, len(rows) - len(ok), tokens, by_endpoint, cpu_s=cpu)
 
 
-DRIVERS: dict[str, Driver] = {"thread-pool": drive_thread_pool, "farm": drive_farm}
+# --------------------------------------------------------------------------- CPU and the index
+
+
+def process_cpu_s() -> float:
+    """User + system CPU seconds of this process (every thread), so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _stat(pid: int | str) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name (state is [0]), or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def _cpu_ticks(fields: list[str]) -> int:
+    return int(fields[11]) + int(fields[12])  # utime, stime (the 14th and 15th fields)
+
+
+def group_cpu_s(pgids: Sequence[int]) -> float:
+    """CPU seconds of every live process in these process groups, read from /proc."""
+    ticks = 0
+    for entry in os.listdir("/proc"):
+        fields = _stat(entry) if entry.isdigit() else None
+        if fields is not None and int(fields[2]) in pgids:  # [2]: the process group
+            ticks += _cpu_ticks(fields)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def pid_cpu_s(pids: Sequence[int]) -> float:
+    """CPU seconds of these processes (not their children), read from /proc."""
+    ticks = sum(_cpu_ticks(f) for f in map(_stat, pids) if f is not None)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+_INDEX: list[Path] = []
+
+
+def table_index() -> Path:
+    """The embedded index of the default corpus, built once per benchmark process."""
+    if not _INDEX:
+        from worker.retrieval import ensure_default_index
+
+        data = Path(os.environ.get("QFARM_DATA_DIR") or tempfile.mkdtemp(prefix="qfarm-sat-data-"))
+        _INDEX.append(ensure_default_index(Settings(data_dir=data), progress=False))
+    return _INDEX[0]
+
+
+DRIVERS: dict[str, Driver] = {
+    "thread-pool": drive_thread_pool,
+    "async": drive_async,
+    "eager": drive_eager,
+    "farm": drive_farm,
+}
 
 
 # --------------------------------------------------------------------------- figures
@@ -253,6 +408,142 @@ def run(driver: Driver, urls: Sequence[str], items: Sequence[Item], conc: int, l
     return result
 
 
+# --------------------------------------------------------------------------- issue 14's table
+
+# The issue's endpoints: 64 slots, a fixed 250 ms per request, so 256 requests/s each.
+TABLE_ENDPOINT = EndpointSpec(64, LatencyModel(ttft_ms=(250.0, 250.0), tpot_ms=(0.0, 0.0)))
+TABLE_ROWS = [  # (client, driver, endpoints)
+    ("qfarm --eager", "eager", 1),
+    ("qfarm --eager", "eager", 2),
+    ("qfarm distributed", "farm", 1),
+    ("qfarm distributed", "farm", 2),
+    ("gateway alone, thread pool", "thread-pool", 1),
+    ("gateway alone, thread pool", "thread-pool", 2),
+    ("gateway alone, direct async", "async", 1),
+    ("gateway alone, direct async", "async", 2),
+]
+
+
+@dataclass
+class Measured:
+    flow: float  # achieved / ideal from the first request's arrival to the last one's
+    whole: float  # achieved / ideal over the driver's whole wall
+    cpu_ms: float  # client CPU per request, ms (= s per 1k requests)
+    requests: int
+    errors: int
+    before_s: float  # from the driver's start to the first request (eager: index, probes)
+    after_s: float  # from the last answer to the driver's end (eager: rows, summary.md)
+    sim_cpu_ms: float  # the simulators' own CPU per request: what the client competes with
+
+
+class RequestLog:
+    """The simulators' request logs, read run by run."""
+
+    def __init__(self, sims: Sequence[SimulatorHandle]):
+        self._sims = sims
+        self._since = [0] * len(sims)
+        self.take(len(sims))
+
+    def take(self, count: int) -> list[dict[str, Any]]:
+        """Completion requests to the first ``count`` simulators since the last call."""
+        out: list[dict[str, Any]] = []
+        for i, sim in enumerate(self._sims):
+            entries = sim.stats(self._since[i])["requests"]
+            if entries:
+                self._since[i] = max(e["id"] for e in entries)
+            if i < count:
+                out += [e for e in entries if "completions" in e["path"]]
+        return out
+
+
+def flow_ratio(entries: Sequence[dict[str, Any]], ideal: float) -> float:
+    """Answers completed between the first and the last request's arrival, per second of
+    that window, ÷ ideal: the rate while requests flow, without the final drain."""
+    if len(entries) < 2:
+        return 0.0
+    first = min(e["t_arrival"] for e in entries)
+    last = max(e["t_arrival"] for e in entries)
+    done = sum(1 for e in entries if e["status"] == 200 and (e.get("t_done") or 0) <= last)
+    return done / (last - first) / ideal if last > first else 0.0
+
+
+def measure(driver: str, sims: Sequence[SimulatorHandle], log: RequestLog, jobs: int) -> Measured:
+    urls = [s.url for s in sims]
+    cap = TABLE_ENDPOINT.max_num_seqs * len(urls)
+    # Thread pool and direct async: twice the slots, so the gateway always holds a queue (as
+    # the generate worker's -c rule and the in-process runner do); eager and farm size
+    # themselves.
+    conc = 2 * cap
+    items = make_items(jobs, greedy=False)
+    sim_cpu0 = pid_cpu_s([s.pid for s in sims])
+    result = run(DRIVERS[driver], urls, items, conc, driver)
+    sim_cpu = pid_cpu_s([s.pid for s in sims]) - sim_cpu0
+    entries = log.take(len(urls))
+    ideal = ideal_rps([TABLE_ENDPOINT] * len(urls), 1.0)  # tpot 0: the slot time is 250 ms
+    requests = max(len(entries), 1)
+    first = min((e["t_arrival"] for e in entries), default=0.0)
+    last = max((e.get("t_done") or 0.0 for e in entries), default=0.0)
+    before = first - result.started_epoch if result.started_epoch else 0.0
+    after = result.started_epoch + result.wall_s - last if result.started_epoch else 0.0
+    return Measured(
+        flow=flow_ratio(entries, ideal),
+        whole=result.n_jobs / result.wall_s / ideal,
+        cpu_ms=result.cpu_s * 1000.0 / requests,
+        requests=len(entries),
+        errors=result.errors,
+        before_s=before,
+        after_s=after,
+        sim_cpu_ms=sim_cpu * 1000.0 / requests,
+    )
+
+
+def span(values: Sequence[float], fmt: str) -> str:
+    lo, hi = min(values), max(values)
+    return format(lo, fmt) if format(lo, fmt) == format(hi, fmt) else f"{lo:{fmt}}–{hi:{fmt}}"
+
+
+def print_table(jobs: int, repeat: int, only: Sequence[str] = ()) -> None:
+    """Every row of the issue's table for qfarm, ``repeat`` times each; ranges printed."""
+    from bench.perf.farmkit import exit_on_sigterm
+
+    exit_on_sigterm()
+    rows = [r for r in TABLE_ROWS if not only or r[1] in only]
+    lat = TABLE_ENDPOINT.latency
+    print(f"load before: {os.getloadavg()[0]:.2f} (1-min load average, {os.cpu_count()} cores)")
+    table_index()  # built before any timing
+    results: dict[tuple[str, str, int], list[Measured]] = {}
+    with ExitStack() as stack:
+        sims = [
+            stack.enter_context(start_simulator(max_num_seqs=TABLE_ENDPOINT.max_num_seqs,
+                                                ttft_ms=lat.ttft_ms, tpot_ms=lat.tpot_ms))
+            for _ in range(2)
+        ]  # fmt: skip
+        print(f"endpoints: 2 vLLM SIMULATORS, max_num_seqs={TABLE_ENDPOINT.max_num_seqs}, "
+              f"{lat.ttft_ms[0]:g} ms per request (ideal 256 requests/s each); {jobs} jobs a run",
+              flush=True)  # fmt: skip
+        log = RequestLog(sims)
+        for attempt in range(repeat):
+            for client, driver, n_eps in rows:
+                m = measure(driver, sims[:n_eps], log, jobs)
+                results.setdefault((client, driver, n_eps), []).append(m)
+                print(f"run {attempt + 1}: {client}, {n_eps} endpoint(s): flow={m.flow:.3f} "
+                      f"whole={m.whole:.3f} cpu={m.cpu_ms:.2f} ms/request "
+                      f"sim_cpu={m.sim_cpu_ms:.2f} ms/request "
+                      f"requests={m.requests} errors={m.errors} load={os.getloadavg()[0]:.2f}"
+                      + (f" before_first_request={m.before_s:.2f}s after_last_answer="
+                         f"{m.after_s:.2f}s" if driver == "eager" else ""),
+                      flush=True)  # fmt: skip
+    print()
+    print("| client | endpoints | achieved / ideal while requests flow | whole command | "
+          "client CPU per 1k requests |")
+    print("|---|---|---|---|---|")
+    for (client, _driver, n_eps), ms in results.items():
+        print(f"| {client} | {n_eps} | {span([m.flow for m in ms], '.2f')} | "
+              f"{span([m.whole for m in ms], '.2f')} | {span([m.cpu_ms for m in ms], '.2f')} s |")
+    print(f"\n{repeat} run(s) each, ranges min–max; load after: {os.getloadavg()[0]:.2f}. "
+          "All figures come from the vLLM simulator (SIMULATED).")
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--jobs", type=int, default=2000, help="jobs in the main run (default 2000)")
@@ -264,7 +555,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch-wait-ms", type=float, default=5.0)
     p.add_argument("--driver", choices=sorted(DRIVERS), default="thread-pool")
     p.add_argument("--quick", action="store_true", help="300 jobs, 200 per comparison, 8 serial")
+    p.add_argument("--table", action="store_true",
+                   help="issue 14's table: eager, distributed, gateway alone at 1 and 2 endpoints")
+    p.add_argument("--table-jobs", type=int, default=1976, help="jobs per table run (default 1976)")
+    p.add_argument("--repeat", type=int, default=2, help="runs per table row (default 2)")
+    p.add_argument("--only", default="", help="table: only these drivers (comma list)")
     args = p.parse_args(argv)
+    if args.table:
+        print_table(args.table_jobs, args.repeat, [d for d in args.only.split(",") if d])
+        return
     from bench.perf.farmkit import exit_on_sigterm
 
     exit_on_sigterm()

@@ -28,6 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--modes", default=",".join(m.value for m in ALL_MODES))
     p.add_argument("-n", type=int, default=1, help="samples per question and mode")
     p.add_argument("--eager", action="store_true", help="run in this process (no Redis, no workers)")
+    p.add_argument("--serial", action="store_true",
+                   help="with --eager: one job at a time, every stage inline (for debugging)")
     p.add_argument("--out", type=runtime.results_dir_arg, default=None, help="results directory (default bench/results)")
     p.add_argument("--keep-answers", action="store_true", help="store the answer text in rows")
     p.add_argument("--burn", action="store_true", help="bypass the result cache")
@@ -63,9 +65,11 @@ def _sweep(args: argparse.Namespace, settings, bar: _ProgressBar) -> RunResult:
     policy = runtime.policy_from_args(args)
     if args.n < 1:
         raise InputError(f"-n {args.n}: the number of samples must be at least 1")
+    if args.serial and not args.eager:
+        raise InputError("--serial runs jobs one at a time in this process: use it with --eager")
     spec = SweepSpec(questions=QuestionSet.from_file(args.questions), modes=modes, n=args.n,
                      policy=policy, keep_answers=args.keep_answers, use_cache=not args.burn)
-    return run_sweep(spec, eager=args.eager, detach=args.detach, settings=settings,
+    return run_sweep(spec, eager=args.eager, detach=args.detach, settings=settings, serial=args.serial,
                      on_progress=bar.show, say=bar.say, index_progress=not args.quiet,
                      endpoints=lambda s: runtime.llm_endpoints(s, quiet=not args.eager))
 

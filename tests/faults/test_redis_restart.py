@@ -16,10 +16,12 @@ def test_restart_without_persistence_then_resume_gives_each_job_exactly_one_row(
 ):
     """Issue 11.1: rows.jsonl had 304 lines but 264 distinct ids after such a resume."""
     farm = farm_on(redis_server)
-    n = 4  # 10 questions x 3 modes x 4 = 120 jobs
+    n = 8  # 10 questions x 3 modes x 8 = 240 jobs
     planned = kit.planned_ids(n)
     run_id = kit.detached_sweep(farm, tmp_path, n)
-    worker = farm.start_worker("w1", concurrency=4)
+    # Slow enough to be killed mid-run: with the async gateway and the zero-latency simulator,
+    # -c 4 finished 120 jobs within one 0.2 s poll of the first 40 rows.
+    worker = farm.start_worker("w1", concurrency=1)
     follower = farm.qfarm_bg("sweep", "--attach", run_id, "--quiet")
     assert farm.wait_for(lambda: len(farm.rows(run_id)) >= 40, timeout_s=120)
     farm.kill9(worker)

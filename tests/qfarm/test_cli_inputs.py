@@ -53,6 +53,13 @@ def test_a_non_finite_policy_value_stops_the_sweep_before_anything_runs(
     assert not (tmp_path / "results").exists()
 
 
+def test_serial_without_eager_is_refused_before_anything_runs(run_qfarm, tmp_path):
+    (tmp_path / "q.txt").write_text("What is jazz?\n")
+    res = run_qfarm("sweep", str(tmp_path / "q.txt"), "--serial", "--out", str(tmp_path / "results"))
+    assert_one_line_error(res, "--serial", "--eager")
+    assert not (tmp_path / "results").exists()
+
+
 @pytest.mark.parametrize(
     ("flags", "needle"),
     [(["--title-boost", "nan"], "--title-boost"), (["--title-boost", "inf"], "--title-boost"),

@@ -179,16 +179,21 @@ def test_helpers() -> None:
     assert build_body("m", ["a", "b"], Sampling(), stream=False)["prompt"] == ["a", "b"]
 
 
-def test_each_thread_talks_through_its_own_pool_and_close_ends_them_all() -> None:
+def test_every_thread_shares_the_one_event_loop_and_close_ends_it() -> None:
+    import asyncio
     import threading
 
-    client = client_for(lambda request: ok_reply([{"index": 0, "text": "hi"}]))
+    loops: dict[str, object] = {}
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        loops[json.loads(request.content)["prompt"]] = asyncio.get_running_loop()
+        return ok_reply([{"index": 0, "text": "hi"}])
+
+    client = client_for(handler)
     target = Target("http://gpu1:8000", None)
-    seen: dict[str, object] = {}
 
     def use(name: str) -> None:
-        client.complete(target, ["p"], Sampling(), job_id=name)
-        seen[name] = client._http  # the pool this thread used
+        assert client.complete(target, [name], Sampling(), job_id=name).choices[0].text == "hi"
 
     threads = [threading.Thread(target=use, args=(f"t{i}",)) for i in range(3)]
     for t in threads:
@@ -196,10 +201,9 @@ def test_each_thread_talks_through_its_own_pool_and_close_ends_them_all() -> Non
     for t in threads:
         t.join()
     use("main")
-    use("main-again")
-    assert len({id(c) for c in seen.values()}) == 4  # three threads + this one, reused here
-    assert seen["main"] is seen["main-again"]
+    assert sorted(loops) == ["main", "t0", "t1", "t2"]
+    assert {id(loop) for loop in loops.values()} == {id(client.loop_thread.loop)}
     client.close()
-    assert seen["main"].is_closed  # type: ignore[attr-defined]
+    assert client.loop_thread.loop.is_closed()
     with pytest.raises(TransientServiceError, match="closed"):
         client.complete(target, ["p"], Sampling(), job_id="late")

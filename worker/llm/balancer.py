@@ -94,6 +94,8 @@ class Balancer:
         self._clock = clock
         self._cond = threading.Condition()
         self._closed = False
+        # Called (under the lock, so it must only schedule) whenever a waiter may proceed.
+        self.on_change: Callable[[], None] | None = None
 
     # ------------------------------------------------------------------ choosing
 
@@ -163,31 +165,67 @@ class Balancer:
         deadline = self._clock() + wait_s
         with self._cond:
             while True:
-                if self._closed:
-                    raise TransientServiceError("the LLM gateway is closed", job_id=job_id)
-                now = self._clock()
-                e = self._pick(now, avoid, cost)
+                e, wait = self._try_acquire(avoid, deadline, wait_s, job_id, cost, wait_for_slot)
                 if e is not None:
-                    if e.breaker == BreakerState.OPEN:  # cool-down over: this request is the trial
-                        e.breaker = BreakerState.HALF_OPEN
-                    if e.breaker == BreakerState.HALF_OPEN:
-                        e.trial_in_flight = True
-                    e.outstanding += cost
-                    e.sent += 1
                     return e
-                if now >= deadline and not (wait_for_slot and self._any_only_full(now, cost)):
-                    reasons = "; ".join(
-                        f"{x.target.display}: {self._blocker(x, now, cost)}" for x in self.endpoints
-                    )
-                    raise TransientServiceError(
-                        f"no LLM endpoint was usable for {wait_s:.0f} s ({reasons}); check the "
-                        "servers, or raise QFARM_LLM_WAIT_FOR_ENDPOINT_S",
-                        job_id=job_id,
-                    )
-                # Past the deadline only a slot is awaited: release() notifies, so sleep until
-                # the next time-based change instead of spinning on a negative remainder.
-                remaining = deadline - now if now < deadline else float("inf")
-                self._cond.wait(timeout=min(remaining, self._next_change(now)))
+                self._cond.wait(timeout=wait)
+
+    def try_acquire(
+        self,
+        *,
+        avoid: Collection[str] = (),
+        deadline: float,
+        wait_s: float,
+        job_id: str | None = None,
+        cost: int = 1,
+        wait_for_slot: bool = False,
+    ) -> tuple[EndpointState | None, float]:
+        """``acquire`` without the wait, for the gateway's event loop: the endpoint, or None
+        and the seconds until a time-based blocker lifts (slots and health changes arrive
+        through ``on_change``). Raises like ``acquire`` once ``deadline`` has passed."""
+        with self._cond:
+            return self._try_acquire(avoid, deadline, wait_s, job_id, cost, wait_for_slot)
+
+    def _try_acquire(
+        self,
+        avoid: Collection[str],
+        deadline: float,
+        wait_s: float,
+        job_id: str | None,
+        cost: int,
+        wait_for_slot: bool,
+    ) -> tuple[EndpointState | None, float]:
+        if self._closed:
+            raise TransientServiceError("the LLM gateway is closed", job_id=job_id)
+        now = self._clock()
+        e = self._pick(now, avoid, cost)
+        if e is not None:
+            if e.breaker == BreakerState.OPEN:  # cool-down over: this request is the trial
+                e.breaker = BreakerState.HALF_OPEN
+            if e.breaker == BreakerState.HALF_OPEN:
+                e.trial_in_flight = True
+            e.outstanding += cost
+            e.sent += 1
+            return e, 0.0
+        if now >= deadline and not (wait_for_slot and self._any_only_full(now, cost)):
+            reasons = "; ".join(
+                f"{x.target.display}: {self._blocker(x, now, cost)}" for x in self.endpoints
+            )
+            raise TransientServiceError(
+                f"no LLM endpoint was usable for {wait_s:.0f} s ({reasons}); check the "
+                "servers, or raise QFARM_LLM_WAIT_FOR_ENDPOINT_S",
+                job_id=job_id,
+            )
+        # Past the deadline only a slot is awaited: release() notifies, so sleep until
+        # the next time-based change instead of spinning on a negative remainder.
+        remaining = deadline - now if now < deadline else float("inf")
+        return None, min(remaining, self._next_change(now))
+
+    def _notify(self) -> None:
+        """Wake every waiter: threads in ``acquire`` and the listener (the event loop's)."""
+        self._cond.notify_all()
+        if self.on_change is not None:
+            self.on_change()
 
     def _any_only_full(self, now: float, cost: int) -> bool:
         """Is some endpoint blocked by nothing but its in-flight cap?"""
@@ -246,7 +284,18 @@ class Balancer:
                 if isinstance(error, LLMConnectError) and self._passive_health:
                     e.healthy = False
                     e.health_reason = "connection refused"
-            self._cond.notify_all()
+            self._notify()
+
+    def cancel(self, e: EndpointState, *, cost: int = 1) -> None:
+        """Give back a slot whose request was abandoned (the gateway closing): no outcome."""
+        with self._cond:
+            e.outstanding = max(0, e.outstanding - cost)
+            e.trial_in_flight = False
+            self._notify()
+
+    def now(self) -> float:
+        """The balancer's clock (deadlines for ``try_acquire`` are on it)."""
+        return self._clock()
 
     _passive_health = False  # set by the gateway when a health poller will restore endpoints
 
@@ -272,7 +321,7 @@ class Balancer:
                     changed = True
                 e.last_healthy_poll = now
             if changed:
-                self._cond.notify_all()
+                self._notify()
 
     def set_max_model_len(self, url: str, value: int | None) -> None:
         with self._cond:
@@ -311,7 +360,7 @@ class Balancer:
     def close(self) -> None:
         with self._cond:
             self._closed = True
-            self._cond.notify_all()
+            self._notify()
 
     def snapshot(self) -> list[dict[str, Any]]:
         """Per-endpoint state for status displays and tests (never the keys)."""

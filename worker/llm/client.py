@@ -1,31 +1,29 @@
-"""HTTP to OpenAI-compatible endpoints: one small ``httpx.Client`` per thread, no retries.
+"""HTTP to OpenAI-compatible endpoints: async requests on one event loop, no retries.
 
 This layer sends one request and translates what comes back into either a
 ``Reply`` (choices mapped by their ``index``, never by position) or one of the
 LLM failure classes of ``common.errors`` (a kind is a type: ``LLMConnectError``,
-``BackPressureError``, ``ContextOverflowError``…) carrying the endpoint and job id. It never retries (``retry.py`` and the gateway own that) and never puts
-an API key in a message: keys travel only in the ``Authorization`` header of
-each request, and any text taken from a server is passed through ``redact``.
+``BackPressureError``, ``ContextOverflowError``…) carrying the endpoint and job id.
+It never retries (``retry.py`` and the gateway own that) and never puts an API
+key in a message: keys travel only in the ``Authorization`` header of each
+request, and any text taken from a server is passed through ``redact``.
 
-Each thread gets its own client (a keep-alive connection per endpoint) instead of
-sharing one pool: httpcore 1.0's pool scans every connection under one lock on
-each request (encode/httpcore#1035), which with 64 threads on a 66-connection
-pool cost more CPU than the requests themselves (bench/perf/orchestration.py).
-A thread sends one request at a time, so its pool never needs more.
-
-Tests swap the transport for ``httpx.MockTransport``; integration tests use the
-simulator over real HTTP.
+The client owns the process's LLM event loop (``transport.EventLoopThread``):
+``acomplete`` and the ``a*`` probes are coroutines for that loop (the gateway's
+retry loop runs there), ``complete`` and the probes without the ``a`` are their
+blocking forms for any other thread. The HTTP goes through a ``Transport``:
+aiohttp sessions by default, or an ``httpx`` transport when one is given (tests
+use ``httpx.MockTransport``; integration tests use the simulator over real HTTP).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import threading
 import time
-import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -45,6 +43,16 @@ from common.errors import (
 from common.models import Sampling, Usage
 from common.vocab import SIMULATOR_HEADER
 from worker.llm.retry import DEFAULT_RETRY_AFTER_MAX_S, is_transient_status, parse_retry_after
+from worker.llm.transport import (
+    AiohttpTransport,
+    EventLoopThread,
+    HttpxTransport,
+    Response,
+    Transport,
+    TransportFailure,
+)
+
+T = TypeVar("T")
 
 BODY_EXCERPT_CHARS = 300
 METRIC_NAMES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
@@ -182,7 +190,8 @@ def is_overload(status: int, message: str, err_type: str | None) -> bool:
 
 
 class LLMClient:
-    """Thread-safe; share one per process (each thread talks through its own pool)."""
+    """Thread-safe; one per process. Coroutines run on ``self.loop``; the blocking forms
+    may be called from any other thread."""
 
     def __init__(
         self,
@@ -191,57 +200,49 @@ class LLMClient:
         timeout_s: float,
         connect_timeout_s: float,
         max_connections: int,
-        transport: httpx.BaseTransport | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
         retry_after_max_s: float = DEFAULT_RETRY_AFTER_MAX_S,
     ):
         self.model = model
         self.retry_after_max_s = retry_after_max_s
         self._secrets: list[str] = []
-        self._timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s, pool=timeout_s)
-        # Per thread: one request at a time, but failover may visit several endpoints.
-        self._per_thread = max(1, max_connections)
-        self._transport = transport
-        # Made once: building an SSL context costs ~20 ms, a client without one ~0.1 ms.
-        self._ssl = httpx.create_ssl_context()
-        self._local = threading.local()
-        self._clients: weakref.WeakSet[httpx.Client] = weakref.WeakSet()
-        self._lock = threading.Lock()
+        # Per endpoint: every request in flight to it, plus the health and metrics probes.
+        limit = max(1, max_connections)
+        self._http: Transport
+        if transport is not None:
+            self._http = HttpxTransport(
+                transport, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s,
+                max_connections=limit,
+            )  # fmt: skip
+        else:
+            self._http = AiohttpTransport(
+                timeout_s=timeout_s, connect_timeout_s=connect_timeout_s, max_connections=limit
+            )
+        self._loop_thread = EventLoopThread()
         self._closed = False
 
     @property
-    def _http(self) -> httpx.Client:
-        """This thread's client, made on first use."""
-        if self._closed:
-            raise TransientServiceError("the LLM client is closed")
-        client = getattr(self._local, "client", None)
-        if client is None:
-            client = httpx.Client(
-                timeout=self._timeout,
-                limits=httpx.Limits(
-                    max_connections=self._per_thread, max_keepalive_connections=self._per_thread
-                ),
-                transport=self._transport,
-                verify=self._ssl,
-                follow_redirects=False,
-            )
-            with self._lock:
-                if self._closed:
-                    client.close()
-                    raise TransientServiceError("the LLM client is closed")
-                self._clients.add(client)
-            self._local.client = client
-        return client
+    def loop_thread(self) -> EventLoopThread:
+        return self._loop_thread
 
     def register_secret(self, secret: str | None) -> None:
         if secret:
             self._secrets.append(secret)
 
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._closed:
+            coro.close()
+            raise TransientServiceError("the LLM client is closed")
+        return self._loop_thread.run(coro)
+
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            clients = list(self._clients)
-        for client in clients:
-            client.close()
+        """Close every connection and stop the loop (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):  # a loop already gone has nothing left to close
+            self._loop_thread.submit(self._http.close()).result(timeout=5.0)
+        self._loop_thread.stop()
 
     # ------------------------------------------------------------------ generation
 
@@ -254,56 +255,70 @@ class LLMClient:
         stream: bool = False,
         job_id: str | None = None,
     ) -> Reply:
+        """Blocking form of ``acomplete``."""
+        return self._run(self.acomplete(target, prompts, sampling, stream=stream, job_id=job_id))
+
+    async def acomplete(
+        self,
+        target: Target,
+        prompts: Sequence[str],
+        sampling: Sampling,
+        *,
+        stream: bool = False,
+        job_id: str | None = None,
+    ) -> Reply:
         """POST /v1/completions once; choices keyed by index, errors translated."""
-        body = build_body(self.model, prompts, sampling, stream=stream)
+        if self._closed:
+            raise TransientServiceError("the LLM client is closed", job_id=job_id)
+        body = json.dumps(build_body(self.model, prompts, sampling, stream=stream)).encode()
         url = f"{target.url}/v1/completions"
         t0 = time.perf_counter()
         try:
-            if stream:
-                return self._stream(target, url, body, t0, job_id)
-            resp = self._http.post(url, json=body, headers=target.headers())
-            self._raise_for_status(resp, target, job_id)
-            return self._parse(resp, target, t0, job_id)
-        except httpx.HTTPError as exc:
+            async with self._http.request(
+                "POST", url, headers=target.headers(), body=body
+            ) as resp:
+                if resp.status >= 400:
+                    self._raise_for_status(resp, await resp.read(), target, job_id)
+                if stream:
+                    return await self._stream(resp, target, t0, job_id)
+                return self._parse(resp, await resp.read(), target, t0, job_id)
+        except TransportFailure as exc:
             raise self._translate(exc, target, job_id) from exc
 
-    def _stream(
-        self, target: Target, url: str, body: dict[str, Any], t0: float, job_id: str | None
+    async def _stream(
+        self, resp: Response, target: Target, t0: float, job_id: str | None
     ) -> Reply:
         texts: dict[int, list[str]] = {}
         finish: dict[int, str | None] = {}
         usage = Usage()
         ttft_ms: float | None = None
-        with self._http.stream("POST", url, json=body, headers=target.headers()) as resp:
-            if resp.status_code >= 400:
-                resp.read()
-                self._raise_for_status(resp, target, job_id)
-            simulated = SIMULATOR_HEADER in resp.headers
-            for line in resp.iter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                try:
-                    chunk = json.loads(data)
-                except json.JSONDecodeError:
-                    raise self._malformed(target, job_id, "a streamed chunk is not JSON") from None
-                if not isinstance(chunk, dict):
-                    raise self._malformed(target, job_id, "a streamed chunk is not an object")
-                if chunk.get("error") is not None:
-                    # vLLM reports a failure after the 200 as an error event, then [DONE].
-                    raise self._stream_error(chunk, target, job_id)
-                for c in chunk.get("choices") or ():
-                    idx = int(c.get("index", 0))
-                    piece = c.get("text") or ""
-                    if piece and ttft_ms is None:
-                        ttft_ms = (time.perf_counter() - t0) * 1000.0
-                    texts.setdefault(idx, []).append(piece)
-                    if c.get("finish_reason"):
-                        finish[idx] = c["finish_reason"]
-                if chunk.get("usage"):
-                    usage = _usage(chunk["usage"])
+        simulated = SIMULATOR_HEADER in resp.headers
+        async for raw in resp.lines():
+            line = raw.decode("utf-8", errors="replace").strip()
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                break
+            try:
+                chunk = json.loads(data)
+            except json.JSONDecodeError:
+                raise self._malformed(target, job_id, "a streamed chunk is not JSON") from None
+            if not isinstance(chunk, dict):
+                raise self._malformed(target, job_id, "a streamed chunk is not an object")
+            if chunk.get("error") is not None:
+                # vLLM reports a failure after the 200 as an error event, then [DONE].
+                raise self._stream_error(chunk, target, job_id)
+            for c in chunk.get("choices") or ():
+                idx = int(c.get("index", 0))
+                piece = c.get("text") or ""
+                if piece and ttft_ms is None:
+                    ttft_ms = (time.perf_counter() - t0) * 1000.0
+                texts.setdefault(idx, []).append(piece)
+                if c.get("finish_reason"):
+                    finish[idx] = c["finish_reason"]
+            if chunk.get("usage"):
+                usage = _usage(chunk["usage"])
         if not texts:
             raise self._malformed(target, job_id, "the stream carried no choices")
         choices = {i: Choice(i, "".join(parts), finish.get(i)) for i, parts in texts.items()}
@@ -312,9 +327,11 @@ class LLMClient:
             choices=choices, usage=usage, simulated=simulated, elapsed_ms=elapsed, ttft_ms=ttft_ms
         )
 
-    def _parse(self, resp: httpx.Response, target: Target, t0: float, job_id: str | None) -> Reply:
+    def _parse(
+        self, resp: Response, content: bytes, target: Target, t0: float, job_id: str | None
+    ) -> Reply:
         try:
-            payload = resp.json()
+            payload = json.loads(content)
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise self._malformed(target, job_id, "the body is not valid JSON") from None
         raw = payload.get("choices") if isinstance(payload, dict) else None
@@ -358,13 +375,13 @@ class LLMClient:
             status, message, err_type, target, job_id, None, where="streamed an error event,"
         )
 
-    def _raise_for_status(self, resp: httpx.Response, target: Target, job_id: str | None) -> None:
-        if resp.status_code < 400:
-            return
-        message, err_type = _error_message(resp.text)
+    def _raise_for_status(
+        self, resp: Response, content: bytes, target: Target, job_id: str | None
+    ) -> None:
+        message, err_type = _error_message(content.decode("utf-8", errors="replace"))
         raise self._http_error(
-            resp.status_code,
-            message or resp.reason_phrase,
+            resp.status,
+            message or resp.reason,
             err_type,
             target,
             job_id,
@@ -429,44 +446,48 @@ class LLMClient:
         )
 
     def _translate(
-        self, exc: httpx.HTTPError, target: Target, job_id: str | None
+        self, exc: TransportFailure, target: Target, job_id: str | None
     ) -> TransientServiceError:
-        """An httpx transport failure as the LLM failure class of the same kind."""
+        """A transport failure as the LLM failure class of the same kind."""
         failure: type[TransientServiceError]
-        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
-            failure, what = LLMConnectError, "cannot connect"
-        elif isinstance(exc, httpx.TimeoutException):
-            failure, what = LLMTimeoutError, "timed out"
-        elif isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
-            failure, what = LLMDroppedError, "dropped the connection"
-        else:
-            failure, what = LLMDroppedError, "failed"
+        failure, what = {
+            "connect": (LLMConnectError, "cannot connect"),
+            "timeout": (LLMTimeoutError, "timed out"),
+            "dropped": (LLMDroppedError, "dropped the connection"),
+        }.get(exc.kind, (LLMDroppedError, "failed"))
         detail = redact(str(exc), [target.api_key, *self._secrets])[:BODY_EXCERPT_CHARS]
         return failure(
-            f"{target.display} {what} ({type(exc).__name__}: {detail})",
+            f"{target.display} {what} ({exc.cause}: {detail})",
             endpoint=target.display,
             job_id=job_id,
         )
 
     # ------------------------------------------------------------------ probes
 
-    def check_health(self, target: Target, timeout_s: float) -> bool:
-        try:
-            resp = self._http.get(f"{target.url}/health", timeout=timeout_s)
-        except httpx.HTTPError:
-            return False
-        return resp.status_code == 200
+    async def _get(
+        self, target: Target, path: str, timeout_s: float, *, auth: bool = True
+    ) -> tuple[int, bytes]:
+        headers = target.headers() if auth else {}
+        async with self._http.request(
+            "GET", f"{target.url}{path}", headers=headers, timeout_s=timeout_s
+        ) as resp:
+            return resp.status, await resp.read()
 
-    def scrape_metrics(self, target: Target, timeout_s: float) -> MetricsScrape:
+    async def acheck_health(self, target: Target, timeout_s: float) -> bool:
         try:
-            resp = self._http.get(
-                f"{target.url}/metrics", headers=target.headers(), timeout=timeout_s
-            )
-        except httpx.HTTPError as exc:
-            return MetricsScrape(None, f"/metrics unreachable ({type(exc).__name__})")
-        if resp.status_code != 200:
-            return MetricsScrape(None, f"/metrics answered {resp.status_code}")
-        values = parse_prometheus(resp.text)
+            status, _ = await self._get(target, "/health", timeout_s, auth=False)
+        except TransportFailure:
+            return False
+        return status == 200
+
+    async def ascrape_metrics(self, target: Target, timeout_s: float) -> MetricsScrape:
+        try:
+            status, content = await self._get(target, "/metrics", timeout_s)
+        except TransportFailure as exc:
+            return MetricsScrape(None, f"/metrics unreachable ({exc.cause})")
+        if status != 200:
+            return MetricsScrape(None, f"/metrics answered {status}")
+        values = parse_prometheus(content.decode("utf-8", errors="replace"))
         if len(values) != len(METRIC_NAMES):
             # vLLM started with --disable-log-stats still serves /metrics, without vllm:* gauges.
             return MetricsScrape(
@@ -476,14 +497,12 @@ class LLMClient:
             )
         return MetricsScrape(values)
 
-    def max_model_len(self, target: Target, timeout_s: float) -> int | None:
+    async def amax_model_len(self, target: Target, timeout_s: float) -> int | None:
         """``max_model_len`` of QFARM_MODEL as the server's ``/v1/models`` reports it (vLLM does)."""
         try:
-            resp = self._http.get(
-                f"{target.url}/v1/models", headers=target.headers(), timeout=timeout_s
-            )
-            payload = resp.json() if resp.status_code == 200 else None
-        except (httpx.HTTPError, json.JSONDecodeError, UnicodeDecodeError):
+            status, content = await self._get(target, "/v1/models", timeout_s)
+            payload = json.loads(content) if status == 200 else None
+        except (TransportFailure, json.JSONDecodeError, UnicodeDecodeError):
             return None
         entries = payload.get("data") if isinstance(payload, dict) else None
         for entry in entries if isinstance(entries, list) else ():
@@ -492,6 +511,15 @@ class LLMClient:
                 if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                     return value
         return None
+
+    def check_health(self, target: Target, timeout_s: float) -> bool:
+        return self._run(self.acheck_health(target, timeout_s))
+
+    def scrape_metrics(self, target: Target, timeout_s: float) -> MetricsScrape:
+        return self._run(self.ascrape_metrics(target, timeout_s))
+
+    def max_model_len(self, target: Target, timeout_s: float) -> int | None:
+        return self._run(self.amax_model_len(target, timeout_s))
 
 
 def _usage(raw: dict[str, Any]) -> Usage:

@@ -1,4 +1,10 @@
-"""The LLM gateway: one per process, shared by every thread of a Celery ``threads`` worker.
+"""The LLM gateway: one per process, shared by every thread of a Celery ``threads`` worker
+and by the in-process runner of eager sweeps.
+
+Every request runs as a coroutine on one event loop (the client's, see
+``transport.py``); the retry loop below runs there too, so holding hundreds of
+requests in flight costs coroutines, not threads. Threads hand requests over
+with ``generate``/``generate_many`` (blocking) or ``submit_many`` (futures).
 
 ``generate`` sends one prompt through the balancer and the one retry layer:
 
@@ -43,13 +49,19 @@ model's failure.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
 import logging
 import random
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Executor, Future
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
+
+import httpx
 
 from common.errors import (
     ConfigError,
@@ -68,6 +80,10 @@ from worker.llm.client import FINISHED_OK, Choice, LLMClient, Reply, Target
 from worker.llm.retry import RetryPolicy, compute_backoff
 
 log = logging.getLogger("qfarm.llm")
+T = TypeVar("T")
+
+# How long ``Gateway.close`` lets requests in flight finish before ending them.
+CLOSE_GRACE_S = 5.0
 
 # vLLM refuses more prompts per /v1/completions request (VLLM_MAX_COMPLETION_PROMPTS).
 MAX_COMPLETION_PROMPTS = 1024
@@ -168,14 +184,34 @@ class HealthPoller:
         self._thread.join(timeout=5.0)
 
 
+class _InlineExecutor(Executor):
+    """Runs a callable at once in the caller's thread: the batcher's dispatch only
+    schedules a coroutine on the loop, so it needs no thread of its own."""
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        future: Future[T] = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:
+            future.set_exception(exc)
+        return future
+
+
 class Gateway:
-    """Thread-safe; ``generate`` may be called from many threads at once."""
+    """Thread-safe; ``generate`` may be called from many threads at once.
+
+    Every request is a coroutine on the client's event loop (one loop per gateway, so
+    per process). ``generate`` and ``generate_many`` block the calling thread until
+    their answers are in; ``submit`` returns a ``concurrent.futures.Future`` at once
+    (the in-process runner); ``agenerate`` is the coroutine itself, for code already
+    on the gateway's loop.
+    """
 
     def __init__(
         self,
         settings: Settings,
         *,
-        transport: object | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
         rng: random.Random | None = None,
     ):
         targets = build_targets(settings)
@@ -185,10 +221,12 @@ class Gateway:
             model=settings.model,
             timeout_s=settings.llm_timeout_s,
             connect_timeout_s=settings.llm_connect_timeout_s,
-            max_connections=len(targets),  # per thread (see client.py)
-            transport=transport,  # type: ignore[arg-type]
+            # Per endpoint: every request in flight, plus the health and metrics probes.
+            max_connections=max_inflight + 2,
+            transport=transport,
             retry_after_max_s=settings.llm_retry_after_max_s,
         )
+        self._loop = self._client.loop_thread
         for t in targets:
             self._client.register_secret(t.api_key)
         self._balancer = Balancer(
@@ -198,6 +236,16 @@ class Gateway:
             breaker_cooldown_s=settings.llm_breaker_cooldown_s,
             metrics_weighting=settings.llm_metrics_weighting,
         )
+        # Coroutines waiting for an endpoint; woken (all) whenever the balancer's state
+        # changes, like the threads of a Condition.notify_all. Touched on the loop only.
+        self._waiters: list[asyncio.Future[None]] = []
+        self._balancer.on_change = self._on_change
+        self._tasks: set[asyncio.Task[Any]] = set()
+        # One permit per slot of every endpoint, taken before the balancer is asked: queued
+        # requests wait here, first come first served, and a finished request wakes exactly
+        # one of them (the balancer's waiters all wake on every change). Single-prompt
+        # requests only: a batch takes its slots from the balancer directly.
+        self._permits = asyncio.Semaphore(len(targets) * max_inflight)
         self._policy = RetryPolicy(
             max_attempts=max(1, settings.llm_max_attempts),
             base_s=settings.llm_backoff_base_s,
@@ -206,9 +254,6 @@ class Gateway:
         self._rng = rng or random.Random()
         self._stream = settings.llm_stream
         self._wait_s = settings.llm_wait_for_endpoint_s
-        self._executor = ThreadPoolExecutor(
-            max_workers=len(targets) * max_inflight, thread_name_prefix="qfarm-llm"
-        )
         # Short: an endpoint down at start-up is asked again by the health poller.
         probe_s = max(0.5, min(2.0, settings.llm_connect_timeout_s))
         for e in self._balancer.endpoints:
@@ -235,32 +280,40 @@ class Gateway:
         batch_size = batch_size_for(settings)
         if batch_size > 1:
             self._batcher = MicroBatcher(
-                self._dispatch_batch,
+                self._schedule_batch,
                 max_batch=batch_size,
                 max_wait_s=settings.llm_batch_wait_ms / 1000.0,
-                executor=self._executor,
+                executor=_InlineExecutor(),
             )
+        self._closed = False
 
     # ------------------------------------------------------------------ public
 
     def generate(self, prompt: str, sampling: Sampling, *, job_id: str) -> Generation:
         """One answer for one prompt, or a ``ServiceError`` saying why not."""
-        if sampling.n != 1:
-            sampling = sampling.model_copy(update={"n": 1})  # one Generation per job
-        if self._batcher is not None:
-            return self._batcher.submit(prompt, sampling, job_id).result()
-        return self._run(prompt, sampling, job_id, time.perf_counter())
+        return self.submit(prompt, sampling, job_id=job_id).result()
+
+    def submit(self, prompt: str, sampling: Sampling, *, job_id: str) -> Future[Generation]:
+        """``generate`` without waiting: the answer (or its ``ServiceError``) as a future."""
+        return self.submit_many([(prompt, sampling, job_id)])[0]
+
+    def submit_many(self, items: list[tuple[str, Sampling, str]]) -> list[Future[Generation]]:
+        """Futures of many prompts, started with one wake-up of the loop (waking it costs a
+        write to its self-pipe: per prompt, a tenth of an eager run's CPU)."""
+        if self._loop.in_loop():
+            raise RuntimeError("submit was called on the gateway's event loop; use agenerate")
+        futures: list[Future[Generation]] = [Future() for _ in items]
+        pairs = list(zip(items, futures, strict=True))
+        if self._closed or not self._loop.call_soon(self._start_many, pairs):
+            for f in futures:
+                f.set_exception(TransientServiceError("the LLM gateway is closed"))
+        return futures
 
     def generate_many(
         self, items: list[tuple[str, Sampling, str]]
     ) -> list[Generation | ServiceError]:
         """Many prompts at once, results in input order; failures are returned, not raised."""
-        if self._batcher is not None:
-            futures = [
-                self._batcher.submit(p, s.model_copy(update={"n": 1}), j) for p, s, j in items
-            ]
-        else:
-            futures = [self._executor.submit(self.generate, p, s, job_id=j) for p, s, j in items]
+        futures = self.submit_many(items)
         results: list[Generation | ServiceError] = []
         for f in futures:
             try:
@@ -268,6 +321,14 @@ class Gateway:
             except ServiceError as exc:
                 results.append(exc)
         return results
+
+    async def agenerate(self, prompt: str, sampling: Sampling, *, job_id: str) -> Generation:
+        """The coroutine behind ``generate``; runs on the gateway's loop only."""
+        if sampling.n != 1:
+            sampling = sampling.model_copy(update={"n": 1})  # one Generation per job
+        if self._batcher is not None:
+            return await asyncio.wrap_future(self._batcher.submit(prompt, sampling, job_id))
+        return await self._run(prompt, sampling, job_id, time.perf_counter())
 
     def endpoint_states(self) -> list[dict[str, object]]:
         return self._balancer.snapshot()
@@ -281,12 +342,17 @@ class Gateway:
         }
 
     def close(self) -> None:
+        """Stop taking requests, let those in flight finish (a few seconds at most), stop."""
+        if self._closed:
+            return
+        self._closed = True
         if self._batcher is not None:
             self._batcher.close()
         if self._poller is not None:
             self._poller.close()
-        self._executor.shutdown(wait=True, cancel_futures=False)
-        self._balancer.close()
+        self._balancer.close()  # waiting requests fail now: "the LLM gateway is closed"
+        with contextlib.suppress(Exception):
+            self._loop.run(self._drain(CLOSE_GRACE_S))
         self._client.close()
 
     def __enter__(self) -> Gateway:
@@ -295,9 +361,100 @@ class Gateway:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # ------------------------------------------------------------------ the loop's plumbing
+
+    def _start_many(
+        self, pairs: list[tuple[tuple[str, Sampling, str], Future[Generation]]]
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        for (prompt, sampling, job_id), future in pairs:
+            if not future.set_running_or_notify_cancel():
+                continue  # the caller cancelled it meanwhile
+            task = loop.create_task(self._tracked(self.agenerate(prompt, sampling, job_id=job_id)))
+            task.add_done_callback(functools.partial(_settle, future))
+
+    async def _tracked(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Every top-level request is a task ``close`` can wait for (or end, cleanly)."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            return await coro
+        except asyncio.CancelledError:
+            raise TransientServiceError("the LLM gateway is closed") from None
+        finally:
+            self._tasks.discard(task)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _drain(self, grace_s: float) -> None:
+        current = asyncio.current_task()
+        pending = [t for t in self._tasks if t is not current]
+        if pending:
+            _, late = await asyncio.wait(pending, timeout=grace_s)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late, timeout=1.0)
+
+    def _on_change(self) -> None:
+        self._loop.call_soon(self._wake)
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+    # ------------------------------------------------------------------ hooks
+
+    def _observe_attempt(
+        self, ep: EndpointState, seconds: float, error: ServiceError | None
+    ) -> None:
+        """The one place where an HTTP attempt's outcome is known (endpoint, duration,
+        error or None): counted for /metrics (worker/metrics.py)."""
+        metrics.observe_request(ep.target.display, seconds, error)
+
+    def _observe_endpoint(self, ep: EndpointState) -> None:
+        """Called after every release: ``ep.outstanding`` (in flight) and ``ep.breaker``
+        are current here, for gauges."""
+
     # ------------------------------------------------------------------ the retry loop
 
-    def _run(
+    async def _attempt(
+        self, ep: EndpointState, prompts: list[str], sampling: Sampling, *, stream: bool,
+        job_id: str,
+    ) -> Reply:  # fmt: skip
+        """One HTTP request to ``ep``, observed."""
+        t0 = time.perf_counter()
+        try:
+            reply = await self._client.acomplete(
+                ep.target, prompts, sampling, stream=stream, job_id=job_id
+            )
+        except ServiceError as exc:
+            self._observe_attempt(ep, time.perf_counter() - t0, exc)
+            raise
+        self._observe_attempt(ep, time.perf_counter() - t0, None)
+        return reply
+
+    def _release(
+        self, ep: EndpointState, *, ok: bool, error: ServiceError | None = None, cost: int = 1
+    ) -> None:
+        self._balancer.release(ep, ok=ok, error=error, cost=cost)
+        if cost == 1:
+            self._permits.release()
+        self._observe_endpoint(ep)
+
+    def _cancel(self, ep: EndpointState, cost: int = 1) -> None:
+        """Give a slot back without an outcome (cancelled while closing, or a bug)."""
+        self._balancer.cancel(ep, cost=cost)
+        if cost == 1:
+            self._permits.release()
+
+    async def _run(
         self,
         prompt: str,
         sampling: Sampling,
@@ -314,16 +471,16 @@ class Gateway:
         pressed_since: float | None = None
         while attempts - uncharged < self._policy.max_attempts:
             if attempts and not self._balancer.has_available(avoid=tried):
-                time.sleep(compute_backoff(attempts, self._policy, self._rng))
-            ep = self._acquire(tried, job_id, attempts, last)
+                await asyncio.sleep(compute_backoff(attempts, self._policy, self._rng))
+            ep = await self._acquire(tried, job_id, attempts, last)
             attempts += 1
             tried.append(ep.url)
             sent = _fit_context(prompt, sampling, ep.max_model_len)
             try:
-                reply = self._complete(ep, [prompt], sent, stream=self._stream, job_id=job_id)
+                reply = await self._attempt(ep, [prompt], sent, stream=self._stream, job_id=job_id)
                 choice = self._usable_choice(reply, ep, job_id, 0)
             except PermanentServiceError as exc:
-                self._balancer.release(ep, ok=True)  # the server answered: it is alive
+                self._release(ep, ok=True)  # the server answered: it is alive
                 exc.attempts = attempts
                 raise
             except TransientServiceError as exc:
@@ -334,11 +491,14 @@ class Gateway:
                         uncharged += 1
                     if exc.retry_after_s is None:  # vLLM sends none: hold the endpoint briefly
                         exc.retry_after_s = compute_backoff(overloads, self._policy, self._rng)
-                self._balancer.release(ep, ok=False, error=exc)
+                self._release(ep, ok=False, error=exc)
                 last = exc
                 log.warning("job %s: attempt %d failed: %s", job_id, attempts, exc)
                 continue
-            self._balancer.release(ep, ok=True)
+            except BaseException:
+                self._cancel(ep)  # cancelled (closing) or a bug: give the slot back
+                raise
+            self._release(ep, ok=True)
             return _generation(
                 choice, reply, ep, attempts, started, reply.usage, sampling.max_tokens, sent
             )
@@ -350,75 +510,113 @@ class Gateway:
             attempts=attempts,
         )
 
-    def _acquire(
+    async def _acquire(
         self, tried: list[str], job_id: str, attempts: int, last: ServiceError | None, cost: int = 1
     ) -> EndpointState:
+        """``Balancer.acquire`` for the loop: waits on a future, never blocks the thread."""
+        if cost == 1:
+            await self._permits.acquire()
         try:
-            return self._balancer.acquire(
-                avoid=tried, wait_s=self._wait_s, job_id=job_id, cost=cost, wait_for_slot=True
-            )
-        except TransientServiceError as exc:
-            suffix = f"; last error: {last}" if last else ""
-            raise TransientServiceError(
-                f"{exc}{suffix}",
-                endpoint=last.endpoint if last else None,
-                job_id=job_id,
-                attempts=attempts,
-            ) from exc
-
-    def _complete(self, ep: EndpointState, prompts: list[str], sampling: Sampling,
-                  **kwargs: Any) -> Reply:
-        """One HTTP request to ``ep``, its outcome counted for /metrics (worker/metrics.py)."""
-        t0, error = time.perf_counter(), None
-        try:
-            return self._client.complete(ep.target, prompts, sampling, **kwargs)
-        except Exception as exc:
-            error = exc
+            return await self._acquire_endpoint(tried, job_id, attempts, last, cost)
+        except BaseException:
+            if cost == 1:
+                self._permits.release()
             raise
-        finally:
-            metrics.observe_request(ep.target.display, time.perf_counter() - t0, error)
+
+    async def _acquire_endpoint(
+        self, tried: list[str], job_id: str, attempts: int, last: ServiceError | None, cost: int
+    ) -> EndpointState:
+        loop = asyncio.get_running_loop()
+        deadline = self._balancer.now() + self._wait_s
+        while True:
+            try:
+                ep, wait_s = self._balancer.try_acquire(
+                    avoid=tried, deadline=deadline, wait_s=self._wait_s, job_id=job_id,
+                    cost=cost, wait_for_slot=True,
+                )  # fmt: skip
+            except TransientServiceError as exc:
+                suffix = f"; last error: {last}" if last else ""
+                raise TransientServiceError(
+                    f"{exc}{suffix}",
+                    endpoint=last.endpoint if last else None,
+                    job_id=job_id,
+                    attempts=attempts,
+                ) from exc
+            if ep is not None:
+                return ep
+            # No await between the failed try and registering: a release (always on this
+            # loop, or scheduled onto it) cannot slip in unseen.
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._waiters.append(waiter)
+            timer = loop.call_later(wait_s, _resolve, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
 
     # ------------------------------------------------------------------ batches
 
-    def _dispatch_batch(self, items: list[BatchItem]) -> None:
+    def _schedule_batch(self, items: list[BatchItem]) -> None:
+        self._loop.submit(self._dispatch_guarded(items))
+
+    async def _dispatch_guarded(self, items: list[BatchItem]) -> None:
+        """A batch's coroutine: whatever happens, every caller of the batch is answered."""
+        try:
+            await self._dispatch_batch(items)
+        except BaseException as exc:
+            failure = exc if isinstance(exc, Exception) else TransientServiceError(
+                "the LLM gateway is closed"
+            )
+            for item in items:
+                if not item.future.done():
+                    item.future.set_exception(failure)
+            if not isinstance(exc, Exception):
+                raise
+
+    async def _dispatch_batch(self, items: list[BatchItem]) -> None:
         # A prompt that may not leave room for max_tokens in the smallest known window goes
         # alone, where its max_tokens can be lowered without touching its batch-mates.
         window = self._balancer.smallest_window()
         tight = [i for i in items if _fit_context(i.prompt, i.sampling, window) is not i.sampling]
         for item in tight:
-            self._executor.submit(self._finish_single, item, 0, [], None)
+            self._spawn(self._finish_single(item, 0, [], None))
         items = [i for i in items if i not in tight]
         if len(items) <= 1:
             for item in items:
-                self._finish_single(item, 0, [], None)
+                await self._finish_single(item, 0, [], None)
             return
         sampling = items[0].sampling
         try:
-            ep = self._acquire([], items[0].job_id, 0, None, cost=len(items))
+            ep = await self._acquire([], items[0].job_id, 0, None, cost=len(items))
         except TransientServiceError as exc:
             for item in items:
                 item.future.set_exception(exc)
             return
         try:
-            reply = self._complete(ep, [i.prompt for i in items], sampling, job_id=items[0].job_id)
+            reply = await self._attempt(
+                ep, [i.prompt for i in items], sampling, stream=False, job_id=items[0].job_id
+            )
         except PermanentServiceError:
             # One bad prompt fails a whole vLLM request: find it by sending each alone.
-            self._balancer.release(ep, ok=True, cost=len(items))
+            self._release(ep, ok=True, cost=len(items))
             for item in items:
-                self._executor.submit(self._finish_single, item, 1, [], None)
+                self._spawn(self._finish_single(item, 1, [], None))
             return
         except TransientServiceError as exc:
-            self._balancer.release(ep, ok=False, error=exc, cost=len(items))
+            self._release(ep, ok=False, error=exc, cost=len(items))
             for item in items:
-                self._executor.submit(self._finish_single, item, 1, [ep.url], exc)
+                self._spawn(self._finish_single(item, 1, [ep.url], exc))
             return
-        self._balancer.release(ep, ok=True, cost=len(items))
+        except BaseException:
+            self._cancel(ep, cost=len(items))
+            raise
+        self._release(ep, ok=True, cost=len(items))
         shares = _split_usage(reply, items)
         for i, item in enumerate(items):
             try:
                 choice = self._usable_choice(reply, ep, item.job_id, i)  # n == 1: index == position
             except TransientServiceError as exc:
-                self._executor.submit(self._finish_single, item, 1, [ep.url], exc)
+                self._spawn(self._finish_single(item, 1, [ep.url], exc))
                 continue
             item.future.set_result(
                 _generation(
@@ -440,17 +638,39 @@ class Gateway:
             )
         return choice
 
-    def _finish_single(
+    async def _finish_single(
         self, item: BatchItem, attempts: int, tried: list[str], last: ServiceError | None
     ) -> None:
         try:
-            gen = self._run(
+            gen = await self._run(
                 item.prompt, item.sampling, item.job_id, item.started, attempts, tried, last
             )
-        except ServiceError as exc:
-            item.future.set_exception(exc)
+        except BaseException as exc:
+            if not item.future.done():
+                item.future.set_exception(
+                    exc if isinstance(exc, Exception) else TransientServiceError(
+                        "the LLM gateway is closed", job_id=item.job_id
+                    )
+                )
+            if not isinstance(exc, Exception):
+                raise
         else:
             item.future.set_result(gen)
+
+
+def _settle(future: Future[Generation], task: asyncio.Task[Generation]) -> None:
+    """Hand a task's outcome to the caller's future (the caller may be on any thread)."""
+    if task.cancelled():
+        future.set_exception(TransientServiceError("the LLM gateway is closed"))
+    elif (exc := task.exception()) is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(task.result())
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def _fit_context(prompt: str, sampling: Sampling, max_model_len: int | None) -> Sampling:
