@@ -20,30 +20,36 @@ def children(pid: int) -> list[int]:
         return []
 
 
-def test_kill_9_of_pool_children_and_then_of_the_main_process(
-    redis_server, farm_on, tmp_path, kit, simulator
-):
-    farm = farm_on(redis_server)
-    n = 5  # 150 jobs
-    planned = kit.planned_ids(n)
-    victim = farm.start_worker("victim", pool="prefork", concurrency=2)
-    calls = kit.llm_calls(simulator)
-    sweep, run_id, rows_key = kit.followed_sweep(farm, tmp_path, n)
-    assert farm.wait_for(lambda: farm.redis.hlen(rows_key) >= 20, timeout_s=120)
-    pool = children(victim.pid)
-    assert pool, "the prefork worker has no children"
-    t_fault = time.time()
-    for pid in pool:
-        os.kill(pid, signal.SIGKILL)  # the main process replaces them; their tasks are redelivered
-    done = farm.redis.hlen(rows_key)
-    assert farm.wait_for(lambda: farm.redis.hlen(rows_key) >= done + 20, timeout_s=120)
-    os.kill(victim.pid, signal.SIGKILL)  # the main process alone: its unacked messages wait
-    farm.start_worker("survivor", concurrency=8)
-    _, err = sweep.communicate(timeout=240)
-    assert sweep.returncode == 0, err
-    kit.assert_exactly_once(farm, run_id, planned)
-    kit.fault_cost(farm, run_id, "worker kill -9: pool children, then the main process", t_fault,
-                   planned=len(planned), llm_calls=kit.llm_calls(simulator) - calls, stderr=err)
+def test_kill_9_of_pool_children_and_then_of_the_main_process(redis_server, farm_on, tmp_path, kit):
+    from ops.sim.launch import start_simulator
+
+    # Answers take 50 ms + 5 ms a token here, not zero: with bundles of 8 a zero-latency
+    # farm finished all 300 jobs before the second kill, and there was nothing left to lose.
+    with start_simulator(ttft_ms=50, tpot_ms=5, max_num_seqs=256) as simulator:
+        farm = farm_on(redis_server, endpoints=simulator.url)
+        n = 10  # 300 jobs
+        planned = kit.planned_ids(n)
+        victim = farm.start_worker("victim", pool="prefork", concurrency=2)
+        calls = kit.llm_calls(simulator)
+        sweep, run_id, rows_key = kit.followed_sweep(farm, tmp_path, n)
+        assert farm.wait_for(lambda: farm.redis.hlen(rows_key) >= 20, timeout_s=120)
+        pool = children(victim.pid)
+        assert pool, "the prefork worker has no children"
+        t_fault = time.time()
+        for pid in pool:
+            os.kill(pid, signal.SIGKILL)  # the main process replaces them; their tasks are redelivered
+        done = farm.redis.hlen(rows_key)
+        assert done < len(planned) - 20, "the run ended before the fault: make it longer"
+        assert farm.wait_for(lambda: farm.redis.hlen(rows_key) >= done + 20, timeout_s=120)
+        os.kill(victim.pid, signal.SIGKILL)  # the main process alone: its unacked messages wait
+        assert farm.redis.hlen(rows_key) < len(planned), "the run ended before the second kill"
+        farm.start_worker("survivor", concurrency=8)
+        _, err = sweep.communicate(timeout=240)
+        assert sweep.returncode == 0, err
+        kit.assert_exactly_once(farm, run_id, planned)
+        kit.fault_cost(farm, run_id, "worker kill -9: pool children, then the main process",
+                       t_fault, planned=len(planned), llm_calls=kit.llm_calls(simulator) - calls,
+                       stderr=err)
 
 
 def test_an_endpoint_killed_mid_run_fails_over_to_the_other(redis_server, farm_on, tmp_path, kit):
