@@ -50,12 +50,14 @@ class InProcessRunner:
     def __init__(self, svc: Services, *, max_inflight: int, bundle_size: int = 8,
                  cpu_threads: int = CPU_THREADS):  # fmt: skip
         self._svc = svc
-        self._bundle_size = max(1, bundle_size)
         # Twice the gateway's cap: the gateway then always holds a queue, and a finished
         # request's successor starts on the loop at once. Refilled from this side instead
         # (a GIL hand-off and a loop wake-up per request), one endpoint reached 0.84 of
         # ideal instead of 0.96 (bench/perf/saturation.py --table).
         self._max_inflight = 2 * max(1, max_inflight)
+        # A bundle takes a slot per job before it starts: one larger than all the slots
+        # would wait for itself forever (sweeps' bundles of 32 against a cap of 8 did).
+        self._bundle_size = max(1, min(bundle_size, self._max_inflight))
         self._cpu_threads = max(1, cpu_threads)
         self._slots = threading.Semaphore(self._max_inflight)
         self._pool: ThreadPoolExecutor | None = None
