@@ -131,24 +131,31 @@ def test_a_task_delivered_twice_writes_one_row(farm, tmp_path):
 
 
 def test_resume_after_the_queue_is_lost_finishes_exactly_the_missing_jobs(farm, tmp_path):
-    qfile = write_questions(tmp_path / "q.txt")
-    res = farm.qfarm("sweep", str(qfile), "-n", "4", "--detach", "--quiet")
-    assert res.returncode == 0, res.stderr
-    run_id = run_id_from(res.stderr)
-    worker = farm.start_worker("w1", concurrency=4)
-    assert farm.wait_for(lambda: len(farm.rows(run_id)) >= 40, timeout_s=120)
-    farm.kill9(worker)
-    # Redis "restarted" without its queues: every pending and unacked message is gone.
-    farm.redis.delete("retrieve", "generate", "verify", "unacked", "unacked_index")
-    have = set(farm.rows(run_id))
-    assert 0 < len(have) < 240
-    farm.start_worker("w2", concurrency=8)
-    res = farm.qfarm("sweep", "--resume", run_id, "--quiet", timeout_s=400)
-    assert res.returncode == 0, res.stderr
-    assert f"re-enqueued {240 - len(have)} jobs" in res.stderr
-    ids = [r["job_id"] for r in rows_file(farm, run_id)]
-    assert len(ids) == len(set(ids)) == 240
-    assert set(ids) == expected_ids(QUESTIONS, 4)
+    from ops.sim.launch import start_simulator
+
+    # Answers take 50 ms + 5 ms a token and bundles are 8 jobs: against a zero-latency
+    # simulator the farm finished all its jobs before the kill, leaving nothing to lose.
+    with start_simulator(ttft_ms=50, tpot_ms=5, max_num_seqs=256) as sim:
+        farm.env.update(QFARM_LLM_ENDPOINTS=sim.url, QFARM_BUNDLE_SIZE="8")
+        qfile = write_questions(tmp_path / "q.txt")
+        res = farm.qfarm("sweep", str(qfile), "-n", "8", "--detach", "--quiet")
+        assert res.returncode == 0, res.stderr
+        run_id = run_id_from(res.stderr)
+        total = 8 * len(QUESTIONS) * len(ALL_MODES)
+        worker = farm.start_worker("w1", concurrency=4)
+        assert farm.wait_for(lambda: len(farm.rows(run_id)) >= 40, timeout_s=120)
+        farm.kill9(worker)
+        # Redis "restarted" without its queues: every pending and unacked message is gone.
+        farm.redis.delete("retrieve", "generate", "verify", "unacked", "unacked_index")
+        have = set(farm.rows(run_id))
+        assert 0 < len(have) < total, "the run ended before the fault: make it longer"
+        farm.start_worker("w2", concurrency=8)
+        res = farm.qfarm("sweep", "--resume", run_id, "--quiet", timeout_s=400)
+        assert res.returncode == 0, res.stderr
+        assert f"re-enqueued {total - len(have)} jobs" in res.stderr
+        ids = [r["job_id"] for r in rows_file(farm, run_id)]
+        assert len(ids) == len(set(ids)) == total
+        assert set(ids) == expected_ids(QUESTIONS, 8)
 
 
 def test_cancel_stops_a_run(farm, tmp_path):
