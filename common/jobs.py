@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from pydantic import ValidationError
 
@@ -133,3 +133,17 @@ def manifest_from_json(run_id: str, raw: str | bytes) -> Manifest:
             "no job of it can run. Start a new sweep with valid --policy values, with "
             "workers of the same qfarm version as the producer"
         ) from exc
+
+
+def bundles(jobs: Iterable[Job], size: int) -> Iterator[list[Job]]:
+    """Consecutive jobs in lists of ``size`` (the last may be shorter); lazily. The samples
+    and modes of a question are consecutive in a plan, so a bundle's jobs share their
+    search (one message a bundle on the farm, one hand-over in the in-process runner)."""
+    bundle: list[Job] = []
+    for job in jobs:
+        bundle.append(job)
+        if len(bundle) >= size:
+            yield bundle
+            bundle = []
+    if bundle:
+        yield bundle

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +19,7 @@ from kombu.exceptions import OperationalError
 
 from common import keys
 from common.errors import InputError
-from common.jobs import bundle_label, expand_jobs, profile_id_for_model, ref_for
+from common.jobs import bundle_label, bundles, expand_jobs, profile_id_for_model, ref_for
 from common.models import Job, Manifest, Mode, Question
 from common.policy import Policy, governance_policy_hash, verifier_policy_hash
 from common.questions import digest_content, parse_questions
@@ -143,16 +143,6 @@ def enqueue_jobs(
     return sent
 
 
-def bundles(jobs: Iterable[Job], size: int) -> Iterator[list[Job]]:
-    """Consecutive jobs in lists of ``size`` (the last may be shorter); lazily."""
-    bundle: list[Job] = []
-    for job in jobs:
-        bundle.append(job)
-        if len(bundle) >= size:
-            yield bundle
-            bundle = []
-    if bundle:
-        yield bundle
 
 
 def missing_jobs(plan: SweepPlan, store: ProducerStore) -> list[Job]:

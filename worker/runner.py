@@ -26,13 +26,13 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from common import keys
 from common.errors import ServiceError
-from common.jobs import ref_for
+from common.jobs import bundles, ref_for
 from common.models import Job, JobRecord
 from worker import flow, pipeline
 from worker.services import Services
@@ -70,7 +70,7 @@ class InProcessRunner:
         last = time.monotonic()
         self._pool = ThreadPoolExecutor(self._cpu_threads, thread_name_prefix="qfarm-eager")
         try:
-            for bundle in _bundles(jobs, self._bundle_size):
+            for bundle in bundles(jobs, self._bundle_size):
                 for _ in bundle:
                     while not self._slots.acquire(timeout=tick_s):
                         tick()
@@ -165,16 +165,3 @@ class InProcessRunner:
     def _pool_or_fail(self) -> ThreadPoolExecutor:
         assert self._pool is not None, "InProcessRunner.run is not running"
         return self._pool
-
-
-def _bundles(jobs: Iterable[Job], size: int) -> Iterator[list[Job]]:
-    """Consecutive jobs in lists of ``size``: the samples and modes of a question are
-    consecutive in a plan, so a bundle's jobs share their search (as on the farm)."""
-    bundle: list[Job] = []
-    for job in jobs:
-        bundle.append(job)
-        if len(bundle) >= size:
-            yield bundle
-            bundle = []
-    if bundle:
-        yield bundle

@@ -8,12 +8,12 @@ import os
 import pytest
 import redis
 
-from common.jobs import expand_jobs
+from common.jobs import bundles, expand_jobs
 from common.models import ALL_MODES, Question
 from common.policy import Policy
 from common.settings import Settings
 from producer.store import ProducerStore
-from producer.sweep import bundles, enqueue_jobs
+from producer.sweep import enqueue_jobs
 
 DB = int(os.environ.get("QFARM_TEST_ENQUEUE_REDIS_DB", "10"))
 PORT = int(os.environ.get("QFARM_TEST_REDIS_PORT", "6379"))
