@@ -69,20 +69,30 @@ def supervise(farm, worker, name: str):
     ids=["aof-shutdown", "aof-kill-9", "no-persistence"],
 )
 def test_redis_restart_under_a_followed_sweep_loses_and_doubles_nothing(
-    request, farm_on, tmp_path, kit, simulator, server, kill
+    request, farm_on, tmp_path, kit, server, kill
 ):
     """Issue 11.2/11.3: with appendonly, 88 and 96 of 304 jobs were lost and the following
     sweep died with a traceback. Workers and the follower ride the restart out; after a
     restart without persistence the follower puts back what Redis lost (manifest, rows
     from rows.jsonl) and re-sends the jobs with neither a row nor a message, no --attach."""
+    from ops.sim.launch import start_simulator
+
     redis_server = request.getfixturevalue(server)
-    farm = farm_on(redis_server)
-    n = 5  # 150 jobs
+    # Answers take 50 ms + 20 ms a token: against a zero-latency simulator the farm
+    # finished its run before the restart, and there was no restart to ride out.
+    with start_simulator(ttft_ms=50, tpot_ms=20, max_num_seqs=256) as simulator:
+        _ride_out_a_restart(farm_on(redis_server, endpoints=simulator.url), redis_server,
+                            tmp_path, kit, simulator, kill)
+
+
+def _ride_out_a_restart(farm, redis_server, tmp_path, kit, simulator, kill) -> None:
+    n = 20  # 600 jobs
     planned = kit.planned_ids(n)
     worker = farm.start_worker("w1", concurrency=8)
     calls = kit.llm_calls(simulator)
     sweep, run_id, rows_key = kit.followed_sweep(farm, tmp_path, n)
     assert farm.wait_for(lambda: farm.redis.hlen(rows_key) >= 30, timeout_s=120)
+    assert farm.redis.hlen(rows_key) < len(planned) - 30, "the run ended before the fault"
     t_fault = time.time()
     redis_server.restart(kill=kill)
     time.sleep(3)
