@@ -61,7 +61,6 @@ class InProcessRunner:
         self._cpu_threads = max(1, cpu_threads)
         self._slots = threading.Semaphore(self._max_inflight)
         self._pool: ThreadPoolExecutor | None = None
-        self._errors: list[BaseException] = []
 
     def run(self, jobs: Iterable[Job], *, tick: Callable[[], None] | None = None,
             tick_s: float = 0.25) -> None:  # fmt: skip

@@ -291,10 +291,10 @@ def _ask_routes(app: FastAPI, farm: Farm, asker: Any) -> None:
         store = farm.store
         if not job_id.startswith("ask-") or store.manifest(job_id) is None:
             raise ApiError(404, f"job {job_id}: not found (job ids come from POST /v1/ask)")
-        ids: list[bytes] = store.client.hkeys(_rows_key(job_id))  # type: ignore[assignment]
-        if not ids:
+        _, first = store.log_head(job_id)  # an ask run has one job: its row, once written
+        if first is None:
             return JSONResponse({"state": "pending", "job_id": job_id}, status_code=202)
-        answer = answer_for(store, AskTicket(job_id, ids[0].decode()))
+        answer = answer_for(store, AskTicket(job_id, first.decode()))
         assert answer is not None
         return JSONResponse(answer_payload(answer))
 
@@ -453,11 +453,6 @@ async def _wait_answer(store: ProducerStore, ticket: AskTicket, wait_s: float) -
         await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
     return None
 
-
-def _rows_key(run_id: str) -> str:
-    from common import keys
-
-    return keys.rows_key(run_id)
 
 
 def _register_collector(farm: Farm) -> Any:
