@@ -26,6 +26,7 @@ import functools
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -68,6 +69,7 @@ class InProcessRunner:
         tick = tick or (lambda: None)
         last = time.monotonic()
         self._pool = ThreadPoolExecutor(self._cpu_threads, thread_name_prefix="qfarm-eager")
+        drained = 0
         try:
             for bundle in bundles(jobs, self._bundle_size):
                 for _ in bundle:
@@ -85,12 +87,15 @@ class InProcessRunner:
             for _ in range(self._max_inflight):
                 while not self._slots.acquire(timeout=tick_s):
                     tick()
+                drained += 1
             self._pool.shutdown(wait=True)
         except BaseException:
             self._pool.shutdown(wait=False, cancel_futures=True)
             raise
         finally:
-            for _ in range(self._max_inflight):
+            # Only the slots taken here: jobs still in flight after an interruption free
+            # their own, and an extra release would raise the cap for good.
+            for _ in range(drained):
                 self._slots.release()
         tick()
 
@@ -98,7 +103,19 @@ class InProcessRunner:
 
     def _retrieve(self, jobs: list[Job]) -> None:
         """A bundle's first stage (one search per distinct question), then its prompts go
-        to the gateway in one hand-over."""
+        to the gateway in one hand-over. Never raises: a job this stage still holds when
+        something unexpected raises ends as an error row, and its slot is freed."""
+        held = _Held(jobs, self._slots)
+        try:
+            self._retrieve_bundle(jobs, held)
+        except Exception as exc:
+            log.error("bundle failed unexpectedly (%s: %s)", type(exc).__name__, exc)
+            self._error_rows([pipeline.begin(job, worker=self._svc.worker_name)
+                              for job in held.jobs()], exc)  # fmt: skip
+        finally:
+            held.release_all()
+
+    def _retrieve_bundle(self, jobs: list[Job], held: _Held) -> None:
         forwarded: list[JobRecord] = []
 
         def send(stage: keys.Stage, records: list[JobRecord]) -> None:
@@ -113,16 +130,17 @@ class InProcessRunner:
             flow.internal_error_rows(refs, self._svc, exc)
         records = flow.enter_generate(forwarded, self._svc) if forwarded else []
         asks = [(r, pipeline.generation_request(r)) for r in records]
-        sent = [(r, req) for r, req in asks if req is not None]
+        # The rest ended here (row written, or skipped): their slots are free.
+        held.release_all(keep=[r.job.job_id for r in records])
         for record, req in asks:
-            if req is None:
+            if req is None:  # nothing to ask: straight to verification, which writes its row
                 self._submit(self._verify, record)
-        for _ in range(len(jobs) - len(sent)):
-            self._slots.release()  # ended here (row written, skipped, or nothing to ask)
+                held.release(record.job.job_id)
+        sent = [(r, req) for r, req in asks if req is not None]
         if not sent:
             return
         t0 = time.perf_counter()
-        requests = [req for _, req in sent if req is not None]
+        requests = [req for _, req in sent]
         gateway = self._svc.gateway
         submit_many = getattr(gateway, "submit_many", None)
         futures: list[Future[Any]]
@@ -133,20 +151,16 @@ class InProcessRunner:
             futures = [pool.submit(gateway.generate_many, [r]) for r in requests]
         for (record, _), future in zip(sent, futures, strict=True):
             future.add_done_callback(functools.partial(self._generated, record, t0))
+            held.hand_over(record.job.job_id)  # its slot and its row are the callback's now
 
     def _generated(self, record: JobRecord, t0: float, future: Future[Any]) -> None:
         """On the gateway's loop: queue the verification, free the slot. Nothing slow here."""
         try:
-            try:
-                result = future.result()
-                if isinstance(result, list):  # generate_many's list of one
-                    (result,) = result
-                record = pipeline.with_generation(record, result, t0)
-            except ServiceError as exc:
-                record = pipeline.with_generation(record, exc, t0)
-            except Exception as exc:
-                record = flow.failed(record, exc)
-            self._submit(self._verify, record)
+            self._submit(self._verify, _answered(record, t0, future))
+        except Exception as exc:  # the pool is gone (or a bug): this job's row is written here
+            log.error("job %s failed unexpectedly (%s: %s)", record.job.job_id,
+                      type(exc).__name__, exc)  # fmt: skip
+            self._error_rows([record], exc)
         finally:
             self._slots.release()
 
@@ -156,7 +170,23 @@ class InProcessRunner:
         except Exception as exc:
             log.error("job %s failed unexpectedly (%s: %s)", record.job.job_id,
                       type(exc).__name__, exc)  # fmt: skip
-            flow.internal_error_rows([record.model_dump(mode="json")], self._svc, exc)
+            self._error_rows([record], exc)
+
+    def _error_rows(self, records: list[JobRecord], exc: Exception) -> None:
+        """Last resort: each job's row carries ``exc`` (the flow's internal error rows).
+
+        The records are cut back to their jobs, since what broke may be in a part they
+        gained later (their evidence, answer or verification). The write is set-if-absent:
+        a job that already has its row keeps it. No broker redelivers here, so a row that
+        cannot be stored is logged and the run goes on.
+        """
+        for record in records:
+            bare = JobRecord(job=record.job, worker=record.worker,
+                             started_at=record.started_at, timings=record.timings)  # fmt: skip
+            try:
+                flow.internal_error_row(bare.model_dump(mode="json"), self._svc, exc)
+            except Exception:
+                log.exception("could not write the error row of job %s", record.job.job_id)
 
     def _submit(self, fn: Callable[[JobRecord], None], record: JobRecord) -> None:
         self._pool_or_fail().submit(fn, record)
@@ -164,3 +194,52 @@ class InProcessRunner:
     def _pool_or_fail(self) -> ThreadPoolExecutor:
         assert self._pool is not None, "InProcessRunner.run is not running"
         return self._pool
+
+
+def _answered(record: JobRecord, t0: float, future: Future[Any]) -> JobRecord:
+    """The record with the gateway's answer or failure; a bug recording it is its error."""
+    try:
+        return pipeline.with_generation(record, _result(future), t0)
+    except Exception as exc:
+        return flow.failed(record, exc)
+
+
+def _result(future: Future[Any]) -> Any:
+    try:
+        result = future.result()
+    except ServiceError as exc:
+        return exc
+    if isinstance(result, list):  # generate_many's list of one
+        (result,) = result
+    return result
+
+
+class _Held:
+    """The jobs of a bundle that ``_retrieve`` still answers for: each holds one slot,
+    and nothing else will write its row. Each leaves once, by ``release`` (its slot
+    freed) or ``hand_over`` (the slot goes with the job): no slot is freed twice."""
+
+    def __init__(self, jobs: list[Job], slots: threading.Semaphore):
+        self._jobs = {job.job_id: job for job in jobs}
+        self._left = Counter(job.job_id for job in jobs)
+        self._slots = slots
+
+    def jobs(self) -> list[Job]:
+        return [self._jobs[job_id] for job_id in self._left.elements()]
+
+    def hand_over(self, job_id: str) -> bool:
+        if self._left[job_id] <= 0:
+            return False
+        self._left[job_id] -= 1
+        if not self._left[job_id]:
+            del self._left[job_id]
+        return True
+
+    def release(self, job_id: str) -> None:
+        if self.hand_over(job_id):
+            self._slots.release()
+
+    def release_all(self, keep: Iterable[str] = ()) -> None:
+        """Free every job still held but (once per occurrence) those in ``keep``."""
+        for job_id in (Counter(self._left) - Counter(keep)).elements():
+            self.release(job_id)

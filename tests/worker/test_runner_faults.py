@@ -1,0 +1,224 @@
+"""The in-process runner when a stage raises where nothing expects it: the run still ends,
+every job has exactly one row (the broken bundle's as error rows) and every slot is back."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import fakeredis
+import pytest
+
+from common.errors import TransientServiceError
+from common.jobs import expand_jobs
+from common.models import Generation, Job, Mode, Question
+from common.policy import Policy
+from common.settings import Settings
+from producer.store import ProducerStore
+from producer.sweep import make_manifest
+from worker import flow, pipeline, runner
+from worker.runner import InProcessRunner
+from worker.services import Services
+from worker.store import WorkerStore
+
+pytestmark = pytest.mark.timeout(120)
+
+QUESTIONS = ("What is jazz?", "Who was Napoleon?", "What is the capital of France?")
+N = 4  # samples per question: one bundle per question (bundle_size=N)
+POISON = "q1"  # the question whose bundle breaks
+POISON_TEXT = QUESTIONS[1]
+RUN_S = 15.0
+
+
+class FutureGateway:
+    """Answers on its own threads through futures, as the real gateway's loop does; a
+    request of POISON fails with a service error when ``fail_poison`` is set."""
+
+    def __init__(self) -> None:
+        self.pool = ThreadPoolExecutor(4, thread_name_prefix="test-gateway")
+        self.fail_poison = False
+
+    def submit_many(self, items: list) -> list[Future]:
+        return [self.pool.submit(self._answer, prompt) for prompt, _, _ in items]
+
+    def _answer(self, prompt: str) -> Generation:
+        if self.fail_poison and POISON_TEXT in prompt:
+            raise TransientServiceError("endpoint refused the request")
+        return Generation(text='"Jazz is a music genre" [E1]', endpoint="canned")
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+
+@pytest.fixture
+def setup(default_index) -> Iterator[tuple[Services, ProducerStore, FutureGateway, list[Job]]]:
+    from worker.retrieval import open_retriever
+
+    client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    settings = Settings(index_path=default_index)
+    gateway = FutureGateway()
+    svc = Services(settings=settings, store=WorkerStore(client), worker_name="t",
+                   retriever_factory=lambda: open_retriever(settings),
+                   gateway_factory=lambda: gateway)  # fmt: skip
+    store = ProducerStore(client)
+    store.put_manifest(make_manifest(
+        run_id="r", question_file="-", question_file_digest="-", n_questions=len(QUESTIONS),
+        modes=[Mode.QUOTE], n=N, policy=Policy(), model="m", endpoints=[], simulated=True,
+        retriever="embedded", index_version=None, corpus=None, eager=True,
+    ))  # fmt: skip
+    questions = [Question(id=f"q{i}", text=t) for i, t in enumerate(QUESTIONS)]
+    jobs = list(expand_jobs("r", questions, [Mode.QUOTE], N, Policy(), model="m"))
+    yield svc, store, gateway, jobs
+    svc.close()
+
+
+def is_poison(job: Job) -> bool:
+    return job.question.id == POISON
+
+
+def run_to_the_end(r: InProcessRunner, jobs: list[Job]) -> None:
+    """``r.run`` in a thread: a run that hangs fails the test instead of blocking the suite."""
+    t = threading.Thread(target=r.run, args=(jobs,), kwargs={"tick_s": 0.05}, daemon=True)
+    t.start()
+    t.join(RUN_S)
+    assert not t.is_alive(), "the run hung: some job's slot was never released"
+
+
+def assert_one_row_each(store: ProducerStore, jobs: list[Job], error: str | None) -> None:
+    """Exactly one row per job; the poisoned bundle's carry ``error`` (None: no job failed)."""
+    rows = [json.loads(raw) for raw in store.read_rows("r", 0)]
+    assert sorted(r["job_id"] for r in rows) == sorted(j.job_id for j in jobs)
+    for row in rows:
+        if error is not None and row["question_id"] == POISON:
+            assert error in (row["error"] or ""), row
+        else:
+            assert row["error"] is None, row
+
+
+def assert_every_slot_back(r: InProcessRunner) -> None:
+    # The cap is the semaphore's value: a missing release lowers it, a double one raises it.
+    assert r._slots._value == r._max_inflight  # type: ignore[attr-defined]
+
+
+def a_runner(svc: Services) -> InProcessRunner:
+    return InProcessRunner(svc, max_inflight=2, bundle_size=N)  # 4 slots: one bundle at a time
+
+
+# ------------------------------------------------------------------ the retrieve stage
+
+
+def raise_for_poison(real, is_hit, message: str):  # type: ignore[no-untyped-def]
+    def wrapped(first, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if is_hit(first):
+            raise RuntimeError(message)
+        return real(first, *args, **kwargs)
+
+    return wrapped
+
+
+RETRIEVE_FAULTS = {
+    # (module, attribute, does the first argument belong to the poisoned bundle?)
+    "handle_retrieve": (
+        flow,
+        "handle_retrieve",
+        lambda refs: any(r["qid"] == POISON for r in refs),
+    ),
+    "ref_for": (runner, "ref_for", is_poison),
+    "enter_generate": (flow, "enter_generate", lambda rs: any(is_poison(r.job) for r in rs)),
+    "generation_request": (pipeline, "generation_request", lambda rec: is_poison(rec.job)),
+}
+
+
+@pytest.mark.parametrize("where", list(RETRIEVE_FAULTS))
+def test_a_bundle_whose_retrieve_stage_raises_ends_as_error_rows(setup, monkeypatch, where) -> None:
+    svc, store, _, jobs = setup
+    module, name, is_hit = RETRIEVE_FAULTS[where]
+    monkeypatch.setattr(
+        module, name, raise_for_poison(getattr(module, name), is_hit, f"{where} broke")
+    )
+    r = a_runner(svc)
+    run_to_the_end(r, jobs)
+    assert_one_row_each(store, jobs, f"RuntimeError: {where} broke")
+    assert_every_slot_back(r)
+
+
+# ------------------------------------------------------------------ the gateway
+
+
+def test_a_gateway_submit_that_raises_ends_as_error_rows(setup, monkeypatch) -> None:
+    svc, store, gateway, jobs = setup
+    real = gateway.submit_many
+
+    def submit_many(items: list) -> list[Future]:
+        if any(POISON_TEXT in prompt for prompt, _, _ in items):
+            raise RuntimeError("the gateway's loop is gone")
+        return real(items)
+
+    monkeypatch.setattr(gateway, "submit_many", submit_many)
+    r = a_runner(svc)
+    run_to_the_end(r, jobs)
+    assert_one_row_each(store, jobs, "RuntimeError: the gateway's loop is gone")
+    assert_every_slot_back(r)
+
+
+def test_a_failed_answer_that_cannot_be_recorded_ends_as_an_error_row(setup, monkeypatch) -> None:
+    svc, store, gateway, jobs = setup
+    gateway.fail_poison = True
+    real = pipeline.with_generation
+
+    def with_generation(record, result, t0):  # type: ignore[no-untyped-def]
+        if isinstance(result, Exception):
+            raise RuntimeError("cannot record the service error")
+        return real(record, result, t0)
+
+    monkeypatch.setattr(pipeline, "with_generation", with_generation)
+    r = a_runner(svc)
+    run_to_the_end(r, jobs)
+    assert_one_row_each(store, jobs, "RuntimeError: cannot record the service error")
+    assert_every_slot_back(r)
+
+
+# ------------------------------------------------------------------ verification
+
+
+def test_a_verification_that_raises_ends_as_error_rows(setup, monkeypatch) -> None:
+    svc, store, _, jobs = setup
+    monkeypatch.setattr(pipeline, "verification_stage",
+                        raise_for_poison(pipeline.verification_stage, lambda rec: is_poison(rec.job),
+                                         "verification broke"))  # fmt: skip
+    r = a_runner(svc)
+    run_to_the_end(r, jobs)
+    assert_one_row_each(store, jobs, "RuntimeError: verification broke")
+    assert_every_slot_back(r)
+
+
+def test_an_answered_job_whose_row_cannot_be_built_still_gets_an_error_row(
+    setup, monkeypatch
+) -> None:
+    # A bug in the parts a record gains after retrieval (here: building the row of an
+    # answered job) must not also break the error row written for it.
+    svc, store, _, jobs = setup
+    monkeypatch.setattr(pipeline, "finish",
+                        raise_for_poison(pipeline.finish,
+                                         lambda rec: is_poison(rec.job) and rec.generation is not None,
+                                         "row of an answered job broke"))  # fmt: skip
+    r = a_runner(svc)
+    run_to_the_end(r, jobs)
+    assert_one_row_each(store, jobs, "RuntimeError: row of an answered job broke")
+    assert_every_slot_back(r)
+
+
+# ------------------------------------------------------------------ progress
+
+
+def test_an_eager_run_feeds_the_stage_counters_the_progress_bar_reads(setup) -> None:
+    svc, store, _, jobs = setup
+    r = a_runner(svc)
+    run_to_the_end(r, jobs)
+    assert_one_row_each(store, jobs, error=None)
+    assert store.progress("r", len(jobs)).stages == {
+        s: len(jobs) for s in ("retrieve", "generate", "verify")
+    }
+    assert_every_slot_back(r)
