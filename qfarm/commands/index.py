@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from common.errors import RetrievalError
+from common.errors import ConfigError, RetrievalError
 from common.settings import Settings, load_settings
 
 if TYPE_CHECKING:  # the retrieval backends are imported only by the commands that use them
@@ -71,6 +71,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="cluster: delete older versioned indices after switching the alias",
     )
+    p.add_argument(
+        "--dense",
+        action="store_true",
+        help="embedded: also store each passage's all-MiniLM-L6-v2 vector; searches then fuse "
+        "lexical and dense results (also QFARM_DENSE=1; needs `make install-dense`)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
@@ -82,6 +88,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         overrides["retriever"] = args.backend
     if args.index_path:
         overrides["index_path"] = args.index_path
+    if args.dense:
+        overrides["dense"] = True
     return load_settings(**overrides)
 
 
@@ -133,12 +141,23 @@ def _build(settings: Settings, args: argparse.Namespace) -> IngestReport:
     source = CorpusSource.resolve(args.corpus)
     progress = not args.no_progress and sys.stderr.isatty()
     if settings.retriever == "embedded":
+        encoder = None
+        if settings.dense:
+            from worker.retrieval.dense import open_encoder
+
+            encoder = open_encoder(settings.dense_model)
         return build_embedded_index(
             source,
             settings.embedded_index_path(),
             progress=progress,
             max_errors=args.max_errors,
             force=args.force,
+            encoder=encoder,
+        )
+    if settings.dense:
+        raise ConfigError(
+            f"--dense / QFARM_DENSE: the dense stage is for the embedded index only, not "
+            f"{settings.retriever}; drop --dense or use --backend embedded"
         )
     return _build_cluster(settings, args, source, progress=progress)
 

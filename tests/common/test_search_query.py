@@ -279,3 +279,22 @@ def test_rerank_hits_reorders_cluster_hits_and_cuts_to_top_k() -> None:
     assert [h["_source"]["chunk_id"] for h in got] == ["b#0"]
     # 6 x (3/3 terms) x (1 + 0.5 for "highest mountain"; "mountain africa" is not adjacent as written)
     assert got[0]["_score"] == pytest.approx(6.0 * 1.5)
+
+
+def test_dense_index_version_names_the_fused_ranking() -> None:
+    version = sq.index_version_for("ABCDEF0123456789" * 4, dense=True)
+    assert version == f"ABCDEF012345-{CHUNKER_VERSION}-{sq.RANKING_VERSION}+minilm-rrf"
+    assert version != sq.index_version_for("ABCDEF0123456789" * 4)
+
+
+def test_fuse_ranks_sums_reciprocal_ranks() -> None:
+    # 2 is 2nd and 1st: 1/12 + 1/11 beats 1 (1st of one list only) and 3 (3rd, 2nd).
+    fused = sq.fuse_ranks([[1, 2, 3], [2, 3, 4]], k=10)
+    assert [item for item, _ in fused] == [2, 3, 1, 4]
+    assert fused[0][1] == pytest.approx(1 / 12 + 1 / 11)
+
+
+def test_fuse_ranks_keeps_the_first_seen_order_on_ties_and_handles_empty_lists() -> None:
+    assert [item for item, _ in sq.fuse_ranks([[7, 8], [8, 7]], k=10)] == [7, 8]
+    assert [item for item, _ in sq.fuse_ranks([[5, 6], []])] == [5, 6]
+    assert sq.fuse_ranks([[], []]) == []

@@ -23,7 +23,14 @@ def open_retriever(settings: Settings) -> Retriever:
     if backend == "embedded":
         from worker.retrieval.embedded import EmbeddedRetriever
 
-        return EmbeddedRetriever(settings.embedded_index_path())
+        retriever = EmbeddedRetriever(settings.embedded_index_path(), dense_model=settings.dense_model)
+        retriever.check_dense_model()
+        return retriever
+    if settings.dense:
+        raise ConfigError(
+            f"QFARM_DENSE=1: the dense stage is for the embedded index only, not {backend}; "
+            "unset QFARM_DENSE or set QFARM_RETRIEVER=embedded (docs/retrieval.md, 'Dense stage')"
+        )
     if backend == "elasticsearch":
         from worker.retrieval.elasticsearch import open_elasticsearch
 

@@ -69,6 +69,10 @@ class CorpusSource:
     def index_version(self) -> str:
         return index_version_for(self.digest())
 
+    def index_version_with(self, *, dense: bool) -> str:
+        """The version of this corpus's index with (or without) the dense stage's vectors."""
+        return index_version_for(self.digest(), dense=dense)
+
 
 def _not_utf8(where: str, raw: bytes, exc: UnicodeDecodeError) -> str:
     return (

@@ -28,23 +28,38 @@ reader never sees a half-built index):
 * ``documents(doc_id PRIMARY KEY, title, n_passages, chars)``;
 * ``passages(rowid, doc_id, chunk_id UNIQUE, title, text, offset_start, offset_end)``;
 * ``passages_fts(title, text)``: one FTS5 index over ``passages.title`` and
-  ``passages.text`` (external content: the text is stored once).
+  ``passages.text`` (external content: the text is stored once);
+* ``passage_vectors(rowid, vector)``: only in an index built with ``--dense``,
+  each passage's all-MiniLM-L6-v2 vector (384 little-endian float32); such an
+  index is searched lexically and densely, the two top 30s fused by
+  reciprocal rank (``common.search_query.fuse_ranks``; docs/retrieval.md,
+  "Dense stage").
 """
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from common.chunking import Passage
 from common.corpus import Document
 from common.errors import RetrievalError
 from common.models import Evidence
-from common.search_query import RERANK_DEPTH, fts5_match_expression, rerank_order
+from common.search_query import (
+    DENSE_DEPTH,
+    RERANK_DEPTH,
+    fts5_match_expression,
+    fuse_ranks,
+    rerank_order,
+)
+
+if TYPE_CHECKING:  # NumPy and the encoder load only for an index built with --dense
+    from worker.retrieval.dense import DenseEncoder
 
 SCHEMA_VERSION = "qfarm-embedded-2"  # 2: one two-column FTS5 table (BM25F)
 TOKENIZER = "porter unicode61 remove_diacritics 2"
@@ -71,14 +86,21 @@ CREATE VIRTUAL TABLE passages_fts USING fts5(
 # Rank in the FTS5 table alone (bm25() is negated: lower is better), keep the
 # best few, then join their stored fields: joining first would make SQLite run
 # the MATCH once per passage.
+_VECTORS_SCHEMA = "CREATE TABLE passage_vectors(rowid INTEGER PRIMARY KEY, vector BLOB NOT NULL)"
+# Passages encoded per slice when an index is built with --dense: bounds the texts held.
+_ENCODE_SLICE = 1024
 _SEARCH_SQL = """
-SELECT p.doc_id, p.chunk_id, p.title, p.text, p.offset_start, p.offset_end, r.score
+SELECT p.doc_id, p.chunk_id, p.title, p.text, p.offset_start, p.offset_end, r.score, r.rowid
 FROM (
     SELECT rowid, bm25(passages_fts, ?, 1.0) AS score FROM passages_fts
     WHERE passages_fts MATCH ?{filter} ORDER BY score, rowid LIMIT ?
 ) AS r JOIN passages AS p ON p.rowid = r.rowid
 ORDER BY r.score, r.rowid
 """
+_ROWS_SQL = (
+    "SELECT doc_id, chunk_id, title, text, offset_start, offset_end, 0.0, rowid FROM passages"
+    " WHERE rowid IN ({marks})"
+)
 
 
 class EmbeddedIndexWriter:
@@ -118,14 +140,19 @@ class EmbeddedIndexWriter:
         self.passages += len(passages)
         return True
 
-    def finish(self, meta: dict[str, Any]) -> None:
-        """Build the full-text index in one pass, record ``meta`` and close."""
+    def finish(self, meta: dict[str, Any], *, encoder: DenseEncoder | None = None,
+               progress: bool = False) -> None:  # fmt: skip
+        """Build the full-text index in one pass (and the passage vectors with ``encoder``),
+        record ``meta`` and close."""
         conn = self._conn
         conn.execute(
             "INSERT INTO passages_fts(rowid, title, text) SELECT rowid, title, text FROM passages"
         )
         # One b-tree segment: a query reads each term's postings once (measured ~x1.5 faster).
         conn.execute("INSERT INTO passages_fts(passages_fts) VALUES('optimize')")
+        if encoder is not None:
+            self._store_vectors(encoder, progress)
+            meta = {**meta, "dense_model": encoder.model_id}
         values = {
             **meta,
             "schema": SCHEMA_VERSION,
@@ -136,6 +163,36 @@ class EmbeddedIndexWriter:
         conn.executemany("INSERT INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in values.items()])
         conn.commit()
         conn.close()
+
+    def _store_vectors(self, encoder: DenseEncoder, progress: bool) -> None:
+        """Every passage's vector (title, then text, as the model reads a passage)."""
+        conn = self._conn
+        conn.execute(_VECTORS_SCHEMA)
+        bar: Any = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=self.passages, unit="passage", desc="encoding (dense)",
+                       dynamic_ncols=True)  # fmt: skip
+        try:
+            last = 0
+            while True:
+                rows = conn.execute(
+                    "SELECT rowid, title, text FROM passages WHERE rowid > ? ORDER BY rowid LIMIT ?",
+                    (last, _ENCODE_SLICE),
+                ).fetchall()
+                if not rows:
+                    break
+                vectors = encoder.encode([f"{title}. {text}" for _, title, text in rows],
+                                         progress=bar.update if bar is not None else None)  # fmt: skip
+                conn.executemany(
+                    "INSERT INTO passage_vectors VALUES (?, ?)",
+                    [(rowid, vectors[i].astype("<f4").tobytes()) for i, (rowid, _, _) in enumerate(rows)],
+                )
+                last = rows[-1][0]
+        finally:
+            if bar is not None:
+                bar.close()
 
     def abort(self) -> None:
         self._conn.close()
@@ -163,7 +220,7 @@ class EmbeddedRetriever:
 
     backend = "embedded"
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, *, dense_model: Path | None = None):
         self.path = path
         meta = read_meta(path)
         if meta is None:
@@ -179,6 +236,11 @@ class EmbeddedRetriever:
         self._local = threading.local()
         self._conns: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        # An index built with --dense is searched with its vectors; the model loads on the
+        # first search (``passages`` alone, as the viewer reads them, never needs it).
+        self._dense: _DenseIndex | None = None
+        if meta.get("dense_model"):
+            self._dense = _DenseIndex(self, meta["dense_model"], dense_model)
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -218,7 +280,12 @@ class EmbeddedRetriever:
                 f"embedded index {self.path}: query failed ({exc}); rebuild it with `qfarm index --force`"
             ) from exc
         # bm25() is negated (lower is better); stage 2 wants higher-is-better.
-        order = rerank_order(query, [(-row[-1], f"{row[2]}\n{row[3]}") for row in rows], top_k)
+        candidates = [(-row[6], f"{row[2]}\n{row[3]}") for row in rows]
+        if self._dense is None:
+            order = rerank_order(query, candidates, top_k)
+        else:
+            lexical = rerank_order(query, candidates, max(int(top_k), DENSE_DEPTH))
+            rows, order = self._dense.fuse(query, rows, lexical, top_k, doc_ids)
         return [
             Evidence(
                 id=f"E{rank}",
@@ -230,7 +297,7 @@ class EmbeddedRetriever:
                 offset_start=start,
                 offset_end=end,
             )
-            for rank, (score, (doc_id, chunk_id, title, text, start, end, _)) in enumerate(
+            for rank, (score, (doc_id, chunk_id, title, text, start, end, _, _)) in enumerate(
                 ((score, rows[i]) for i, score in order), start=1
             )
         ]
@@ -265,12 +332,24 @@ class EmbeddedRetriever:
             for doc_id, chunk_id, title, text, start, end in rows
         }
 
+    def check_dense_model(self) -> None:
+        """``ConfigError`` now if this index needs the dense model and it is not installed.
+
+        ``open_retriever`` calls it, so a worker without the model fails at start with
+        the install command rather than writing one error row per job.
+        """
+        if self._dense is not None:
+            from worker.retrieval.dense import locate_model
+
+            locate_model(self._dense.explicit)
+
     def index_version(self) -> str:
         return self._meta["index_version"]
 
     def describe(self) -> dict[str, Any]:
         m = self._meta
         return {
+            **({"dense_model": m["dense_model"]} if m.get("dense_model") else {}),
             "backend": self.backend,
             "index": str(self.path),
             "index_version": m.get("index_version"),
@@ -288,6 +367,90 @@ class EmbeddedRetriever:
                 conn.close()
             self._conns.clear()
         self._local = threading.local()
+
+
+class _DenseIndex:
+    """The passage vectors of an index built with --dense, and the encoder for questions.
+
+    Loaded on the first search, once per process (11k passages: 17 MB of
+    float32, ~0.3 s with the model); a search reads them without the lock.
+    """
+
+    def __init__(self, owner: EmbeddedRetriever, model_id: str, explicit: Path | None):
+        self._owner = owner
+        self.model_id = model_id
+        self.explicit = explicit  # QFARM_DENSE_MODEL, else the installed model
+        self._loaded: tuple[Any, Any, DenseEncoder] | None = None
+        self._question_vector: Callable[[str], Any] = lambda text: None
+        self._lock = threading.Lock()
+
+    def _load(self) -> tuple[Any, Any, DenseEncoder]:
+        with self._lock:
+            if self._loaded is None:
+                import numpy as np
+
+                from worker.retrieval.dense import encoder_at, locate_model
+
+                folder = locate_model(self.explicit)
+                encoder = encoder_at(folder)
+                if encoder.model_id != self.model_id:
+                    raise RetrievalError(
+                        f"embedded index {self._owner.path} was encoded with {self.model_id}, "
+                        f"the model at {folder} is {encoder.model_id}; rebuild the index "
+                        "(`qfarm index --dense --force`) or point QFARM_DENSE_MODEL at that model"
+                    )
+                pairs = self._owner._conn().execute(
+                    "SELECT rowid, vector FROM passage_vectors ORDER BY rowid"
+                ).fetchall()
+                rowids = np.fromiter((r for r, _ in pairs), dtype=np.int64, count=len(pairs))
+                matrix = np.frombuffer(b"".join(v for _, v in pairs), dtype="<f4").reshape(
+                    len(pairs), encoder.dimensions
+                )
+                self._loaded = (rowids, matrix, encoder)
+                # A sweep searches each question again in later bundles: ~7 ms saved each time.
+                self._question_vector = functools.lru_cache(maxsize=4096)(
+                    lambda text: encoder.encode([text])[0]
+                )
+            return self._loaded
+
+    def fuse(
+        self,
+        query: str,
+        rows: list[Any],
+        lexical: list[tuple[int, float]],
+        top_k: int,
+        doc_ids: Sequence[str] | None,
+    ) -> tuple[list[Any], list[tuple[int, float]]]:
+        """(rows, order) as ``search`` reads them: the lexical and dense top lists fused.
+
+        ``rows`` are stage 1's, ``lexical`` stage 2's order over them; the dense
+        list's passages that stage 1 did not fetch are read and appended to ``rows``.
+        """
+        import numpy as np
+
+        rowids, matrix, _ = self._load()
+        sims = matrix @ self._question_vector(query)
+        if doc_ids is not None:  # the same filter as the lexical query
+            allowed = {r for (r,) in self._owner._conn().execute(
+                f"SELECT rowid FROM passages WHERE doc_id IN ({', '.join('?' * len(doc_ids))})",
+                list(doc_ids),
+            )}  # fmt: skip
+            sims = np.where(np.isin(rowids, list(allowed)), sims, -np.inf)
+        depth = min(max(int(top_k), DENSE_DEPTH), len(rowids))
+        top = np.argpartition(-sims, depth - 1)[:depth] if depth else np.array([], dtype=np.int64)
+        top = top[np.argsort(-sims[top], kind="stable")]
+        dense = [int(rowids[i]) for i in top if np.isfinite(sims[i])]
+        position = {row[7]: i for i, row in enumerate(rows)}
+        missing = [r for r in dense if r not in position]
+        if missing:
+            extra = self._owner._conn().execute(
+                _ROWS_SQL.format(marks=", ".join("?" * len(missing))), missing
+            ).fetchall()
+            for row in extra:
+                position[row[7]] = len(rows)
+                rows = [*rows, row]
+        fused = fuse_ranks([[rows[i][7] for i, _ in lexical], dense])[:top_k]
+        return rows, [(position[rowid], score) for rowid, score in fused]
 
 
 def check_index_pages(path: Path, corpus: str | None = None) -> None:

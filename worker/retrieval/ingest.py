@@ -5,7 +5,8 @@
   reported with ``file:line`` and skipped, and the build goes on. More than
   ``max_errors`` bad documents abort the build before anything is switched.
 * Every index is versioned: ``index_version = corpus digest (sha256 of the
-  file's bytes, 12 hex) + chunker version``. The embedded index is built in a
+  file's bytes, 12 hex) + chunker version + ranking version`` (the ranking
+  names the dense stage when the index holds vectors). The embedded index is built in a
   temporary file renamed over the old one; a cluster index is built as
   ``<alias>-<version>`` and the alias moved in one ``_aliases`` call when it is
   complete. Readers therefore see the old index or the new one, never half.
@@ -19,7 +20,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from common.chunking import Passage, chunk_document
 from common.corpus import CorpusIssue, Document
@@ -36,6 +37,9 @@ try:  # POSIX: serialize concurrent builds of one index file (several workers st
     import fcntl
 except ImportError:  # pragma: no cover - Windows builds without the lock
     fcntl = None  # type: ignore[assignment]
+
+if TYPE_CHECKING:
+    from worker.retrieval.dense import DenseEncoder
 
 MAX_ISSUES_KEPT = 100
 
@@ -124,9 +128,9 @@ def _chunked(
     progress.update(report)
 
 
-def _meta(source: CorpusSource) -> dict[str, Any]:
+def _meta(source: CorpusSource, index_version: str | None = None) -> dict[str, Any]:
     return {
-        "index_version": source.index_version,
+        "index_version": index_version or source.index_version,
         "corpus": source.label,
         "corpus_digest": source.digest(),
         "chunker_version": CHUNKER_VERSION,
@@ -157,23 +161,32 @@ def build_embedded_index(
     progress: bool = True,
     max_errors: int | None = None,
     force: bool = False,
+    encoder: DenseEncoder | None = None,
 ) -> IngestReport:
-    """Build the SQLite index of ``source`` at ``dest`` (temp file, then an atomic rename)."""
+    """Build the SQLite index of ``source`` at ``dest`` (temp file, then an atomic rename).
+
+    With ``encoder`` the index also holds every passage's vector (``--dense``).
+    """
     with _build_lock(dest):
         return _build_embedded_locked(
-            source, dest, progress=progress, max_errors=max_errors, force=force
+            source, dest, progress=progress, max_errors=max_errors, force=force, encoder=encoder
         )
 
 
 def _build_embedded_locked(
-    source: CorpusSource, dest: Path, *, progress: bool, max_errors: int | None, force: bool
+    source: CorpusSource,
+    dest: Path,
+    *,
+    progress: bool,
+    max_errors: int | None,
+    force: bool,
+    encoder: DenseEncoder | None = None,
 ) -> IngestReport:
     t0 = time.perf_counter()
-    report = IngestReport(
-        "embedded", str(dest), source.index_version, source.label, source.digest()
-    )
+    version = source.index_version_with(dense=encoder is not None)
+    report = IngestReport("embedded", str(dest), version, source.label, source.digest())
     current = read_meta(dest)
-    if not force and current and current.get("index_version") == source.index_version:
+    if not force and current and current.get("index_version") == version:
         report.built = False
         report.documents = int(current.get("documents", 0))
         report.passages = int(current.get("passages", 0))
@@ -196,7 +209,7 @@ def _build_embedded_locked(
                 )
         if writer.documents == 0:
             raise InputError(f"{source.path}: no documents could be read; nothing was indexed")
-        writer.finish(_meta(source))
+        writer.finish(_meta(source, version), encoder=encoder, progress=progress)
         os.replace(tmp, dest)
     except BaseException:
         writer.abort()
@@ -215,14 +228,25 @@ def ensure_default_index(settings: Settings, *, progress: bool = True) -> Path:
     """
     dest = settings.embedded_index_path()
     source = CorpusSource.resolve(DEFAULT_CORPUS_LABEL)
+    # QFARM_DENSE=1 wants the vectors; without it an up-to-date index with them is kept
+    # (`qfarm index --dense` took minutes, and searches use them whatever the setting).
+    current = {source.index_version_with(dense=True)}
+    if not settings.dense:
+        current.add(source.index_version_with(dense=False))
     with _build_lock(dest):
         meta = read_meta(dest)
         if meta is not None and (
-            meta.get("corpus") != DEFAULT_CORPUS_LABEL
-            or meta.get("index_version") == source.index_version
+            meta.get("corpus") != DEFAULT_CORPUS_LABEL or meta.get("index_version") in current
         ):
             return dest
-        _build_embedded_locked(source, dest, progress=progress, max_errors=None, force=True)
+        encoder = None
+        if settings.dense:  # QFARM_DENSE=1: the default index with vectors (minutes to encode)
+            from worker.retrieval.dense import open_encoder
+
+            encoder = open_encoder(settings.dense_model)
+        _build_embedded_locked(
+            source, dest, progress=progress, max_errors=None, force=True, encoder=encoder
+        )
     return dest
 
 
