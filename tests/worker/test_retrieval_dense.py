@@ -187,3 +187,26 @@ def test_a_worker_without_the_model_fails_at_start_but_the_viewer_reads_passages
     # The viewer opens the index for passages only: no model needed.
     passages = EmbeddedRetriever(indexes[1]).passages(["1#0"])
     assert passages["1#0"].title == "Pediatrics"
+
+
+@pytest.mark.slow
+def test_an_eager_sweep_on_a_dense_index_records_the_fused_ranking(
+    indexes: tuple[Path, Path], tmp_path: Path
+) -> None:
+    from ops.sim.launch import start_simulator
+    from producer import SweepSpec, run_sweep
+
+    with start_simulator(max_num_seqs=4, ttft_ms=0, tpot_ms=0) as sim:
+        settings = Settings(llm_endpoints=sim.url, index_path=indexes[1],
+                            results_dir=tmp_path / "results", data_dir=tmp_path)  # fmt: skip
+        result = run_sweep(
+            SweepSpec(questions=["Which doctor looks after sick children?"], modes=["quote"], n=2),
+            eager=True,
+            settings=settings,
+        )
+    rows = result.rows()
+    assert result.status == "complete" and len(rows) == 2
+    for row in rows:
+        assert row.error is None
+        assert row.index_version.endswith(f"-{DENSE_RANKING_VERSION}")
+        assert "Pediatrics" in row.top_doc_titles
