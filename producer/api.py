@@ -42,7 +42,13 @@ from producer.aggregator import Aggregator
 from producer.capacity import check_plan_fits
 from producer.endpoints import probe_endpoints
 from producer.lease import FollowerLease
-from producer.runs import create_run_dir, new_run_id, read_manifest, update_run_status
+from producer.runs import (
+    create_run_dir,
+    new_run_id,
+    read_manifest,
+    read_run_status,
+    update_run_status,
+)
 from producer.store import ProducerStore, Progress, connect
 from producer.sweep import (
     Follower,
@@ -462,8 +468,11 @@ def _finish(manifest: Manifest, run_dir: Path, written: int, *, cancelled: bool 
     total = manifest.n_jobs
     state = "complete" if written >= total else ("cancelled" if cancelled else "incomplete")
     # ``written`` counts distinct job ids: the run is complete when every planned job has a row.
-    update_run_status(run_dir, status=state, finished_at=time.time(), rows=written, **status)
-    return RunResult(manifest, run_dir, state, written, summary=write_summary(run_dir))
+    final = {"status": state, "finished_at": time.time(), "rows": written, **status}
+    # The summary first: whoever sees the final status (the API, the viewer) finds it.
+    summary = write_summary(run_dir, status={**read_run_status(run_dir), **final})
+    update_run_status(run_dir, **final)
+    return RunResult(manifest, run_dir, state, written, summary=summary)
 
 
 def ask(

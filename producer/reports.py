@@ -241,15 +241,18 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_summary(run_dir: Path, *, finished_at: float | None = None) -> Path:
+def write_summary(run_dir: Path, *, finished_at: float | None = None,
+                  status: dict | None = None) -> Path:  # fmt: skip
     """(Re)write ``summary.md`` and its plots in ``run_dir``; returns the summary's path.
 
     The end time is ``finished_at``, else the producer's ``status.json``, else
-    the last row's ``finished_at``.
+    the last row's ``finished_at``. ``status`` stands in for ``status.json``: a
+    run that ends writes its summary before the status that says it ended, so a
+    reader who sees "complete" finds the summary.
     """
     run_dir = Path(run_dir)
     manifest, stats = read_run(run_dir)
-    status = read_run_status(run_dir)
+    status = read_run_status(run_dir) if status is None else status
     if finished_at is None and isinstance(status.get("finished_at"), int | float):
         finished_at = float(status["finished_at"])
     plots: dict[str, str] = {}

@@ -56,19 +56,6 @@ def build(where: Path) -> tuple[Path, Path, Path]:
     return naive, lexical, dense
 
 
-def interleave(fa: Any, fb: Any, texts: list[str]) -> tuple[list[float], list[float]]:
-    """``time_interleaved`` without its warm-up on the timed questions (it would cache them)."""
-    out_a: list[float] = []
-    out_b: list[float] = []
-    for i, text in enumerate(texts):
-        pair = ((fa, out_a), (fb, out_b)) if i % 2 == 0 else ((fb, out_b), (fa, out_a))
-        for fn, out in pair:
-            t0 = time.perf_counter()
-            fn(text)
-            out.append((time.perf_counter() - t0) * 1000.0)
-    return out_a, out_b
-
-
 def searcher(retriever: Any) -> Any:
     return lambda text: retriever.search(text, top_k=TOP_K, title_boost=TITLE_BOOST)
 
@@ -111,7 +98,8 @@ def main() -> None:
         fresh = EmbeddedRetriever(dense_path)
         for i in range(5):
             fresh.search(f"warm-up question number {i}", top_k=TOP_K, title_boost=TITLE_BOOST)
-        naive2_ms, dense_ms = interleave(searcher(retrievers["naive"]), searcher(fresh), texts)
+        naive2_ms, dense_ms = time_interleaved(searcher(retrievers["naive"]), searcher(fresh), texts,
+                                               warm_up=0)  # fmt: skip
         fresh.close()
         p50 = {k: statistics.median(v) for k, v in
                (("naive", naive_ms), ("lexical", lexical_ms), ("naive2", naive2_ms), ("dense", dense_ms))}  # fmt: skip

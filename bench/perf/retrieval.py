@@ -73,14 +73,19 @@ def time_each(fn: Callable[[str], object], questions: list[str]) -> list[float]:
 
 
 def time_interleaved(
-    fa: Callable[[str], object], fb: Callable[[str], object], questions: list[str]
+    fa: Callable[[str], object],
+    fb: Callable[[str], object],
+    questions: list[str],
+    warm_up: int = 20,
 ) -> tuple[list[float], list[float]]:
     """Latencies of two searches on each question, alternating which runs first.
 
     Interleaving gives both the same machine load (other work on shared cores
     comes and goes), so their ratio means something even when absolute times drift.
+    The first ``warm_up`` questions are searched once untimed first (0: a search that
+    caches per question would then be timed on questions it has seen).
     """
-    for q in questions[:20]:
+    for q in questions[:warm_up]:
         fa(q)
         fb(q)
     out_a: list[float] = []
