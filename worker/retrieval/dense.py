@@ -68,7 +68,8 @@ def locate_model(explicit: Path | None = None) -> Path:
 
 
 def _require_libraries() -> None:
-    missing = [m for m in ("numpy", "tokenizers", "safetensors") if importlib.util.find_spec(m) is None]
+    missing = [m for m in ("numpy", "tokenizers", "safetensors", "threadpoolctl")
+               if importlib.util.find_spec(m) is None]  # fmt: skip
     if missing:
         raise ConfigError(f"dense retrieval needs {', '.join(missing)}; " + INSTALL_HINT)
 

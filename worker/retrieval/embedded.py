@@ -407,6 +407,15 @@ class _DenseIndex:
                     len(pairs), encoder.dimensions
                 )
                 self._loaded = (rowids, matrix, encoder)
+                # One BLAS thread in a process that searches: a question is a few small
+                # matrix products, and workers run one process per core. Two threads per
+                # process cost 4x the retrieval time of a 2-process farm's bundle (450
+                # against 115 ms p50) and 1.5x the CPU of an eager sweep, for 15 % less
+                # latency on an idle machine. Process-wide, once (docs/retrieval.md,
+                # 'Dense stage'): changing it around each call races other threads' calls.
+                from threadpoolctl import threadpool_limits
+
+                threadpool_limits(limits=1, user_api="blas")
                 # A sweep searches each question again in later bundles: ~7 ms saved each time.
                 self._question_vector = functools.lru_cache(maxsize=4096)(
                     lambda text: encoder.encode([text])[0]
