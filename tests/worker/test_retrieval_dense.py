@@ -210,3 +210,59 @@ def test_an_eager_sweep_on_a_dense_index_records_the_fused_ranking(
         assert row.error is None
         assert row.index_version.endswith(f"-{DENSE_RANKING_VERSION}")
         assert "Pediatrics" in row.top_doc_titles
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "DELETE FROM passage_vectors WHERE rowid = (SELECT max(rowid) FROM passage_vectors)",
+        "UPDATE passage_vectors SET vector = substr(vector, 1, 100) WHERE rowid = 1",
+    ],
+)
+def test_missing_or_cut_vectors_are_refused_with_the_rebuild_command(
+    indexes: tuple[Path, Path], tmp_path: Path, damage: str
+) -> None:
+    copy = tmp_path / "damaged.sqlite"
+    copy.write_bytes(indexes[1].read_bytes())
+    conn = sqlite3.connect(copy)
+    conn.execute(damage)
+    conn.commit()
+    conn.close()
+    with pytest.raises(RetrievalError, match=r"passage vectors for 5 passages.*qfarm index --dense --force"):
+        EmbeddedRetriever(copy).search("volcano", top_k=3, title_boost=2.0)
+
+
+def test_the_default_index_with_vectors_is_kept_when_qfarm_dense_is_unset(
+    default_index: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `qfarm index --dense` took minutes; a later sweep without QFARM_DENSE must not rebuild
+    # it without vectors. An index whose meta says "dense" stands in (no 7-minute encode here).
+    from worker.retrieval import ensure_default_index
+
+    source = CorpusSource.resolve("default")
+    dense_version = source.index_version_with(dense=True)
+    path = tmp_path / "index" / "default.sqlite"
+    path.parent.mkdir()
+    path.write_bytes(default_index.read_bytes())
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'index_version'", (dense_version,))
+    conn.commit()
+    conn.close()
+    before = path.stat().st_mtime_ns
+    assert ensure_default_index(Settings(data_dir=tmp_path), progress=False) == path
+    assert path.stat().st_mtime_ns == before  # kept, not rebuilt
+
+    # With QFARM_DENSE=1 a lexical default index is rebuilt with the encoder.
+    lexical = tmp_path / "lexical" / "index" / "default.sqlite"
+    lexical.parent.mkdir(parents=True)
+    lexical.write_bytes(default_index.read_bytes())
+
+    class Asked(Exception):
+        pass
+
+    def no_encoder(explicit: Path | None = None) -> dense.DenseEncoder:
+        raise Asked
+
+    monkeypatch.setattr(dense, "open_encoder", no_encoder)
+    with pytest.raises(Asked):
+        ensure_default_index(Settings(data_dir=tmp_path / "lexical", dense=True), progress=False)

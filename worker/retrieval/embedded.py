@@ -399,9 +399,17 @@ class _DenseIndex:
                         f"the model at {folder} is {encoder.model_id}; rebuild the index "
                         "(`qfarm index --dense --force`) or point QFARM_DENSE_MODEL at that model"
                     )
-                pairs = self._owner._conn().execute(
-                    "SELECT rowid, vector FROM passage_vectors ORDER BY rowid"
-                ).fetchall()
+                conn = self._owner._conn()
+                pairs = conn.execute("SELECT rowid, vector FROM passage_vectors ORDER BY rowid").fetchall()
+                (passages,) = conn.execute("SELECT count(*) FROM passages").fetchone()
+                width = 4 * encoder.dimensions
+                if len(pairs) != passages or any(len(v) != width for _, v in pairs):
+                    # A passage without its vector would silently never be found densely.
+                    raise RetrievalError(
+                        f"embedded index {self._owner.path}: {len(pairs)} passage vectors for "
+                        f"{passages} passages, or vectors not of {encoder.dimensions} float32; "
+                        "rebuild it with `qfarm index --dense --force`"
+                    )
                 rowids = np.fromiter((r for r, _ in pairs), dtype=np.int64, count=len(pairs))
                 matrix = np.frombuffer(b"".join(v for _, v in pairs), dtype="<f4").reshape(
                     len(pairs), encoder.dimensions
