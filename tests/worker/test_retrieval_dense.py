@@ -147,12 +147,16 @@ def test_an_index_encoded_with_another_model_is_refused(indexes: tuple[Path, Pat
         EmbeddedRetriever(copy).search("volcano", top_k=3, title_boost=2.0)
 
 
-def test_rebuilding_without_dense_drops_the_vectors(corpus: CorpusSource, indexes: tuple[Path, Path],
-                                                    tmp_path: Path) -> None:  # fmt: skip
+def test_indexing_without_dense_keeps_the_vectors_unless_forced(
+    corpus: CorpusSource, indexes: tuple[Path, Path], tmp_path: Path
+) -> None:
     path = tmp_path / "index.sqlite"
     path.write_bytes(indexes[1].read_bytes())
-    report = build_embedded_index(corpus, path, progress=False)
-    assert report.built and report.index_version.endswith(f"-{RANKING_VERSION}")
+    kept = build_embedded_index(corpus, path, progress=False)  # `qfarm index`, as make run does
+    assert not kept.built and kept.index_version.endswith(f"-{DENSE_RANKING_VERSION}")
+    assert "dense_model" in EmbeddedRetriever(path).describe()
+    rebuilt = build_embedded_index(corpus, path, progress=False, force=True)
+    assert rebuilt.built and rebuilt.index_version.endswith(f"-{RANKING_VERSION}")
     assert "dense_model" not in EmbeddedRetriever(path).describe()
 
 

@@ -186,7 +186,11 @@ def _build_embedded_locked(
     version = source.index_version_with(dense=encoder is not None)
     report = IngestReport("embedded", str(dest), version, source.label, source.digest())
     current = read_meta(dest)
-    if not force and current and current.get("index_version") == version:
+    # Without --dense an up-to-date index with vectors is up to date too: `qfarm index`
+    # (make run's first step) must not throw away minutes of encoding; --force rebuilds.
+    up_to_date = {version, source.index_version_with(dense=True)}
+    if not force and current and current.get("index_version") in up_to_date:
+        report.index_version = str(current["index_version"])
         report.built = False
         report.documents = int(current.get("documents", 0))
         report.passages = int(current.get("passages", 0))
