@@ -80,6 +80,20 @@ def parse_field(raw: str) -> tuple[str, tuple[str, ...]] | None:
     return name, tuple(labels)
 
 
+Fields = dict[str, list[tuple[tuple[str, ...], int]]]
+
+
+def parse_counters(counters: Mapping[str, int]) -> Fields:
+    """The counter hash by metric name: (label values, value) in field order; one parse
+    of every field, which each metric family then reads (unknown fields dropped)."""
+    out: Fields = {}
+    for raw, value in sorted(counters.items()):
+        parsed = parse_field(raw)
+        if parsed is not None:
+            out.setdefault(parsed[0], []).append((parsed[1], value))
+    return out
+
+
 def bucket_index(seconds: float) -> int:
     """Index of the first bucket whose bound holds ``seconds`` (len(buckets) = +Inf)."""
     for i, bound in enumerate(LATENCY_BUCKETS_S):
@@ -130,21 +144,15 @@ class Histogram:
     sum_s: float
 
 
-def histograms(counters: Mapping[str, int]) -> dict[str, Histogram]:
-    """Per-endpoint latency histograms from the decoded counter hash."""
+def histograms(fields: Fields) -> dict[str, Histogram]:
+    """Per-endpoint latency histograms from the parsed counter hash (``parse_counters``)."""
     per: dict[str, list[int]] = {}
     sums: dict[str, float] = {}
-    for raw, value in counters.items():
-        parsed = parse_field(raw)
-        if parsed is None:
-            continue
-        name, labels = parsed
-        if name == LLM_LATENCY_BUCKET:
-            endpoint, idx = labels
-            if idx.isdigit() and int(idx) <= len(LATENCY_BUCKETS_S):
-                per.setdefault(endpoint, [0] * (len(LATENCY_BUCKETS_S) + 1))[int(idx)] += value
-        elif name == LLM_LATENCY_SUM:
-            sums[labels[0]] = sums.get(labels[0], 0.0) + value / 1_000_000
+    for (endpoint, idx), value in fields.get(LLM_LATENCY_BUCKET, ()):
+        if idx.isdigit() and int(idx) <= len(LATENCY_BUCKETS_S):
+            per.setdefault(endpoint, [0] * (len(LATENCY_BUCKETS_S) + 1))[int(idx)] += value
+    for (endpoint,), value in fields.get(LLM_LATENCY_SUM, ()):
+        sums[endpoint] = sums.get(endpoint, 0.0) + value / 1_000_000
     out: dict[str, Histogram] = {}
     for endpoint in set(per) | set(sums):
         counts = per.get(endpoint, [0] * (len(LATENCY_BUCKETS_S) + 1))

@@ -51,9 +51,10 @@ class FarmCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         counters = self.store.metric_counters()
+        fields = m.parse_counters(counters)  # once per scrape, for every family below
         yield from self._queues()
-        yield from self._rows(counters)
-        yield from self._llm(counters)
+        yield from self._rows(fields)
+        yield from self._llm(fields)
         yield from self._workers()
         yield from self._cache(counters)
         api = CounterMetricFamily("qfarm_api_requests", "HTTP requests this API process served",
@@ -71,50 +72,35 @@ class FarmCollector(Collector):
             g.add_metric([queue], n)
         yield g
 
-    def _rows(self, counters: dict[str, int]) -> Iterator[Metric]:
+    def _rows(self, fields: m.Fields) -> Iterator[Metric]:
         enq = CounterMetricFamily("qfarm_jobs_enqueued", "jobs sent to the queues",
                                   labels=["mode"])
         rows = CounterMetricFamily("qfarm_rows", "rows written (verdict none: the row has an error)",
                                    labels=["mode", "verdict"])
         errs = CounterMetricFamily("qfarm_row_errors", "rows written with an error",
                                    labels=["mode"])
-        total = 0
-        for raw, value in sorted(counters.items()):
-            parsed = m.parse_field(raw)
-            if parsed is None:
-                continue
-            name, labels = parsed
-            if name == m.ENQUEUED:
-                enq.add_metric(list(labels), value)
-            elif name == m.ROWS:
-                rows.add_metric(list(labels), value)
-                total += value
-            elif name == m.ROW_ERRORS:
-                errs.add_metric(list(labels), value)
+        for family, name in ((enq, m.ENQUEUED), (rows, m.ROWS), (errs, m.ROW_ERRORS)):
+            for labels, value in fields.get(name, ()):
+                family.add_metric(list(labels), value)
+        total = sum(value for _, value in fields.get(m.ROWS, ()))
         yield from (enq, rows, errs)
         rate = GaugeMetricFamily("qfarm_rows_per_second",
                                  f"rows written per second over the last {WINDOW_S:.0f} s of scrapes")
         rate.add_metric([], self._rows_per_second(total))
         yield rate
 
-    def _llm(self, counters: dict[str, int]) -> Iterator[Metric]:
+    def _llm(self, fields: m.Fields) -> Iterator[Metric]:
         req = CounterMetricFamily("qfarm_llm_requests", "HTTP requests to each LLM endpoint",
                                   labels=["endpoint"])
         err = CounterMetricFamily("qfarm_llm_request_errors",
                                   "failed LLM requests by error class", labels=["endpoint", "error"])
-        for raw, value in sorted(counters.items()):
-            parsed = m.parse_field(raw)
-            if parsed is None:
-                continue
-            name, labels = parsed
-            if name == m.LLM_REQUESTS:
-                req.add_metric(list(labels), value)
-            elif name == m.LLM_ERRORS:
-                err.add_metric(list(labels), value)
+        for family, name in ((req, m.LLM_REQUESTS), (err, m.LLM_ERRORS)):
+            for labels, value in fields.get(name, ()):
+                family.add_metric(list(labels), value)
         yield from (req, err)
         hist = HistogramMetricFamily("qfarm_llm_request_seconds",
                                      "latency of one LLM HTTP request", labels=["endpoint"])
-        for endpoint, h in sorted(m.histograms(counters).items()):
+        for endpoint, h in sorted(m.histograms(fields).items()):
             hist.add_metric([endpoint], h.buckets, h.sum_s)
         yield hist
 

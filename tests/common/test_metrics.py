@@ -35,7 +35,7 @@ def test_histograms_are_cumulative_and_end_with_inf():
     c = m.Counters()
     for s in (0.01, 0.07, 0.07, 3.0, 500.0):
         c.observe_request("e", s, None)
-    (h,) = m.histograms(c.take()).values()
+    (h,) = m.histograms(m.parse_counters(c.take())).values()
     bounds = dict(h.buckets)
     assert bounds["0.05"] == 1 and bounds["0.1"] == 3 and bounds["5"] == 4
     assert h.buckets[-1] == ("+Inf", 5)
