@@ -96,10 +96,12 @@ def _safely(record: JobRecord, step: Callable[[JobRecord], JobRecord]) -> JobRec
     except REDIS_ERRORS:
         raise
     except Exception as exc:
-        return _failed(record, exc)
+        return failed(record, exc)
 
 
-def _failed(record: JobRecord, exc: Exception) -> JobRecord:
+def failed(record: JobRecord, exc: Exception) -> JobRecord:
+    """``record`` ending with ``exc`` as its error (a bug, not a service failure); also the
+    in-process runner's (worker/runner.py)."""
     # One line per failed job (its row carries the error); the traceback only at DEBUG,
     # so an eager sweep's terminal is not flooded with them.
     log.warning("job %s failed (%s: %s); it will be an error row", record.job.job_id,
@@ -117,7 +119,7 @@ def _send(send: Send, stage: keys.Stage, records: list[JobRecord], svc: Services
         raise
     except Exception as exc:
         if len(records) == 1:
-            write_rows([pipeline.finish(_failed(records[0], exc))], svc)
+            write_rows([pipeline.finish(failed(records[0], exc))], svc)
             return
         for record in records:
             _send(send, stage, [record], svc)
@@ -378,11 +380,6 @@ def verify_and_write(records: Sequence[JobRecord], svc: Services) -> None:
     write_rows([pipeline.finish(r) for r in records], svc, [r.cache_key for r in records])
 
 
-def failed(record: JobRecord, exc: Exception) -> JobRecord:
-    """``record`` ending with ``exc`` as its error (a bug, not a service failure)."""
-    return _failed(record, exc)
-
-
 def _safely_many(
     records: list[JobRecord], step: Callable[[list[JobRecord]], list[JobRecord]]
 ) -> list[JobRecord]:
@@ -394,7 +391,7 @@ def _safely_many(
         raise
     except Exception as exc:
         if len(records) == 1:
-            return [_failed(records[0], exc)]
+            return [failed(records[0], exc)]
         log.warning("a bundle step failed; running its %d jobs one by one", len(records))
         return [_safely(r, lambda one: step([one])[0]) for r in records]
 

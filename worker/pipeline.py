@@ -179,7 +179,7 @@ def generation_stage(records: Sequence[JobRecord], gateway: Gateway) -> list[Job
         [(render_prompt(records[i]), sampling_for(records[i].job), records[i].job.job_id) for i in todo]
     )
     for i, result in zip(todo, results, strict=True):
-        out[i] = _with_generation(records[i], result, t0)
+        out[i] = with_generation(records[i], result, t0)
     return out
 
 
@@ -193,10 +193,6 @@ def generation_request(record: JobRecord) -> tuple[str, Sampling, str] | None:
 
 def with_generation(record: JobRecord, result: Generation | ServiceError, t0: float) -> JobRecord:
     """The record with the gateway's answer (or its failure) for a request sent at ``t0``."""
-    return _with_generation(record, result, t0)
-
-
-def _with_generation(record: JobRecord, result: Generation | ServiceError, t0: float) -> JobRecord:
     if isinstance(result, ServiceError):
         failed = Generation(
             text="",
