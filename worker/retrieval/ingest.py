@@ -186,10 +186,7 @@ def _build_embedded_locked(
     version = source.index_version_with(dense=encoder is not None)
     report = IngestReport("embedded", str(dest), version, source.label, source.digest())
     current = read_meta(dest)
-    # Without --dense an up-to-date index with vectors is up to date too: `qfarm index`
-    # (make run's first step) must not throw away minutes of encoding; --force rebuilds.
-    up_to_date = {version, source.index_version_with(dense=True)}
-    if not force and current and current.get("index_version") in up_to_date:
+    if not force and current and current.get("index_version") in _up_to_date(source, encoder is not None):
         report.index_version = str(current["index_version"])
         report.built = False
         report.documents = int(current.get("documents", 0))
@@ -224,6 +221,15 @@ def _build_embedded_locked(
     return report
 
 
+def _up_to_date(source: CorpusSource, dense: bool) -> set[str]:
+    """Index versions of ``source`` that need no build: with vectors when ``dense`` is
+    asked; else either, since `qfarm index --dense` took minutes of encoding that a plain
+    `qfarm index` (make run's first step) or a sweep must not throw away (--force does)."""
+    return {source.index_version_with(dense=True)} | (
+        set() if dense else {source.index_version_with(dense=False)}
+    )
+
+
 def ensure_default_index(settings: Settings, *, progress: bool = True) -> Path:
     """The embedded default-corpus index at ``settings.embedded_index_path()``, built if missing or stale.
 
@@ -232,11 +238,7 @@ def ensure_default_index(settings: Settings, *, progress: bool = True) -> Path:
     """
     dest = settings.embedded_index_path()
     source = CorpusSource.resolve(DEFAULT_CORPUS_LABEL)
-    # QFARM_DENSE=1 wants the vectors; without it an up-to-date index with them is kept
-    # (`qfarm index --dense` took minutes, and searches use them whatever the setting).
-    current = {source.index_version_with(dense=True)}
-    if not settings.dense:
-        current.add(source.index_version_with(dense=False))
+    current = _up_to_date(source, settings.dense)
     with _build_lock(dest):
         meta = read_meta(dest)
         if meta is not None and (
