@@ -7,8 +7,10 @@ scored as one document (k1=1.2, b=0.75; a title occurrence counts
 fields), English stemming, the question reduced to its content terms OR-ed
 together; then a second stage, the same pure function for every backend
 (``rerank_order``), re-scores the first stage's top ``RERANK_DEPTH`` by the
-share of the question's terms each passage holds and the adjacent-word
-phrases it holds as written. The embedded FTS5 index and
+share of the question's terms each passage holds, the adjacent-word
+phrases it holds as written and, for an article's first passage, the share
+its first sentence holds; the first stage's best half of the ``top_k`` stay
+in. The embedded FTS5 index and
 Elasticsearch/OpenSearch receive the same terms (see ``query_terms``), so
 their top documents agree except where their BM25 variants differ
 (docs/retrieval.md explains where).
@@ -20,7 +22,7 @@ import heapq
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from common.models import Evidence
 from common.versions import CHUNKER_VERSION
@@ -52,8 +54,10 @@ MAPPING_VERSION = "mapping-v1"
 # Names the ranking shape; part of every index version, so rows say which
 # ranking served them. v2: BM25F over title+text (v1: per-field BM25 added);
 # v3: every backend re-ranks its BM25F top ``RERANK_DEPTH`` by term coverage
-# and adjacent-word phrases (``rerank_order``).
-RANKING_VERSION = "bm25f-v3"
+# and adjacent-word phrases (``rerank_order``); v4: and by the terms an
+# article's first sentence holds (``LEAD_BONUS``), the first stage's best
+# ``top_k // 2`` kept (``rerank_order``).
+RANKING_VERSION = "bm25f-v4"
 # The opt-in dense stage (``qfarm index --dense``, embedded index only): the
 # lexical top ``DENSE_DEPTH`` and the ``DENSE_DEPTH`` passages whose
 # all-MiniLM-L6-v2 vectors are nearest the question's, fused by reciprocal rank
@@ -70,6 +74,14 @@ RERANK_DEPTH = 30
 # Each adjacent-word phrase of the question found in a passage multiplies its
 # score by (1 + PHRASE_BONUS): 0.25, 0.5 and 1.0 were tried, 0.5 kept.
 PHRASE_BONUS = 0.5
+# An article's first passage: its score x (1 + LEAD_BONUS x the share of the
+# question's terms its title and first sentence hold). An encyclopedia's first
+# sentence says what the subject is ("X is a genus of flowering plants ..."),
+# which is what a description-shaped question asks. 0.25 / 0.5 / 1 / 2 / 4 were
+# tried on bench/questions/independent_tune.jsonl (docs/retrieval.md): 0.5 and up
+# within 4 questions of each other; 0.5 kept, as it changes the first passage of
+# fewer hand-written questions (bench/questions/general.jsonl: 5 against 8 for 1).
+LEAD_BONUS = 0.5
 # Query types of the cluster backends: ``combined_fields`` is BM25F;
 # ``cross_fields`` is the nearest shape on servers without it (older OpenSearch).
 QUERY_TYPES = ("combined_fields", "cross_fields")
@@ -191,6 +203,15 @@ class Holdings:
 
     def count(self, text: str) -> tuple[int, int]:
         """(distinct terms held, distinct phrases held) in ``text``."""
+        held, phrases = self.find(text)
+        return (len(held), phrases)
+
+    def find(self, text: str) -> tuple[dict[int, int], int]:
+        """({term index: where its first word in ``text`` starts}, distinct phrases held).
+
+        The offsets are into the lowercased text, or into its diacritic-folded
+        form for the terms found only there (the same offsets for Latin letters).
+        """
         low = text.lower()
         roots = self._roots
         held = self._held(low, range(len(roots)))
@@ -205,78 +226,152 @@ class Holdings:
             for a, b in self._phrases
             if a in held and b in held and _holds_phrase(low, roots[a], roots[b])
         )
-        return (len(held), phrases)
+        return held, phrases
 
-    def _held(self, low: str, which: Iterable[int]) -> set[int]:
-        held = set()
+    def _held(self, low: str, which: Iterable[int]) -> dict[int, int]:
+        held = {}
         find = low.find
         for i in which:
             root = self._roots[i]
             at = find(root)
             # The common cases inline (absent; at a word start), the rest in _word_start.
-            if at < 0 or (at and low[at - 1].isalnum() and _word_start(low, root, at + 1) < 0):
-                continue
-            held.add(i)
+            if at > 0 and low[at - 1].isalnum():
+                at = _word_start(low, root, at + 1)
+            if at >= 0:
+                held[i] = at
         return held
 
 
-def rerank_score(bm25f: float, *, matched_terms: int, terms: int, matched_phrases: int) -> float:
+class Candidate(NamedTuple):
+    """A first-stage hit as stage 2 reads it."""
+
+    score: float  # the first stage's, >= 0, higher is better
+    title: str
+    text: str
+    lead: bool = False  # the passage starts its article (offset 0): it holds the first sentence
+
+
+# A sentence ends at ., ! or ? after a lowercase letter, digit or ")", before
+# white space and a capital ("3.5", "e.g. the" and "U.S. Navy" do not end one).
+_STOP_BEFORE_CAPITAL = re.compile(r"[.!?]\s+[A-Z]")
+
+
+def first_sentence_end(text: str) -> int:
+    """Length of ``text``'s first sentence, its full stop included (``len(text)`` if none ends)."""
+    # The character before the stop is checked in Python: ~2 us a passage against ~4 us
+    # for a look-behind in the pattern, which the engine tries at every space.
+    for match in _STOP_BEFORE_CAPITAL.finditer(text):
+        at = match.start()
+        before = text[at - 1] if at else ""
+        if before.isascii() and (before.islower() or before.isdigit() or before == ")"):
+            return at + 1
+    return len(text)
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of ``text`` (all of it when no sentence end is found)."""
+    return text[: first_sentence_end(text)]
+
+
+def rerank_score(
+    bm25f: float, *, matched_terms: int, terms: int, matched_phrases: int, lead_terms: int = 0
+) -> float:
     """Stage-2 score of a passage from its BM25F score (higher is better).
 
     Scaled by the share of the question's terms the passage holds (an OR of
-    terms lets one frequent word outscore a passage holding all of them) and
-    raised by ``PHRASE_BONUS`` per adjacent-word phrase it holds as written.
+    terms lets one frequent word outscore a passage holding all of them),
+    raised by ``PHRASE_BONUS`` per adjacent-word phrase it holds as written,
+    and, for an article's first passage, by ``LEAD_BONUS`` x the share of the
+    terms its title and first sentence hold (``lead_terms``).
     """
-    coverage = min(matched_terms, terms) / terms if terms else 1.0
-    return bm25f * coverage * (1.0 + PHRASE_BONUS * matched_phrases)
+    if not terms:
+        return bm25f
+    coverage = min(matched_terms, terms) / terms
+    lead = min(lead_terms, terms) / terms
+    return bm25f * coverage * (1.0 + PHRASE_BONUS * matched_phrases) * (1.0 + LEAD_BONUS * lead)
+
+
+def _stage2_score(holdings: Holdings, candidate: Candidate) -> float:
+    held, phrases = holdings.find(f"{candidate.title}\n{candidate.text}")
+    lead = 0
+    if candidate.lead and held:
+        # A term's first word lies in the title or first sentence: one pass over the text.
+        end = len(candidate.title) + 1 + first_sentence_end(candidate.text)
+        lead = sum(1 for at in held.values() if at < end)
+    return rerank_score(
+        candidate.score,
+        matched_terms=len(held),
+        terms=len(holdings.terms),
+        matched_phrases=phrases,
+        lead_terms=lead,
+    )
 
 
 def rerank_order(
-    question: str, candidates: Sequence[tuple[float, str]], top_k: int
+    question: str,
+    candidates: Sequence[Candidate],
+    top_k: int,
+    *,
+    keep_first: int | None = None,
 ) -> list[tuple[int, float]]:
     """Stage 2 of every backend: the best ``top_k`` as (index into ``candidates``, new score).
 
-    ``candidates`` are the first stage's (BM25F score >= 0, title + text) in
-    its rank order; equal new scores keep that order, so each backend's own
-    tie-break (rowid, ``chunk_id``) carries over. The scale of the first-stage
-    score does not matter: stage 2 multiplies it. A candidate cannot score
-    more than its first-stage score x (1 + PHRASE_BONUS x phrases), and the
+    ``candidates`` are the first stage's hits in its rank order. The first
+    ``keep_first`` of them (default ``top_k // 2``) stay in the ``top_k``
+    whatever their new score: stage 2 fills the other places and orders all
+    of them. Stage 2 is a rule of thumb; BM25F's best few are right more
+    often than stage 2 moves them out (kept: 19 -> 9 tuning questions that
+    stage 1 alone found and the ranking lost; docs/retrieval.md). Equal new
+    scores keep the first stage's order, so each backend's own tie-break
+    (rowid, ``chunk_id``) carries over. The scale of the first-stage score
+    does not matter: stage 2 multiplies it. A candidate cannot score more
+    than its first-stage score x the largest factor stage 2 gives, and the
     first-stage scores fall, so matching stops once that bound cannot reach
-    the ``top_k``-th score found: the same answer, less text read.
+    the last free place's score: the same answer, less text read.
     """
     holdings = Holdings(question)
-    n_terms = len(holdings.terms)
-    if n_terms < 2:
+    if len(holdings.terms) < 2:
         # One term: every candidate holds it and there is no phrase.
-        return [(i, score) for i, (score, _) in enumerate(candidates[:top_k])]
-    best_factor = 1.0 + PHRASE_BONUS * len(holdings.phrases)
-    scored: list[tuple[int, float]] = []
-    best: list[float] = []  # min-heap of the top_k new scores so far: best[0] is the k-th
-    for i, (score, text) in enumerate(candidates):
-        if len(best) == top_k and score * best_factor <= best[0]:
-            break  # neither it nor any later (lower) candidate can enter the top_k
-        held, phrases = holdings.count(text)
-        new = rerank_score(score, matched_terms=held, terms=n_terms, matched_phrases=phrases)
-        scored.append((i, new))
-        if len(best) < top_k:
+        return [(i, c.score) for i, c in enumerate(candidates[:top_k])]
+    keep = max(0, min(top_k // 2 if keep_first is None else keep_first, top_k))
+    free = top_k - keep
+    best_factor = (1.0 + PHRASE_BONUS * len(holdings.phrases)) * (1.0 + LEAD_BONUS)
+    kept: list[tuple[int, float]] = []
+    rest: list[tuple[int, float]] = []
+    best: list[float] = []  # min-heap of the best ``free`` new scores past the kept ones
+    for i, candidate in enumerate(candidates):
+        if i < keep:
+            kept.append((i, _stage2_score(holdings, candidate)))
+            continue
+        if not free or (len(best) == free and candidate.score * best_factor <= best[0]):
+            break  # neither it nor any later (lower) candidate can take a free place
+        new = _stage2_score(holdings, candidate)
+        rest.append((i, new))
+        if len(best) < free:
             heapq.heappush(best, new)
         else:
             heapq.heappushpop(best, new)
-    scored.sort(key=lambda item: -item[1])  # stable: ties keep the first stage's order
-    return scored[:top_k]
+    rest.sort(key=lambda item: -item[1])  # stable: ties keep the first stage's order
+    chosen = kept + rest[:free]
+    chosen.sort(key=lambda item: (-item[1], item[0]))
+    return chosen
 
 
 def rerank_hits(
     question: str, hits: Sequence[Mapping[str, Any]], top_k: int
 ) -> list[Mapping[str, Any]]:
     """The best ``top_k`` of a cluster's first-stage hits after stage 2, ``_score`` replaced."""
-    candidates = [
-        (
-            float(h.get("_score") or 0.0),
-            f"{(h.get('_source') or {}).get('title') or ''}\n{(h.get('_source') or {}).get('text') or ''}",
+    candidates = []
+    for h in hits:
+        src = h.get("_source") or {}
+        candidates.append(
+            Candidate(
+                float(h.get("_score") or 0.0),
+                str(src.get("title") or ""),
+                str(src.get("text") or ""),
+                lead=src.get("offset_start") == 0,
+            )
         )
-        for h in hits
-    ]
     return [{**hits[i], "_score": score} for i, score in rerank_order(question, candidates, top_k)]
 
 
@@ -314,6 +409,22 @@ def fuse_ranks(ranked_lists: Sequence[Sequence[int]], *, k: int = RRF_K) -> list
         for rank, item in enumerate(ranked, start=1):
             scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
     return sorted(scores.items(), key=lambda pair: -pair[1])
+
+
+def served_index_version(meta: Mapping[str, Any], *, dense: bool = False) -> str:
+    """The index version a search of an index with ``meta`` records: its content and this ranking.
+
+    The ranking runs at query time (the first stage's query and stage 2), so an
+    index built when ``RANKING_VERSION`` was older is searched with today's
+    ranking, and a row must name that one, not the build's. The content part
+    (corpus digest, chunker) comes from the index. The stored version when
+    ``meta`` lacks those parts ("" when it has none).
+    """
+    digest, chunker = meta.get("corpus_digest"), meta.get("chunker_version")
+    if not digest or not chunker:
+        return str(meta.get("index_version") or "")
+    ranking = DENSE_RANKING_VERSION if dense else RANKING_VERSION
+    return f"{str(digest)[:12]}-{chunker}-{ranking}"
 
 
 def versioned_index_name(alias: str, index_version: str) -> str:
@@ -469,7 +580,9 @@ def evidence_from_hits(hits: Sequence[Mapping[str, Any]]) -> list[Evidence]:
 
 __all__ = [
     "ANALYZER",
+    "Candidate",
     "Holdings",
+    "LEAD_BONUS",
     "MAPPING_VERSION",
     "PHRASE_BONUS",
     "QUERY_TYPES",
@@ -482,6 +595,8 @@ __all__ = [
     "QUERY_STOP_WORDS",
     "alias_switch_actions",
     "evidence_from_hits",
+    "first_sentence",
+    "first_sentence_end",
     "fts5_match_expression",
     "fts5_phrase",
     "index_body",
@@ -496,5 +611,6 @@ __all__ = [
     "rerank_order",
     "rerank_score",
     "search_body",
+    "served_index_version",
     "serving_settings",
 ]

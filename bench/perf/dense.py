@@ -2,7 +2,7 @@
 
 Three embedded indexes of the default corpus, the same passages: the naive
 single-table FTS5 index (``bench.perf.retrieval``), qfarm's lexical ranking
-(``bm25f-v3``) and the same with the dense stage (``qfarm index --dense``:
+(``bm25f-v4``) and the same with the dense stage (``qfarm index --dense``:
 all-MiniLM-L6-v2 vectors, the lexical and dense top 30 fused by reciprocal
 rank). For each question file with answers: recall@8, article hit@8 and MRR
 of the three (``qfarm eval-retrieval``'s figures), then the p50 of the three

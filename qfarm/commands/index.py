@@ -224,6 +224,11 @@ def _print_built(report: IngestReport) -> None:
         f"{report.error_count} skipped"
     )
     print(f"index {report.target}  version {report.index_version}  corpus {report.corpus}")
+    if report.vectors_reused:
+        print(
+            f"{report.vectors_reused} of {report.passages} passage vectors reused from the "
+            "index replaced (same model, same title and text); the rest encoded"
+        )
     if report.alias:
         was = f" (was {', '.join(report.replaced)})" if report.replaced else ""
         print(f"alias {report.alias} -> {report.target}{was}")

@@ -242,8 +242,27 @@ def test_rerank_score_scales_by_coverage_and_raises_per_phrase() -> None:
     )
 
 
+def test_rerank_score_raises_an_articles_first_sentence_by_the_share_it_holds() -> None:
+    plain = sq.rerank_score(10.0, matched_terms=4, terms=4, matched_phrases=0)
+    assert sq.rerank_score(
+        10.0, matched_terms=4, terms=4, matched_phrases=0, lead_terms=2
+    ) == pytest.approx(plain * (1 + sq.LEAD_BONUS * 0.5))
+    assert sq.rerank_score(10.0, matched_terms=0, terms=0, matched_phrases=0) == 10.0
+
+
+def test_first_sentence_ends_at_a_full_stop_before_a_capital() -> None:
+    text = "Platanus is a genus of trees (plane trees). They are tall. Another."
+    assert sq.first_sentence(text) == "Platanus is a genus of trees (plane trees)."
+    # "3.5" and "e.g. the" are not sentence ends; no end at all: the whole text.
+    assert sq.first_sentence("Pi is about 3.14 e.g. the ratio") == "Pi is about 3.14 e.g. the ratio"
+
+
+def _candidates(*items: tuple[float, str]) -> list[sq.Candidate]:
+    return [sq.Candidate(score, "", text) for score, text in items]
+
+
 def test_rerank_order_keeps_first_stage_order_on_ties_and_for_one_term() -> None:
-    same = [(2.0, "daisy family plant"), (2.0, "daisy family plant"), (3.0, "daisy")]
+    same = _candidates((2.0, "daisy family plant"), (2.0, "daisy family plant"), (3.0, "daisy"))
     # "daisy family": the two passages holding both terms and the phrase win; equal
     # scores keep their first-stage order (each backend's own tie-break).
     assert [i for i, _ in sq.rerank_order("daisy family", same, 3)] == [0, 1, 2]
@@ -251,25 +270,63 @@ def test_rerank_order_keeps_first_stage_order_on_ties_and_for_one_term() -> None
     assert sq.rerank_order("daisy", same, 1) == [(0, 2.0)]
 
 
-def test_rerank_order_stops_early_with_the_same_answer() -> None:
-    # 40 candidates with falling first-stage scores, holding all terms or one.
-    texts = ["daisy family" if i % 3 == 0 else "daisy" for i in range(40)]
-    candidates = [(100.0 - i, t) for i, t in enumerate(texts)]
-    full = sorted(
-        (
-            (i, sq.rerank_score(s, matched_terms=2 if t == "daisy family" else 1, terms=2,
-                                matched_phrases=1 if t == "daisy family" else 0))
-            for i, (s, t) in enumerate(candidates)
-        ),
-        key=lambda item: -item[1],
+def test_rerank_order_prefers_the_article_whose_first_sentence_answers() -> None:
+    # Same words, same first-stage score: the passage starting its article and
+    # saying it in its first sentence wins; mid-article or later sentences do not count.
+    text = "Platanus is a genus of flowering plants. It grows in towns."
+    late = "It grows in towns. Platanus is a genus of flowering plants."
+    cands = [
+        sq.Candidate(5.0, "Plane", text, lead=False),
+        sq.Candidate(5.0, "Plane", late, lead=True),
+        sq.Candidate(5.0, "Plane", text, lead=True),
+    ]
+    order = sq.rerank_order("genus of flowering plants", cands, 3, keep_first=0)
+    assert [i for i, _ in order] == [2, 0, 1]
+    assert order[0][1] == pytest.approx(order[1][1] * (1 + sq.LEAD_BONUS))
+
+
+def test_rerank_order_keeps_the_first_stages_best_half() -> None:
+    # Stage 1's first two hold one term of two; the rest hold both and the phrase.
+    cands = _candidates(
+        (10.0, "daisy"), (9.0, "daisy"), *[(8.0 - i / 10, "daisy family") for i in range(6)]
     )
-    for k in (1, 3, 8, 40):
-        assert sq.rerank_order("daisy family", candidates, k) == full[:k]
+    free = sq.rerank_order("daisy family", cands, 4, keep_first=0)
+    assert [i for i, _ in free] == [2, 3, 4, 5]
+    kept = sq.rerank_order("daisy family", cands, 4)  # top_k // 2 = 2 kept
+    assert sorted(i for i, _ in kept) == [0, 1, 2, 3]
+    # All ordered by the new score: the kept ones last here.
+    assert [i for i, _ in kept] == [2, 3, 0, 1]
+    # Keeping all four places: the same four, still ordered by the new score.
+    assert [i for i, _ in sq.rerank_order("daisy family", cands, 4, keep_first=4)] == [2, 3, 0, 1]
+    assert [i for i, _ in sq.rerank_order("daisy family", cands, 4, keep_first=9)] == [2, 3, 0, 1]
+
+
+def test_rerank_order_stops_early_with_the_same_answer() -> None:
+    # 40 candidates with falling first-stage scores, some starting their article,
+    # holding all terms or one.
+    texts = ["daisy family" if i % 3 == 0 else "daisy" for i in range(40)]
+    cands = [sq.Candidate(100.0 - i, "", t, lead=i % 4 == 0) for i, t in enumerate(texts)]
+    holdings = sq.Holdings("daisy family")
+
+    def score(c: sq.Candidate) -> float:
+        held, phrases = holdings.count(c.text)
+        return sq.rerank_score(c.score, matched_terms=held, terms=2, matched_phrases=phrases,
+                               lead_terms=held if c.lead else 0)  # fmt: skip
+
+    for keep in (0, 2):
+        for k in (1, 3, 8, 40):
+            keep_k = min(keep, k)
+            rest = sorted(((i, score(c)) for i, c in enumerate(cands) if i >= keep_k),
+                          key=lambda item: -item[1])[: k - keep_k]  # fmt: skip
+            want = sorted([(i, score(cands[i])) for i in range(keep_k)] + rest,
+                          key=lambda item: (-item[1], item[0]))  # fmt: skip
+            assert sq.rerank_order("daisy family", cands, k, keep_first=keep) == want
 
 
 def test_rerank_hits_reorders_cluster_hits_and_cuts_to_top_k() -> None:
     def hit(chunk: str, score: float, title: str, text: str) -> dict:
-        return {"_score": score, "_source": {"chunk_id": chunk, "title": title, "text": text}}
+        source = {"chunk_id": chunk, "title": title, "text": text, "offset_start": 10}
+        return {"_score": score, "_source": source}
 
     hits = [
         hit("a#0", 9.0, "Mountaineering", "Mountain mountain mountain climbing."),
@@ -279,6 +336,22 @@ def test_rerank_hits_reorders_cluster_hits_and_cuts_to_top_k() -> None:
     assert [h["_source"]["chunk_id"] for h in got] == ["b#0"]
     # 6 x (3/3 terms) x (1 + 0.5 for "highest mountain"; "mountain africa" is not adjacent as written)
     assert got[0]["_score"] == pytest.approx(6.0 * 1.5)
+
+
+def test_served_index_version_names_this_codes_ranking_and_the_index_content() -> None:
+    meta = {
+        "index_version": "05ed445d555b-chunker-v1-bm25f-v3",
+        "corpus_digest": "05ed445d555b" + "0" * 52,
+        "chunker_version": "chunker-v1",
+    }
+    assert sq.served_index_version(meta) == f"05ed445d555b-chunker-v1-{sq.RANKING_VERSION}"
+    assert sq.served_index_version(meta, dense=True).endswith(f"-{sq.DENSE_RANKING_VERSION}")
+    # An index this code built is served under the version it was built with.
+    built = sq.index_version_for(meta["corpus_digest"])
+    assert sq.served_index_version({**meta, "index_version": built}) == built
+    # Without its content's parts, the stored version (or nothing) is all there is.
+    assert sq.served_index_version({"index_version": "custom"}) == "custom"
+    assert sq.served_index_version({}) == ""
 
 
 def test_dense_index_version_names_the_fused_ranking() -> None:

@@ -297,3 +297,34 @@ def test_clusters_fetch_the_rerank_window_and_apply_stage_two() -> None:
         "Mount Kilimanjaro#0"
     ]
     assert [b["size"] for b in client.bodies] == [RERANK_DEPTH, RERANK_DEPTH]
+
+
+class _Indices:
+    def __init__(self, meta: dict):
+        self.meta = meta
+
+    def exists_alias(self, name: str) -> bool:
+        return True
+
+    def get_alias(self, name: str) -> dict:
+        return {"qfarm-old": {"aliases": {name: {}}}}
+
+    def get_mapping(self, index: str) -> dict:
+        return {index: {"mappings": {"_meta": self.meta}}}
+
+
+def test_a_cluster_index_built_under_an_older_ranking_reports_the_ranking_that_serves_it() -> None:
+    from common.search_query import RANKING_VERSION
+
+    client = FakeClient()
+    client.indices = _Indices({  # type: ignore[attr-defined]
+        "index_version": "05ed445d555b-chunker-v1-bm25f-v3",
+        "corpus_digest": "05ed445d555b" + "0" * 52,
+        "chunker_version": "chunker-v1",
+    })  # fmt: skip
+    r = _retriever(client)
+    assert r.index_version() == f"05ed445d555b-chunker-v1-{RANKING_VERSION}"
+    # An index without qfarm's _meta is named by itself.
+    client.indices.meta = {}  # type: ignore[attr-defined]
+    r._version = None
+    assert r.index_version() == "qfarm-old"

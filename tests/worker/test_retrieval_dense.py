@@ -160,6 +160,54 @@ def test_indexing_without_dense_keeps_the_vectors_unless_forced(
     assert "dense_model" not in EmbeddedRetriever(path).describe()
 
 
+def _vectors(path: Path) -> dict[str, bytes]:
+    conn = sqlite3.connect(path)
+    rows = conn.execute(
+        "SELECT p.chunk_id, v.vector FROM passages AS p JOIN passage_vectors AS v ON v.rowid = p.rowid"
+    ).fetchall()
+    conn.close()
+    return dict(rows)
+
+
+def test_a_rebuild_reuses_the_vectors_of_unchanged_passages(
+    encoder: dense.DenseEncoder, indexes: tuple[Path, Path], tmp_path: Path
+) -> None:
+    # One article changed, one added: a new corpus digest, so a new index version.
+    docs = [d if d[0] != "4" else ("4", "Volcano", "A volcano is a vent where lava erupts.")
+            for d in DOCS] + [("6", "Lava", "Lava is molten rock expelled by a volcano.")]  # fmt: skip
+    changed = tmp_path / "corpus.jsonl"
+    changed.write_text(
+        "".join(json.dumps({"id": i, "title": t, "text": x}) + "\n" for i, t, x in docs),
+        encoding="utf-8",
+    )
+    path = tmp_path / "index.sqlite"
+    path.write_bytes(indexes[1].read_bytes())
+    old = _vectors(path)
+    report = build_embedded_index(CorpusSource.resolve(changed), path, progress=False, encoder=encoder)
+    assert report.built and report.vectors_reused == len(DOCS) - 1  # all but Volcano's
+    new = _vectors(path)
+    assert len(new) == report.passages == len(docs)
+    assert all(new[c] == old[c] for c in old if not c.startswith("4#"))
+    # The encoded ones are what a build from nothing stores.
+    fresh = tmp_path / "fresh.sqlite"
+    built = build_embedded_index(CorpusSource.resolve(changed), fresh, progress=False, encoder=encoder)
+    assert built.vectors_reused == 0
+    for chunk_id, vector in _vectors(fresh).items():
+        ours = np.frombuffer(new[chunk_id], dtype="<f4")
+        assert np.abs(ours - np.frombuffer(vector, dtype="<f4")).max() < 1e-6
+    # --force encodes everything again; another model's vectors are never taken.
+    forced = build_embedded_index(CorpusSource.resolve(changed), path, progress=False,
+                                  encoder=encoder, force=True)  # fmt: skip
+    assert forced.built and forced.vectors_reused == 0
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE meta SET value = 'x' WHERE key = 'index_version'")
+    conn.execute("UPDATE meta SET value = 'all-MiniLM-L6-v2@000000000000' WHERE key = 'dense_model'")
+    conn.commit()
+    conn.close()
+    other = build_embedded_index(CorpusSource.resolve(changed), path, progress=False, encoder=encoder)
+    assert other.built and other.vectors_reused == 0
+
+
 # --------------------------------------------------------------------------- configuration errors
 
 

@@ -214,8 +214,8 @@ class ClusterRetriever:
         targets = self.alias_targets()
         if not targets:
             raise self.missing_index_error("index version")
-        meta = self.index_meta(targets[0])
-        version = str(meta.get("index_version") or targets[0])
+        # The ranking this code applies, not the one of the build (served_index_version).
+        version = sq.served_index_version(self.index_meta(targets[0])) or targets[0]
         self._version = (now, version)
         return version
 

@@ -13,8 +13,9 @@ title_boost, 1.0)``: a term's frequency is counted ``title_boost`` times in
 the title, and its rarity (IDF) and the passage's length are counted once
 across both fields, as Elasticsearch's ``combined_fields`` does. Its top 30
 (``RERANK_DEPTH``) are then re-scored by ``common.search_query.rerank_order``
-(term coverage, adjacent-word phrases), as the cluster backends re-score
-theirs. The earlier
+(term coverage, adjacent-word phrases, an article's first sentence; the
+first stage's best half of the top k kept), as the cluster backends
+re-score theirs. The earlier
 shape (one FTS5 index per field, separately normalised BM25 scores added,
 ``most_fields``) let any short title holding one generic question word
 outrank the passage that answers; on the independent description questions
@@ -53,9 +54,11 @@ from common.models import Evidence
 from common.search_query import (
     DENSE_DEPTH,
     RERANK_DEPTH,
+    Candidate,
     fts5_match_expression,
     fuse_ranks,
     rerank_order,
+    served_index_version,
 )
 
 if TYPE_CHECKING:  # NumPy and the encoder load only for an index built with --dense
@@ -141,17 +144,19 @@ class EmbeddedIndexWriter:
         return True
 
     def finish(self, meta: dict[str, Any], *, encoder: DenseEncoder | None = None,
-               progress: bool = False) -> None:  # fmt: skip
+               progress: bool = False, reuse: Path | None = None) -> int:  # fmt: skip
         """Build the full-text index in one pass (and the passage vectors with ``encoder``),
-        record ``meta`` and close."""
+        record ``meta`` and close; the number of vectors taken from ``reuse`` (see
+        ``_store_vectors``)."""
         conn = self._conn
         conn.execute(
             "INSERT INTO passages_fts(rowid, title, text) SELECT rowid, title, text FROM passages"
         )
         # One b-tree segment: a query reads each term's postings once (measured ~x1.5 faster).
         conn.execute("INSERT INTO passages_fts(passages_fts) VALUES('optimize')")
+        reused = 0
         if encoder is not None:
-            self._store_vectors(encoder, progress)
+            reused = self._store_vectors(encoder, progress, reuse)
             meta = {**meta, "dense_model": encoder.model_id}
         values = {
             **meta,
@@ -163,22 +168,32 @@ class EmbeddedIndexWriter:
         conn.executemany("INSERT INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in values.items()])
         conn.commit()
         conn.close()
+        return reused
 
-    def _store_vectors(self, encoder: DenseEncoder, progress: bool) -> None:
-        """Every passage's vector (title, then text, as the model reads a passage)."""
+    def _store_vectors(self, encoder: DenseEncoder, progress: bool, reuse: Path | None) -> int:
+        """Every passage's vector (title, then text, as the model reads a passage).
+
+        A vector depends only on the model and the passage's title and text, so the
+        ones an older index file ``reuse`` holds for the same model and the same
+        title and text are copied, not encoded again: a new ranking version or a
+        corpus with a few changed articles costs seconds, not minutes. Returns how
+        many were copied.
+        """
         conn = self._conn
         conn.execute(_VECTORS_SCHEMA)
+        reused = self._copy_vectors(reuse, encoder) if reuse is not None else 0
         bar: Any = None
-        if progress:
+        if progress and self.passages > reused:
             from tqdm import tqdm
 
-            bar = tqdm(total=self.passages, unit="passage", desc="encoding (dense)",
+            bar = tqdm(total=self.passages - reused, unit="passage", desc="encoding (dense)",
                        dynamic_ncols=True)  # fmt: skip
         try:
             last = 0
             while True:
                 rows = conn.execute(
-                    "SELECT rowid, title, text FROM passages WHERE rowid > ? ORDER BY rowid LIMIT ?",
+                    "SELECT rowid, title, text FROM passages WHERE rowid > ? AND rowid NOT IN"
+                    " (SELECT rowid FROM passage_vectors) ORDER BY rowid LIMIT ?",
                     (last, _ENCODE_SLICE),
                 ).fetchall()
                 if not rows:
@@ -193,6 +208,33 @@ class EmbeddedIndexWriter:
         finally:
             if bar is not None:
                 bar.close()
+        return reused
+
+    def _copy_vectors(self, old: Path, encoder: DenseEncoder) -> int:
+        meta = read_meta(old)
+        if meta is None or meta.get("dense_model") != encoder.model_id:
+            return 0
+        conn = self._conn
+        conn.commit()  # ATTACH is refused inside a transaction
+        conn.execute("ATTACH DATABASE ? AS old", (str(old),))
+        try:
+            before = conn.total_changes
+            conn.execute(
+                "INSERT OR IGNORE INTO passage_vectors(rowid, vector)"
+                " SELECT p.rowid, v.vector FROM passages AS p"
+                " JOIN old.passages AS o ON o.title = p.title AND o.text = p.text"
+                " JOIN old.passage_vectors AS v ON v.rowid = o.rowid"
+                " WHERE length(v.vector) = ?",
+                (4 * encoder.dimensions,),
+            )
+            copied = conn.total_changes - before
+            conn.commit()
+        except sqlite3.Error:
+            copied = 0  # an unreadable old file: encode everything, as without one
+            conn.rollback()
+        finally:
+            conn.execute("DETACH DATABASE old")
+        return copied
 
     def abort(self) -> None:
         self._conn.close()
@@ -280,11 +322,12 @@ class EmbeddedRetriever:
                 f"embedded index {self.path}: query failed ({exc}); rebuild it with `qfarm index --force`"
             ) from exc
         # bm25() is negated (lower is better); stage 2 wants higher-is-better.
-        candidates = [(-row[6], f"{row[2]}\n{row[3]}") for row in rows]
+        candidates = [Candidate(-row[6], row[2], row[3], lead=row[4] == 0) for row in rows]
         if self._dense is None:
             order = rerank_order(query, candidates, top_k)
         else:
-            lexical = rerank_order(query, candidates, max(int(top_k), DENSE_DEPTH))
+            # Fusion reads the whole stage-2 order; the dense list does the rescuing.
+            lexical = rerank_order(query, candidates, max(int(top_k), DENSE_DEPTH), keep_first=0)
             rows, order = self._dense.fuse(query, rows, lexical, top_k, doc_ids)
         return [
             Evidence(
@@ -344,7 +387,8 @@ class EmbeddedRetriever:
             locate_model(self._dense.explicit)
 
     def index_version(self) -> str:
-        return self._meta["index_version"]
+        # The ranking this code applies, not the one of the build (served_index_version).
+        return served_index_version(self._meta, dense=self._dense is not None)
 
     def describe(self) -> dict[str, Any]:
         m = self._meta

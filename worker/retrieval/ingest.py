@@ -65,6 +65,7 @@ class IngestReport:
     elapsed_s: float = 0.0
     replaced: list[str] = field(default_factory=list)  # indices the alias left
     pruned: list[str] = field(default_factory=list)
+    vectors_reused: int = 0  # --dense: passage vectors copied from the index replaced
 
     @property
     def passages_per_s(self) -> float:
@@ -210,7 +211,11 @@ def _build_embedded_locked(
                 )
         if writer.documents == 0:
             raise InputError(f"{source.path}: no documents could be read; nothing was indexed")
-        writer.finish(_meta(source, version), encoder=encoder, progress=progress)
+        # Vectors of unchanged passages come from the index being replaced (not with --force).
+        reuse = dest if encoder is not None and not force and dest.exists() else None
+        report.vectors_reused = writer.finish(
+            _meta(source, version), encoder=encoder, progress=progress, reuse=reuse
+        )
         os.replace(tmp, dest)
     except BaseException:
         writer.abort()
