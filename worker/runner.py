@@ -70,6 +70,16 @@ class InProcessRunner:
         last = time.monotonic()
         self._pool = ThreadPoolExecutor(self._cpu_threads, thread_name_prefix="qfarm-eager")
         drained = 0
+        # Bundles admitted (their slots taken) and not finished: an interruption
+        # cancels them, and only this side can give their slots back.
+        waiting: dict[Future[None], int] = {}
+        lock = threading.Lock()
+
+        def forget(future: Future[None]) -> None:  # done; a cancelled one stays counted
+            if not future.cancelled():
+                with lock:
+                    waiting.pop(future, None)
+
         try:
             for bundle in bundles(jobs, self._bundle_size):
                 for _ in bundle:
@@ -77,9 +87,12 @@ class InProcessRunner:
                         tick()
                         last = time.monotonic()
                 now = time.time()
-                self._pool.submit(
+                future = self._pool.submit(
                     self._retrieve, [job.model_copy(update={"enqueued_at": now}) for job in bundle]
                 )
+                with lock:
+                    waiting[future] = len(bundle)
+                future.add_done_callback(forget)
                 if time.monotonic() - last >= tick_s:
                     tick()
                     last = time.monotonic()
@@ -91,6 +104,10 @@ class InProcessRunner:
             self._pool.shutdown(wait=True)
         except BaseException:
             self._pool.shutdown(wait=False, cancel_futures=True)
+            with lock:
+                cancelled = [n for future, n in waiting.items() if future.cancelled()]
+            for _ in range(sum(cancelled)):
+                self._slots.release()
             raise
         finally:
             # Only the slots taken here: jobs still in flight after an interruption free

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -221,4 +222,35 @@ def test_an_eager_run_feeds_the_stage_counters_the_progress_bar_reads(setup) -> 
     assert store.progress("r", len(jobs)).stages == {
         s: len(jobs) for s in ("retrieve", "generate", "verify")
     }
+    assert_every_slot_back(r)
+
+
+def test_an_interrupted_run_gives_back_the_slots_of_the_bundles_it_cancelled(
+    setup, monkeypatch
+) -> None:
+    svc, _, _, jobs = setup
+    real = flow.handle_retrieve
+
+    def slow(*args, **kwargs):  # type: ignore[no-untyped-def]
+        time.sleep(0.3)  # the first bundle is still running when the run is interrupted
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(flow, "handle_retrieve", slow)
+    # 6 slots, bundles of 2, one CPU thread: three bundles admitted, one of them running.
+    r = InProcessRunner(svc, max_inflight=3, bundle_size=2, cpu_threads=1)
+    ticks = 0
+
+    def tick() -> None:  # the 4th bundle waits for slots; Ctrl-C arrives meanwhile
+        nonlocal ticks
+        ticks += 1
+        if ticks == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        r.run(jobs, tick=tick, tick_s=0.05)
+    # The running bundle frees its own slots as its jobs end; the cancelled two are freed
+    # by run() itself (they were lost before, lowering the cap of a reused runner).
+    deadline = time.monotonic() + 10
+    while r._slots._value != r._max_inflight and time.monotonic() < deadline:  # type: ignore[attr-defined]
+        time.sleep(0.05)
     assert_every_slot_back(r)
