@@ -107,6 +107,8 @@ def _check(settings: Settings, corpus: str | None, as_json: bool) -> int:
     retriever = open_retriever(settings)
     try:
         info = retriever.describe()
+        # What rows of searches now record: the ranking is today's, whatever the build's.
+        info["searched_as"] = retriever.index_version()
     finally:
         retriever.close()
     if corpus is not None and info.get("corpus") == CorpusSource.resolve(corpus).label:

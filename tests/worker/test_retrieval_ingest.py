@@ -257,6 +257,7 @@ def test_cli_index_check_and_search(
     assert qfarm_main(["index", "--check", "--corpus", str(corpus), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert (info["documents"], info["passages"], info["up_to_date"]) == (3, 3, True)
+    assert info["searched_as"] == info["index_version"]  # built by this code: the same ranking
     assert qfarm_main(["search", "Liverpool port city", "--top-k", "2", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["backend"] == "embedded"
