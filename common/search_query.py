@@ -320,7 +320,7 @@ def rerank_order(
     ``keep_first`` of them (default ``top_k // 2``) stay in the ``top_k``
     whatever their new score: stage 2 fills the other places and orders all
     of them. Stage 2 is a rule of thumb; BM25F's best few are right more
-    often than stage 2 moves them out (kept: 19 -> 9 tuning questions that
+    often than stage 2 moves them out (kept: 19 -> 10 tuning questions that
     stage 1 alone found and the ranking lost; docs/retrieval.md). Equal new
     scores keep the first stage's order, so each backend's own tie-break
     (rowid, ``chunk_id``) carries over. The scale of the first-stage score
