@@ -19,7 +19,7 @@ from common.errors import ConfigError, RetrievalError
 from common.search_query import DENSE_RANKING_VERSION, RANKING_VERSION
 from common.settings import Settings
 from worker.retrieval import dense, open_retriever
-from worker.retrieval.embedded import EmbeddedRetriever
+from worker.retrieval.embedded import EmbeddedRetriever, read_meta
 from worker.retrieval.ingest import CorpusSource, build_embedded_index
 
 REFERENCE = Path(__file__).parent / "data" / "minilm_reference.json"
@@ -206,6 +206,40 @@ def test_a_rebuild_reuses_the_vectors_of_unchanged_passages(
     conn.close()
     other = build_embedded_index(CorpusSource.resolve(changed), path, progress=False, encoder=encoder)
     assert other.built and other.vectors_reused == 0
+
+
+class _CountingEncoder:
+    """Stands in for the model where only what gets encoded matters (no model needed)."""
+
+    model_id = "stub@000000000000"
+    dimensions = 4
+
+    def __init__(self) -> None:
+        self.encoded = 0
+
+    def encode(self, texts: list[str], **_: object) -> np.ndarray:
+        self.encoded += len(texts)
+        return np.ones((len(texts), self.dimensions), dtype=np.float32)
+
+
+def test_the_default_index_rebuilt_for_a_new_version_keeps_its_vectors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from worker.retrieval.ingest import ensure_default_index
+
+    stub = _CountingEncoder()
+    monkeypatch.setattr(dense, "open_encoder", lambda *_: stub)
+    settings = Settings(data_dir=tmp_path, dense=True)
+    path = ensure_default_index(settings, progress=False)
+    first = stub.encoded
+    assert first > 10_000
+    conn = sqlite3.connect(path)  # as if built under an older ranking version
+    conn.execute("UPDATE meta SET value = 'older' WHERE key = 'index_version'")
+    conn.commit()
+    conn.close()
+    ensure_default_index(settings, progress=False)
+    assert (read_meta(path) or {}).get("index_version") != "older"  # rebuilt ...
+    assert stub.encoded == first  # ... without encoding a passage again
 
 
 # --------------------------------------------------------------------------- configuration errors

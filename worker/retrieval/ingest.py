@@ -255,8 +255,10 @@ def ensure_default_index(settings: Settings, *, progress: bool = True) -> Path:
             from worker.retrieval.dense import open_encoder
 
             encoder = open_encoder(settings.dense_model)
+        # Not force: that would also re-encode every passage a stale dense index already
+        # has a vector for (the up-to-date check it skips answers as the one above did).
         _build_embedded_locked(
-            source, dest, progress=progress, max_errors=None, force=True, encoder=encoder
+            source, dest, progress=progress, max_errors=None, force=False, encoder=encoder
         )
     return dest
 
