@@ -268,11 +268,6 @@ def first_sentence_end(text: str) -> int:
     return len(text)
 
 
-def first_sentence(text: str) -> str:
-    """The first sentence of ``text`` (all of it when no sentence end is found)."""
-    return text[: first_sentence_end(text)]
-
-
 def rerank_score(
     bm25f: float, *, matched_terms: int, terms: int, matched_phrases: int, lead_terms: int = 0
 ) -> float:
@@ -595,7 +590,6 @@ __all__ = [
     "QUERY_STOP_WORDS",
     "alias_switch_actions",
     "evidence_from_hits",
-    "first_sentence",
     "first_sentence_end",
     "fts5_match_expression",
     "fts5_phrase",
