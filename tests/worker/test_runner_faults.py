@@ -107,6 +107,14 @@ def a_runner(svc: Services) -> InProcessRunner:
     return InProcessRunner(svc, max_inflight=2, bundle_size=N)  # 4 slots: one bundle at a time
 
 
+def run_expecting(svc: Services, store: ProducerStore, jobs: list[Job], error: str) -> None:
+    """A run to the end: one row per job, the poisoned bundle's with ``error``, every slot back."""
+    r = a_runner(svc)
+    run_to_the_end(r, jobs)
+    assert_one_row_each(store, jobs, error)
+    assert_every_slot_back(r)
+
+
 # ------------------------------------------------------------------ the retrieve stage
 
 
@@ -139,10 +147,7 @@ def test_a_bundle_whose_retrieve_stage_raises_ends_as_error_rows(setup, monkeypa
     monkeypatch.setattr(
         module, name, raise_for_poison(getattr(module, name), is_hit, f"{where} broke")
     )
-    r = a_runner(svc)
-    run_to_the_end(r, jobs)
-    assert_one_row_each(store, jobs, f"RuntimeError: {where} broke")
-    assert_every_slot_back(r)
+    run_expecting(svc, store, jobs, f"RuntimeError: {where} broke")
 
 
 # ------------------------------------------------------------------ the gateway
@@ -158,10 +163,7 @@ def test_a_gateway_submit_that_raises_ends_as_error_rows(setup, monkeypatch) -> 
         return real(items)
 
     monkeypatch.setattr(gateway, "submit_many", submit_many)
-    r = a_runner(svc)
-    run_to_the_end(r, jobs)
-    assert_one_row_each(store, jobs, "RuntimeError: the gateway's loop is gone")
-    assert_every_slot_back(r)
+    run_expecting(svc, store, jobs, "RuntimeError: the gateway's loop is gone")
 
 
 def test_a_failed_answer_that_cannot_be_recorded_ends_as_an_error_row(setup, monkeypatch) -> None:
@@ -175,10 +177,7 @@ def test_a_failed_answer_that_cannot_be_recorded_ends_as_an_error_row(setup, mon
         return real(record, result, t0)
 
     monkeypatch.setattr(pipeline, "with_generation", with_generation)
-    r = a_runner(svc)
-    run_to_the_end(r, jobs)
-    assert_one_row_each(store, jobs, "RuntimeError: cannot record the service error")
-    assert_every_slot_back(r)
+    run_expecting(svc, store, jobs, "RuntimeError: cannot record the service error")
 
 
 # ------------------------------------------------------------------ verification
@@ -189,10 +188,7 @@ def test_a_verification_that_raises_ends_as_error_rows(setup, monkeypatch) -> No
     monkeypatch.setattr(pipeline, "verification_stage",
                         raise_for_poison(pipeline.verification_stage, lambda rec: is_poison(rec.job),
                                          "verification broke"))  # fmt: skip
-    r = a_runner(svc)
-    run_to_the_end(r, jobs)
-    assert_one_row_each(store, jobs, "RuntimeError: verification broke")
-    assert_every_slot_back(r)
+    run_expecting(svc, store, jobs, "RuntimeError: verification broke")
 
 
 def test_an_answered_job_whose_row_cannot_be_built_still_gets_an_error_row(
@@ -205,10 +201,7 @@ def test_an_answered_job_whose_row_cannot_be_built_still_gets_an_error_row(
                         raise_for_poison(pipeline.finish,
                                          lambda rec: is_poison(rec.job) and rec.generation is not None,
                                          "row of an answered job broke"))  # fmt: skip
-    r = a_runner(svc)
-    run_to_the_end(r, jobs)
-    assert_one_row_each(store, jobs, "RuntimeError: row of an answered job broke")
-    assert_every_slot_back(r)
+    run_expecting(svc, store, jobs, "RuntimeError: row of an answered job broke")
 
 
 # ------------------------------------------------------------------ progress
