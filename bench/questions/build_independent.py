@@ -26,6 +26,17 @@ title order:
    and query rules on it only) and ``independent_heldout.jsonl`` (report it,
    never tune on it); each is a seeded sample of at most ``--per-split`` lines.
 
+The questions above describe their subject without naming it. Users also ask
+about a subject by name ("Who wrote Pride and Prejudice?"), so
+``independent_named.jsonl`` holds questions that name it, made from the same
+metadata: per article whose answer (rule 2) occurs in its text and is no other
+article's answer ("Plane" is two articles'), one of "What is <answer>?" (or
+"Who was <answer>?", rule 3), "What is <answer> known for?", "Tell me about
+<answer>.", "Why is <answer> important?" and "What is <answer>, the
+<description>?", picked by a digest of the title; a seeded sample of
+``--per-split`` lines. Every passage naming the answer counts for recall, so
+the figure to read there is the article's rank (hit@1, hit@8).
+
     python -m bench.questions.build_independent [--per-split 1000]
 
 Rerunning it on the same package gives byte-identical files.
@@ -46,6 +57,14 @@ from worker.retrieval.default_corpus import default_corpus_path
 
 HERE = Path(__file__).resolve().parent
 SPLITS = ("independent_tune.jsonl", "independent_heldout.jsonl")
+NAMED = "independent_named.jsonl"
+NAMED_TEMPLATES = (
+    "{what} {answer}?",
+    "What is {answer} known for?",
+    "Tell me about {answer}.",
+    "Why is {answer} important?",
+    "{what} {answer}, the {description}?",
+)
 MIN_CONTENT_WORDS = 3
 _BORN = re.compile(r"\(born \d")
 _SPAN = re.compile(r"\(\d{1,4}( BC)?–\d{1,4}\)")
@@ -82,7 +101,7 @@ def question_for(description: str, topic: str | None, case: Counter[str]) -> str
     if head[:1].isupper() and head[1:].islower() and case[head.lower()] * 5 >= case["^" + head.lower()]:
         description = head.lower() + description[len(head) :]
     body = description.strip().rstrip(".")
-    if topic == "People" or _BORN.search(description):
+    if is_person(description, topic):
         return f"Who was the {body}?"
     return f"{'What was' if _SPAN.search(description) else 'What is'} the {body}?"
 
@@ -127,15 +146,61 @@ def build(corpus: dict[str, dict], per_split: int, seed: int = 12) -> list[list[
     return out
 
 
+def is_person(description: str, topic: str | None) -> bool:
+    return topic == "People" or bool(_BORN.search(description))
+
+
+def build_named(corpus: dict[str, dict], n: int, seed: int = 13) -> list[dict]:
+    """Questions that name their subject (module docstring), ``n`` of them."""
+    answers = Counter(answer_for(a.get("title") or k).lower() for k, a in corpus.items())
+    case = word_case_counts(corpus)
+    rows = []
+    for key in sorted(corpus):
+        article = corpus[key]
+        title = article.get("title") or key
+        answer = answer_for(title)
+        answer_tokens = normalize_tokens(answer)
+        description = (article.get("description") or "").strip()
+        if (
+            not answer_tokens
+            or answers[answer.lower()] > 1
+            or not contains_answer(normalize_tokens(article.get("extract") or ""), [answer_tokens])
+        ):
+            continue
+        pick = hashlib.sha256(title.encode()).digest()[1] % len(NAMED_TEMPLATES)
+        template = NAMED_TEMPLATES[pick]
+        if "{description}" in template and not description:
+            template = NAMED_TEMPLATES[0]
+        what = "Who was" if is_person(description, article.get("topic")) else "What is"
+        # The description as question_for writes it: first word's case, no full stop.
+        body = question_for(description, article.get("topic"), case)
+        body = body.split(" the ", 1)[1].rstrip("?") if description else ""
+        rows.append(
+            {
+                "question": template.format(what=what, answer=answer, description=body),
+                "answers": [answer],
+                "title": title,
+                "topic": article.get("topic"),
+            }
+        )
+    chosen = sorted(random.Random(seed).sample(rows, min(n, len(rows))), key=lambda r: r["title"])
+    return [{"id": f"named-{i:04d}", **r} for i, r in enumerate(chosen, start=1)]
+
+
+def write_jsonl(name: str, rows: list[dict]) -> None:
+    lines = [json.dumps(r, ensure_ascii=False) for r in rows]
+    (HERE / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"{name}: {len(rows)} questions")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--per-split", type=int, default=1000)
     args = ap.parse_args()
     corpus = json.loads(default_corpus_path().read_text(encoding="utf-8"))
     for name, rows in zip(SPLITS, build(corpus, args.per_split), strict=True):
-        lines = [json.dumps(r, ensure_ascii=False) for r in rows]
-        (HERE / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
-        print(f"{name}: {len(rows)} questions")
+        write_jsonl(name, rows)
+    write_jsonl(NAMED, build_named(corpus, args.per_split))
 
 
 if __name__ == "__main__":

@@ -117,6 +117,23 @@ def test_independent_sets_are_what_their_script_builds_and_do_not_overlap() -> N
         assert not contains_answer(normalize_tokens(r["question"]), [normalize_tokens(r["answers"][0])])
 
 
+def test_named_set_is_what_its_script_builds_and_names_each_answer() -> None:
+    from bench.questions.build_independent import NAMED, answer_for, build_named
+
+    rows = build_named(corpus(), 1000)
+    assert records(NAMED) == rows, f"{NAMED} differs from its script's output; rerun it"
+    assert len(rows) == 1000
+    answers = [answer_for(a.get("title") or k).lower() for k, a in corpus().items()]
+    for r in rows:
+        # The question names its answer as written, and no other article has that answer.
+        assert r["answers"][0] in r["question"], r
+        assert answers.count(r["answers"][0].lower()) == 1, r
+        text = corpus()[r["title"]]["extract"]
+        assert contains_answer(normalize_tokens(text), [normalize_tokens(r["answers"][0])]), r
+    shapes = {r["question"].split(r["answers"][0])[1][:6] for r in rows}
+    assert len(shapes) >= 4, shapes  # several templates, not one
+
+
 def test_a_description_is_ambiguous_when_another_holds_all_its_content_words() -> None:
     from bench.questions.ambiguity import ambiguous_titles
 
