@@ -9,8 +9,9 @@ together; then a second stage, the same pure function for every backend
 (``rerank_order``), re-scores the first stage's top ``RERANK_DEPTH`` by the
 share of the question's terms each passage holds, the adjacent-word
 phrases it holds as written and, for an article's first passage, the share
-its first sentence holds; the first stage's best half of the ``top_k`` stay
-in. The embedded FTS5 index and
+its first sentence holds and, for a passage whose article title the
+question names, a title factor; the first stage's best half of the ``top_k``
+stay in. The embedded FTS5 index and
 Elasticsearch/OpenSearch receive the same terms (see ``query_terms``), so
 their top documents agree except where their BM25 variants differ
 (docs/retrieval.md explains where).
@@ -18,6 +19,7 @@ their top documents agree except where their BM25 variants differ
 
 from __future__ import annotations
 
+import functools
 import heapq
 import re
 import unicodedata
@@ -56,21 +58,26 @@ MAPPING_VERSION = "mapping-v1"
 # v3: every backend re-ranks its BM25F top ``RERANK_DEPTH`` by term coverage
 # and adjacent-word phrases (``rerank_order``); v4: and by the terms an
 # article's first sentence holds (``LEAD_BONUS``), the first stage's best
-# ``top_k // 2`` kept (``rerank_order``).
-RANKING_VERSION = "bm25f-v4"
+# ``top_k // 2`` kept (``rerank_order``); v5: and a passage whose title the
+# question names (``TITLE_BONUS``), one-term questions included.
+RANKING_VERSION = "bm25f-v5"
 # The opt-in dense stage (``qfarm index --dense``, embedded index only): the
 # lexical top ``DENSE_DEPTH`` and the ``DENSE_DEPTH`` passages whose
 # all-MiniLM-L6-v2 vectors are nearest the question's, fused by reciprocal rank
 # (``fuse_ranks``). Its own ranking name, so a row says which served it.
 DENSE_RANKING_VERSION = f"{RANKING_VERSION}+minilm-rrf"
-# Both lists are the re-ranking window's size; RRF_K 10 and 60 were tried on
+# Both lists are 30 long (the lexical re-ranking window was 30 when this was
+# measured; the dense path still fetches 30); RRF_K 10 and 60 were tried on
 # bench/questions/independent_tune.jsonl: 10 found 15 more answers (0.921 against 0.906).
 DENSE_DEPTH = 30
 RRF_K = 10
-# Stage 2 of the embedded ranking (measured on bench/questions/independent_tune.jsonl,
-# docs/retrieval.md): the BM25F top 30 re-scored. A deeper window found no
-# more answers (50: recall@8 0.880 against 0.881) and costs time; 20 lost 4.
-RERANK_DEPTH = 30
+# Stage 2 of every backend (measured on bench/questions/independent_tune.jsonl,
+# docs/retrieval.md): the BM25F top 25 re-scored. v5's ranking answers the same
+# tuning questions from the top 25 as from the top 30 (893), and the same article
+# comes first for generated questions naming it; 20 loses 2. A deeper window
+# found no more answers in v3 (50: recall@8 0.880 against 0.881). Each passage
+# costs a stage-2 scan, so the smallest window that loses nothing is kept.
+RERANK_DEPTH = 25
 # Each adjacent-word phrase of the question found in a passage multiplies its
 # score by (1 + PHRASE_BONUS): 0.25, 0.5 and 1.0 were tried, 0.5 kept.
 PHRASE_BONUS = 0.5
@@ -82,10 +89,19 @@ PHRASE_BONUS = 0.5
 # within 4 questions of each other; 0.5 kept, as it changes the first passage of
 # fewer hand-written questions (bench/questions/general.jsonl: 5 against 8 for 1).
 LEAD_BONUS = 0.5
+# A passage whose article title (without a trailing "(...)") the question names,
+# every word of it ("Who wrote Pride and Prejudice?", "What is Science?"): its
+# score x (1 + TITLE_BONUS). On bench/questions/independent_named.jsonl the named
+# article came first for 0.862 of the questions with v4, 0.965 with it. 0.25 / 0.5 /
+# 1 were tried; on description-shaped questions (independent_tune.jsonl) 0.5 costs
+# one answer in 1,000 and some first places (article hit@1 0.645 -> 0.618), 1 costs
+# more (docs/retrieval.md, 'Ranking shape and parity', under "What v5 added").
+TITLE_BONUS = 0.5
 # Query types of the cluster backends: ``combined_fields`` is BM25F;
 # ``cross_fields`` is the nearest shape on servers without it (older OpenSearch).
 QUERY_TYPES = ("combined_fields", "cross_fields")
 _WORD = re.compile(r"[^\W_]+")
+_TITLE_QUALIFIER = re.compile(r"\s*\([^)]*\)\s*$")
 
 
 def query_terms(question: str) -> list[str]:
@@ -149,6 +165,23 @@ def _fold(text: str) -> str:
     return _DIACRITICS.sub("", unicodedata.normalize("NFD", text))
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def title_roots(title: str) -> frozenset[str]:
+    """The roots of a title's query terms, its trailing qualifier dropped ("Queen (band)" -> queen).
+
+    Cached: the same titles come back question after question, and a corpus
+    holds a bounded number of them.
+    """
+    # query_terms' rule, without its work where a title needs none (~30% less on a miss).
+    if title.endswith(")"):
+        title = _TITLE_QUALIFIER.sub("", title)
+    if not title.isascii():
+        title = unicodedata.normalize("NFKC", title)
+    words = _WORD.findall(title.lower())
+    content = [w for w in words if w not in QUERY_STOP_WORDS] or words
+    return frozenset([_fold(_root(w)) for w in content])
+
+
 def _word_start(text: str, root: str, at: int = 0) -> int:
     """Index of the first word of ``text`` at or after ``at`` starting with ``root``; -1 if none.
 
@@ -195,11 +228,17 @@ class Holdings:
         self.terms = query_terms(question)
         self.phrases = query_phrases(question)
         self._roots = [_fold(_root(t)) for t in self.terms]
+        self._root_set = frozenset(self._roots)
         index = {t: i for i, t in enumerate(self.terms)}
         self._phrases = [
             (index[first], index[second])
             for first, second in (phrase.split(" ") for phrase in self.phrases)
         ]
+
+    def names(self, title: str) -> bool:
+        """Whether the question names ``title``: holds a term of each of its words' roots."""
+        roots = title_roots(title)
+        return bool(roots) and roots <= self._root_set
 
     def count(self, text: str) -> tuple[int, int]:
         """(distinct terms held, distinct phrases held) in ``text``."""
@@ -269,25 +308,51 @@ def first_sentence_end(text: str) -> int:
 
 
 def rerank_score(
-    bm25f: float, *, matched_terms: int, terms: int, matched_phrases: int, lead_terms: int = 0
+    bm25f: float,
+    *,
+    matched_terms: int,
+    terms: int,
+    matched_phrases: int,
+    lead_terms: int = 0,
+    named: bool = False,
 ) -> float:
     """Stage-2 score of a passage from its BM25F score (higher is better).
 
     Scaled by the share of the question's terms the passage holds (an OR of
     terms lets one frequent word outscore a passage holding all of them),
     raised by ``PHRASE_BONUS`` per adjacent-word phrase it holds as written,
-    and, for an article's first passage, by ``LEAD_BONUS`` x the share of the
-    terms its title and first sentence hold (``lead_terms``).
+    for an article's first passage by ``LEAD_BONUS`` x the share of the
+    terms its title and first sentence hold (``lead_terms``), and by
+    ``TITLE_BONUS`` when the question names its title (``named``).
     """
+    title = 1.0 + TITLE_BONUS if named else 1.0
     if not terms:
-        return bm25f
+        return bm25f * title
     coverage = min(matched_terms, terms) / terms
     lead = min(lead_terms, terms) / terms
-    return bm25f * coverage * (1.0 + PHRASE_BONUS * matched_phrases) * (1.0 + LEAD_BONUS * lead)
+    return (
+        bm25f
+        * coverage
+        * (1.0 + PHRASE_BONUS * matched_phrases)
+        * (1.0 + LEAD_BONUS * lead)
+        * title
+    )
 
 
 def _stage2_score(holdings: Holdings, candidate: Candidate) -> float:
-    held, phrases = holdings.find(f"{candidate.title}\n{candidate.text}")
+    title = candidate.title
+    if len(holdings.terms) < 2:
+        # One term: stage 1 matched it in every candidate (through the index's
+        # Porter stems, which the roots here only approximate), and there is
+        # no phrase; only the title can tell "Science" from "Computer science".
+        named = holdings.names(title)
+        return rerank_score(
+            candidate.score, matched_terms=0, terms=0, matched_phrases=0, named=named
+        )
+    held, phrases = holdings.find(f"{title}\n{candidate.text}")
+    # Only a title holding a term can be named: the positions say so for free,
+    # and three candidates in four hold none in their title (measured).
+    named = bool(held) and min(held.values()) < len(title) and holdings.names(title)
     lead = 0
     if candidate.lead and held:
         # A term's first word lies in the title or first sentence: one pass over the text.
@@ -299,6 +364,7 @@ def _stage2_score(holdings: Holdings, candidate: Candidate) -> float:
         terms=len(holdings.terms),
         matched_phrases=phrases,
         lead_terms=lead,
+        named=named,
     )
 
 
@@ -322,15 +388,19 @@ def rerank_order(
     does not matter: stage 2 multiplies it. A candidate cannot score more
     than its first-stage score x the largest factor stage 2 gives, and the
     first-stage scores fall, so matching stops once that bound cannot reach
-    the last free place's score: the same answer, less text read.
+    the last free place's score, and skips a passage whose own bound (no
+    first sentence) cannot: the same answer, less text read.
     """
     holdings = Holdings(question)
-    if len(holdings.terms) < 2:
-        # One term: every candidate holds it and there is no phrase.
-        return [(i, c.score) for i, c in enumerate(candidates[:top_k])]
     keep = max(0, min(top_k // 2 if keep_first is None else keep_first, top_k))
     free = top_k - keep
-    best_factor = (1.0 + PHRASE_BONUS * len(holdings.phrases)) * (1.0 + LEAD_BONUS)
+    # The largest factor stage 2 can give: phrases, first sentence (not for one
+    # term: _stage2_score), title.
+    phrase_factor = 1.0 + PHRASE_BONUS * len(holdings.phrases)
+    lead_factor = 1.0 if len(holdings.terms) < 2 else 1.0 + LEAD_BONUS
+    title_factor = 1.0 + TITLE_BONUS
+    other_factor = phrase_factor * title_factor  # a passage that does not start its article
+    best_factor = other_factor * lead_factor
     kept: list[tuple[int, float]] = []
     rest: list[tuple[int, float]] = []
     best: list[float] = []  # min-heap of the best ``free`` new scores past the kept ones
@@ -340,6 +410,8 @@ def rerank_order(
             continue
         if not free or (len(best) == free and candidate.score * best_factor <= best[0]):
             break  # neither it nor any later (lower) candidate can take a free place
+        if len(best) == free and not candidate.lead and candidate.score * other_factor <= best[0]:
+            continue  # it cannot, but a later one starting its article might
         new = _stage2_score(holdings, candidate)
         rest.append((i, new))
         if len(best) < free:

@@ -2,7 +2,7 @@
 
 Three embedded indexes of the default corpus, the same passages: the naive
 single-table FTS5 index (``bench.perf.retrieval``), qfarm's lexical ranking
-(``bm25f-v4``) and the same with the dense stage (``qfarm index --dense``:
+(``bm25f-v5``) and the same with the dense stage (``qfarm index --dense``:
 all-MiniLM-L6-v2 vectors, the lexical and dense top 30 fused by reciprocal
 rank). For each question file with answers: recall@8, article hit@8 and MRR
 of the three (``qfarm eval-retrieval``'s figures), then the p50 of the three
@@ -32,7 +32,7 @@ from bench.perf.retrieval import NaiveRetriever, build_naive_index, time_interle
 TOP_K = 8
 TITLE_BOOST = 2.0
 QUESTIONS = Path(__file__).resolve().parents[1] / "questions"
-FILES = ("general", "answerability", "independent_tune", "independent_heldout")
+FILES = ("general", "answerability", "independent_tune", "independent_heldout", "independent_named")
 
 
 def build(where: Path) -> tuple[Path, Path, Path]:

@@ -248,6 +248,9 @@ def test_rerank_score_raises_an_articles_first_sentence_by_the_share_it_holds() 
         10.0, matched_terms=4, terms=4, matched_phrases=0, lead_terms=2
     ) == pytest.approx(plain * (1 + sq.LEAD_BONUS * 0.5))
     assert sq.rerank_score(10.0, matched_terms=0, terms=0, matched_phrases=0) == 10.0
+    assert sq.rerank_score(
+        10.0, matched_terms=4, terms=4, matched_phrases=0, named=True
+    ) == pytest.approx(plain * (1 + sq.TITLE_BONUS))
 
 
 def test_first_sentence_ends_at_a_full_stop_before_a_capital() -> None:
@@ -267,8 +270,46 @@ def test_rerank_order_keeps_first_stage_order_on_ties_and_for_one_term() -> None
     # "daisy family": the two passages holding both terms and the phrase win; equal
     # scores keep their first-stage order (each backend's own tie-break).
     assert [i for i, _ in sq.rerank_order("daisy family", same, 3)] == [0, 1, 2]
-    assert sq.rerank_order("daisy", same, 3) == [(0, 2.0), (1, 2.0), (2, 3.0)]
-    assert sq.rerank_order("daisy", same, 1) == [(0, 2.0)]
+    # One term, no title named: the first-stage scores, ties in their order.
+    ones = _candidates((3.0, "daisy"), (2.0, "daisy"), (2.0, "daisy"))
+    assert sq.rerank_order("daisy", ones, 3) == [(0, 3.0), (1, 2.0), (2, 2.0)]
+    assert sq.rerank_order("daisy", ones, 1) == [(0, 3.0)]
+
+
+def test_title_roots_drop_the_qualifier_and_stop_words() -> None:
+    assert sq.title_roots("Queen (band)") == {"queen"}
+    assert sq.title_roots("Pride and Prejudice") == {"pride", "prejudice"}
+    assert sq.title_roots("Mountains") == {"mountain"}
+    assert sq.title_roots("The Who") == {"the", "who"}  # all stop words: all of them
+
+
+def test_holdings_name_a_title_only_with_every_word_of_it() -> None:
+    h = sq.Holdings("Who wrote Pride and Prejudice?")
+    assert h.names("Pride and Prejudice") and h.names("Pride (novel)")
+    assert not h.names("Pride and Prejudice (2005 film) sequel")
+    assert not h.names("Prejudice and discrimination")
+    assert not h.names("")
+    assert sq.Holdings("What are mountains?").names("Mountain")
+    assert sq.Holdings("Who were The Who?").names("The Who")
+
+
+def test_rerank_order_raises_the_article_a_question_names() -> None:
+    # "What is Science?": one term; the article titled with it wins over titles
+    # that hold it with another word, one term or several.
+    cands = [
+        sq.Candidate(3.0, "Computer science", "Computer science is the study of computation."),
+        sq.Candidate(2.9, "Political science", "Political science is the study of politics."),
+        sq.Candidate(2.5, "Science", "Science is a systematic endeavor that builds knowledge."),
+    ]
+    order = sq.rerank_order("What is Science?", cands, 3)
+    assert [i for i, _ in order] == [2, 0, 1]
+    assert order[0][1] == pytest.approx(2.5 * (1 + sq.TITLE_BONUS))
+    # Several terms: the same factor on top of the others.
+    two = [
+        sq.Candidate(4.0, "Jane Austen", "Jane Austen wrote novels of pride and prejudice."),
+        sq.Candidate(3.0, "Pride and Prejudice", "Jane Austen wrote it in 1813."),
+    ]
+    assert [i for i, _ in sq.rerank_order("Who wrote Pride and Prejudice?", two, 2)] == [1, 0]
 
 
 def test_rerank_order_prefers_the_article_whose_first_sentence_answers() -> None:
@@ -322,6 +363,25 @@ def test_rerank_order_stops_early_with_the_same_answer() -> None:
             want = sorted([(i, score(cands[i])) for i in range(keep_k)] + rest,
                           key=lambda item: (-item[1], item[0]))  # fmt: skip
             assert sq.rerank_order("daisy family", cands, k, keep_first=keep) == want
+
+
+@pytest.mark.parametrize("question", ["daisy family", "daisy"])
+def test_rerank_order_skips_only_what_cannot_win_with_named_titles(question: str) -> None:
+    # Titles the question names (x TITLE_BONUS) and first passages late in the
+    # first stage's order: skipping and stopping must not change the answer.
+    titles = ["Daisy", "Family", "Daisy family", "Asteraceae", "Bellis"]
+    texts = ["daisy family" if i % 3 == 0 else "daisy" for i in range(40)]
+    cands = [
+        sq.Candidate(100.0 - 2 * i, titles[i % 5], t, lead=i % 4 == 0) for i, t in enumerate(texts)
+    ]
+    holdings = sq.Holdings(question)
+    for keep in (0, 2):
+        for k in (1, 3, 8):
+            keep_k = min(keep, k)
+            scored = [(i, sq._stage2_score(holdings, c)) for i, c in enumerate(cands)]
+            rest = sorted(scored[keep_k:], key=lambda item: -item[1])[: k - keep_k]
+            want = sorted(scored[:keep_k] + rest, key=lambda item: (-item[1], item[0]))
+            assert sq.rerank_order(question, cands, k, keep_first=keep) == want
 
 
 def test_rerank_hits_reorders_cluster_hits_and_cuts_to_top_k() -> None:

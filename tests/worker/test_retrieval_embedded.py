@@ -51,6 +51,24 @@ def test_everyday_questions_rank_their_article_first(
     assert retriever.search(question, top_k=3, title_boost=2.0)[0].title == title
 
 
+@pytest.mark.parametrize(
+    "question, title",
+    [
+        # bm25f-v4 left a one-term question in BM25F's order: "Computer science",
+        # "Political science", ... came first and "Science" was 17th, outside the top 8.
+        ("What is Science?", "Science"),
+        ("Why is Color important?", "Color"),
+        ("What is Desertion?", "Desertion"),
+        ("Who wrote Pride and Prejudice?", "Pride and Prejudice"),
+    ],
+)
+def test_a_title_the_question_names_comes_near_the_top(
+    retriever: EmbeddedRetriever, question: str, title: str
+) -> None:
+    titles = [e.title for e in retriever.search(question, top_k=8, title_boost=2.0)]
+    assert title in titles[:2], titles
+
+
 def test_short_titles_holding_one_question_word_do_not_outrank_the_answer(
     retriever: EmbeddedRetriever,
 ) -> None:

@@ -11,11 +11,11 @@ Ranking shape (``RANKING_VERSION``): title and text scored as one document,
 BM25F-style, in one two-column FTS5 table ranked by ``bm25(passages_fts,
 title_boost, 1.0)``: a term's frequency is counted ``title_boost`` times in
 the title, and its rarity (IDF) and the passage's length are counted once
-across both fields, as Elasticsearch's ``combined_fields`` does. Its top 30
+across both fields, as Elasticsearch's ``combined_fields`` does. Its top 25
 (``RERANK_DEPTH``) are then re-scored by ``common.search_query.rerank_order``
-(term coverage, adjacent-word phrases, an article's first sentence; the
-first stage's best half of the top k kept), as the cluster backends
-re-score theirs. The earlier
+(term coverage, adjacent-word phrases, an article's first sentence, a title
+the question names; the first stage's best half of the top k kept), as the
+cluster backends re-score theirs. The earlier
 shape (one FTS5 index per field, separately normalised BM25 scores added,
 ``most_fields``) let any short title holding one generic question word
 outrank the passage that answers; on the independent description questions
@@ -313,7 +313,7 @@ class EmbeddedRetriever:
             where = f" AND rowid IN (SELECT rowid FROM passages WHERE doc_id IN ({marks}))"
             filter_params = list(doc_ids)
         # Stage 1 fetches the re-ranking window; stage 2 re-scores it (RANKING_VERSION).
-        depth = max(int(top_k), RERANK_DEPTH)
+        depth = max(int(top_k), RERANK_DEPTH if self._dense is None else DENSE_DEPTH)
         params: list[Any] = [float(title_boost), match, *filter_params, depth]
         try:
             rows = self._conn().execute(_SEARCH_SQL.format(filter=where), params).fetchall()
