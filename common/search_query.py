@@ -59,7 +59,8 @@ MAPPING_VERSION = "mapping-v1"
 # and adjacent-word phrases (``rerank_order``); v4: and by the terms an
 # article's first sentence holds (``LEAD_BONUS``), the first stage's best
 # ``top_k // 2`` kept (``rerank_order``); v5: and a passage whose title the
-# question names (``TITLE_BONUS``), one-term questions included.
+# question names (``TITLE_BONUS``), one-term questions included, kept when
+# BM25F put it in the ``top_k``; the window cut to 25.
 RANKING_VERSION = "bm25f-v5"
 # The opt-in dense stage (``qfarm index --dense``, embedded index only): the
 # lexical top ``DENSE_DEPTH`` and the ``DENSE_DEPTH`` passages whose
@@ -378,11 +379,16 @@ def rerank_order(
     """Stage 2 of every backend: the best ``top_k`` as (index into ``candidates``, new score).
 
     ``candidates`` are the first stage's hits in its rank order. The first
-    ``keep_first`` of them (default ``top_k // 2``) stay in the ``top_k``
-    whatever their new score: stage 2 fills the other places and orders all
-    of them. Stage 2 is a rule of thumb; BM25F's best few are right more
-    often than stage 2 moves them out (kept: 19 -> 10 tuning questions that
-    stage 1 alone found and the ranking lost; docs/retrieval.md). Equal new
+    ``keep_first`` of them (default ``top_k // 2``), and those of its first
+    ``top_k`` whose title the question names (leaving one place free), stay
+    in the ``top_k`` whatever their new score: stage 2 fills the other places
+    and orders all of them.
+    Stage 2 is a rule of thumb; BM25F's best few are right more often than
+    stage 2 moves them out (kept: 19 -> 10 tuning questions that stage 1
+    alone found and the ranking lost; docs/retrieval.md), and the article a
+    question names, once BM25F put it in the evidence, is the subject asked
+    about ("founding members of Queen": *Queen (band)*, whose passage holds
+    neither "founding" nor "members"). Equal new
     scores keep the first stage's order, so each backend's own tie-break
     (rowid, ``chunk_id``) carries over. The scale of the first-stage score
     does not matter: stage 2 multiplies it. A candidate cannot score more
@@ -393,7 +399,18 @@ def rerank_order(
     """
     holdings = Holdings(question)
     keep = max(0, min(top_k // 2 if keep_first is None else keep_first, top_k))
-    free = top_k - keep
+    head = min(top_k, len(candidates))
+    stays = [i < keep for i in range(head)]
+    # One place stays free, so the best new score is always among the top_k and
+    # the first passage is the same whatever top_k a caller asks for.
+    room = top_k - keep - 1
+    for i in range(keep, head):
+        if room <= 0:
+            break
+        if holdings.names(candidates[i].title):
+            stays[i] = True
+            room -= 1
+    free = top_k - sum(stays)
     # The largest factor stage 2 can give: phrases, first sentence (not for one
     # term: _stage2_score), title.
     phrase_factor = 1.0 + PHRASE_BONUS * len(holdings.phrases)
@@ -405,11 +422,13 @@ def rerank_order(
     rest: list[tuple[int, float]] = []
     best: list[float] = []  # min-heap of the best ``free`` new scores past the kept ones
     for i, candidate in enumerate(candidates):
-        if i < keep:
+        if i < head and stays[i]:
             kept.append((i, _stage2_score(holdings, candidate)))
             continue
         if not free or (len(best) == free and candidate.score * best_factor <= best[0]):
-            break  # neither it nor any later (lower) candidate can take a free place
+            if i >= head:
+                break  # neither it nor any later (lower) candidate can take a free place
+            continue  # nor this one, but a named one further in the first top_k stays
         if len(best) == free and not candidate.lead and candidate.score * other_factor <= best[0]:
             continue  # it cannot, but a later one starting its article might
         new = _stage2_score(holdings, candidate)

@@ -377,11 +377,45 @@ def test_rerank_order_skips_only_what_cannot_win_with_named_titles(question: str
     holdings = sq.Holdings(question)
     for keep in (0, 2):
         for k in (1, 3, 8):
-            keep_k = min(keep, k)
             scored = [(i, sq._stage2_score(holdings, c)) for i, c in enumerate(cands)]
-            rest = sorted(scored[keep_k:], key=lambda item: -item[1])[: k - keep_k]
-            want = sorted(scored[:keep_k] + rest, key=lambda item: (-item[1], item[0]))
+            # The first ``keep`` stay, and so do named titles in the first k.
+            # One place stays free for the best new score.
+            stays = [i < min(keep, k) for i in range(len(cands))]
+            room = k - min(keep, k) - 1
+            for i in range(min(keep, k), k):
+                if room > 0 and holdings.names(cands[i].title):
+                    stays[i], room = True, room - 1
+            kept = [item for item, s in zip(scored, stays, strict=True) if s]
+            others = [item for item, s in zip(scored, stays, strict=True) if not s]
+            rest = sorted(others, key=lambda item: -item[1])[: k - len(kept)]
+            want = sorted(kept + rest, key=lambda item: (-item[1], item[0]))
             assert sq.rerank_order(question, cands, k, keep_first=keep) == want
+
+
+def test_rerank_order_keeps_a_named_article_bm25f_put_in_the_top_k() -> None:
+    # "Who were the founding members of Queen?": the band's passage, fifth for BM25F,
+    # holds only "queen"; five queens' passages holding "members" or "founded" outscore
+    # it in stage 2, but the question names its title, so it stays.
+    band = sq.Candidate(8.0, "Queen (band)", "Queen are a British rock band formed in 1970.")
+    royal = [
+        sq.Candidate(10.0 - i / 10, f"Queen {i}", "A queen and member of a dynasty.")
+        for i in range(4)
+    ]
+    founders = [
+        sq.Candidate(7.0 - i / 10, f"Order {i}", "Founding members of an order of queens.")
+        for i in range(6)
+    ]
+    cands = [*royal, band, *founders]
+    q = "Who were the founding members of Queen?"
+    assert 4 in [i for i, _ in sq.rerank_order(q, cands, 8)]
+    # Named titles stay only from BM25F's own top_k: further down they compete.
+    late = [*royal, *founders, band]
+    assert 10 not in [i for i, _ in sq.rerank_order(q, late, 8)]
+    # One place stays free: the best new score leads whatever top_k is asked for,
+    # even when BM25F's first is a named title.
+    first = [band._replace(score=10.5), *royal]
+    assert sq.rerank_order(q, first, 1)[0] == sq.rerank_order(q, first, 5)[0]
+    assert sq.rerank_order(q, first, 1)[0][0] == 1
 
 
 def test_rerank_hits_reorders_cluster_hits_and_cuts_to_top_k() -> None:

@@ -4,7 +4,7 @@ Why: most questions the lexical ranking misses share too few words with the
 passage that answers ("American musician" against "singer, songwriter, and
 guitarist"); a sentence encoder places them near each other anyway. Fused
 with the lexical top 30 by reciprocal rank it found a gold answer in the top 8
-for 0.950 of the held-out description questions against 0.915 (docs/retrieval.md,
+for 0.950 of the held-out description questions against 0.914 (docs/retrieval.md,
 "Dense stage"). It is opt-in because it costs: ~8 ms more per question on two
 cores, minutes to encode a corpus, and a 90 MB model.
 
