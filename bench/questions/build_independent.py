@@ -92,7 +92,8 @@ def word_case_counts(corpus: dict[str, dict]) -> Counter[str]:
     return counts
 
 
-def question_for(description: str, topic: str | None, case: Counter[str]) -> str:
+def description_body(description: str, case: Counter[str]) -> str:
+    """The description as a question writes it: the first word's case as in running text, no stop."""
     word = _WORD.match(description)
     head = word.group(0) if word else ""
     # A common noun ("Dam", "Largest") is lowercase in running text at least as
@@ -100,7 +101,11 @@ def question_for(description: str, topic: str | None, case: Counter[str]) -> str
     # proper adjective ("German", "Indian") almost never.
     if head[:1].isupper() and head[1:].islower() and case[head.lower()] * 5 >= case["^" + head.lower()]:
         description = head.lower() + description[len(head) :]
-    body = description.strip().rstrip(".")
+    return description.strip().rstrip(".")
+
+
+def question_for(description: str, topic: str | None, case: Counter[str]) -> str:
+    body = description_body(description, case)
     if is_person(description, topic):
         return f"Who was the {body}?"
     return f"{'What was' if _SPAN.search(description) else 'What is'} the {body}?"
@@ -172,9 +177,7 @@ def build_named(corpus: dict[str, dict], n: int, seed: int = 13) -> list[dict]:
         if "{description}" in template and not description:
             template = NAMED_TEMPLATES[0]
         what = "Who was" if is_person(description, article.get("topic")) else "What is"
-        # The description as question_for writes it: first word's case, no full stop.
-        body = question_for(description, article.get("topic"), case)
-        body = body.split(" the ", 1)[1].rstrip("?") if description else ""
+        body = description_body(description, case)
         rows.append(
             {
                 "question": template.format(what=what, answer=answer, description=body),
