@@ -7,7 +7,8 @@ without ranking or joins, and the **naive single-table index** (one FTS5 table
 holding title and text, porter tokenizer, ``ORDER BY bm25(t, 2.0, 1.0)``, the
 same passages and query terms). Recall@8, article hit@8 and p50 of qfarm's
 ranking and of the naive index on the independent held-out questions
-(``bench/questions/independent_heldout.jsonl``) print side by side; bars:
+(``bench/questions/independent_heldout.jsonl``) print side by side, whole and
+split as ``bench.questions.strata`` splits it; bars:
 qfarm's p50 <= 1.5x the naive p50. OpenSearch: build, latency and top-1
 parity with embedded on a local osmem-server, an in-memory stand-in, NOT a
 cluster figure, each difference put in a category (``parity_breakdown``).
@@ -168,8 +169,10 @@ def quality(retrievers: Sequence[Any]) -> dict[str, dict[str, Any]]:
 
 
 def bench_embedded(
-    tmp: Path, questions: list[str]
+    tmp: Path, questions: list[str], corpus: dict[str, dict]
 ) -> tuple[float, list[str | None], list[list[str]]]:
+    from bench.questions.strata import print_strata
+    from common.questions import parse_questions
     from common.search_query import fts5_match_expression
     from worker.retrieval.embedded import EmbeddedRetriever
     from worker.retrieval.ingest import CorpusSource, build_embedded_index
@@ -192,6 +195,8 @@ def bench_embedded(
     top1 = [_top_doc(retriever.search(q, top_k=1, title_boost=TITLE_BOOST)) for q in questions]
     stage1 = first_stage_embedded(dest, questions)
     figures = quality([retriever, naive])
+    held = parse_questions(HELDOUT.name, HELDOUT.read_text(encoding="utf-8"))
+    print_strata(HELDOUT.name, held, corpus, {"qfarm": retriever, "naive": naive})
     heldout = [json.loads(line)["question"] for line in HELDOUT.read_text().splitlines() if line]
     h_ours, h_naive = time_interleaved(
         lambda q: retriever.search(q, top_k=TOP_K, title_boost=TITLE_BOOST),
@@ -394,7 +399,7 @@ def main() -> None:
         f"retrieval benchmark: default corpus ({len(corpus):,} articles), {len(questions):,} questions, {os.cpu_count()} CPUs"
     )
     with tempfile.TemporaryDirectory(prefix="qfarm-retrieval-") as tmp:
-        p50, top1, stage1 = bench_embedded(Path(tmp), questions)
+        p50, top1, stage1 = bench_embedded(Path(tmp), questions, corpus)
     if not args.no_opensearch:
         bench_opensearch(questions, p50, top1, stage1)
     print(f"query_p50_ms={p50:.3f}")

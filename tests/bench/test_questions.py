@@ -135,7 +135,7 @@ def test_named_set_is_what_its_script_builds_and_names_each_answer() -> None:
 
 
 def test_a_description_is_ambiguous_when_another_holds_all_its_content_words() -> None:
-    from bench.questions.ambiguity import ambiguous_titles
+    from bench.questions.strata import ambiguous_titles
 
     corpus = {
         "Guppy": {"title": "Guppy", "description": "Species of tropical fish"},
@@ -146,3 +146,34 @@ def test_a_description_is_ambiguous_when_another_holds_all_its_content_words() -
     # Every content word of Guppy's description is in Neon tetra's, not the reverse;
     # Cod's "cold" and "water" are in no other description; no description, no claim.
     assert ambiguous_titles(corpus) == {"Guppy"}
+
+
+def test_a_description_is_worded_when_its_own_article_holds_every_content_word() -> None:
+    from bench.questions.strata import root, worded_titles
+
+    corpus = {
+        "Mount Kilimanjaro": {
+            "title": "Mount Kilimanjaro",
+            "description": "Mountain in Tanzania, highest in Africa",
+            "extract": "Mount Kilimanjaro is a dormant volcano in Tanzania. It is the highest "
+            "mountain in Africa.",
+        },
+        # "grown" is not in the text: the question needs another word for it.
+        "Adult": {
+            "title": "Adult",
+            "description": "Fully grown animal",
+            "extract": "An adult is a human or other animal that has reached full maturity.",
+        },
+        # A plural in the description finds the singular in the text, and a
+        # number must occur as written.
+        "Chess": {
+            "title": "Chess",
+            "description": "Board game for two players (1475)",
+            "extract": "Chess is a board game between two player sides.",
+        },
+        "Mars": {"title": "Mars", "description": "", "extract": "Mars is a planet."},
+    }
+    assert root("mountains") == "mountain" and root("players") == "player" and root("gas") == "gas"
+    assert worded_titles(corpus) == {"Mount Kilimanjaro"}
+    corpus["Chess"]["description"] = "Board game for two players"
+    assert worded_titles(corpus) == {"Mount Kilimanjaro", "Chess"}
