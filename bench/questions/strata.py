@@ -108,9 +108,10 @@ def split_recall(
 
 def print_strata(
     name: str, questions: list[Question], corpus: dict[str, dict], retrievers: dict[str, Any]
-) -> None:
+) -> dict[str, float | None]:
     """One line per split and retriever: n and recall@8 on each side; then, on the worded
-    part, the questions the first retriever answers and the second misses, and the reverse."""
+    part, the questions the first retriever answers and the second misses, and the reverse.
+    Returns each retriever's recall on the worded part."""
     hits = {label: {q.id: found(r, q) for q in questions} for label, r in retrievers.items()}
     splits = (
         ("worded (the article holds every description word)", "the rest", worded_titles(corpus)),
@@ -140,6 +141,7 @@ def print_strata(
         print(
             f"{name} {label:<8} all: {len(h)} questions, recall@{TOP_K} {_rate(sum(h.values()) / len(h))}"
         )
+    return {label: split_recall(h, questions, splits[0][2])[0][1] for label, h in hits.items()}
 
 
 def _rate(value: float | None) -> str:
