@@ -115,9 +115,12 @@ def split_of(title: str) -> int:
     return hashlib.sha256(title.encode()).digest()[0] % 2
 
 
-def build(corpus: dict[str, dict], per_split: int, seed: int = 12) -> list[list[dict]]:
+def build(
+    corpus: dict[str, dict], per_split: int, seed: int = 12, case: Counter[str] | None = None
+) -> list[list[dict]]:
+    """The tuning and held-out sets (module docstring); ``case`` is ``word_case_counts(corpus)``."""
     descriptions = Counter((a.get("description") or "").strip().lower() for a in corpus.values())
-    case = word_case_counts(corpus)
+    case = case if case is not None else word_case_counts(corpus)
     splits: list[list[dict]] = [[], []]
     for key in sorted(corpus):
         article = corpus[key]
@@ -155,10 +158,12 @@ def is_person(description: str, topic: str | None) -> bool:
     return topic == "People" or bool(_BORN.search(description))
 
 
-def build_named(corpus: dict[str, dict], n: int, seed: int = 13) -> list[dict]:
+def build_named(
+    corpus: dict[str, dict], n: int, seed: int = 13, case: Counter[str] | None = None
+) -> list[dict]:
     """Questions that name their subject (module docstring), ``n`` of them."""
     answers = Counter(answer_for(a.get("title") or k).lower() for k, a in corpus.items())
-    case = word_case_counts(corpus)
+    case = case if case is not None else word_case_counts(corpus)
     rows = []
     for key in sorted(corpus):
         article = corpus[key]
@@ -201,9 +206,10 @@ def main() -> None:
     ap.add_argument("--per-split", type=int, default=1000)
     args = ap.parse_args()
     corpus = json.loads(default_corpus_path().read_text(encoding="utf-8"))
-    for name, rows in zip(SPLITS, build(corpus, args.per_split), strict=True):
+    case = word_case_counts(corpus)  # a pass over every text: once for both builds
+    for name, rows in zip(SPLITS, build(corpus, args.per_split, case=case), strict=True):
         write_jsonl(name, rows)
-    write_jsonl(NAMED, build_named(corpus, args.per_split))
+    write_jsonl(NAMED, build_named(corpus, args.per_split, case=case))
 
 
 if __name__ == "__main__":
