@@ -73,6 +73,11 @@ class Transport(Protocol):
     async def close(self) -> None: ...
 
 
+def request_headers(headers: Mapping[str, str], body: bytes | None) -> dict[str, str]:
+    """``headers`` plus the JSON content type when there is a body (every body here is JSON)."""
+    return {**headers, "Content-Type": "application/json"} if body is not None else dict(headers)
+
+
 class EventLoopThread:
     """An asyncio loop running forever in a daemon thread; ``stop`` ends it."""
 
@@ -197,9 +202,7 @@ class AiohttpTransport:
         timeout_s: float | None = None,
     ) -> AsyncIterator[Response]:
         timeout = self._timeout if timeout_s is None else aiohttp.ClientTimeout(total=timeout_s)
-        hdrs = dict(headers)
-        if body is not None:
-            hdrs["Content-Type"] = "application/json"
+        hdrs = request_headers(headers, body)
         try:
             async with self._session(url).request(
                 method, url, data=body, headers=hdrs, timeout=timeout, allow_redirects=False
@@ -273,9 +276,7 @@ class HttpxTransport:
         body: bytes | None = None,
         timeout_s: float | None = None,
     ) -> AsyncIterator[Response]:
-        hdrs = dict(headers)
-        if body is not None:
-            hdrs["Content-Type"] = "application/json"
+        hdrs = request_headers(headers, body)
         kwargs: dict[str, Any] = {"headers": hdrs, "content": body}
         if timeout_s is not None:
             kwargs["timeout"] = timeout_s
