@@ -161,6 +161,8 @@ def make_farm(tmp_path: Path, server: RedisServer, endpoints: str, index: Path, 
         # need more bundles than the workers run at once, so not the sweep default's 32.
         QFARM_BUNDLE_SIZE="8",
         PYTHONUNBUFFERED="1",
+        # A process that hangs is sent SIGABRT (``interrupt``): it prints every thread's stack.
+        PYTHONFAULTHANDLER="1",
         **env,
     )
     logs = tmp_path / "logs"
@@ -253,7 +255,13 @@ def interrupt(proc: subprocess.Popen, timeout_s: float = 60) -> tuple[str, str]:
     follower's last drain and status write once took over 20 s, hence the margin.
     """
     os.killpg(proc.pid, signal.SIGINT)
-    return proc.communicate(timeout=timeout_s)
+    try:
+        return proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        # Say where it hangs: the fault handler (PYTHONFAULTHANDLER) prints each thread's stack.
+        os.killpg(proc.pid, signal.SIGABRT)
+        _, err = proc.communicate(timeout=30)
+        pytest.fail(f"{proc.args} still running {timeout_s:.0f}s after Ctrl-C; its stderr:\n{err[-6000:]}")
 
 
 def llm_calls(sim) -> int:
