@@ -38,6 +38,7 @@ from common.models import ALL_MODES, Job, JobRecord, Manifest, Mode, Question, R
 from common.policy import Policy
 from common.questions import digest_content, question_id_for
 from common.settings import Settings, load_settings
+from producer import interrupts
 from producer.aggregator import Aggregator
 from producer.capacity import check_plan_fits
 from producer.endpoints import probe_endpoints
@@ -437,6 +438,7 @@ def _follow(store: ProducerStore, run_dir: Path, manifest: Manifest, settings: S
     try:
         prog = follower.run(on_progress=on_progress)
     except KeyboardInterrupt:
+        interrupts.handled()
         follower.release()
         return RunResult(manifest, run_dir, "interrupted", _written(follower))
     except RedisGone as exc:

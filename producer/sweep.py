@@ -23,6 +23,7 @@ from common.jobs import bundle_label, bundles, expand_jobs, profile_id_for_model
 from common.models import Job, Manifest, Mode, Question
 from common.policy import Policy, governance_policy_hash, verifier_policy_hash
 from common.questions import digest_content, parse_questions
+from producer import interrupts
 from producer.aggregator import Aggregator
 from producer.lease import FollowerLease
 from producer.store import ProducerStore, Progress
@@ -198,6 +199,7 @@ class Follower:
         deadline = time.monotonic() + timeout_s if timeout_s else None
         last_done, quiet_since = -1, time.monotonic()
         while True:
+            interrupts.check()  # a Ctrl-C that a finalizer swallowed ends the follow too
             prog, was_down = self._poll_until_reachable()
             now = time.monotonic()
             if was_down:
@@ -245,6 +247,7 @@ class Follower:
                 if now - down_since > self.reconnect_s:
                     raise RedisGone(f"Redis unreachable for {now - down_since:.0f}s") from exc
                 time.sleep(backoff)
+                interrupts.check()
                 backoff = min(backoff * 2, 5.0)
                 continue
             if down_since is not None:

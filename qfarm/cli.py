@@ -13,6 +13,7 @@ import os
 import sys
 
 from common.errors import QfarmError
+from producer import interrupts
 
 COMMANDS = (
     "sweep",
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    interrupts.install()
     try:
         # Inside the try: a flag's type (e.g. --out) may raise an InputError of its own.
         args = parser.parse_args(argv)

@@ -4,6 +4,8 @@ once, one follower holds the lease, the follower rides out and heals Redis outag
 from __future__ import annotations
 
 import json
+import signal
+import sys
 import time
 from pathlib import Path
 
@@ -168,3 +170,39 @@ def test_the_follower_heals_a_run_redis_lost(tmp_path):
     assert prog.done == 3 and resent == [1] and follower.restored == 2
     assert store.manifest("r") == manifest
     assert ids_in(tmp_path / "rows.jsonl") == ["a", "b", "c"]
+
+
+class CtrlCInAFinalizer:
+    """Garbage collection runs ``__del__`` between any two lines: a SIGINT that arrives
+    there raises KeyboardInterrupt inside it, and Python prints and drops it."""
+
+    def __del__(self) -> None:
+        signal.raise_signal(signal.SIGINT)
+
+
+def test_a_ctrl_c_that_a_finalizer_swallowed_still_ends_the_follow(tmp_path, monkeypatch):
+    from producer import interrupts
+    from producer.sweep import Follower
+
+    store = ProducerStore(fakeredis.FakeRedis())
+    manifest = a_manifest("r", 2)
+    store.put_manifest(manifest)
+    land(store.client, "r", "a")  # the other job never lands: the follow would not end
+    dropped: list[type] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: dropped.append(u.exc_type))
+    previous = signal.getsignal(signal.SIGINT)
+    interrupts.install()
+    try:
+        obj = CtrlCInAFinalizer()
+        del obj  # the KeyboardInterrupt is raised in __del__ and dropped
+        assert dropped == [KeyboardInterrupt]
+        follower = Follower(store, manifest, tmp_path / "rows.jsonl", say=lambda s: None,
+                            poll_s=0.01)
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            follower.run(timeout_s=5)
+        assert time.monotonic() - t0 < 1
+        interrupts.check()  # raised once, not again
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        interrupts.handled()

@@ -1,0 +1,44 @@
+"""Ctrl-C that cannot be lost while a run is followed.
+
+Python raises ``KeyboardInterrupt`` wherever the main thread happens to be when
+SIGINT arrives. If that is inside a finalizer (a ``__del__`` or a weakref
+callback, which garbage collection runs between any two lines), the exception
+is printed as "Exception ignored in …" and dropped: a follower would go on
+following a run that may never end. ``install()`` (the ``qfarm`` command line)
+keeps a flag beside the exception; a loop that runs until a run ends calls
+``check()``, which raises the ``KeyboardInterrupt`` again if one was dropped.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+
+_requested = threading.Event()
+
+
+def _on_sigint(signum: int, frame: FrameType | None) -> None:
+    _requested.set()
+    raise KeyboardInterrupt
+
+
+def install() -> None:
+    """Handle SIGINT as Python does, and remember it (main thread only, as signals are)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _on_sigint)
+
+
+def check() -> None:
+    """Raise ``KeyboardInterrupt`` once for a Ctrl-C that came and was not handled yet.
+
+    Only in the main thread, where Python raises it: a follow thread of ``qfarm serve``
+    must not end with a traceback because the server was stopped."""
+    if _requested.is_set() and threading.current_thread() is threading.main_thread():
+        _requested.clear()
+        raise KeyboardInterrupt
+
+
+def handled() -> None:
+    """The ``KeyboardInterrupt`` was caught where it belongs: forget the Ctrl-C."""
+    _requested.clear()
