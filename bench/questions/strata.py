@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.questions.build_independent import content_words
-from common.gold import contains_answer, normalize_tokens
 from common.models import Question
 from common.questions import parse_questions
+from common.retrieval_eval import judge
 
 HERE = Path(__file__).resolve().parent
 TOP_K = 8
@@ -91,9 +91,9 @@ def ambiguous_titles(corpus: dict[str, dict]) -> set[str]:
 
 
 def found(retriever: Any, question: Question) -> bool:
+    """Whether a gold answer is in the top 8, judged as ``qfarm eval-retrieval`` judges it."""
     evidence = retriever.search(question.text, top_k=TOP_K, title_boost=TITLE_BOOST)
-    gold = [normalize_tokens(a) for a in question.answers or ()]
-    return any(contains_answer(normalize_tokens(e.text), gold) for e in evidence)
+    return judge(question, question.title, evidence).answer_rank is not None
 
 
 def split_recall(
