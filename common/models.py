@@ -294,6 +294,9 @@ class Manifest(Frozen):
     model_profile_id: str
     endpoints: tuple[str, ...] = ()
     simulated: bool = False
+    # The server behind the endpoints when qfarm started it, e.g. "llama.cpp server
+    # (llama-cpp-python 0.3.36), CPU, local"; None: endpoints configured by the operator.
+    llm_server: str | None = None
     retriever: str = "embedded"
     index_version: str | None = None
     corpus: str | None = None

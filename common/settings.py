@@ -60,6 +60,10 @@ class Settings(BaseSettings):
     llm_timeout_s: float = 120.0
     llm_connect_timeout_s: float = 5.0
     llm_max_inflight_per_endpoint: int = 64
+    # The context window of an endpoint whose /v1/models does not report max_model_len
+    # (llama.cpp's server does not; vLLM does, and its figure wins). None: unknown, so
+    # max_tokens is never lowered before sending (docs/llm.md, 'Other OpenAI-compatible servers').
+    llm_context_window: int | None = Field(default=None, ge=16)
     llm_max_attempts: int = 4
     llm_batch_size: int = 0  # 0: no micro-batching (one prompt per request)
     llm_batch_wait_ms: float = 5.0

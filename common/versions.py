@@ -8,7 +8,7 @@ different rules never share a governance hash.
 CLASSIFIER_VERSION = "quantifier-v3"
 DENIAL_PATTERNS_VERSION = "v2"  # v2: 200+ phrasings, negation × verb × object (issue 18)
 EXTRACTION_CUES_VERSION = "v2"  # v2: qualifiers such as "well known" leave subject tokens
-MODEL_PROFILES_VERSION = "profiles-v2"  # v2: non-broad rungs keep the policy default cap
+MODEL_PROFILES_VERSION = "profiles-v3"  # v2: non-broad rungs keep the policy default cap; v3: small-local
 VERIFIER_VERSION = "verifier-v2"  # v2: BROAD-CAPPED label, non-broad rungs keep the default cap
 PROMPT_VERSION = "prompt-v2"  # v2: quantifier reminder for broad questions only
 CHUNKER_VERSION = "chunker-v1"

@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,10 +70,22 @@ OnProgress = Callable[[Progress], None]
 
 @dataclass(frozen=True)
 class Endpoints:
-    """The LLM endpoints a run uses, and whether they are the qfarm simulator."""
+    """The LLM endpoints a run uses, and whether they are the qfarm simulator.
+
+    ``server`` names a server the caller started (the manifest and summary carry it, e.g.
+    "llama.cpp server (llama-cpp-python 0.3.36), CPU, local"); ``settings`` are the gateway
+    settings that server needs (one request in flight, its context window...), applied on
+    top of the run's settings while it runs in this process.
+    """
 
     urls: list[str]
     simulated: bool
+    server: str | None = None
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def apply(self, settings: Settings) -> Settings:
+        """``settings`` pointed at these endpoints, with the server's own settings."""
+        return settings.model_copy(update={**self.settings, "llm_endpoints": ",".join(self.urls)})
 
 
 # Gives the endpoints for a run while the run needs them (a context, so a caller may
@@ -245,6 +257,7 @@ def _manifest(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], settin
         model=settings.model,
         endpoints=eps.urls,
         simulated=eps.simulated,
+        llm_server=eps.server,
         retriever=retriever.backend,
         index_version=retriever.index_version(),
         corpus=corpus,
@@ -269,7 +282,7 @@ def _run_eager(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], setti
     threading.Thread(target=_import_plotting, name="qfarm-import-plotting", daemon=True).start()
     retriever = open_local_retriever(settings, progress=index_progress)
     with endpoints(settings) as eps:
-        settings = settings.model_copy(update={"llm_endpoints": ",".join(eps.urls)})
+        settings = eps.apply(settings)
         svc, store = eager_services(settings, retriever)
         plan = SweepPlan(
             manifest=_manifest(spec, questions, modes, settings, eps, retriever, eager=True,
@@ -546,7 +559,7 @@ def _ask_eager(settings: Settings, question: Question, modes: list[Mode], policy
 
     retriever = open_local_retriever(settings, progress=False)
     with endpoints(settings) as eps:
-        settings = settings.model_copy(update={"llm_endpoints": ",".join(eps.urls)})
+        settings = eps.apply(settings)
         svc, store = eager_services(settings, retriever)
         manifest = _ask_manifest(settings, question, modes, policy, eps, retriever, eager=True,
                                  use_cache=use_cache)

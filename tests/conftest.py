@@ -73,3 +73,24 @@ def own_redis(tmp_path_factory: pytest.TempPathFactory):
     for server in servers:
         server.terminate()
         server.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def local_model():
+    """llama.cpp's server on the local CPU model, started once per session (slow tests).
+
+    Skipped, with the reason in one line, where `make install-local` was not run; with
+    QFARM_REQUIRE_LOCAL=1 (`make test` sets it: CI installs it) a missing install fails.
+    """
+    from common.errors import ConfigError
+    from ops.local.launch import find_model_file, server_version, start_local_model
+
+    try:
+        server_version()
+        find_model_file()
+    except ConfigError as exc:
+        if os.environ.get("QFARM_REQUIRE_LOCAL") == "1":
+            pytest.fail(f"QFARM_REQUIRE_LOCAL=1 but {exc}")
+        pytest.skip(f"no local model: {exc}")
+    with start_local_model() as handle:
+        yield handle
