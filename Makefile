@@ -49,13 +49,15 @@ run: install
 	$(BIN)/qfarm sweep bench/questions/smoke.txt --modes quote,claim_lattice_pointer,claim_lattice -n 2 --eager
 
 # Lint, type-check common/, then the whole suite, slow tests included (they start Redis
-# workers, simulators, a search server) and the dense stage's (its model is installed);
+# workers, simulators, a search server), the dense stage's (its model is installed) and the
+# real model's (llama.cpp's server on the CPU: the contract suite's second server and a
+# 15-job smoke; its install compiles once, then comes from pip's wheel cache);
 # the fault suite runs beside the rest (ops/scripts/run-tests.sh says why).
-test: install install-dense
+test: install install-dense install-local
 	bash ops/scripts/ensure-redis.sh
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	QFARM_REQUIRE_DENSE=1 bash ops/scripts/run-tests.sh
+	QFARM_REQUIRE_DENSE=1 QFARM_REQUIRE_LOCAL=1 bash ops/scripts/run-tests.sh
 
 # `pip install .` without extras into a fresh venv, then one small eager sweep (CI runs it).
 check-install:
