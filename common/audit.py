@@ -32,6 +32,7 @@ Decisions where the rules left room:
 from __future__ import annotations
 
 from common.models import Claim, JobRecord, Preflight
+from common.verify.verdict import render_tails
 
 SEP = " · "
 MAX_CLAIM_CHARS = 160
@@ -96,6 +97,10 @@ def render_audit_block(record: JobRecord) -> list[str]:
         ]
         if pre.exploratory:
             parts.append("allow-broad: EXPLORATORY")
+        ver = record.verification
+        if ver is not None and ver.would_fire_kinds:  # the dry run: recorded, not applied
+            tails = render_tails(ver.would_fire_kinds, cap=_cap(pre), exploratory=False)
+            parts.append("dry run, would fire: " + ", ".join(tails))
         lines.append(SEP.join(parts))
     return [*lines, render_audit_line(record)]
 

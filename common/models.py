@@ -161,6 +161,8 @@ class Grading(Frozen):
     n_claims: int = 0
     n_verified: int = 0
     violation_kinds: tuple[ViolationKind, ...] = ()
+    # dry run (caps not applied): the BROAD_QUANTIFIER_* kinds the guard would have fired
+    would_fire_kinds: tuple[ViolationKind, ...] = ()
     format_collapsed: bool = False
     answer_brackets: int = 0
     answer_pointer_count: int = 0
@@ -386,8 +388,9 @@ class Row(Frozen):
                 flat.update(dict.fromkeys(part.model_fields))
             else:
                 flat.update(value)
-        if flat.get("violation_kinds", ()) is None:  # an unverified row still lists its kinds: none
-            flat["violation_kinds"] = []
+        for key in ("violation_kinds", "would_fire_kinds"):  # an unverified row lists none
+            if flat.get(key, ()) is None:
+                flat[key] = []
         return flat
 
 

@@ -35,8 +35,9 @@ def _part(part: type[Part], ver: Verification | None) -> Part | None:
     if ver is None:
         return None
     fields = ver.model_dump(include=set(part.model_fields))
-    if "violation_kinds" in fields:  # a row lists each kind once, in a stable order
-        fields["violation_kinds"] = sorted(set(ver.violation_kinds))
+    for key in ("violation_kinds", "would_fire_kinds"):  # each kind once, in a stable order
+        if key in fields:
+            fields[key] = sorted(set(getattr(ver, key)))
     return part.model_validate(fields)
 
 

@@ -15,6 +15,7 @@ from common.models import (
     Timings,
     Verdict,
     Verification,
+    ViolationKind,
 )
 from common.policy import build_policy
 from common.preflight import rejected_verification, run_preflight
@@ -127,6 +128,19 @@ def test_an_answered_broad_question_prints_the_preflight_line_above_its_audit_li
         'BROAD-QUANTIFIER PREFLIGHT · OPEN_REQUEST ("tell me about") · scope unbounded · '
         "cap 12 not enforced · allow-broad: EXPLORATORY"
     )
+
+
+def test_the_dry_run_names_the_kinds_it_would_fire_on_the_preflight_line() -> None:
+    policy = build_policy({})
+    pre = run_preflight("Tell me about jazz", Mode.CLAIM_LATTICE_POINTER, policy, "hermes-3-8b")
+    ver = Verification(
+        verdict=Verdict.STRICT,
+        label=Label.EVIDENCE_WARRANTED,
+        would_fire_kinds=(ViolationKind.BROAD_QUANTIFIER_SCOPE_UNBOUND,),
+    )
+    head, line = render_audit_block(make_record(preflight=pre, verification=ver))
+    assert head.endswith("· cap 5 not enforced · dry run, would fire: broad unbounded")
+    assert line.startswith("EVIDENCE-WARRANTED · via claim_lattice_pointer")
 
 
 def test_no_preflight_line_for_a_narrow_question_or_an_unguarded_mode() -> None:
