@@ -32,7 +32,7 @@ Decisions where the rules left room:
 from __future__ import annotations
 
 from common.models import Claim, JobRecord, Preflight
-from common.verify.verdict import render_tails
+from common.verify.verdict import display_label, render_tails
 
 SEP = " · "
 MAX_CLAIM_CHARS = 160
@@ -58,7 +58,7 @@ def render_audit_line(record: JobRecord) -> str:
         tails.append("cache hit")
     if record.generation is not None and record.generation.simulated:
         tails.append("simulated")
-    head = f"{ver.label.value}{SEP}via {mode}"
+    head = f"{display_label(ver.label, ver.violation_kinds)}{SEP}via {mode}"
     if tails:
         head += SEP + ", ".join(tails)
     return f"{head}  {ver.n_verified}/{ver.n_claims}  {latency}"

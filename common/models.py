@@ -335,7 +335,10 @@ class Row(Frozen):
     claim_cap_applied: int | None = None  # the guard's cap; None when the guard is off for the job
     claim_cap_profile: int | None = None  # the profile table's cap for the rung, enforced or not
     claim_cap_enforced: bool | None = None
+    # The configured model id, verbatim (what the operator named); the cap profile it
+    # resolved to is ``model_profile_key`` ("hermes-3-8b", or "default" when none matched).
     model_profile_id: str | None = None
+    model_profile_key: str | None = None
     model: str | None = None
     endpoint: str | None = None
     simulated: bool | None = None

@@ -63,7 +63,8 @@ def build_row(record: JobRecord) -> Row:
         claim_cap_applied=pre.claim_cap if pre else None,
         claim_cap_profile=pre.claim_cap_profile if pre else None,
         claim_cap_enforced=pre.cap_enforced if pre else None,
-        model_profile_id=job.model_profile_id,
+        model_profile_id=job.model,  # the configured model id, verbatim
+        model_profile_key=job.model_profile_id,  # the key of the cap profile it resolved to
         model=job.model,
         endpoint=gen.endpoint if gen else None,
         simulated=gen.simulated if gen else None,

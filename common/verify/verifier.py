@@ -39,6 +39,11 @@ Decisions where the rules left room:
 * An answer with no claims and no violation kind (e.g. quote-mode prose with
   no quote in it; FORMAT_COLLAPSED is a lattice-mode kind) gets the tail
   ``no claims`` so its audit line still says why it is UNGROUNDED.
+* ``answer_brackets`` is 0 outside the two lattice modes: it counts the
+  ``[...]`` groups a claim-mode answer writes, the first thing a collapsing
+  model stops producing; in quote mode brackets are optional ids and the count
+  would mean something else. The other bracket diagnostics are kept in every
+  mode (how many ids a quote answer cites is still worth knowing).
 * Without a preflight, one is computed with the ``default`` model profile.
 * Malformed model output never raises; there is no catch-all: extraction is
   written to accept any string (see the malformed-output tests).
@@ -195,6 +200,8 @@ def _read_answer(text: str, mode: Mode, policy: Policy) -> _Reading:
         kinds.add(K.SCHEMA_INVALID)
     if mode is Mode.CLAIM_LATTICE and ext.json_parsed:
         diag["answer_pointer_count"] = len({i for c in ext.claims for i in c.ids})
+    if mode not in LATTICE_MODES:  # a collapse precursor only where tags are the contract
+        diag["answer_brackets"] = 0
     return _Reading(ext, diag, [] if deflected else ext.claims, kinds, deflected, unparseable)
 
 

@@ -58,6 +58,17 @@ def test_audit_line_without_tails_leaves_the_segment_out() -> None:
     assert line == "EVIDENCE-WARRANTED · via quote  2/2  340 ms"
 
 
+def test_a_pointer_linked_row_the_broad_cap_trimmed_names_both_labels() -> None:
+    kinds = (ViolationKind.BROAD_QUANTIFIER_CAP_APPLIED, ViolationKind.TOO_MANY_CLAIMS)
+    ver = Verification(
+        verdict=Verdict.HYBRID, label=Label.POINTER_LINKED, violation_kinds=kinds, n_claims=2
+    )
+    line = render_audit_line(make_record(verification=ver))
+    assert line.startswith("BROAD-CAPPED · POINTER-LINKED · via claim_lattice_pointer")
+    plain = ver.model_copy(update={"violation_kinds": (ViolationKind.WARRANT_MISSING,)})
+    assert render_audit_line(make_record(verification=plain)).startswith("POINTER-LINKED · via")
+
+
 def test_audit_line_names_the_simulator_and_cache_hits() -> None:
     ver = Verification(
         n_claims=1, n_verified=1, ratio=1.0, verdict=Verdict.STRICT, label=Label.EVIDENCE_WARRANTED

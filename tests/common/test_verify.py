@@ -12,6 +12,7 @@ from common.models import Evidence, Label, Mode, Verdict, Verification, Violatio
 from common.policy import Policy, build_policy
 from common.preflight import run_preflight
 from common.verify import verify_answer
+from common.verify.verdict import display_label
 
 K = ViolationKind
 POINTER = Mode.CLAIM_LATTICE_POINTER
@@ -483,6 +484,11 @@ def test_a_trimmed_broad_answer_without_anchors_stays_pointer_linked() -> None:
     )
     assert K.BROAD_QUANTIFIER_CAP_APPLIED in v.violation_kinds
     assert v.label is Label.POINTER_LINKED
+    assert display_label(v.label, v.violation_kinds) == "BROAD-CAPPED · POINTER-LINKED"
+    untrimmed = verify(unanchored, BROAD_BOUNDED, **CAPS)
+    assert display_label(untrimmed.label, untrimmed.violation_kinds) == "POINTER-LINKED"
+    capped = verify(f"{GOOD_1}\n{GOOD_2}\n{GOOD_3}", BROAD_BOUNDED, quantifier_caps_by_intensity={"ALL": 2}, **CAPS)
+    assert display_label(capped.label, capped.violation_kinds) == "BROAD-CAPPED"
 
 
 @pytest.mark.parametrize(
@@ -677,6 +683,13 @@ def test_bracket_diagnostics() -> None:
     assert v.answer_pointer_count == 3  # distinct ids: E1, E4, E2
     assert v.answer_chars_with_brackets == len("E1" "E1, E4" "note" "E2")
     assert v.raw_meaningful_line_count == 3
+
+
+def test_answer_brackets_is_zero_outside_the_lattice_modes() -> None:
+    quote = verify('"The Beatles were an English rock band" [E1] and [note]', BEATLES_Q, QUOTE)
+    assert quote.answer_brackets == 0
+    assert quote.answer_pointer_count == 1  # the ids a quote answer cites are still counted
+    assert verify(GOOD_1, BEATLES_Q, POINTER).answer_brackets == 1
 
 
 def test_json_pointer_count_counts_listed_evidence_ids() -> None:
