@@ -275,3 +275,28 @@ def test_100k_row_file_renders_in_bounded_memory(tmp_path: Path) -> None:
     assert "Latency percentiles come from a bounded sketch" in text
     print(f"\npeak {peak / 1e6:.1f} MB streaming vs ~{holding_all / 1e6:.0f} MB to hold the rows")
     assert peak < holding_all / 20
+
+
+def test_cli_compare_decides_an_abd_cycle_from_four_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    roles = {
+        "O": {},
+        "A": {"quantifier_guard_apply_caps": True},
+        "B": {"quantifier_reminder_enabled": True},
+        "D": {"quantifier_guard_apply_caps": True, "quantifier_reminder_enabled": True},
+    }
+    for run_id, policy in roles.items():
+        write_run(tmp_path, run_id, n_questions=20, policy=build_policy(policy))
+    args = ["compare", "D", "O", "B", "A", "--results-dir", str(tmp_path)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "A/B/D cycle: neither (no step cleared its rule)." in out  # same rows in every run
+    assert "caps alone (`O` → `A`): `quantifier_guard_apply_caps`" in out
+    assert f"cycle: {tmp_path / 'A' / 'cycle.md'}" in out  # the last run given
+    assert "## Decision" in (tmp_path / "A" / "cycle.md").read_text()
+    assert main(["compare", "O", "A", "B", "--results-dir", str(tmp_path)]) == 2
+    assert "got 3 runs" in capsys.readouterr().err
+    write_run(tmp_path, "A2", n_questions=20, policy=build_policy(roles["A"]))
+    assert main(["compare", "O", "A", "B", "A2", "--results-dir", str(tmp_path)]) == 2
+    assert "both 'caps only'" in capsys.readouterr().err

@@ -200,6 +200,17 @@ def test_compare_page_lists_deltas_and_changed_verdicts_linked_to_both_rows(
         assert f'<a href="/runs/run-b/rows/{k}">STRICT</a>' in html
 
 
+def test_compare_page_states_the_phase_decision_and_what_decided_it(results: Path) -> None:
+    path = results / "run-b" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["policy"]["quantifier_reminder_enabled"] = True
+    path.write_text(json.dumps(manifest))
+    html = get(Viewer(results), "/compare", a="run-a", b="run-b", floor="5")
+    assert "<h2>Quantifier phase decision</h2>" in html
+    assert "`quantifier_reminder_enabled` (on in run B): no signal" in html
+    assert "FORMAT_COLLAPSED or NO_EVIDENCE_POINTER rate drops" in html
+
+
 @pytest.mark.parametrize("path,query,status", [
     ("/runs/nope", {}, 404),
     ("/runs/..", {}, 404),
