@@ -155,6 +155,9 @@ class Comparison:
     intensity: list[IntensityShift] = field(default_factory=list)
     rung_changes: list[RungChange] = field(default_factory=list)
     phase: PhaseDecision | None = None
+    # per mode, the share of rows (points) that were STRICT while the dry run recorded a
+    # kind that demotes once caps are applied, in A and in B (None: that run is no dry run)
+    would_demote: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
 
     @property
     def signals(self) -> list[MetricDelta]:
@@ -323,6 +326,14 @@ def _rung_changes(stats_a: RunStats, stats_b: RunStats, shared: list[str]) -> li
     return changes
 
 
+def _would_demote(man: Manifest, stats: RunStats, mode: str) -> float | None:
+    """Strict-rate points the guard's own soft demotes would take once caps are applied."""
+    policy, m = man.policy, stats.modes.get(mode)
+    if not policy.quantifier_guard_enabled or policy.quantifier_guard_apply_caps or m is None:
+        return None
+    return 100 * m.would_demote_strict / m.tally.valid if m.tally.valid else None
+
+
 def _provenance_warnings(a: Manifest, b: Manifest, n_shared: int, n_a: int, n_b: int) -> list[str]:
     """Ways the runs differ beyond the policy: each makes a delta harder to attribute."""
     warnings = []
@@ -428,6 +439,9 @@ def compare_runs(
     cmp.mixed = _mixed_effects(cmp.deltas)
     cmp.intensity = _intensity_shifts(stats_a, stats_b)
     cmp.rung_changes = _rung_changes(stats_a, stats_b, shared)
+    cmp.would_demote = {
+        mode: (_would_demote(ma, stats_a, mode), _would_demote(mb, stats_b, mode)) for mode in modes
+    }
     cmp.phase = phase_decision(cmp)
     return cmp
 

@@ -182,6 +182,35 @@ def dry_run_note(policy_a: Any, policy_b: Any, switches: Sequence[str]) -> str:
     return ""
 
 
+def caps_note(cmp: Comparison, phase: PhaseDecision, off_is_a: bool) -> str:
+    """Say so when a strict-rate fall under caps is only the guard's own soft demotes.
+
+    The off run's dry run counted the STRICT rows carrying a kind that demotes once
+    caps are applied; when the fall matches that share within the floor, caps changed
+    labels, not answers. The decision stands (the design's rule reads the verdict
+    distribution, whatever moved it); the note tells the reader what moved it.
+    """
+    if CAPS not in phase.switches or phase.decision != "turn on":
+        return ""
+    matched = []
+    for s in phase.decided_by:
+        share = cmp.would_demote.get(s.mode, (None, None))[0 if off_is_a else 1]
+        if s.key == "strict" and s.delta is not None and share is not None:
+            if abs(s.delta + share) < cmp.floor:
+                matched.append(f"`{s.mode}` {s.delta:+.1f} pp against {share:.1f}% predicted")
+    if not matched:
+        return ""
+    claims = any(s.key == "claims" for s in phase.decided_by)
+    return (
+        "The strict-rate fall is what the caps-off run's dry run predicted from the guard's own "
+        "soft demotes (STRICT rows carrying CAP_APPLIED or SCOPE_UNBOUND as would-fire kinds): "
+        + "; ".join(matched)
+        + ". Caps changed labels there"
+        + ("." if claims else ", not answers: the claim count per answer did not move by "
+           "the floor.")
+    )
+
+
 def phase_decision(cmp: Comparison) -> PhaseDecision | None:
     """The decision for a pair, or None (with a note on ``cmp``) when it cannot be attributed."""
     if not cmp.policy_changes:
@@ -209,8 +238,10 @@ def phase_decision(cmp: Comparison) -> PhaseDecision | None:
         )
         return None
     switches = tuple(phase)
+    on_in_b = on_in.pop()
+    decision = decide(cmp.deltas, switches, on_in_b)
     note = dry_run_note(cmp.manifest_a.policy, cmp.manifest_b.policy, switches)
-    return decide(cmp.deltas, switches, on_in.pop(), note)
+    return replace(decision, note=" ".join(filter(None, (note, caps_note(cmp, decision, on_in_b)))))
 
 
 def phase_line(phase: PhaseDecision) -> str:
@@ -294,7 +325,9 @@ def decide_cycle(
         (man_off, st_off), (man_on, st_on) = by_role[off], by_role[on]
         cmp = compare_runs(man_off, st_off, man_on, st_on, floor=floor)
         warnings += [f"{off} → {on}: {w}" for w in cmp.warnings]
-        decision = replace(decide(cmp.deltas, switches, on_in_b=True), on_in=f"`{man_on.run_id}`")
+        decision = decide(cmp.deltas, switches, on_in_b=True)
+        decision = replace(decision, on_in=f"`{man_on.run_id}`",
+                           note=caps_note(cmp, decision, off_is_a=True))
         steps.append(CycleStep(question, man_off.run_id, man_on.run_id, decision))
     caps, reminder, over_caps, over_reminder = (s.decision.decision == "turn on" for s in steps)
     outcome: Outcome
@@ -324,7 +357,8 @@ def cycle_lines(cycle: CycleDecision) -> list[str]:
     lines = [f"A/B/D cycle: **{cycle.outcome}** ({cycle.why})."]
     for step in cycle.steps:
         lines.append(f"{step.question} (`{step.run_off}` → `{step.run_on}`): "
-                     + phase_line(step.decision))
+                     + phase_line(step.decision)
+                     + (f" {step.decision.note}" if step.decision.note else ""))
     return lines
 
 
@@ -341,7 +375,8 @@ def render_cycle(cycle: CycleDecision) -> str:
     ]
     for step in cycle.steps:
         out += [f"### {step.question}: `{step.run_off}` → `{step.run_on}`", "",
-                f"- {phase_line(step.decision)}", f"- rule: {step.decision.rule}", ""]
+                f"- {phase_line(step.decision)}", f"- rule: {step.decision.rule}"]
+        out += [f"- {step.decision.note}", ""] if step.decision.note else [""]
         out += _signal_table(step.decision) + [""]
     if cycle.warnings:
         out += ["## Warnings", ""] + [f"- {w}" for w in cycle.warnings]

@@ -482,3 +482,27 @@ def test_a_cycle_needs_one_run_per_role_and_no_other_difference() -> None:
         decide_cycle([(m, stats) for m in (*base[:3], odd)], floor=5)
     with pytest.raises(InputError, match="four runs"):
         decide_cycle([(m, stats) for m in base[:3]], floor=5)
+
+
+def test_a_caps_decision_names_a_strict_fall_that_is_only_the_guards_own_demotes() -> None:
+    """The dry run counted 60 STRICT rows it would demote; with caps on exactly those are HYBRID."""
+    unbound = ["BROAD_QUANTIFIER_SCOPE_UNBOUND"]
+    dry = accumulate(
+        {**r, "would_fire_kinds": unbound if i < 60 else []}
+        for i, r in enumerate(rows_with(300, n_strict=150))
+    )
+    caps_rows = rows_with(300, n_strict=150)
+    for r in caps_rows[:60]:
+        r.update(verdict="HYBRID", violation_kinds=unbound)
+    caps = accumulate(caps_rows)
+    on = build_policy({"quantifier_guard_apply_caps": True})
+    cmp = compare_runs(manifest("A"), dry, manifest("B", on), caps)
+    assert cmp.would_demote["claim_lattice"] == (20.0, None)
+    assert cmp.phase is not None and cmp.phase.decision == "turn on"
+    assert "`claim_lattice` -20.0 pp against 20.0% predicted" in cmp.phase.note
+    assert "not answers" in cmp.phase.note
+    # a fall well beyond what the dry run predicted gets no such note
+    for r in caps_rows[60:120]:
+        r.update(verdict="HYBRID")
+    beyond = compare_runs(manifest("A"), dry, manifest("B", on), accumulate(caps_rows))
+    assert beyond.phase is not None and beyond.phase.note == ""
