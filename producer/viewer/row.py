@@ -107,6 +107,7 @@ def _preflight(row: Mapping[str, Any]) -> str:
         ("claim cap", row.get("claim_cap_applied") if row.get("claim_cap_applied") is not None
          else "none"),
         ("cap enforced", "yes" if row.get("claim_cap_enforced") else "no (reported only)"),
+        ("would fire (dry run)", ", ".join(row.get("would_fire_kinds") or ()) or "—"),
     )), cls="facts")
 
 
