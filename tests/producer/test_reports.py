@@ -300,3 +300,20 @@ def test_cli_compare_decides_an_abd_cycle_from_four_runs(
     write_run(tmp_path, "A2", n_questions=20, policy=build_policy(roles["A"]))
     assert main(["compare", "O", "A", "B", "A2", "--results-dir", str(tmp_path)]) == 2
     assert "both 'caps only'" in capsys.readouterr().err
+
+
+def test_the_api_comparison_carries_the_phase_decision(tmp_path: Path) -> None:
+    from common.settings import Settings
+    from producer.http.runs import compare_json
+
+    write_run(tmp_path, "A", n_questions=20)
+    write_run(tmp_path, "B", n_questions=20, policy=build_policy({"quantifier_guard_apply_caps": True}))
+    out = compare_json(Settings(results_dir=tmp_path), "A", "B", 5.0)  # type: ignore[call-arg]
+    phase = out["phase"]
+    assert (phase["switch"], phase["on_in"], phase["decision"]) == (
+        "quantifier_guard_apply_caps", "B", "no signal"
+    )
+    assert {s["key"] for s in phase["signals"]} == {"claims", "strict", "hybrid", "ungrounded"}
+    assert phase["decided_by"] == []
+    json.dumps(out)  # the whole answer is JSON
+    assert compare_json(Settings(results_dir=tmp_path), "A", "A", 5.0)["phase"] is None  # type: ignore[call-arg]
