@@ -287,8 +287,8 @@ def _dry_run_table(man: Manifest, stats: RunStats, modes: list[str]) -> list[str
         "Caps are off, so the guard only observes: the kinds below are what it would have "
         "fired (each row's `would_fire_kinds`); no verdict, label, kind or rate above counts "
         "them. \"STRICT it would demote\" is the STRICT rows carrying a kind that soft-demotes "
-        "once caps are applied (CAP_APPLIED, SCOPE_UNBOUND): an upper bound on what "
-        "`--apply-quantifier-caps` costs strict-rate before any trimming."
+        "once caps are applied (CAP_APPLIED, SCOPE_UNBOUND): the strict-rate "
+        "`--apply-quantifier-caps` would cost on these same answers (in the lattice modes)."
     )
     kinds = sorted(stats.would_fire_seen)
     if not kinds:
