@@ -138,17 +138,27 @@ _UNITS_OF_MEASURE = (
     + r"|km|kilometres?|kilometers?|miles?|metres?|meters?|feet|foot|inches|kg|kilograms?"
     + r"|pounds?|tons?|tonnes?|degrees?|percent|dollars?|euros?|times|people|persons"
 )
-_PLURAL_OR_SUPERLATIVE = rf"(?!(?:{_UNITS_OF_MEASURE})\b)[a-z]+(?:s|est)\b"
-_PLURAL_NOUN = rf"(?:(?!(?:{_UNITS_OF_MEASURE})\b)[a-z]+s|men|women|children|people|geese|mice)\b"
+_SUPERLATIVE = r"[a-z]+est\b"
+# A fraction ("two thirds of") is a share, not a count of thirds.
+_FRACTION_NOUNS = r"halves|thirds|quarters|fourths|fifths|sixths|sevenths|eighths|ninths|tenths"
+_PLURAL_NOUN = (
+    rf"(?:(?!(?:{_UNITS_OF_MEASURE}|{_FRACTION_NOUNS})\b)[a-z]+s|men|women|children|people|geese|mice)\b"
+)
 _FUNCTION_WORDS = (
     "of|the|and|or|in|on|at|to|for|by|with|from|a|an|is|are|was|were|did|do|does|has|have|had"
     "|that|which|who|than|as|into|over|under|after|before|since|ago"
 )
 # A word that can stand between a number and its noun ("three *primary* colours").
-_MODIFIER = rf"(?!(?:{_FUNCTION_WORDS})\b)[a-z]+(?:-[a-z]+)?"
+_MODIFIER = rf"(?!(?:{_FUNCTION_WORDS}|{_UNITS_OF_MEASURE})\b)[a-z]+(?:-[a-z]+)?"
 _HEDGES = (
     r"about|around|roughly|approximately|approx\.?|some|circa|nearly|almost|close to"
     r"|more or less|give or take|somewhere around|in the region of|on the order of"
+)
+# Words after which a number heads the noun phrase a question asks for.
+_COUNT_HEAD = (
+    r"(?:(?<=\bthe )|(?<=\bare )|(?<=\bwere )|(?<=\bwhich )|(?<=\bwhat )|(?<=\bname )"
+    r"|(?<=\blist )|(?<=\bgive )|(?<=\bme )|(?<=\bthese )|(?<=\bthose )|(?<='s )|(?<=\bits )"
+    r"|(?<=\btheir )|(?<=\bhis )|(?<=\bher )|(?<=\bsuggest )|(?<=\brecommend )|(?<=\bpick ))"
 )
 # Words after which an ordinal names a rank ("the first", "Henry's second", "its 3rd").
 _DETERMINER_BEFORE = (
@@ -201,7 +211,9 @@ _E = r"(?![\w'-])"
 # Colloquial and imperative surfaces are not listed phrase by phrase: each rung's
 # surfaces are the product of a few small word classes (quantifier word × noun
 # frame × verb frame), so a new word joins every frame it fits at once.
-_ANY_START = r"(?:^\W*|[.;:!?,]\W*)"
+# The start of the question or of a sentence in it (not after a comma: "capture,
+# manage, and present data" lists verbs, it does not command).
+_ANY_START = r"(?:^\W*|[.;:!?]\W*)"
 # An imperative at the start of a clause, optionally softened ("please", "can you").
 _IMPERATIVE = (
     _ANY_START
@@ -213,12 +225,13 @@ _IMPERATIVE = (
 # "a" + "of" ("a slew of"), or a determiner adjective ("countless", "umpteen").
 _MANY_PLURAL_NOUNS = (
     "lots loads tons heaps piles stacks masses oodles bags scores dozens hundreds thousands "
-    "millions multitudes reams hordes droves zillions gazillions bajillions umpteens"
+    "millions multitudes reams hordes droves zillions gazillions bajillions umpteens scads gobs "
+    "bucketloads truckloads boatloads shedloads shiploads cartloads wagonloads"
 ).split()
 _MANY_COLLECTIVE_NOUNS = (
     "lot load ton heap pile stack mass bunch host slew raft wealth multitude plethora myriad "
     "array range variety number abundance profusion panoply legion throng swathe battery "
-    "assortment smorgasbord"
+    "assortment smorgasbord bucketload truckload boatload shedload shipload cartload wagonload"
 ).split()
 _MANY_SIZE_ADJECTIVES = "great|good|large|huge|vast|wide|whole|fair|big|broad|long|massive|enormous"
 _MANY_DETERMINERS = (
@@ -247,7 +260,7 @@ _ACCOUNT_NOUNS = (
     "list listing roster lineup line-up inventory catalog catalogue rundown run-down register "
     "index tally record account history story picture overview breakdown survey census "
     "compendium directory discography filmography bibliography chronology timeline works "
-    "details lowdown low-down canon oeuvre output body rollcall roll-call roll"
+    "details lowdown low-down canon oeuvre output body rollcall roll-call roll set"
 ).split()
 _EVERYTHING_FRAMES = (
     r"(?:tell|give|show|teach) (?:me|us) everything",
@@ -256,7 +269,8 @@ _EVERYTHING_FRAMES = (
     r"(?:leave|leaving) (?:nothing|no detail|nobody|no one) out",
     r"(?:do not|don't) leave (?:anything|anyone|anybody) out",
     r"spare no detail",
-    r"every (?:last|single) (?:detail|thing|one of them)",
+    r"every (?:last |single )?(?:detail|thing|one of them|aspect|fact)",
+    r"(?:absolutely|literally|simply|just about|pretty much) everything",
     r"in (?:full|exhaustive|complete|every) detail",
     r"chapter and verse",
     r"from (?:a to z|start to finish|beginning to end|top to bottom|soup to nuts)",
@@ -301,6 +315,9 @@ _OPEN_QUESTION_FRAMES = (
     r"let's (?:talk|chat|hear) about",
     r"(?:talk|speak) (?:to me |to us )?about",
     r"tell us about",
+    r"(?:share|tell me|say) what (?:you|one) know(?:s)? about",
+    r"(?:catch|bring) (?:me|us) up (?:on|with)",
+    r"help (?:me|us) (?:understand|make sense of|get to know|learn about)",
 )
 
 
@@ -421,11 +438,19 @@ MARKERS: tuple[Marker, ...] = (
         _B + rf"{_COUNT_VERBS} (?:the )?(?P<n>{_NUM})" + _E,
         _group("n"),
     ),
-    # "three primary colours", "four fundamental forces": up to two modifiers between
-    # the number and its plural noun.
     _m(
         Intensity.SMALL_NUM_EXPLICIT,
-        r"(?<!every )" + _B + rf"(?P<n>{_NUM_NO_ONE}) (?:{_MODIFIER} ){{0,2}}{_PLURAL_NOUN}",
+        r"(?<!every )" + _B + rf"(?P<n>{_NUM_NO_ONE}) (?:{_PLURAL_NOUN}|{_SUPERLATIVE})",
+        _group("n"),
+    ),
+    # "the three primary colours", "name four fundamental forces": up to two modifiers
+    # between the number and its noun when the number heads the noun phrase asked for;
+    # after a preposition or a verb ("divided into two identical cells") it describes
+    # the thing asked for, not how many are wanted.
+    _m(
+        Intensity.SMALL_NUM_EXPLICIT,
+        rf"(?:^\W*|{_COUNT_HEAD})"
+        + rf"(?P<n>{_NUM_NO_ONE}) (?:{_MODIFIER} ){{1,2}}(?:{_PLURAL_NOUN}|{_SUPERLATIVE})",
         _group("n"),
     ),
     # A hedged number is still the number asked for ("about five", "ten or so").
