@@ -8,9 +8,8 @@ import pytest
 
 from common.models import Answerability, Confidence, Evidence
 from common.policy import Policy, build_policy
+from common.denials import FAMILIES, TRIGGERS, find_denials
 from common.sidecar import (
-    DENIAL_PATTERNS,
-    DENIAL_TRIGGERS,
     MAX_SPANS,
     assess_answerability,
     match_denial,
@@ -172,17 +171,13 @@ def test_disabled_sidecar_short_circuits() -> None:
 
 
 def test_threshold_is_the_minimum_class_reported() -> None:
-    born = make_ev(
-        1, "Veronica Ballestrini", "Veronica Ballestrini (born 1990) is an American singer."
-    )
-    q, answer = "What year was Veronica Ballestrini born?", "Her birth year is not stated anywhere."
-    assert assess_answerability(q, answer, [born], Policy()) is None  # weak < medium
-    weak = assess_answerability(
-        q, answer, [born], build_policy({"answerability_threshold": "weak"})
-    )
+    # one unquoted title for a question asking for several songs: weak
+    one = make_ev(1, "Veronica Ballestrini", "Veronica Ballestrini recorded Blue Sky Morning.")
+    assert assess_answerability(SONGS_Q, DENIAL, [one], Policy()) is None  # weak < medium
+    weak = assess_answerability(SONGS_Q, DENIAL, [one], build_policy({"answerability_threshold": "weak"}))
     assert weak is not None
-    assert (weak.confidence_class, weak.answer_type) == ("weak", "date")
-    assert weak.missed_answer_candidate_spans[0].text == "1990"
+    assert (weak.confidence_class, weak.answer_type) == ("weak", "title_like")
+    assert weak.missed_answer_candidate_spans[0].text == "Blue Sky Morning"
     strong_only = build_policy({"answerability_threshold": "strong"})
     assert assess_answerability(SONGS_Q, DENIAL, [BALLESTRINI], strong_only) is not None
 
@@ -226,17 +221,41 @@ def test_at_most_ten_spans_but_every_candidate_counted() -> None:
         ("songs by veronica ballestrini", ["veronica", "ballestrini"]),
         ("Who wrote the novels of Jane Austen?", ["jane", "austen"]),
         ("List all albums by Pink Floyd", ["pink", "floyd"]),
-        ("What year did the Berlin Wall fall?", ["berlin", "wall", "fall"]),
+        ("What year did the Berlin Wall fall?", ["berlin", "wall"]),  # "fall" is its verb
     ],
 )
 def test_subject_tokens_drop_cue_relation_and_stop_words(question: str, tokens: list[str]) -> None:
     assert subject_tokens_for(question) == tokens
 
 
-@pytest.mark.parametrize("pattern", DENIAL_PATTERNS)
-def test_every_denial_pattern_matches_casefolded_and_whitespace_normalized(pattern: str) -> None:
-    answer = "Sorry:   " + pattern.upper().replace(" ", "  \n ") + "."
-    assert assess_answerability(SONGS_Q, answer, [BALLESTRINI], Policy()) is not None
+# One denial per family of the grammar (common/denials.py, ``FAMILIES``).
+FAMILY_EXAMPLES: dict[str, str] = {
+    "source_negated_verb": "The passages do not list her songs.",
+    "elided_source": "The passages describe her career but do not name her songs.",
+    "pronoun_negated_verb": "It does not say which songs she recorded.",
+    "source_verb_no": "The evidence gives no titles of her songs.",
+    "negated_subject": "None of her songs are mentioned.",
+    "silent": "The evidence is silent on her songs.",
+    "passive": "Her songs are not mentioned.",
+    "state": "Her songs are unclear.",
+    "first_person": "I could not find her songs.",
+    "existential": "There is no information about her songs.",
+    "there_no_participle": "There are no songs by her listed in the passages.",
+    "impersonal": "It is not possible to determine which songs she recorded.",
+    "not_in_sources": "Her songs are not in the evidence.",
+}
+
+
+def test_every_family_has_an_example() -> None:
+    assert set(FAMILY_EXAMPLES) == set(FAMILIES)
+
+
+@pytest.mark.parametrize(("family", "answer"), FAMILY_EXAMPLES.items())
+def test_every_family_matches_casefolded_and_whitespace_normalized(family: str, answer: str) -> None:
+    assert family in {d.family for d in find_denials(answer)}
+    mangled = "Sorry:   " + answer.upper().replace(" ", "  \n ")
+    assert family in {d.family for d in find_denials(mangled)}
+    assert assess_answerability(SONGS_Q, mangled, [BALLESTRINI], Policy()) is not None
 
 
 def test_broad_quantifier_or_plural_makes_a_question_extraction_shaped() -> None:
@@ -294,7 +313,7 @@ def test_an_unquoted_run_that_is_only_the_subjects_name_is_still_dropped() -> No
 
 def test_candidate_kinds_use_the_design_names() -> None:
     titles = assess_answerability(SONGS_Q, DENIAL, [SEED], Policy())
-    assert titles is not None and titles.diagnostic_version == "answerability-v2"
+    assert titles is not None and titles.diagnostic_version == "answerability-v3"
     assert {s.kind for s in titles.missed_answer_candidate_spans} <= {
         "quoted_string",
         "title_case_span",
@@ -356,12 +375,10 @@ def test_common_denials_fire_on_evidence_that_lists_the_works(answer: str) -> No
     assert result is not None, answer
 
 
-def test_the_denial_set_is_documented_and_large() -> None:
-    assert len(DENIAL_PATTERNS) >= 60
-    # the prefilter may only skip answers no phrasing could match
-    assert all(any(t in p for t in DENIAL_TRIGGERS) for p in DENIAL_PATTERNS)
-    assert len(set(DENIAL_PATTERNS)) == len(DENIAL_PATTERNS)
-    assert DENIAL_PATTERNS[0] == "not mentioned"  # the v1 substrings come first, in order
+def test_the_prefilter_skips_only_answers_no_family_could_match() -> None:
+    for answer in FAMILY_EXAMPLES.values():
+        for denial in find_denials(answer):
+            assert any(t in denial.matched for t in TRIGGERS), denial
 
 
 NON_DENIALS = [
