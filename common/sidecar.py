@@ -436,7 +436,9 @@ def _block_candidates(
     if not by_title and not _subject_in(text, subject):
         return []
     mentions = [(m.start(), m.end()) for tok in subject for m in _word_re(tok).finditer(text)]
-    phrase = re.compile(r"(?<!\w)" + r"\W+".join(map(_alias_re, subject)) + r"(?!\w)", re.I)
+    # an exact mention may carry middle names or initials: "Robert Nesta Marley"
+    between = r"\W+(?:(?-i:[A-ZÀ-ÖØ-Þ])[\w'’-]*\.?\W+){0,2}"
+    phrase = re.compile(r"(?<!\w)" + between.join(map(_alias_re, subject)) + r"(?!\w)", re.I)
     exact = [(m.start(), m.end()) for m in phrase.finditer(text)]
     if by_title:
         # the title heads the passage: its start and every mention of a subject word

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from common.denials import FAMILIES, TRIGGERS, find_denials
 from common.models import Answerability, Confidence, Evidence
 from common.policy import Policy, build_policy
-from common.denials import FAMILIES, TRIGGERS, find_denials
 from common.sidecar import (
     MAX_SPANS,
     assess_answerability,
@@ -426,3 +426,178 @@ def test_assess_answerability_takes_logged_dicts_and_skips_blocks_without_text()
     positional = assess_answerability(SONGS_Q, DENIAL, [{"text": SEED.text}], Policy())
     assert positional is not None
     assert {s.evidence_id for s in positional.missed_answer_candidate_spans} == {"E1"}
+
+
+# --------------------------------------------------------------------------- subject, denials, strength
+
+KAHLO = make_ev(
+    1,
+    "Frida Kahlo",
+    "Frida Kahlo was a Mexican painter known for her self-portraits. Her paintings include "
+    '"The Two Fridas", "Self-Portrait with Thorn Necklace and Hummingbird" and "The Broken Column".',
+)
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "What paintings did Frida Kahlo create?",
+        "Which paintings has Frida Kahlo created?",
+        "What paintings was Frida Kahlo creating?",
+        "What paintings did Frida Kahlo make?",
+        "What paintings did Frida Kahlo compose?",
+        "What paintings did Frida Kahlo build?",
+        "What paintings did Frida Kahlo open?",
+        "What paintings did Frida Kahlo direct?",
+        "What paintings did Frida Kahlo helm?",  # a verb no table lists: it follows the name
+    ],
+)
+def test_subject_words_exclude_the_questions_verbs_in_any_form(question: str) -> None:
+    assert subject_tokens_for(question) == ["frida", "kahlo"]
+    result = assess_answerability(question, "They are not mentioned.", [KAHLO], Policy())
+    assert result is not None and result.confidence_class == "strong"
+
+
+@pytest.mark.parametrize(
+    ("lemma", "forms"),
+    [
+        ("write", {"write", "writes", "wrote", "written", "writing"}),
+        ("build", {"build", "builds", "built", "building"}),
+        ("create", {"create", "creates", "created", "creating"}),
+        ("star", {"star", "stars", "starred", "starring"}),
+        ("copy", set()),  # not a question verb: nothing dropped
+    ],
+)
+def test_verb_forms_cover_regular_and_irregular_inflections(lemma: str, forms: set[str]) -> None:
+    from common.sidecar import QUESTION_VERB_FORMS, verb_forms
+
+    assert forms <= verb_forms(lemma)
+    assert forms <= QUESTION_VERB_FORMS
+
+
+def test_a_block_whose_title_names_the_subject_counts_when_its_text_uses_another_name() -> None:
+    other_given_name = make_ev(
+        1,
+        "Veronica Ballestrini",
+        'Born Ronnie Lynn Ballestrini, the singer released "Amazing" and "Pretty Ugly" in 2009.',
+    )
+    result = assess_answerability(SONGS_Q, DENIAL, [other_given_name], Policy())
+    assert result is not None
+    assert [s.text for s in result.missed_answer_candidate_spans][:2] == ["Amazing", "Pretty Ugly"]
+
+
+def test_a_known_alias_of_a_given_name_counts() -> None:
+    marley = make_ev(
+        1,
+        "Reggae",
+        'Robert Nesta Marley wrote "One Love" and "Redemption Song", among many others.',
+    )
+    result = assess_answerability(
+        "What songs did Bob Marley write?", "His songs are not mentioned.", [marley], Policy()
+    )
+    assert result is not None and result.confidence_class == "strong"
+
+
+def test_the_control_stays_silent_with_titles_and_aliases_in_play() -> None:
+    denial = "Songs by John Smith are not mentioned in the evidence."
+    johnny = make_ev(3, "Johnny Cash", 'Johnny Cash recorded "Hurt" and "Ring of Fire".')
+    for question in ("songs by John Smith", "What songs did John Smith write?"):
+        assert assess_answerability(question, denial, [HARVARD, NEW_YORK, johnny], Policy()) is None
+
+
+# Denials the old closed list did not know: adjectives, passives, appear/seem,
+# contractions, modal inability, unclear/undetermined.
+UNTAUGHT_DENIALS = [
+    "His works are unclear from the passages.",
+    "Which works he wrote is undetermined.",
+    "The titles of his works remain unspecified.",
+    "His novels aren't named in the passages.",
+    "His works don't appear to be listed in the evidence.",
+    "The passages do not seem to mention his works.",
+    "His works seem not to be covered by the evidence.",
+    "I'm unable to identify his works.",
+    "I can't tell which works he wrote from these passages.",
+    "It's unclear which works Camus wrote.",
+    "Which works he wrote cannot be established from the text.",
+    "There doesn't appear to be any mention of his works.",
+    "The passages describe his life but don't list his works.",
+    "The evidence never mentions his novels.",
+    "His works go unmentioned; the passages are silent about them.",
+    "The text lacks any information about his works.",
+    "No works by Camus are named in the evidence.",
+    "There are no novels by Camus listed in the passages.",
+]
+
+
+@pytest.mark.parametrize("answer", UNTAUGHT_DENIALS)
+def test_denials_built_from_the_grammar_fire(answer: str) -> None:
+    result = assess_answerability("What are the works by Albert Camus?", answer, [WORKS_EV], Policy())
+    assert result is not None, answer
+
+
+PARTIAL_DENIALS = [
+    'Her singles include "Amazing" and "Out There Somewhere"; the release dates are not mentioned.',
+    'The evidence names "Amazing", but it does not say when it was published.',
+    'Her songs include "Amazing"; no specific chart positions are given.',
+    "The release dates are not mentioned.",
+    "It does not say when it was published.",
+    "No specific chart positions are given.",
+    "Further details are not provided.",
+    "The label is not mentioned in the evidence.",
+]
+
+
+@pytest.mark.parametrize("answer", PARTIAL_DENIALS)
+def test_a_denial_of_a_detail_is_not_a_denial_of_the_answer(answer: str) -> None:
+    assert assess_answerability(SONGS_Q, answer, [FILLER, BALLESTRINI], Policy()) is None
+    assert match_denial(answer) is None
+
+
+def test_a_denied_detail_is_a_denial_when_the_question_asks_for_it() -> None:
+    dated = make_ev(1, "Veronica Ballestrini", "Veronica Ballestrini released her debut album in 2009.")
+    result = assess_answerability(
+        "In what year did Veronica Ballestrini release her debut album?",
+        "It does not say when it was released.",
+        [dated],
+        Policy(),
+    )
+    assert result is not None and result.answer_type == "date"
+
+
+def test_one_named_author_for_who_wrote_is_a_medium_finding() -> None:
+    novel = make_ev(1, "The Stranger", "The Stranger is a 1942 novel by the French author Albert Camus.")
+    result = assess_answerability(
+        "Who wrote The Stranger?", "The author is not mentioned in the evidence.", [novel], Policy()
+    )
+    assert result is not None
+    assert (result.confidence_class, result.candidate_count) == ("medium", 1)
+    assert result.missed_answer_candidate_spans[0].text == "Albert Camus"
+
+
+def test_two_quoted_candidates_near_the_subject_are_strong() -> None:
+    two = make_ev(
+        1, "Veronica Ballestrini", 'Veronica Ballestrini released "Amazing" and "Pretty Ugly".'
+    )
+    result = assess_answerability(SONGS_Q, DENIAL, [two], Policy())
+    assert result is not None
+    assert (result.confidence_class, result.candidate_count) == ("strong", 2)
+    # one quoted candidate is not "more than one": medium
+    one = make_ev(1, "Veronica Ballestrini", 'Veronica Ballestrini released "Amazing".')
+    single = assess_answerability(SONGS_Q, DENIAL, [one], Policy())
+    assert single is not None and single.confidence_class == "medium"
+
+
+def test_generated_denials_file_is_its_scripts_output_and_scores_above_a_floor() -> None:
+    """The measurement in docs/grounding.md: denials written apart from the grammar."""
+    from pathlib import Path
+
+    from bench.questions import denial_phrasings as dp
+
+    rows = [json.loads(line) for line in Path(dp.OUT).read_text(encoding="utf-8").splitlines()]
+    assert rows == dp.build(), "rerun the script"
+    assert sum(r["denial"] for r in rows) >= 300 and sum(not r["denial"] for r in rows) >= 100
+    heldout = dp.score(part="heldout")
+    # Held-out denials were never used to change the grammar; the script prints the
+    # figures (``python -m bench.questions.denial_phrasings --score``).
+    assert heldout["tp"] / (heldout["tp"] + heldout["fn"]) >= 0.85
+    assert heldout["tp"] / (heldout["tp"] + heldout["fp"]) >= 0.95
