@@ -374,6 +374,9 @@ TRIGGERS: tuple[str, ...] = (
 )  # fmt: skip
 
 
+_REPORT_WITH_SUBJECT = frozenset(
+    {"source_negated_verb", "pronoun_negated_verb", "source_verb_no", "silent"}
+)
 _LEADING_COPULA = re.compile(rf"^{COPULAS} (?={NEGATION_AFTER_COPULA}\b)")
 _LEADING_PLACE = re.compile(r"^\s*(?:(?:" + PLACES + r")\s*,?\s*)+")
 
@@ -416,7 +419,9 @@ def find_denials(answer: str) -> list[Denial]:
                 if obj in ("", "it", "this", "that", "which", "what") or family == "not_in_sources" and not obj:
                     obj = _object_after(text, match.end())
             words = match.group(group)
-            if family == "passive":  # "are not mentioned" is reported as "not mentioned"
+            if family in _REPORT_WITH_SUBJECT:  # "the evidence does not say", as v1 named it
+                words = match.group(0).strip()
+            elif family == "passive":  # "are not mentioned" is reported as "not mentioned"
                 words = _LEADING_COPULA.sub("", words)
             found.append(Denial(family, words, obj, core_start, core_end))
     return sorted(found, key=lambda d: (d.start, d.end))

@@ -5,14 +5,11 @@ The rules: docs/grounding.md, 'Answerability sidecar'.
 Read-only and byte-deterministic: no model calls, no writes, never changes the
 answer or the verdict. It returns None unless all three clauses fire:
 
-* A, denial: the casefolded, whitespace-normalized answer contains one of
-  ``DENIAL_PATTERNS`` (version ``DENIAL_PATTERNS_VERSION``), the documented
-  set ``denial_phrasings()`` writes out: the nine v1 substrings, then
-  first-person failures to find ("i could not find"), sources that do not say
-  ("passages do not list"), absence in the sources ("not listed in the"), "no
-  information about", "makes no mention of", "none of the passages mention";
-  each needs its object, so "he could not find a publisher" and "the evidence
-  does not contradict" are no denials;
+* A, denial: the grammar of ``common/denials.py`` (version
+  ``DENIAL_PATTERNS_VERSION``) reads a denial of the answer in the
+  casefolded, whitespace-normalized answer; a denial of a detail of another
+  kind than the question asks for ("the release dates are not mentioned" for
+  "songs by …") does not count;
 * B, extraction shape: an ``EXTRACTION_CUES`` phrase, a broad quantifier
   (ALL, COMPREHENSIVE, OPEN_REQUEST, MANY), or a plural of things
   (``PLURAL_THINGS``) in the question;
@@ -26,11 +23,15 @@ Decisions where the rules left room:
   players, ...) wants a ``person``, "when"/"what year" a ``date``, anything
   else ``title_like``.
 * Subject tokens are the question's tokens minus stop words, cue words,
-  relation words and quantifier words (``SUBJECT_DROP_WORDS``), in order.
-  A block takes part only if it contains *every* subject token (case-
-  insensitive, on word boundaries); a mention is any occurrence of a subject
-  token there, an *exact* mention the whole subject phrase in order. This is
-  what keeps "songs by John Smith" silent on a block naming "John Harvard".
+  relation words, quantifier words and the question's verbs in any form
+  (``SUBJECT_DROP_WORDS``, ``verb_forms``, and the word after "did … <Name>"),
+  in order. A block takes part only if its text contains *every* subject
+  token or a known alias of it (``NAME_ALIASES``: Bob/Robert …), or its
+  article's title does (case-insensitive, on word boundaries); a mention is
+  any occurrence of a subject token there, an *exact* mention the whole
+  subject phrase in order (middle names allowed between), and in a block
+  whose title names the subject every mention is exact. This is what keeps
+  "songs by John Smith" silent on a block naming "John Harvard".
 * Candidates, by kind: title_like → ``quoted_string`` (``"…"``, ``“…”``),
   ``title_case_span`` (two or more capitalized words; small connectors such as
   "of", "the", "and" allowed inside) and ``comma_list_item`` (items of comma
@@ -45,9 +46,10 @@ Decisions where the rules left room:
   sidecar also runs on logged rows); a block without a string ``text`` is
   skipped, one without an ``id`` takes its positional id E1..Ek.
 * Confidence: ``strong`` = a quoted candidate within proximity of an exact
-  subject mention and at least ``STRONG_MIN_CANDIDATES`` candidates;
-  ``medium`` = at least 2 candidates, or a quoted one near an exact mention;
-  ``weak`` = one candidate. ``answerability_threshold`` is the minimum class
+  subject mention and at least ``STRONG_MIN_CANDIDATES`` (2) candidates;
+  ``medium`` = at least 2 candidates, a quoted one near an exact mention, or
+  the one candidate a one-answer question ("who wrote …", "what year …")
+  asks for; ``weak`` = one candidate for a question asking for several. ``answerability_threshold`` is the minimum class
   reported; below it the result is None.
 * ``candidate_count`` counts every candidate found; the span list holds at
   most 10: quoted strings first, then by evidence rank and offset. Offsets

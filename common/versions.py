@@ -8,8 +8,8 @@ different rules never share a governance hash.
 # v4: sized universals, fixed-size sets, hedged numbers, negated "which X" ABSENT,
 # adverbial ordinals, grammar-derived MANY/COMPREHENSIVE/OPEN_REQUEST surfaces
 CLASSIFIER_VERSION = "quantifier-v4"
-DENIAL_PATTERNS_VERSION = "v2"  # v2: 200+ phrasings, negation × verb × object (issue 18)
-EXTRACTION_CUES_VERSION = "v2"  # v2: qualifiers such as "well known" leave subject tokens
+DENIAL_PATTERNS_VERSION = "v3"  # v2: 200+ phrasings; v3: a grammar of denial, partial denials skipped
+EXTRACTION_CUES_VERSION = "v3"  # v2: qualifiers leave subject tokens; v3: so do verbs in any form
 MODEL_PROFILES_VERSION = "profiles-v2"  # v2: non-broad rungs keep the policy default cap
 # v2: BROAD-CAPPED label, non-broad rungs keep the default cap; v3: PROPORTIONAL keeps
 # its profile cap, a sized universal ("all three") is capped at its number
