@@ -161,7 +161,7 @@ ABSENCE_NOUNS = (
 ABSENCE_PREPOSITIONS = r"(?:of|about|on|regarding|concerning|for|as to|to|that|in|relating to|related to|pertaining to|with respect to)"
 IMPERSONAL_OPENERS = (
     r"(?:it|this|that) (?:is|was|'s|remains|seems|appears) (?:not possible|impossible|unclear|not clear"
-    r"|hard|difficult|not feasible) to"
+    r"|difficult|not feasible) to"
     r"|there (?:is|was|'s) no way to|no way to"
     r"|(?:it|this|that|which|the answer|the question|this question|the information|this information)"
     r" (?:cannot|can't|could not|couldn't|can not) be"
@@ -367,11 +367,22 @@ FAMILIES: dict[str, tuple[re.Pattern[str], str]] = {
 _NOT_A_NEGATION = re.compile(r"\bnot (?:only|just|merely|until|simply)\b|\bno (?:doubt|longer|matter|fewer|less|more)\b")
 _CLAUSE_END = re.compile(r"[.;:!?]|,? (?:but|although|though|however|whereas|while|yet|and (?:the|it|so)|so)\b|, ")
 _CLAUSE_START = re.compile(r"[.;:!?]|\b(?:but|although|though|however|whereas|while|yet|and|so|because|since)\b|,")
-# Every family's match holds one of these: an answer without any skips the scans.
-TRIGGERS: tuple[str, ...] = (
-    "not", "n't", "no", "un", "impossible", "missing", "absent", "lack", "never", "silent",
-    "fail", "indeterminate",
+# Every family's match holds one of these words: only the sentences holding one are
+# scanned, and an answer without any skips the scans (most answers deny nothing).
+TRIGGERS: tuple[str, ...] = tuple(
+    sorted(
+        {"not", "n't", "no", "none", "nothing", "never", "nowhere", "cannot", "impossible",
+         "lack", "lacks", "lacked", "lacking", "silent", "fail", "fails", "failed", "unable",
+         "difficult"}
+        | {w for state in TEXT_STATES + LOCATED_STATES for w in state.split() if w != "to"}
+        - {"be", "found", "there", "present", "available", "known", "clear", "specified",
+           "included", "evident", "apparent", "answerable", "determinable"}
+    )
 )  # fmt: skip
+_TRIGGER_RE = re.compile(
+    r"(?<![\w'])(?:" + "|".join(re.escape(t) for t in TRIGGERS if t != "n't") + r")(?![\w'])|n't\b"
+)
+_SENTENCE_RE = re.compile(r"[^.;!?\n]+[.;!?]*")
 
 
 _REPORT_WITH_SUBJECT = frozenset(
@@ -397,8 +408,16 @@ def _object_before(text: str, start: int) -> str:
 def find_denials(answer: str) -> list[Denial]:
     """Every denial the grammar reads in the answer, in text order."""
     text = normalize(answer)
-    if not any(t in text for t in TRIGGERS):
+    if not _TRIGGER_RE.search(text):
         return []
+    found: list[Denial] = []
+    for sentence in _SENTENCE_RE.finditer(text):
+        if _TRIGGER_RE.search(sentence.group(0)):
+            found += _sentence_denials(sentence.group(0), sentence.start())
+    return sorted(found, key=lambda d: (d.start, d.end))
+
+
+def _sentence_denials(text: str, offset: int) -> list[Denial]:
     found: list[Denial] = []
     for family, (pattern, where) in FAMILIES.items():
         for match in pattern.finditer(text):
@@ -423,8 +442,8 @@ def find_denials(answer: str) -> list[Denial]:
                 words = match.group(0).strip()
             elif family == "passive":  # "are not mentioned" is reported as "not mentioned"
                 words = _LEADING_COPULA.sub("", words)
-            found.append(Denial(family, words, obj, core_start, core_end))
-    return sorted(found, key=lambda d: (d.start, d.end))
+            found.append(Denial(family, words, obj, offset + core_start, offset + core_end))
+    return found
 
 
 _POSITIVE_STATES = {

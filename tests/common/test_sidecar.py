@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from common.denials import FAMILIES, TRIGGERS, find_denials
+from common.denials import _TRIGGER_RE, FAMILIES, find_denials
 from common.models import Answerability, Confidence, Evidence
 from common.policy import Policy, build_policy
 from common.sidecar import (
@@ -378,7 +378,7 @@ def test_common_denials_fire_on_evidence_that_lists_the_works(answer: str) -> No
 def test_the_prefilter_skips_only_answers_no_family_could_match() -> None:
     for answer in FAMILY_EXAMPLES.values():
         for denial in find_denials(answer):
-            assert any(t in denial.matched for t in TRIGGERS), denial
+            assert _TRIGGER_RE.search(denial.matched), denial
 
 
 NON_DENIALS = [
