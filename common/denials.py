@@ -132,7 +132,9 @@ COPULAS = (
     r"|appears? to be|(?:does|do)(?: not|n't) (?:appear|seem) to be|(?:appears?|seems?) not to be"
     r"|(?:is|are) still|will be|would be|can be|could be)"
 )
-NEGATION_AFTER_COPULA = r"(?:not|never|nowhere|not anywhere|not explicitly|not directly|not clearly|not specifically)"
+NEGATION_AFTER_COPULA = (
+    r"(?:not|never|nowhere|not anywhere|not explicitly|not directly|not clearly|not specifically)"
+)
 # "are not", "isn't", "don't seem to be", "appear not to be", "have never been"
 NEGATED_COPULAS = (
     rf"(?:{COPULAS} {NEGATION_AFTER_COPULA}|(?:is|are|was|were|has|have|had)n't(?: been)?"
@@ -183,7 +185,8 @@ SILENT_FRAMES = (
     r"(?:does|do|did)n't (?:say|mention|state|list) anything (?:about|on|regarding|of)",
 )
 PLACES = (
-    r"(?:in|within|from|among|across|by|throughout|inside) (?:any of )?" + SOURCE_DETERMINERS
+    r"(?:in|within|from|among|across|by|throughout|inside) (?:any of )?"
+    + SOURCE_DETERMINERS
     + r"(?:evidence|passages?|texts?|context|documents?|sources?|excerpts?|extracts?|article|"
     r"material|information|blocks?|snippets?|records|data|search results|results|references|e\d+|\[e\d+\])"
     r"|anywhere|here|explicitly|based on (?:the )?(?:evidence|passages|context|information)"
@@ -211,12 +214,13 @@ DETAIL_KINDS: dict[str, str] = {
     **dict.fromkeys(
         "genre genres style styles lyrics plot plots content contents meaning reason reasons why "
         "how reception critical reception background circumstances context themes theme format "
-        "formats track listing track listings lineup personnel producers producer"
-        .split(" "),
+        "formats track listing track listings lineup personnel producers producer".split(" "),
         "detail",
     ),
 }
-_QUALIFIED_DETAIL = r"(?:further|additional|more|other|exact|precise|specific|particular|individual|detailed)"
+_QUALIFIED_DETAIL = (
+    r"(?:further|additional|more|other|exact|precise|specific|particular|individual|detailed)"
+)
 
 
 @dataclass(frozen=True)
@@ -257,8 +261,11 @@ FAMILIES: dict[str, tuple[re.Pattern[str], str]] = {
     # "the passages do not list her songs", "E2 doesn't appear to mention it"
     "source_negated_verb": (
         re.compile(
-            _B + _SOURCES + r"(?: (?:\w+ly|even|really|actually|clearly))?"
-            + rf" (?P<m>(?:{NEGATIONS_AUX}) (?:(?:explicitly|directly|specifically|actually|clearly|even) )?(?:{_LEMMAS}|{_THIRD}))" + _E
+            _B
+            + _SOURCES
+            + r"(?: (?:\w+ly|even|really|actually|clearly))?"
+            + rf" (?P<m>(?:{NEGATIONS_AUX}) (?:(?:explicitly|directly|specifically|actually|clearly|even) )?(?:{_LEMMAS}|{_THIRD}))"
+            + _E
         ),
         "after",
     ),
@@ -266,15 +273,20 @@ FAMILIES: dict[str, tuple[re.Pattern[str], str]] = {
     # of the first verb and the negated second one
     "elided_source": (
         re.compile(
-            _B + _SOURCES + r" [^.;!?]*? (?:but|and|yet) "
-            + rf"(?P<m>(?:{NEGATIONS_AUX}) (?:(?:explicitly|directly|specifically|actually|clearly|even) )?(?:{_LEMMAS}|{_THIRD}))" + _E
+            _B
+            + _SOURCES
+            + r" [^.;!?]*? (?:but|and|yet) "
+            + rf"(?P<m>(?:{NEGATIONS_AUX}) (?:(?:explicitly|directly|specifically|actually|clearly|even) )?(?:{_LEMMAS}|{_THIRD}))"
+            + _E
         ),
         "after",
     ),
     "pronoun_negated_verb": (
         re.compile(
-            r"(?:^|(?<=[.;:!?,] ))" + _alt(PRONOUN_SOURCES)
-            + rf" (?P<m>(?:{NEGATIONS_AUX}) (?:(?:explicitly|directly|specifically|actually|clearly|even) )?{_alt(PRONOUN_VERBS)})" + _E
+            r"(?:^|(?<=[.;:!?,] ))"
+            + _alt(PRONOUN_SOURCES)
+            + rf" (?P<m>(?:{NEGATIONS_AUX}) (?:(?:explicitly|directly|specifically|actually|clearly|even) )?{_alt(PRONOUN_VERBS)})"
+            + _E
         ),
         "after",
     ),
@@ -286,9 +298,13 @@ FAMILIES: dict[str, tuple[re.Pattern[str], str]] = {
     # "no specific chart positions are given", "none of his songs are listed in the passages"
     "negated_subject": (
         re.compile(
-            _B + r"(?P<m>(?:no|none of (?:the|his|her|their|its)) (?P<obj>[\w' -]{1,60}?) "
-            + rf"(?:is|are|was|were|has been|have been|seems? to be|appears? to be) (?P<p>{_PARTICIPLES}))" + _E
-            + r"(?P<place>(?: (?:\w+ )?(?:" + PLACES + r"))?)"
+            _B
+            + r"(?P<m>(?:no|none of (?:the|his|her|their|its)) (?P<obj>[\w' -]{1,60}?) "
+            + rf"(?:is|are|was|were|has been|have been|seems? to be|appears? to be) (?P<p>{_PARTICIPLES}))"
+            + _E
+            + r"(?P<place>(?: (?:\w+ )?(?:"
+            + PLACES
+            + r"))?)"
         ),
         "group",
     ),
@@ -302,71 +318,102 @@ FAMILIES: dict[str, tuple[re.Pattern[str], str]] = {
     # "her songs are not mentioned", "the titles do not appear to be listed in the evidence"
     "passive": (
         re.compile(
-            _BC + rf"(?P<m>{NEGATED_COPULAS}(?: (?:\w+ly))? (?P<p>{_PARTICIPLES}))" + _E
-            + r"(?P<place>(?: (?:\w+ )?(?:" + PLACES + r"))?)"
+            _BC
+            + rf"(?P<m>{NEGATED_COPULAS}(?: (?:\w+ly))? (?P<p>{_PARTICIPLES}))"
+            + _E
+            + r"(?P<place>(?: (?:\w+ )?(?:"
+            + PLACES
+            + r"))?)"
         ),
         "before",
     ),
     # "the author is unclear", "the titles are unknown from the evidence"
     "state": (
         re.compile(
-            _BC + rf"(?P<m>(?:{COPULAS}|{NEGATED_COPULAS})(?: (?:still|also|entirely|completely|largely))? (?P<s>{_alt(TEXT_STATES + LOCATED_STATES + ('clear', 'known', 'specified', 'stated', 'determinable', 'evident', 'available', 'identifiable', 'given'))}))" + _E
-            + r"(?P<place>(?: (?:\w+ )?(?:" + PLACES + r"))?)"
+            _BC
+            + rf"(?P<m>(?:{COPULAS}|{NEGATED_COPULAS})(?: (?:still|also|entirely|completely|largely))? (?P<s>{_alt(TEXT_STATES + LOCATED_STATES + ('clear', 'known', 'specified', 'stated', 'determinable', 'evident', 'available', 'identifiable', 'given'))}))"
+            + _E
+            + r"(?P<place>(?: (?:\w+ )?(?:"
+            + PLACES
+            + r"))?)"
         ),
         "before",
     ),
     # "I could not find any works by him", "we were unable to determine who wrote it"
     "first_person": (
         re.compile(
-            r"(?:^|(?<=[\s,.;:!?(\"]))" + rf"(?P<m>{FIRST_PERSON}(?: |(?=')){INABILITIES}"
-            + rf"(?: (?:readily|clearly|definitively|reliably|actually|really|easily))? {_alt(FIND_VERBS)})" + _E
+            r"(?:^|(?<=[\s,.;:!?(\"]))"
+            + rf"(?P<m>{FIRST_PERSON}(?: |(?=')){INABILITIES}"
+            + rf"(?: (?:readily|clearly|definitively|reliably|actually|really|easily))? {_alt(FIND_VERBS)})"
+            + _E
         ),
         "after",
     ),
     # "there is no mention of", "no information about", "nothing in the passages names"
     "existential": (
         re.compile(
-            _B + r"(?P<m>(?:there (?:is|are|was|were|'s|seems to be|appears to be|seem to be|appear to be) )?"
+            _B
+            + r"(?P<m>(?:there (?:is|are|was|were|'s|seems to be|appears to be|seem to be|appear to be) )?"
             + rf"(?:no|not any|not a single) (?:(?:specific|explicit|direct|clear|relevant|such|further|mention or) )?{_alt(ABSENCE_NOUNS)}"
             + rf" {ABSENCE_PREPOSITIONS}"
             + r"|there (?:(?:is|are|was|were)n't|(?:does|do|did)(?:n't| not) (?:seem|appear) to be|(?:is|are|was|were) not) "
             + rf"(?:any |a single )?(?:(?:specific|explicit|direct|clear|relevant|such|further) )?{_alt(ABSENCE_NOUNS)}"
-            + rf" {ABSENCE_PREPOSITIONS})" + _E
-            + r"|" + _B + r"(?P<m2>(?:nothing|none) (?:in|of|from) " + SOURCE_DETERMINERS
+            + rf" {ABSENCE_PREPOSITIONS})"
+            + _E
+            + r"|"
+            + _B
+            + r"(?P<m2>(?:nothing|none) (?:in|of|from) "
+            + SOURCE_DETERMINERS
             + r"(?:evidence|passages|texts?|context|documents|sources|excerpts|extracts|blocks|information|results|snippets)"
-            + rf"(?: (?:\w+ )?(?:{_THIRD}|{_LEMMAS}|(?:is|are|was|were) {_PARTICIPLES})))" + _E
+            + rf"(?: (?:\w+ )?(?:{_THIRD}|{_LEMMAS}|(?:is|are|was|were) {_PARTICIPLES})))"
+            + _E
         ),
         "after",
     ),
     # "there are no songs by her listed in the passages"
     "there_no_participle": (
         re.compile(
-            _B + r"(?P<m>there (?:is|are|was|were|'s|'re) (?:no|not any) (?P<obj>[\w' -]{1,60}?) "
-            + rf"(?P<p>{_PARTICIPLES}))" + _E
-            + r"(?P<place>(?: (?:\w+ )?(?:" + PLACES + r"))?)"
+            _B
+            + r"(?P<m>there (?:is|are|was|were|'s|'re) (?:no|not any) (?P<obj>[\w' -]{1,60}?) "
+            + rf"(?P<p>{_PARTICIPLES}))"
+            + _E
+            + r"(?P<place>(?: (?:\w+ )?(?:"
+            + PLACES
+            + r"))?)"
         ),
         "group",
     ),
     # "it is not possible to determine", "this cannot be answered from the evidence"
     "impersonal": (
         re.compile(
-            _B + rf"(?P<m>(?:{IMPERSONAL_OPENERS}) (?:(?:reliably|definitively|clearly|accurately|precisely) )?{_alt(IMPERSONAL_VERBS)})" + _E
+            _B
+            + rf"(?P<m>(?:{IMPERSONAL_OPENERS}) (?:(?:reliably|definitively|clearly|accurately|precisely) )?{_alt(IMPERSONAL_VERBS)})"
+            + _E
         ),
         "after",
     ),
     # "not in the evidence", "not found in the passages", "not contained in the"
     "not_in_sources": (
         re.compile(
-            _B + r"(?P<m>not (?:(?:found|contained|included|present|available|given|listed|named|mentioned|shown|covered|discussed) )?"
-            + r"(?:anywhere )?(?:in|within|among) " + SOURCE_DETERMINERS
-            + r"(?:evidence|passages?|texts?|context|documents?|sources?|excerpts?|extracts?|blocks?|information|material|records|snippets|results))" + _E
+            _B
+            + r"(?P<m>not (?:(?:found|contained|included|present|available|given|listed|named|mentioned|shown|covered|discussed) )?"
+            + r"(?:anywhere )?(?:in|within|among) "
+            + SOURCE_DETERMINERS
+            + r"(?:evidence|passages?|texts?|context|documents?|sources?|excerpts?|extracts?|blocks?|information|material|records|snippets|results))"
+            + _E
         ),
         "before",
     ),
 }
-_NOT_A_NEGATION = re.compile(r"\bnot (?:only|just|merely|until|simply)\b|\bno (?:doubt|longer|matter|fewer|less|more)\b")
-_CLAUSE_END = re.compile(r"[.;:!?]|,? (?:but|although|though|however|whereas|while|yet|and (?:the|it|so)|so)\b|, ")
-_CLAUSE_START = re.compile(r"[.;:!?]|\b(?:but|although|though|however|whereas|while|yet|and|so|because|since)\b|,")
+_NOT_A_NEGATION = re.compile(
+    r"\bnot (?:only|just|merely|until|simply)\b|\bno (?:doubt|longer|matter|fewer|less|more)\b"
+)
+_CLAUSE_END = re.compile(
+    r"[.;:!?]|,? (?:but|although|though|however|whereas|while|yet|and (?:the|it|so)|so)\b|, "
+)
+_CLAUSE_START = re.compile(
+    r"[.;:!?]|\b(?:but|although|though|however|whereas|while|yet|and|so|because|since)\b|,"
+)
 # Every family's match holds one of these words: only the sentences holding one are
 # scanned, and an answer without any skips the scans (most answers deny nothing).
 TRIGGERS: tuple[str, ...] = tuple(
@@ -435,7 +482,11 @@ def _sentence_denials(text: str, offset: int) -> list[Denial]:
             else:
                 obj = _object_before(text, match.start())
                 # "it is unclear who wrote it": the object follows the state
-                if obj in ("", "it", "this", "that", "which", "what") or family == "not_in_sources" and not obj:
+                if (
+                    obj in ("", "it", "this", "that", "which", "what")
+                    or family == "not_in_sources"
+                    and not obj
+                ):
                     obj = _object_after(text, match.end())
             words = match.group(group)
             if family in _REPORT_WITH_SUBJECT:  # "the evidence does not say", as v1 named it
@@ -487,14 +538,21 @@ def is_partial(denial: Denial, question_words: set[str], answer_type: str) -> bo
     kind = detail_kind(denial.obj)
     if kind is None:
         # "no further details are given", "additional information is not provided"
-        return bool(re.match(rf"(?:(?:the|any|no) )?{_QUALIFIED_DETAIL} (?:details|information|specifics)\b", denial.obj))
+        return bool(
+            re.match(
+                rf"(?:(?:the|any|no) )?{_QUALIFIED_DETAIL} (?:details|information|specifics)\b",
+                denial.obj,
+            )
+        )
     head = [w for w in denial.obj.split()[:4] if w in question_words]
     if head:
         return False  # the object is what the question asks about ("the positions he held")
     return kind != answer_type
 
 
-def match_denial(answer: str, question_words: set[str] | None = None, answer_type: str = "title_like") -> Denial | None:
+def match_denial(
+    answer: str, question_words: set[str] | None = None, answer_type: str = "title_like"
+) -> Denial | None:
     """The first denial of the answer (not of a detail) in the answer, or None."""
     words = question_words or set()
     for denial in find_denials(answer):

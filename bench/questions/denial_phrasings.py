@@ -174,21 +174,21 @@ HELDOUT: tuple[str, ...] = (
     "{p} {t} are absent from the evidence.",
 )
 PARTIALS: tuple[str, ...] = (
-    "{p} {t} include \"Amazing\" and \"Pretty Ugly\"; the release dates are not mentioned.",
-    "the evidence names \"Amazing\" as one of {p} {t}, but it does not say when it was published.",
-    "{p} {t} include \"Amazing\"; no specific chart positions are given.",
-    "\"Amazing\" is one of {p} {t}, though the year is not stated.",
-    "\"Amazing\" is among {p} {t}; the passages don't mention its chart position.",
-    "{p} {t} are \"Amazing\" and \"Pretty Ugly\", but their dates are unclear.",
-    "\"Amazing\" is listed, although the label is not mentioned.",
-    "{p} {t} include \"Amazing\"; the evidence does not say where it was recorded.",
-    "one of {p} {t} is \"Amazing\"; its length is not specified.",
-    "\"Amazing\" is named in E1, but the publisher is not given in the passages.",
-    "\"Amazing\" is one; further details are not provided.",
-    "{p} {t} include \"Amazing\"; it is unclear when they were first shown.",
-    "\"Amazing\" appears in the evidence, though its sales figures are not mentioned.",
-    "{p} {t} include \"Amazing\", and the exact dates are not stated.",
-    "\"Amazing\" is among them; the passages do not indicate how many copies were sold.",
+    '{p} {t} include "Amazing" and "Pretty Ugly"; the release dates are not mentioned.',
+    'the evidence names "Amazing" as one of {p} {t}, but it does not say when it was published.',
+    '{p} {t} include "Amazing"; no specific chart positions are given.',
+    '"Amazing" is one of {p} {t}, though the year is not stated.',
+    '"Amazing" is among {p} {t}; the passages don\'t mention its chart position.',
+    '{p} {t} are "Amazing" and "Pretty Ugly", but their dates are unclear.',
+    '"Amazing" is listed, although the label is not mentioned.',
+    '{p} {t} include "Amazing"; the evidence does not say where it was recorded.',
+    'one of {p} {t} is "Amazing"; its length is not specified.',
+    '"Amazing" is named in E1, but the publisher is not given in the passages.',
+    '"Amazing" is one; further details are not provided.',
+    '{p} {t} include "Amazing"; it is unclear when they were first shown.',
+    '"Amazing" appears in the evidence, though its sales figures are not mentioned.',
+    '{p} {t} include "Amazing", and the exact dates are not stated.',
+    '"Amazing" is among them; the passages do not indicate how many copies were sold.',
 )
 FACTS: tuple[str, ...] = (
     "{w} never married.",
@@ -208,13 +208,13 @@ FACTS: tuple[str, ...] = (
     "the evidence does not contradict that {w} made {p} {t}.",
 )
 AFFIRMS: tuple[str, ...] = (
-    "{p} {t} include \"Amazing\" and \"Out There Somewhere\". [E2]",
-    "the passages list \"Amazing\", \"Pretty Ugly\" and \"Hoochie Coochie\" among {p} {t}.",
-    "E1 mentions \"Amazing\" as one of {p} {t}.",
-    "I found {p} {t} listed in E2: \"Amazing\" and \"Pretty Ugly\".",
-    "the evidence names several of {p} {t}, such as \"Amazing\".",
-    "{p} best known {t} are \"Amazing\" and \"Out There Somewhere\", as E2 states.",
-    "according to the passages, {p} {t} include \"Amazing\", though the list may be incomplete.",
+    '{p} {t} include "Amazing" and "Out There Somewhere". [E2]',
+    'the passages list "Amazing", "Pretty Ugly" and "Hoochie Coochie" among {p} {t}.',
+    'E1 mentions "Amazing" as one of {p} {t}.',
+    'I found {p} {t} listed in E2: "Amazing" and "Pretty Ugly".',
+    'the evidence names several of {p} {t}, such as "Amazing".',
+    '{p} best known {t} are "Amazing" and "Out There Somewhere", as E2 states.',
+    'according to the passages, {p} {t} include "Amazing", though the list may be incomplete.',
 )
 
 SHARED_FILLS = 3

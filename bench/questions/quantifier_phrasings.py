@@ -343,7 +343,9 @@ def build() -> list[dict[str, object]]:
     return rows
 
 
-def _fill(part: str, rung: str, ci: int, carrier: str, count: int | None) -> list[dict[str, object]]:
+def _fill(
+    part: str, rung: str, ci: int, carrier: str, count: int | None
+) -> list[dict[str, object]]:
     start = _digest(carrier)
     uses_subject = "{s}" in carrier
     pool = len(SUBJECTS) if uses_subject else len(TOPICS)
