@@ -7,12 +7,15 @@ A denial is built from a small grammar, not a list of phrasings:
 
     negation (or a negative adjective)  ×  reporting verb or state  ×  object
 
-written out as seven families (``FAMILIES``), each a regular expression
-assembled from the word tables below. Adding a word to a table adds it to
-every family it fits: "omit" in ``REPORT_VERBS`` gives "the passages do not
-omit…"-style actives, "is not omitted" passives and "does not appear to
-omit". When a real model's answers show a denial that slips through, the fix
-is a word in a table, or at worst a family.
+written out as families (``FAMILIES``: actives with a source subject,
+passives, states, first-person inability, existentials, impersonal modals …),
+each a regular expression assembled from the word tables below. Adding a word
+to a table adds it to every family it fits: a verb added to ``REPORT_VERBS``
+with its forms gives the active ("the passages do not <verb> …"), the passive
+("… is not <participle>") and the appear/seem forms ("does not appear to
+<verb>") at once. When a real model's answers show a denial that slips
+through, the fix is a word in a table, or at worst a family, plus an example
+in the tests.
 
 Each family says where its *object* is: after the match (actives: "the
 evidence does not list <her songs>") or before it (passives and states: "<the
