@@ -253,15 +253,15 @@ _MANY_PHRASES = (
 # COMPREHENSIVE: a totality adjective × an account noun ("the complete roster", "the
 # entire picture"), or a verb frame asking for everything ("leave nothing out").
 _TOTALITY_ADJECTIVES = (
-    "complete full entire whole exhaustive comprehensive thorough total all-inclusive "
-    "definitive unabridged every-last"
+    "complete full entire whole exhaustive comprehensive thorough all-inclusive definitive "
+    "unabridged"
 ).split()
 _ACCOUNT_NOUNS = (
     "list listing roster lineup line-up inventory catalog catalogue rundown run-down register "
     "index tally record account history story picture overview breakdown survey census "
     "compendium directory discography filmography bibliography chronology timeline works "
-    "details lowdown low-down canon oeuvre output body rollcall roll-call roll set"
-).split()
+    "details lowdown low-down canon oeuvre output rollcall roll-call set"
+).split() + ["body of work"]
 _EVERYTHING_FRAMES = (
     r"(?:tell|give|show|teach) (?:me|us) everything",
     r"everything (?:you|that you|there is to|one could|i should) (?:know|need to know|can tell)",
@@ -295,6 +295,9 @@ _PARTICLE_VERBS = (
     r"fill (?:me|us) in",
     r"paint (?:me |us )?a picture of",
     r"shed (?:some )?light on",
+    # "what did Churchill talk about?" and "did Darwin comment on it?" ask for a fact
+    r"(?:talk|speak) (?:to me |to us )?about",
+    r"(?:expand|reflect|comment|dwell) (?:on|upon)",
 )
 _IMPERATIVE_VERBS = (
     "outline recap recount review introduce overview characterize characterise profile explore "
@@ -313,7 +316,6 @@ _OPEN_QUESTION_FRAMES = (
     r"(?:i'd|i would|we'd|we would) (?:like|love) to (?:know|hear|learn) (?:more )?about",
     r"i (?:want|need) to (?:know|hear|learn) (?:more )?about",
     r"let's (?:talk|chat|hear) about",
-    r"(?:talk|speak) (?:to me |to us )?about",
     r"tell us about",
     r"(?:share|tell me|say) what (?:you|one) know(?:s)? about",
     r"(?:catch|bring) (?:me|us) up (?:on|with)",
@@ -354,7 +356,7 @@ _OPEN_REQUEST_SURFACES: tuple[str, ...] = (
     r"an overview of",
     r"what about",
     "discuss",
-    r"(?:elaborate|expand|expound|reflect|comment|dwell) (?:on|upon)",
+    r"(?:elaborate|expound) (?:on|upon)",
     *_OPEN_QUESTION_FRAMES,
 )
 _OPEN_IMPERATIVES: tuple[str, ...] = (

@@ -601,6 +601,9 @@ def test_colloquial_and_imperative_surfaces_reach_their_rung(question: str, rung
         "What is the range of a bald eagle?",
         "How many tons of steel did the bridge use?",
         "Which whole number is prime and even?",
+        "What did Churchill talk about in his 1940 speech?",  # "talk about" only as a command
+        "Did Darwin comment on Lamarck's theory?",
+        "Who wore full body armour at Agincourt?",
     ],
 )
 def test_grammar_surfaces_leave_lookalikes_alone(question: str) -> None:
