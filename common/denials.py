@@ -522,17 +522,31 @@ def _located_ok(family: str, match: re.Match[str]) -> bool:
     return True
 
 
+# Words that say nothing of what is denied: "any information about <the dates>" denies
+# what follows them.
+GENERIC_HEADS: frozenset[str] = frozenset(
+    "a an the any no some such specific explicit direct clear relevant much information info "
+    "details detail mention mentions data record records reference references indication "
+    "specifics word account description discussion".split()
+)
+_HEAD_STOPS = ("of", "by", "for", "about", "from", "in", "on", "to", "that", "which", "regarding",
+               "concerning")  # fmt: skip
+
+
 def detail_kind(obj: str) -> str | None:
     """The detail kind a denial's object names first, or None for the answer itself."""
-    words = obj.split()
+    words = [w.strip(",.;:!?\"'") for w in obj.split()]
+    generic_so_far = True
     for i in range(len(words)):
         for width in (3, 2, 1):
-            phrase = " ".join(words[i : i + width]).strip(",.;:!?\"'")
+            phrase = " ".join(words[i : i + width])
             if phrase in DETAIL_KINDS:
                 return DETAIL_KINDS[phrase]
-        # the head noun of the object: stop at the first "of/by/for/about"
-        if words[i] in ("of", "by", "for", "about", "from", "in", "on", "to", "that", "which"):
+        # the head noun of the object: stop at the first "of/by/for/about" unless
+        # only generic words came before it
+        if words[i] in _HEAD_STOPS and not generic_so_far:
             break
+        generic_so_far = generic_so_far and (words[i] in GENERIC_HEADS or words[i] in _HEAD_STOPS)
     return None
 
 

@@ -99,7 +99,7 @@ def denial_of_answer(question: str, answer: str) -> denials.Denial | None:
 
 
 def _denial_for(question: str, answer: str, answer_type: str) -> denials.Denial | None:
-    words = set(tokens(question))
+    words = {t for t in tokens(question) if t not in STOP_WORDS}
     return denials.match_denial(answer if isinstance(answer, str) else "", words, answer_type)
 
 

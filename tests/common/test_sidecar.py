@@ -553,6 +553,24 @@ def test_a_denial_of_a_detail_is_not_a_denial_of_the_answer(answer: str) -> None
     assert match_denial(answer) is None
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "The release dates are not mentioned.",
+        "I could not find any information about the release dates of their songs.",
+        "There is no mention of the chart positions of their singles.",
+    ],
+)
+def test_a_detail_denial_stays_partial_whatever_the_question_words(answer: str) -> None:
+    beatles = make_ev(
+        1, "The Beatles", 'The Beatles recorded "Help!", "Yesterday" and "Let It Be" for EMI.'
+    )
+    question = "What songs did the Beatles record?"  # "the" is in the question and the object
+    assert assess_answerability(question, answer, [beatles], Policy()) is None
+    denial = "The songs of the Beatles are not mentioned."
+    assert assess_answerability(question, denial, [beatles], Policy()) is not None
+
+
 def test_a_denied_detail_is_a_denial_when_the_question_asks_for_it() -> None:
     dated = make_ev(1, "Veronica Ballestrini", "Veronica Ballestrini released her debut album in 2009.")
     result = assess_answerability(
