@@ -496,7 +496,6 @@ def test_a_trimmed_broad_answer_without_anchors_stays_pointer_linked() -> None:
     [
         ("What is the capital of France?", "hermes-3-8b"),  # SINGULAR: table 1
         ("Which countries have no coastline?", "default"),  # ABSENT: table 1
-        ("What did most of the settlers grow?", "hermes-3-8b"),  # PROPORTIONAL: table 1
     ],
 )
 def test_caps_applied_never_tighten_a_question_that_is_not_broad(
@@ -511,9 +510,17 @@ def test_caps_applied_never_tighten_a_question_that_is_not_broad(
         question,
         profile=profile,
         quantifier_guard_apply_caps=True,
-        quantifier_caps_by_intensity={"SINGULAR": 1, "ABSENT": 1, "PROPORTIONAL": 1},
+        quantifier_caps_by_intensity={"SINGULAR": 1, "ABSENT": 1},
     )
     assert listed.n_claims == 1  # the operator listed the rung: its cap is enforced
+
+
+def test_caps_applied_keep_proportional_at_its_profile_cap() -> None:
+    answer = "\n".join([GOOD_1] * 13)
+    question = "What did most of the settlers grow?"
+    small = verify(answer, question, profile="hermes-3-8b", quantifier_guard_apply_caps=True)
+    large = verify(answer, question, profile="default", quantifier_guard_apply_caps=True)
+    assert (small.n_claims, large.n_claims) == (1, 3)
 
 
 def test_allow_broad_turns_cap_reduction_off_for_broad_rungs() -> None:
