@@ -32,6 +32,7 @@ Decisions where the rules left room:
 from __future__ import annotations
 
 from common.models import Claim, JobRecord, Preflight
+from common.verify.verdict import display_label, render_tails
 
 SEP = " · "
 MAX_CLAIM_CHARS = 160
@@ -57,7 +58,7 @@ def render_audit_line(record: JobRecord) -> str:
         tails.append("cache hit")
     if record.generation is not None and record.generation.simulated:
         tails.append("simulated")
-    head = f"{ver.label.value}{SEP}via {mode}"
+    head = f"{display_label(ver.label, ver.violation_kinds)}{SEP}via {mode}"
     if tails:
         head += SEP + ", ".join(tails)
     return f"{head}  {ver.n_verified}/{ver.n_claims}  {latency}"
@@ -96,6 +97,10 @@ def render_audit_block(record: JobRecord) -> list[str]:
         ]
         if pre.exploratory:
             parts.append("allow-broad: EXPLORATORY")
+        ver = record.verification
+        if ver is not None and ver.would_fire_kinds:  # the dry run: recorded, not applied
+            tails = render_tails(ver.would_fire_kinds, cap=_cap(pre), exploratory=False)
+            parts.append("dry run, would fire: " + ", ".join(tails))
         lines.append(SEP.join(parts))
     return [*lines, render_audit_line(record)]
 

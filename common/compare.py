@@ -23,9 +23,10 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any
 
 from common.models import Manifest
+from common.phase import PhaseDecision, phase_decision, render_phase
 from common.report import md_table, plots_section
 from common.runstats import RunStats, Tally
 from common.stats import Moments, newcombe_interval, paired_interval, welch_interval
@@ -61,6 +62,9 @@ class Metric:
 METRICS: tuple[Metric, ...] = (
     Metric("strict", "strict-rate", True),
     Metric("ungrounded", "UNGROUNDED rate", False),
+    # HYBRID has no better direction (it gains from STRICT and from UNGROUNDED alike); with
+    # the other two it makes the verdict distribution the caps decision reads.
+    Metric("hybrid", "HYBRID rate", None),
     Metric("ratio", "mean ratio", True),
     Metric("format_collapsed", "FORMAT_COLLAPSED rate", False),
     Metric("no_evidence_pointer", "NO_EVIDENCE_POINTER rate", False),
@@ -102,15 +106,6 @@ class KindShift:
 
 
 DRIFT_POINTS = 5.0  # a rung whose share of questions moves by more than this is flagged
-# Policy switches that turn one phase of the quantifier guard on or off.
-QUANTIFIER_PHASE_SWITCHES: tuple[str, ...] = (
-    "quantifier_guard_enabled",
-    "quantifier_guard_apply_caps",
-    "quantifier_reminder_enabled",
-    "quantifier_reject_broad",
-    "allow_broad",
-)
-Decision = Literal["turn on", "keep off", "no signal"]
 
 
 @dataclass(frozen=True)
@@ -142,17 +137,6 @@ class RungChange:
     rung_b: str
 
 
-@dataclass(frozen=True)
-class PhaseDecision:
-    """What the 5-point rule says about one quantifier-phase switch, from strict-rate."""
-
-    switch: str
-    on_in: str  # "A" or "B"
-    decision: Decision
-    # per mode: strict-rate with the switch on minus off (points), its interval, n, verdict
-    evidence: tuple[tuple[str, float | None, float | None, float | None, int, str], ...]
-
-
 @dataclass
 class Comparison:
     run_a: str
@@ -171,6 +155,9 @@ class Comparison:
     intensity: list[IntensityShift] = field(default_factory=list)
     rung_changes: list[RungChange] = field(default_factory=list)
     phase: PhaseDecision | None = None
+    # per mode, the share of rows (points) that were STRICT while the dry run recorded a
+    # kind that demotes once caps are applied, in A and in B (None: that run is no dry run)
+    would_demote: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
 
     @property
     def signals(self) -> list[MetricDelta]:
@@ -339,27 +326,12 @@ def _rung_changes(stats_a: RunStats, stats_b: RunStats, shared: list[str]) -> li
     return changes
 
 
-def _phase_decision(cmp: Comparison) -> PhaseDecision | None:
-    """For a pair differing in exactly one quantifier-phase switch: turn on / keep off / no signal."""
-    if len(cmp.policy_changes) != 1:
+def _would_demote(man: Manifest, stats: RunStats, mode: str) -> float | None:
+    """Strict-rate points the guard's own soft demotes would take once caps are applied."""
+    policy, m = man.policy, stats.modes.get(mode)
+    if not policy.quantifier_guard_enabled or policy.quantifier_guard_apply_caps or m is None:
         return None
-    ((switch, (va, vb)),) = cmp.policy_changes.items()
-    if switch not in QUANTIFIER_PHASE_SWITCHES or not isinstance(vb, bool):
-        return None
-    sign = 1.0 if vb else -1.0  # orient every delta as (switch on) − (switch off)
-    evidence: list[tuple[str, float | None, float | None, float | None, int, str]] = []
-    for d in cmp.deltas:
-        if d.metric.key != "strict":
-            continue
-        if d.delta is None or d.low is None or d.high is None:
-            evidence.append((d.mode, None, None, None, min(d.n_a, d.n_b), d.verdict))
-            continue
-        low, high = sorted((sign * d.low, sign * d.high))
-        evidence.append((d.mode, sign * d.delta, low, high, min(d.n_a, d.n_b), d.verdict))
-    helps = any(v == "signal" and (x or 0) > 0 for _, x, _, _, _, v in evidence)
-    hurts = any(v == "signal" and (x or 0) < 0 for _, x, _, _, _, v in evidence)
-    decision: Decision = "keep off" if hurts else "turn on" if helps else "no signal"
-    return PhaseDecision(switch, "B" if vb else "A", decision, tuple(evidence))
+    return 100 * m.would_demote_strict / m.tally.valid if m.tally.valid else None
 
 
 def _provenance_warnings(a: Manifest, b: Manifest, n_shared: int, n_a: int, n_b: int) -> list[str]:
@@ -467,7 +439,10 @@ def compare_runs(
     cmp.mixed = _mixed_effects(cmp.deltas)
     cmp.intensity = _intensity_shifts(stats_a, stats_b)
     cmp.rung_changes = _rung_changes(stats_a, stats_b, shared)
-    cmp.phase = _phase_decision(cmp)
+    cmp.would_demote = {
+        mode: (_would_demote(ma, stats_a, mode), _would_demote(mb, stats_b, mode)) for mode in modes
+    }
+    cmp.phase = phase_decision(cmp)
     return cmp
 
 
@@ -584,7 +559,7 @@ def render_compare(cmp: Comparison, *, plots: Mapping[str, str] | None = None) -
             delta = "—" if s.delta is None else f"{s.delta:+.1f}"
             out.append(f"| `{s.mode}` | {s.kind} | {a} | {b} | {delta} |")
     out += _render_intensity(cmp)
-    out += _render_phase(cmp)
+    out += render_phase(cmp.phase)
     out += plots_section(plots)
     return "\n".join(out).rstrip() + "\n"
 
@@ -621,32 +596,3 @@ def _render_intensity(cmp: Comparison) -> list[str]:
     else:
         out += ["", "No shared question changed rung."]
     return out
-
-
-def phase_line(phase: PhaseDecision) -> str:
-    """The decision in one sentence, with the numbers it rests on."""
-    numbers = "; ".join(
-        f"`{mode}` "
-        + ("no data" if x is None else f"{x:+.1f} pp {_fmt_interval(lo, hi)} n={n}, {v}")
-        for mode, x, lo, hi, n, v in phase.evidence
-    )
-    return (
-        f"`{phase.switch}` (on in run {phase.on_in}): **{phase.decision}**. Strict-rate with it "
-        f"on minus off: {numbers}."
-    )
-
-
-def _render_phase(cmp: Comparison) -> list[str]:
-    if cmp.phase is None:
-        return []
-    return [
-        "",
-        "## Quantifier phase decision",
-        "",
-        "The runs differ in exactly one quantifier-phase switch. The 5-point rule on "
-        "strict-rate: **turn on** when some mode gains a signal (|Δ| ≥ the floor and a 95% "
-        "interval excluding zero) and none loses one; **keep off** when any mode loses one; "
-        "**no signal** otherwise (leave it at its default).",
-        "",
-        f"- {phase_line(cmp.phase)}",
-    ]

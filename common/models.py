@@ -161,6 +161,8 @@ class Grading(Frozen):
     n_claims: int = 0
     n_verified: int = 0
     violation_kinds: tuple[ViolationKind, ...] = ()
+    # dry run (caps not applied): the BROAD_QUANTIFIER_* kinds the guard would have fired
+    would_fire_kinds: tuple[ViolationKind, ...] = ()
     format_collapsed: bool = False
     answer_brackets: int = 0
     answer_pointer_count: int = 0
@@ -336,7 +338,10 @@ class Row(Frozen):
     claim_cap_applied: int | None = None  # the guard's cap; None when the guard is off for the job
     claim_cap_profile: int | None = None  # the profile table's cap for the rung, enforced or not
     claim_cap_enforced: bool | None = None
+    # The configured model id, verbatim (what the operator named); the cap profile it
+    # resolved to is ``model_profile_key`` ("hermes-3-8b", or "default" when none matched).
     model_profile_id: str | None = None
+    model_profile_key: str | None = None
     model: str | None = None
     endpoint: str | None = None
     simulated: bool | None = None
@@ -389,8 +394,9 @@ class Row(Frozen):
                 flat.update(dict.fromkeys(part.model_fields))
             else:
                 flat.update(value)
-        if flat.get("violation_kinds", ()) is None:  # an unverified row still lists its kinds: none
-            flat["violation_kinds"] = []
+        for key in ("violation_kinds", "would_fire_kinds"):  # an unverified row lists none
+            if flat.get(key, ()) is None:
+                flat[key] = []
         return flat
 
 

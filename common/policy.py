@@ -127,6 +127,31 @@ LOCAL_CPU_POLICY: Mapping[str, Any] = {
 }
 
 
+# Other names a key is accepted under, each mapped to the field it sets. The design's seed
+# policy spelled the collapse switch with its modes' prefix; configs written from it keep working.
+POLICY_ALIASES: dict[str, str] = {
+    "claim_lattice_format_collapse_check_enabled": "format_collapse_check_enabled",
+}
+
+
+def canonical_overrides(overrides: Mapping[str, Any], prefix: str = "--policy ") -> dict[str, Any]:
+    """``overrides`` with every alias replaced by its field's name.
+
+    An alias and its field both given with different values is an error: which one
+    was meant cannot be told.
+    """
+    out: dict[str, Any] = {}
+    for key, value in overrides.items():
+        name = POLICY_ALIASES.get(key, key)
+        if name in out and out[name] != value:
+            raise PolicyError(
+                f"{prefix}{key}: sets {name}, which is also given with another value "
+                f"({out[name]!r}); give one of the two"
+            )
+        out[name] = value
+    return out
+
+
 def type_label(name: str) -> str:
     """A policy key's type as ``qfarm policy`` shows it; a vocabulary enum lists its values."""
     annotation = Policy.model_fields[name].annotation
@@ -295,7 +320,7 @@ def _parse_value(raw: str, key: str | None = None) -> Any:
 
 def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
     """Turn ``["key=value", ...]`` into a dict, rejecting unknown keys at once."""
-    known = set(Policy.model_fields)
+    known = set(Policy.model_fields) | set(POLICY_ALIASES)
     out: dict[str, Any] = {}
     for item in items:
         if "=" not in item:
@@ -308,8 +333,8 @@ def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
             raise PolicyError(
                 f"--policy {key}: unknown policy key{hint}; run `qfarm policy` to list the keys"
             )
-        out[key] = _parse_value(raw, key)
-    return out
+        out[key] = _parse_value(raw, POLICY_ALIASES.get(key, key))
+    return canonical_overrides(out)
 
 
 def policy_from_mapping(data: Mapping[str, Any], where: str = "policy") -> Policy:
@@ -317,7 +342,7 @@ def policy_from_mapping(data: Mapping[str, Any], where: str = "policy") -> Polic
     with the nearest known name, a bad value with the key's allowed range."""
     known = sorted(Policy.model_fields)
     for key in data:
-        if key not in known:
+        if key not in known and key not in POLICY_ALIASES:
             close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.5)
             hint = f"; nearest: {close[0]}" if close else ""
             raise PolicyError(
@@ -331,7 +356,7 @@ def build_policy(overrides: dict[str, Any] | None = None, base: Policy | None = 
     """Apply overrides on top of ``base`` (defaults if None), validating every value.
     ``prefix`` names where the override came from in messages (a flag, a JSON field)."""
     data = (base or Policy()).model_dump()
-    data.update(overrides or {})
+    data.update(canonical_overrides(overrides or {}, prefix))
     try:
         return Policy.model_validate(data)
     except ValidationError as exc:

@@ -11,10 +11,15 @@ Decisions where the rules left room:
   BROAD_QUANTIFIER_* kinds) needs an active guard; the classification and the
   profile table's cap (``claim_cap_profile``) are computed and reported for
   every job, guarded or not. ``claim_cap`` is None when the guard is off.
-* The regression rule wins over the cap table: ABSENT, SINGULAR and
-  PROPORTIONAL keep ``claim_lattice_max_claims_per_answer`` unless listed in
-  ``quantifier_caps_by_intensity`` (see ``guard_cap``). ``allow_broad`` does
-  the same for the broad rungs: EXPLORATORY answers get no cap reduction.
+* The regression rule wins over the cap table for the one-claim rungs only:
+  ABSENT and SINGULAR keep ``claim_lattice_max_claims_per_answer`` unless
+  listed in ``quantifier_caps_by_intensity`` (see ``guard_cap``). PROPORTIONAL
+  keeps its profile cap (1 on the small model, 3 on the default profile): a
+  fraction is answered with a few claims, and the cap is what the profile says
+  the model can ground. ``allow_broad`` keeps the default cap for the broad
+  rungs: EXPLORATORY answers get no cap reduction.
+* A universal over a set whose size the question states ("name all three ...")
+  is capped at that number, as a counted rung is; an override for its rung wins.
 * ``allow_broad`` wins over ``quantifier_reject_broad`` when both are set: the
   reject message itself offers ``--allow-broad`` as the way through.
 * Reject-broad fires for ALL, COMPREHENSIVE and OPEN_REQUEST with an
@@ -36,14 +41,14 @@ from common.models import (
 from common.policy import Policy
 from common.profiles import cap_for_intensity
 from common.quantifier import classify_question_quantifier
+from common.vocab import COUNTED_INTENSITIES
 
 REJECTABLE_INTENSITIES: frozenset[Intensity] = frozenset(
     {Intensity.ALL, Intensity.COMPREHENSIVE, Intensity.OPEN_REQUEST}
 )
-# Rungs whose profile cap is reported but never enforced unless the operator lists them.
-DEFAULT_CAP_INTENSITIES: frozenset[Intensity] = frozenset(
-    {Intensity.ABSENT, Intensity.SINGULAR, Intensity.PROPORTIONAL}
-)
+# Rungs whose profile cap is reported but never enforced unless the operator lists them:
+# their table value (1) would cut a two-sentence answer to a one-fact question.
+DEFAULT_CAP_INTENSITIES: frozenset[Intensity] = frozenset({Intensity.ABSENT, Intensity.SINGULAR})
 
 _REJECT_WHY = {
     Intensity.ALL: "it asks for every item of an open-ended set",
@@ -76,9 +81,9 @@ def reject_message(quantifier: QuantifierInfo) -> str:
 def guard_cap(quantifier: QuantifierInfo, policy: Policy, profile_cap: int) -> int:
     """The cap the guard applies: the profile's, except where the policy default must stand.
 
-    Non-broad rungs (ABSENT, SINGULAR, PROPORTIONAL) and, with ``allow_broad``,
-    the broad ones keep ``claim_lattice_max_claims_per_answer`` unless the
-    operator listed the rung in ``quantifier_caps_by_intensity``.
+    ABSENT, SINGULAR and, with ``allow_broad``, the broad rungs keep
+    ``claim_lattice_max_claims_per_answer`` unless the operator listed the rung
+    in ``quantifier_caps_by_intensity``; PROPORTIONAL keeps its profile cap.
     """
     if quantifier.intensity in policy.quantifier_caps_by_intensity:
         return profile_cap
@@ -97,6 +102,12 @@ def run_preflight(question: str, mode: Mode, policy: Policy, model_profile_id: s
     profile_cap = cap_for_intensity(
         quantifier.intensity, model_profile_id, quantifier.explicit_count, overrides
     )
+    if (
+        quantifier.explicit_count is not None
+        and quantifier.intensity not in COUNTED_INTENSITIES
+        and quantifier.intensity not in overrides
+    ):
+        profile_cap = max(1, quantifier.explicit_count)  # "all three": the set's own size
     broad = quantifier.is_broad and guard_active
     rejected = (
         broad

@@ -138,7 +138,33 @@ _UNITS_OF_MEASURE = (
     + r"|km|kilometres?|kilometers?|miles?|metres?|meters?|feet|foot|inches|kg|kilograms?"
     + r"|pounds?|tons?|tonnes?|degrees?|percent|dollars?|euros?|times|people|persons"
 )
-_PLURAL_OR_SUPERLATIVE = rf"(?!(?:{_UNITS_OF_MEASURE})\b)[a-z]+(?:s|est)\b"
+_SUPERLATIVE = r"[a-z]+est\b"
+# A fraction ("two thirds of") is a share, not a count of thirds.
+_FRACTION_NOUNS = r"halves|thirds|quarters|fourths|fifths|sixths|sevenths|eighths|ninths|tenths"
+_PLURAL_NOUN = (
+    rf"(?:(?!(?:{_UNITS_OF_MEASURE}|{_FRACTION_NOUNS})\b)[a-z]+s|men|women|children|people|geese|mice)\b"
+)
+_FUNCTION_WORDS = (
+    "of|the|and|or|in|on|at|to|for|by|with|from|a|an|is|are|was|were|did|do|does|has|have|had"
+    "|that|which|who|than|as|into|over|under|after|before|since|ago"
+)
+# A word that can stand between a number and its noun ("three *primary* colours").
+_MODIFIER = rf"(?!(?:{_FUNCTION_WORDS}|{_UNITS_OF_MEASURE})\b)[a-z]+(?:-[a-z]+)?"
+_HEDGES = (
+    r"about|around|roughly|approximately|approx\.?|some|circa|nearly|almost|close to"
+    r"|more or less|give or take|somewhere around|in the region of|on the order of"
+)
+# Words after which a number heads the noun phrase a question asks for.
+_COUNT_HEAD = (
+    r"(?:(?<=\bthe )|(?<=\bare )|(?<=\bwere )|(?<=\bwhich )|(?<=\bwhat )|(?<=\bname )"
+    r"|(?<=\blist )|(?<=\bgive )|(?<=\bme )|(?<=\bthese )|(?<=\bthose )|(?<='s )|(?<=\bits )"
+    r"|(?<=\btheir )|(?<=\bhis )|(?<=\bher )|(?<=\bsuggest )|(?<=\brecommend )|(?<=\bpick ))"
+)
+# Words after which an ordinal names a rank ("the first", "Henry's second", "its 3rd").
+_DETERMINER_BEFORE = (
+    r"(?:(?<=\bthe )|(?<=\bhis )|(?<=\bher )|(?<=\bits )|(?<=\btheir )|(?<=\bour )"
+    r"|(?<=\bmy )|(?<=\byour )|(?<=\bwhose )|(?<='s )|(?<=s' ))"
+)
 
 
 def parse_number(text: str) -> int | None:
@@ -182,42 +208,169 @@ _B = r"(?<![\w'-])"
 _WH_START = r"^(?!\W*(?:which|what|who|whom|whose|where|when|why|how)\b)"
 _E = r"(?![\w'-])"
 
+# Colloquial and imperative surfaces are not listed phrase by phrase: each rung's
+# surfaces are the product of a few small word classes (quantifier word × noun
+# frame × verb frame), so a new word joins every frame it fits at once.
+# The start of the question or of a sentence in it (not after a comma: "capture,
+# manage, and present data" lists verbs, it does not command).
+_ANY_START = r"(?:^\W*|[.;:!?]\W*)"
+# An imperative at the start of a clause, optionally softened ("please", "can you").
+_IMPERATIVE = (
+    _ANY_START
+    + r"(?:(?:please|kindly|now|ok|okay|so|and)\W+)?"
+    + r"(?:(?:can|could|would|will) you\W+(?:please\W+)?|(?:i'd|i would) like you to\W+"
+    + r"|i want you to\W+|help me\W+)?(?:please\W+)?"
+)
+# MANY: a plural quantity noun + "of" ("loads of"), a singular collective noun after
+# "a" + "of" ("a slew of"), or a determiner adjective ("countless", "umpteen").
+_MANY_PLURAL_NOUNS = (
+    "lots loads tons heaps piles stacks masses oodles bags scores dozens hundreds thousands "
+    "millions multitudes reams hordes droves zillions gazillions bajillions umpteens scads gobs "
+    "bucketloads truckloads boatloads shedloads shiploads cartloads wagonloads"
+).split()
+_MANY_COLLECTIVE_NOUNS = (
+    "lot load ton heap pile stack mass bunch host slew raft wealth multitude plethora myriad "
+    "array range variety number abundance profusion panoply legion throng swathe battery "
+    "assortment smorgasbord bucketload truckload boatload shedload shipload cartload wagonload"
+).split()
+_MANY_SIZE_ADJECTIVES = "great|good|large|huge|vast|wide|whole|fair|big|broad|long|massive|enormous"
+_MANY_DETERMINERS = (
+    "many various multiple numerous countless umpteen innumerable myriad untold sundry "
+    "manifold uncountable numberless"
+).split()
+_MANY_PHRASES = (
+    "quite a few",
+    "not a few",
+    "more than a few",
+    "a good few",
+    "a fair few",
+    "a great many",
+    "a good many",
+    "no end of",
+    "plenty of",
+    "several dozen",
+)
+# COMPREHENSIVE: a totality adjective × an account noun ("the complete roster", "the
+# entire picture"), or a verb frame asking for everything ("leave nothing out").
+_TOTALITY_ADJECTIVES = (
+    "complete full entire whole exhaustive comprehensive thorough all-inclusive definitive "
+    "unabridged"
+).split()
+_ACCOUNT_NOUNS = (
+    "list listing roster lineup line-up inventory catalog catalogue rundown run-down register "
+    "index tally record account history story picture overview breakdown survey census "
+    "compendium directory discography filmography bibliography chronology timeline works "
+    "details lowdown low-down canon oeuvre output rollcall roll-call set"
+).split() + ["body of work"]
+_EVERYTHING_FRAMES = (
+    r"(?:tell|give|show|teach) (?:me|us) everything",
+    r"everything (?:you|that you|there is to|one could|i should) (?:know|need to know|can tell)",
+    r"all (?:there is|that there is) to know",
+    r"(?:leave|leaving) (?:nothing|no detail|nobody|no one) out",
+    r"(?:do not|don't) leave (?:anything|anyone|anybody) out",
+    r"spare no detail",
+    r"every (?:last |single )?(?:detail|thing|one of them|aspect|fact)",
+    r"(?:absolutely|literally|simply|just about|pretty much) everything",
+    r"in (?:full|exhaustive|complete|every) detail",
+    r"chapter and verse",
+    r"from (?:a to z|start to finish|beginning to end|top to bottom|soup to nuts)",
+    r"the a to z",
+    r"(?:the|a) (?:whole|full|complete|entire) (?:shebang|enchilada|nine yards|kit and caboodle)",
+)
+# OPEN_REQUEST: a guiding verb × an object pronoun × a particle ("talk me through",
+# "fill us in on"), a verb + particle in an imperative ("sum up", "break down"), a
+# bare imperative verb ("outline", "recap"), "give me an X of", or a question frame.
+_GUIDE_VERBS = "talk|walk|take|run|guide|lead|step|bring"
+_TELL_VERBS = "tell|teach|fill|brief|enlighten|inform|educate|school|update"
+_PARTICLE_VERBS = (
+    r"sum (?:(?:it|this|that|things|them) )?up",
+    r"wrap (?:(?:it|this|that|things) )?up",
+    r"break (?:(?:it|this|that) )?down",
+    r"lay (?:(?:it|this|that) )?out",
+    r"spell (?:(?:it|this|that) )?out",
+    r"flesh (?:(?:it|this|that) )?out",
+    r"map (?:(?:it|this|that) )?out",
+    r"go over",
+    r"run (?:me |us )?through",
+    r"fill (?:me|us) in",
+    r"paint (?:me |us )?a picture of",
+    r"shed (?:some )?light on",
+    # "what did Churchill talk about?" and "did Darwin comment on it?" ask for a fact
+    r"(?:talk|speak) (?:to me |to us )?about",
+    r"(?:expand|reflect|comment|dwell) (?:on|upon)",
+)
+_IMPERATIVE_VERBS = (
+    "outline recap recount review introduce overview characterize characterise profile explore "
+    "unpack chronicle narrate detail cover present sketch survey portray"
+).split()
+_OVERVIEW_NOUNS = (
+    "overview rundown run-down summary outline introduction primer sketch lowdown low-down "
+    "synopsis recap background account picture tour precis digest"
+).split()
+_OPEN_QUESTION_FRAMES = (
+    r"what (?:can|could) you (?:tell|say to) (?:me|us) about",
+    r"what (?:do|does) (?:you|one) know about",
+    r"what is there to know about",
+    r"what's the (?:story|deal|lowdown) (?:with|of|behind|on)",
+    r"what is the (?:story|deal) (?:with|of|behind)",
+    r"(?:i'd|i would|we'd|we would) (?:like|love) to (?:know|hear|learn) (?:more )?about",
+    r"i (?:want|need) to (?:know|hear|learn) (?:more )?about",
+    r"let's (?:talk|chat|hear) about",
+    r"tell us about",
+    r"(?:share|tell me|say) what (?:you|one) know(?:s)? about",
+    r"(?:catch|bring) (?:me|us) up (?:on|with)",
+    r"help (?:me|us) (?:understand|make sense of|get to know|learn about)",
+)
+
+
+def _alt(words: list[str] | tuple[str, ...]) -> str:
+    return "(?:" + "|".join(sorted(words, key=len, reverse=True)) + ")"
+
+
+_MANY_SURFACES: tuple[str, ...] = (
+    # never after "the"/"their"/a number: "the scores of the final", "5 tons of steel"
+    r"(?<!\bthe )(?<!\btheir )(?<!\d )(?<!how )" + _alt(_MANY_PLURAL_NOUNS) + r" of",
+    rf"an? (?:(?:{_MANY_SIZE_ADJECTIVES}) )?" + _alt(_MANY_COLLECTIVE_NOUNS) + r" of",
+    _alt(_MANY_PHRASES),
+    r"(?<!how )(?<!not )(?<!so )(?<!too )(?<!as )" + _alt(_MANY_DETERMINERS),
+)
+_COMPREHENSIVE_SURFACES: tuple[str, ...] = (
+    "comprehensive",
+    "exhaustive",
+    "exhaustively",
+    "definitive",
+    _alt(_TOTALITY_ADJECTIVES) + r" (?:[a-z'-]+ )?" + _alt(_ACCOUNT_NOUNS),
+    *_EVERYTHING_FRAMES,
+)
+_OPEN_REQUEST_SURFACES: tuple[str, ...] = (
+    rf"(?:{_GUIDE_VERBS}) (?:me|us|them) (?:through|over)",
+    rf"(?:{_TELL_VERBS}) (?:me|us) (?:all |more |a bit |a little )?(?:in )?(?:about|on)",
+    r"tell (?:me|us) (?:all )?about",
+    "describe",
+    "explain",
+    r"summari[sz]e",
+    r"(?:give|offer|provide|show) (?:me |us )?(?:an?|the|some|a quick|a brief|a short) "
+    + r"(?:(?:quick|brief|short|general|broad|rough|high-level) )?"
+    + _alt(_OVERVIEW_NOUNS)
+    + r" (?:of|on|about|for)",
+    r"an overview of",
+    r"what about",
+    "discuss",
+    r"(?:elaborate|expound) (?:on|upon)",
+    *_OPEN_QUESTION_FRAMES,
+)
+_OPEN_IMPERATIVES: tuple[str, ...] = (
+    *_PARTICLE_VERBS,
+    _alt(_IMPERATIVE_VERBS),
+)
+
 MARKERS: tuple[Marker, ...] = (
     # COMPREHENSIVE
-    *(
-        _m(Intensity.COMPREHENSIVE, _B + s + _E)
-        for s in (
-            "comprehensive",
-            r"complete (?:list|inventory|catalog(?:ue)?|overview|account|history|guide)",
-            r"full list",
-            "exhaustive",
-            "exhaustively",
-            "definitive",
-            r"everything (?:you|that you) know",
-            r"tell me everything",
-            r"all there is to know",
-            r"the whole story",
-            r"the full (?:picture|story)",
-            r"from a to z",
-        )
-    ),
-    # OPEN_REQUEST
-    *(
-        _m(Intensity.OPEN_REQUEST, _B + s + _E)
-        for s in (
-            r"tell me (?:all )?about",
-            "describe",
-            "explain",
-            r"summari[sz]e",
-            r"give (?:me )?an overview of",
-            r"an overview of",
-            r"walk me through",
-            r"what about",
-            "discuss",
-            r"elaborate on",
-            r"expound (?:on|upon)",
-        )
-    ),
+    *(_m(Intensity.COMPREHENSIVE, _B + s + _E) for s in _COMPREHENSIVE_SURFACES),
+    # OPEN_REQUEST (a phrasal verb or bare verb counts only as an imperative:
+    # "why did the talks break down?" asks for one fact)
+    *(_m(Intensity.OPEN_REQUEST, _B + s + _E) for s in _OPEN_REQUEST_SURFACES),
+    *(_m(Intensity.OPEN_REQUEST, _IMPERATIVE + f"(?P<tok>{s})" + _E) for s in _OPEN_IMPERATIVES),
     # ALL: list verbs + all/every first so the matched token names the verb.
     _m(Intensity.ALL, _B + r"(?:list|name|enumerate|cite) (?:all|every)" + _E),
     _m(Intensity.ALL, _B + r"each and every" + _E),
@@ -241,31 +394,13 @@ MARKERS: tuple[Marker, ...] = (
         r".*?" + _B + r"any" + _E + rf"(?! (?:more|longer)\b)(?! {_NUM}{_E})",
     ),
     # MANY ("how many" is a request for a number; "not many" is FEW)
-    *(
-        _m(Intensity.MANY, _B + s + _E)
-        for s in (
-            r"a great many",
-            r"several dozen",
-            r"multitudes of",
-            r"(?<!how )(?<!not )(?<!so )(?<!too )(?<!as )many",
-            "various",
-            "multiple",
-            "numerous",
-            r"a (?:large |great )?number of",
-            r"lots of",
-            r"a lot of",
-            r"plenty of",
-            r"dozens of",
-            r"hundreds of",
-            r"thousands of",
-        )
-    ),
+    *(_m(Intensity.MANY, _B + s + _E) for s in _MANY_SURFACES),
     # FEW
     *(
         _m(Intensity.FEW, _B + s + _E)
         for s in (
-            r"some",
-            r"a few",
+            rf"some(?! (?:{_NUM}){_E})",
+            r"(?<!quite )(?<!not )(?<!good )(?<!fair )(?<!than )a few",
             "several",
             r"a couple(?! of)",
             r"a small number of",
@@ -307,13 +442,36 @@ MARKERS: tuple[Marker, ...] = (
     ),
     _m(
         Intensity.SMALL_NUM_EXPLICIT,
-        r"(?<!every )" + _B + rf"(?P<n>{_NUM_NO_ONE}) {_PLURAL_OR_SUPERLATIVE}",
+        r"(?<!every )" + _B + rf"(?P<n>{_NUM_NO_ONE}) (?:{_PLURAL_NOUN}|{_SUPERLATIVE})",
         _group("n"),
     ),
-    # An ordinal asks for the one item at that rank; "a third of" is a fraction.
+    # "the three primary colours", "name four fundamental forces": up to two modifiers
+    # between the number and its noun when the number heads the noun phrase asked for;
+    # after a preposition or a verb ("divided into two identical cells") it describes
+    # the thing asked for, not how many are wanted.
     _m(
         Intensity.SMALL_NUM_EXPLICIT,
-        r"(?<!\ba )(?<!\bone )(?<!\btwo )"
+        rf"(?:^\W*|{_COUNT_HEAD})"
+        + rf"(?P<n>{_NUM_NO_ONE}) (?:{_MODIFIER} ){{1,2}}(?:{_PLURAL_NOUN}|{_SUPERLATIVE})",
+        _group("n"),
+    ),
+    # A hedged number is still the number asked for ("about five", "ten or so").
+    _m(
+        Intensity.SMALL_NUM_EXPLICIT,
+        _B + rf"(?:{_HEDGES}) (?P<n>{_NUM_NO_ONE}){_E}(?! (?:{_MODIFIER} )?(?:{_UNITS_OF_MEASURE})\b)",
+        _group("n"),
+    ),
+    _m(
+        Intensity.SMALL_NUM_EXPLICIT,
+        _B + rf"(?P<n>{_NUM_NO_ONE}) or so" + _E,
+        _group("n"),
+    ),
+    # An ordinal asks for the one item at that rank; "a third of" is a fraction. Only
+    # after a determiner: "Who first reached the summit?" uses "first" as an adverb
+    # and asks for one fact, not for an ordinal list of one.
+    _m(
+        Intensity.SMALL_NUM_EXPLICIT,
+        _DETERMINER_BEFORE
         + _B
         + rf"(?:{_ORDINAL_WORDS}|\d{{1,3}}(?:st|nd|rd|th))"
         + _E
@@ -352,6 +510,14 @@ MARKERS: tuple[Marker, ...] = (
             r"no(?! (?:longer|doubt|matter|more|less|fewer|sooner|later)\b)(?= \w)",
         )
     ),
+    # A negated "which X" asks for the members of X the predicate does not hold for,
+    # and the design's table puts it under ABSENT ("which teams did not win ..."); a
+    # negated who/what keeps its wh-shape (below, and the SINGULAR default).
+    _m(
+        Intensity.ABSENT,
+        r"^\W*(?:(?:in|of|at|for|from|on|to|by|with|during|under|among|between|and|but|so) )?"
+        r"which\b(?!.*\bnot (?:only|just|merely)\b).*?(?P<tok>\bnot\b|n't\b|\bnever\b|\bcannot\b)",
+    ),
     # "never" negates the verb of a wh-question ("who never won ...") and keeps its shape;
     # elsewhere it is a universal negation over time ("has Brazil never won ...").
     _m(Intensity.ABSENT, _WH_START + r".*?" + _B + "never" + _E),
@@ -371,6 +537,13 @@ MARKERS: tuple[Marker, ...] = (
     ),
 )
 
+# "all three", "all of the 50", "every one of the seven", "each of the twelve": a
+# universal over a set whose size the question states.
+_ALL_N_RE = re.compile(
+    _B
+    + r"(?:all|every one|each one|each|both|every last one)(?: of)?(?: the| these| those| its| their| his| her)?"
+    + rf" (?P<n>{_NUM_NO_ONE}){_E}(?! (?:{_UNITS_OF_MEASURE})\b)(?! (?:of )?(?:a|an|the)? ?(?:time|sudden)\b)"
+)
 _HOW_MANY_RE = re.compile(r"^\W*(?:(?:and|but|so)\W+)?(?P<token>how (?:many|much))\b")
 _LIST_IMPERATIVE_RE = re.compile(r"^\W*(?:please\W+)?(?:list|enumerate)\b")
 _FOLD = str.maketrans({"\u2019": "'", "\u2018": "'", "\u201c": '"', "\u201d": '"'})
@@ -400,6 +573,33 @@ BOUNDED_ANCHORS: tuple[re.Pattern[str], ...] = tuple(
         r"super bowl",
         r"grand slam",
         r"(?:general |presidential )?election",
+        # sets whose size is fixed and well known
+        r"(?:u\.?s\.?|us|american|united states) presidents?",
+        r"presidents? of (?:the )?(?:u\.?s\.?a?|usa|america|united states)",
+        r"founding fathers",
+        r"apostles|disciples",
+        r"wives of",
+        r"great lakes",
+        r"noble gases",
+        r"primary colou?rs",
+        r"(?:seven )?wonders of the (?:ancient )?world",
+        r"books of the (?:bible|old testament|new testament|torah)",
+        r"(?:provinces|territories) of canada|states of australia|canadian provinces",
+        r"(?:chemical )?elements of the periodic table|periodic table",
+        r"(?:the )?(?:twelve |12 )?olympians|olympian gods",
+        r"(?:the )?(?:seven )?deadly sins",
+        r"(?:the )?(?:ten )?commandments",
+        r"(?:the )?(?:nine )?muses",
+        r"(?:the )?(?:eight )?(?:immortals|trigrams)",
+        r"seasons of the year|(?:the )?four seasons",
+        r"(?:the )?(?:four )?fundamental forces",
+        r"(?:the )?(?:four )?gospels",
+        r"colou?rs of the rainbow",
+        r"(?:the )?(?:five )?senses",
+        r"(?:the )?(?:five )?boroughs",
+        r"(?:the )?(?:chess )?pieces",
+        r"(?:the )?(?:g7|g8|g20) (?:members|countries|nations)",
+        r"(?:the )?permanent members",
     )
 )
 
@@ -409,9 +609,11 @@ def _normalize_question(question: str) -> str:
     return " ".join(text.split())
 
 
-def _scope_hint(text: str, is_broad: bool) -> str:
+def _scope_hint(text: str, is_broad: bool, count: int | None) -> str:
     if not is_broad:
         return "unknown"
+    if count is not None:  # "all three ...": the question states the set's size
+        return "bounded"
     return "bounded" if any(p.search(text) for p in BOUNDED_ANCHORS) else "unbounded"
 
 
@@ -429,6 +631,8 @@ def _first_match_per_rung(text: str) -> dict[Intensity, tuple[Marker, re.Match[s
 
 
 def _matched_text(marker: Marker, match: re.Match[str]) -> str:
+    if "tok" in match.re.groupindex and match["tok"] is not None:
+        return match["tok"]
     if marker.rung == Intensity.ABSENT and match.group(0).endswith("never"):
         return "never"
     if marker.rung == Intensity.ALL and match.group(0).endswith("any") and match.start() == 0:
@@ -456,15 +660,19 @@ def classify_question_quantifier(question: str) -> QuantifierInfo:
             intensity, token = rung, _matched_text(marker, match).strip(" ,.;:!?\"'")
             if marker.count is not None:
                 count = marker.count(match)
-    is_broad = intensity in BROAD_INTENSITIES
-    if intensity not in COUNTED_INTENSITIES:
+    if intensity == Intensity.ALL:
+        # "name all three ...", "list all 50 ...": the set's own size, and the cap
+        finite = _ALL_N_RE.search(text)
+        count = parse_number(finite["n"]) if finite else None
+    elif intensity not in COUNTED_INTENSITIES:
         count = None
+    is_broad = intensity in BROAD_INTENSITIES
     return QuantifierInfo(
         intensity=intensity,
         matched_token=token or None,
         explicit_count=count,
         is_broad=is_broad,
         operational_shape=OPERATIONAL_SHAPES[intensity],
-        scope_bound_hint=_scope_hint(text, is_broad),
+        scope_bound_hint=_scope_hint(text, is_broad, count),
         classifier_version=CLASSIFIER_VERSION,
     )

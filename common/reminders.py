@@ -16,6 +16,9 @@ Decisions where the rules left room:
   i.e. the cap that would be enforced with ``--apply-quantifier-caps``.
 * Bounded scope → the bounded template; unbounded → the unbounded template,
   which also says the list must come from the evidence, not from memory.
+* Both templates ask for fewer claims, each grounded, over a longer list
+  (``FEWER_CLAIMS``): the cap tells the model where to stop, this sentence
+  tells it what to prefer when it has more to say than it can ground.
 * The ``[E#]`` rule is restated in the mode's own terms (pointer tags for
   claim_lattice_pointer, the ``evidence`` list and a verbatim ``warrant`` for
   claim_lattice).
@@ -32,16 +35,22 @@ _POINTER_RULES: dict[Mode, str] = {
     Mode.CLAIM_LATTICE: 'Every claim must list its [E#] ids in "evidence" and copy its "warrant" verbatim from a cited block.',
 }
 
+FEWER_CLAIMS = (
+    "Fewer claims, each grounded in the evidence, are better than a longer list: "
+    "leave out any claim you cannot point to in a block."
+)
 BOUNDED_TEMPLATE = (
     "Quantifier reminder: this question asks about a finite, known set. "
     "Name only the members the evidence states, at most {cap}, one per item; "
     "do not add members from memory and do not claim the list is complete unless the evidence says so. "
+    f"{FEWER_CLAIMS} "
     "{pointer_rule}"
 )
 UNBOUNDED_TEMPLATE = (
     "Quantifier reminder: this question has no natural bound, so do not try to be exhaustive "
     "and do not claim completeness. Give at most {cap}, only what the evidence states: "
     "the list must come from the evidence above, not from what you remember from training. "
+    f"{FEWER_CLAIMS} "
     "{pointer_rule}"
 )
 

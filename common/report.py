@@ -278,6 +278,37 @@ def _label_table(stats: RunStats, modes: list[str]) -> list[str]:
     return out + [""] + md_table(["mode", *names], rows)
 
 
+def _dry_run_table(man: Manifest, stats: RunStats, modes: list[str]) -> list[str]:
+    """Guard on, caps off: the BROAD_QUANTIFIER_* kinds the guard recorded without acting."""
+    policy = man.policy
+    if not policy.quantifier_guard_enabled or policy.quantifier_guard_apply_caps:
+        return []
+    out = ["", "## Quantifier guard dry run", ""]
+    out.append(
+        "Caps are off, so the guard only observes: the kinds below are what it would have "
+        "fired (each row's `would_fire_kinds`); no verdict, label, kind or rate above counts "
+        "them. \"STRICT it would demote\" is the STRICT rows carrying a kind that soft-demotes "
+        "once caps are applied (CAP_APPLIED, SCOPE_UNBOUND): the strict-rate "
+        "`--apply-quantifier-caps` would cost on these same answers (in the lattice modes)."
+    )
+    kinds = sorted(stats.would_fire_seen)
+    if not kinds:
+        return out + ["", "No row would have fired a broad-quantifier kind."]
+    rows = []
+    for mode in modes:
+        m = stats.modes.get(mode) or ModeStats()
+        valid = m.tally.valid
+        cells = [
+            f"{m.would_fire[k]} ({fmt_pct(m.would_fire[k], valid, interval=False)})" if valid else "—"
+            for k in kinds
+        ]
+        demote = fmt_pct(m.would_demote_strict, valid, interval=False) if valid else "—"
+        guarded = "yes" if mode in policy.quantifier_guard_modes else "no"
+        rows.append([f"`{mode}`", guarded, *cells, f"{m.would_demote_strict} ({demote})"])
+    header = ["mode", "guarded", *kinds, "STRICT it would demote"]
+    return out + [""] + md_table(header, rows)
+
+
 def _reject_broad_table(man: Manifest, stats: RunStats, modes: list[str]) -> list[str]:
     """With reject-broad on: the share of bounded questions it refused, per mode."""
     if not man.policy.quantifier_reject_broad:
@@ -518,6 +549,7 @@ def render_stats(
         _mode_table(stats, modes),
         _kinds_table(stats, modes),
         _label_table(stats, modes),
+        _dry_run_table(man, stats, modes),
         _reject_broad_table(man, stats, modes),
         _gold_table(stats, modes),
         _answerability(stats, modes),

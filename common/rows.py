@@ -35,8 +35,9 @@ def _part(part: type[Part], ver: Verification | None) -> Part | None:
     if ver is None:
         return None
     fields = ver.model_dump(include=set(part.model_fields))
-    if "violation_kinds" in fields:  # a row lists each kind once, in a stable order
-        fields["violation_kinds"] = sorted(set(ver.violation_kinds))
+    for key in ("violation_kinds", "would_fire_kinds"):  # each kind once, in a stable order
+        if key in fields:
+            fields[key] = sorted(set(getattr(ver, key)))
     return part.model_validate(fields)
 
 
@@ -62,7 +63,8 @@ def build_row(record: JobRecord) -> Row:
         claim_cap_applied=pre.claim_cap if pre else None,
         claim_cap_profile=pre.claim_cap_profile if pre else None,
         claim_cap_enforced=pre.cap_enforced if pre else None,
-        model_profile_id=job.model_profile_id,
+        model_profile_id=job.model,  # the configured model id, verbatim
+        model_profile_key=job.model_profile_id,  # the key of the cap profile it resolved to
         model=job.model,
         endpoint=gen.endpoint if gen else None,
         simulated=gen.simulated if gen else None,

@@ -144,6 +144,8 @@ class ModeStats:
         "bracket_chars",
         "bounded_n",
         "bounded_rejected",
+        "would_fire",
+        "would_demote_strict",
     )
 
     def __init__(self) -> None:
@@ -161,6 +163,16 @@ class ModeStats:
         self.bracket_chars = Moments()  # characters inside [...] per answer
         # questions the question file marks bounded, and how many reject-broad refused
         self.bounded_n = self.bounded_rejected = 0
+        # the quantifier guard's dry run: kinds it would have fired, and the STRICT rows
+        # one of its soft demotes would have turned HYBRID had caps been applied
+        self.would_fire: Counter[str] = Counter()
+        self.would_demote_strict = 0
+
+
+# Would-fire kinds that soft-demote once caps are applied (RUNAWAY only caps the label).
+WOULD_DEMOTE_KINDS = frozenset(
+    {ViolationKind.BROAD_QUANTIFIER_CAP_APPLIED, ViolationKind.BROAD_QUANTIFIER_SCOPE_UNBOUND}
+)
 
 
 class QuestionStats:
@@ -212,6 +224,7 @@ class RunStats:
         self.endpoints: dict[str, EndpointStats] = {}
         self.stages = {key: QuantileSketch() for key, _ in STAGES}
         self.kinds_seen: dict[str, None] = {}
+        self.would_fire_seen: dict[str, None] = {}
         self.errors: Counter[str] = Counter()
         self.cancelled = 0
         self.cache_hits = 0
@@ -270,6 +283,12 @@ class RunStats:
         for kind in kinds:
             m.kinds[kind] += 1
             self.kinds_seen.setdefault(kind, None)
+        would_fire = list(r.get("would_fire_kinds") or [])
+        for kind in would_fire:
+            m.would_fire[kind] += 1
+            self.would_fire_seen.setdefault(kind, None)
+        if r.get("verdict") == Verdict.STRICT and WOULD_DEMOTE_KINDS.intersection(would_fire):
+            m.would_demote_strict += 1
         if r.get("answer_brackets") is not None:
             m.brackets.add(float(r["answer_brackets"]))
         if r.get("answer_pointer_count") is not None:

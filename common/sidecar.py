@@ -5,14 +5,11 @@ The rules: docs/grounding.md, 'Answerability sidecar'.
 Read-only and byte-deterministic: no model calls, no writes, never changes the
 answer or the verdict. It returns None unless all three clauses fire:
 
-* A, denial: the casefolded, whitespace-normalized answer contains one of
-  ``DENIAL_PATTERNS`` (version ``DENIAL_PATTERNS_VERSION``), the documented
-  set ``denial_phrasings()`` writes out: the nine v1 substrings, then
-  first-person failures to find ("i could not find"), sources that do not say
-  ("passages do not list"), absence in the sources ("not listed in the"), "no
-  information about", "makes no mention of", "none of the passages mention";
-  each needs its object, so "he could not find a publisher" and "the evidence
-  does not contradict" are no denials;
+* A, denial: the grammar of ``common/denials.py`` (version
+  ``DENIAL_PATTERNS_VERSION``) reads a denial of the answer in the
+  casefolded, whitespace-normalized answer; a denial of a detail of another
+  kind than the question asks for ("the release dates are not mentioned" for
+  "songs by …") does not count;
 * B, extraction shape: an ``EXTRACTION_CUES`` phrase, a broad quantifier
   (ALL, COMPREHENSIVE, OPEN_REQUEST, MANY), or a plural of things
   (``PLURAL_THINGS``) in the question;
@@ -26,11 +23,15 @@ Decisions where the rules left room:
   players, ...) wants a ``person``, "when"/"what year" a ``date``, anything
   else ``title_like``.
 * Subject tokens are the question's tokens minus stop words, cue words,
-  relation words and quantifier words (``SUBJECT_DROP_WORDS``), in order.
-  A block takes part only if it contains *every* subject token (case-
-  insensitive, on word boundaries); a mention is any occurrence of a subject
-  token there, an *exact* mention the whole subject phrase in order. This is
-  what keeps "songs by John Smith" silent on a block naming "John Harvard".
+  relation words, quantifier words and the question's verbs in any form
+  (``SUBJECT_DROP_WORDS``, ``verb_forms``, and the word after "did … <Name>"),
+  in order. A block takes part only if its text contains *every* subject
+  token or a known alias of it (``NAME_ALIASES``: Bob/Robert …), or its
+  article's title does (case-insensitive, on word boundaries); a mention is
+  any occurrence of a subject token there, an *exact* mention the whole
+  subject phrase in order (middle names allowed between), and in a block
+  whose title names the subject every mention is exact. This is what keeps
+  "songs by John Smith" silent on a block naming "John Harvard".
 * Candidates, by kind: title_like → ``quoted_string`` (``"…"``, ``“…”``),
   ``title_case_span`` (two or more capitalized words; small connectors such as
   "of", "the", "and" allowed inside) and ``comma_list_item`` (items of comma
@@ -45,9 +46,10 @@ Decisions where the rules left room:
   sidecar also runs on logged rows); a block without a string ``text`` is
   skipped, one without an ``id`` takes its positional id E1..Ek.
 * Confidence: ``strong`` = a quoted candidate within proximity of an exact
-  subject mention and at least ``STRONG_MIN_CANDIDATES`` candidates;
-  ``medium`` = at least 2 candidates, or a quoted one near an exact mention;
-  ``weak`` = one candidate. ``answerability_threshold`` is the minimum class
+  subject mention and at least ``STRONG_MIN_CANDIDATES`` (2) candidates;
+  ``medium`` = at least 2 candidates, a quoted one near an exact mention, or
+  the one candidate a one-answer question ("who wrote …", "what year …")
+  asks for; ``weak`` = one candidate for a question asking for several. ``answerability_threshold`` is the minimum class
   reported; below it the result is None.
 * ``candidate_count`` counts every candidate found; the span list holds at
   most 10: quoted strings first, then by evidence rank and offset. Offsets
@@ -65,95 +67,41 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from common import denials
 from common.models import Answerability, CandidateSpan, Confidence, Evidence, QuantifierInfo
 from common.policy import Policy
 from common.quantifier import classify_question_quantifier
-from common.verify.text import STOP_WORDS, joined, normalize, tokens
+from common.verify.text import STOP_WORDS, joined, tokens
 from common.versions import DENIAL_PATTERNS_VERSION, EXTRACTION_CUES_VERSION
 from common.vocab import BROAD_INTENSITIES
 
-DIAGNOSTIC_VERSION = "answerability-v2"  # v2: design's candidate kinds, quoted strings always kept
+DIAGNOSTIC_VERSION = "answerability-v3"  # v3: title/alias subjects, strong at 2, single answers
 MAX_SPANS = 10
-STRONG_MIN_CANDIDATES = 3
+# "strong": a quoted candidate near an exact subject mention and more than one candidate
+STRONG_MIN_CANDIDATES = 2
 CONFIDENCE_ORDER: tuple[Confidence, ...] = tuple(Confidence)
-# Clause A. The nine v1 substrings first (so an old row's ``denial_pattern_matched`` keeps
-# its meaning), then ``denial_phrasings()``: negation × verb × object, written out.
-_DENIAL_V1: tuple[str, ...] = (
-    "not mentioned",
-    "not provided",
-    "the evidence does not say",
-    "does not mention",
-    "no specific",
-    "no evidence",
-    "cannot determine from the provided evidence",
-    "is not stated",
-    "is not specified",
-)
-_FIRST_PERSON_FAILURES = (
-    "i could not",
-    "i couldn't",
-    "i cannot",
-    "i can't",
-    "i was unable to",
-    "i am unable to",
-    "i'm unable to",
-    "we could not",
-    "we couldn't",
-    "we were unable to",
-)
-_FIND_VERBS = ("find", "identify", "locate")
-_SOURCE_NOUNS_SINGULAR = ("evidence", "context", "provided text")
-_SOURCE_NOUNS_PLURAL = ("passages", "documents", "sources", "excerpts")
-_NEGATED_VERBS = ("mention", "list", "include", "contain", "name", "provide", "specify", "identify")
-_ABSENT_IN = ("listed", "named", "found", "included", "given", "present", "discussed")
 
 
-def denial_phrasings() -> tuple[str, ...]:
-    """The documented denial set: every phrasing clause A matches, in match order."""
-    out: list[str] = list(_DENIAL_V1)
-    # "I could not find any works by X ..." (first person only: "he could not find a
-    # publisher" is a fact about him, not a denial about the evidence)
-    out += [f"{who} {verb}" for who in _FIRST_PERSON_FAILURES for verb in _FIND_VERBS]
-    # "The provided passages do not list works by X"
-    for neg, nouns in (("does not", _SOURCE_NOUNS_SINGULAR), ("do not", _SOURCE_NOUNS_PLURAL)):
-        short = neg.replace(" not", "n't")
-        out += [
-            f"{noun} {n} {verb}" for noun in nouns for n in (neg, short) for verb in _NEGATED_VERBS
-        ]
-    # "The songs are not listed in the evidence" (bare "not listed" is often a plain fact)
-    out += [f"not {verb} in the" for verb in _ABSENT_IN]
-    out += [f"not {verb} anywhere in the" for verb in ("mentioned", "listed", "named")]
-    # "There is no information about X", "the passages make no mention of X"
-    out += [
-        f"no {what} {about}"
-        for what in ("information", "mention", "details", "record")
-        for about in ("about", "of", "on", "regarding")
-    ]
-    out += [
-        "makes no mention of",
-        "make no mention of",
-        "evidence is silent on",
-        "passages are silent on",
-    ]
-    # "None of the passages mention X"
-    out += [
-        f"none of the {noun} {verb}"
-        for noun in ("passages", "documents", "sources", "evidence blocks")
-        for verb in ("mention", "mentions", "list", "lists", "name", "names", "include", "includes")
-    ]
-    out += [
-        "not in the evidence",
-        "not in the provided",
-        "not contained in the",
-        "cannot be determined from the",
-        "not possible to determine from the",
-        "unable to determine from the",
-    ]
-    return tuple(dict.fromkeys(out))
+def match_denial(answer: str) -> str | None:
+    """Clause A without a question: the words of the first denial, or None.
+
+    Without a question every detail a denial names counts as another kind than
+    the (title-like) answer, so "the release dates are not mentioned" is None.
+    """
+    denial = denials.match_denial(answer if isinstance(answer, str) else "")
+    return denial.matched if denial else None
 
 
-DENIAL_PATTERNS: tuple[str, ...] = denial_phrasings()
-DENIAL_TRIGGERS: tuple[str, ...] = ("not", "n't", "no ", "none", "unable", "silent")
+def denial_of_answer(question: str, answer: str) -> denials.Denial | None:
+    """Clause A: the first denial in the answer that denies the answer, not a detail."""
+    _shape, cue = match_extraction_shape(question, classify_question_quantifier(question))
+    return _denial_for(question, answer, answer_type_for(question, cue))
+
+
+def _denial_for(question: str, answer: str, answer_type: str) -> denials.Denial | None:
+    words = {t for t in tokens(question) if t not in STOP_WORDS}
+    return denials.match_denial(answer if isinstance(answer, str) else "", words, answer_type)
+
 
 CUE_ANSWER_TYPES: dict[str, str] = {
     "songs by": "title_like",
@@ -191,6 +139,10 @@ CUE_ANSWER_TYPES: dict[str, str] = {
     "when did": "date",
 }
 EXTRACTION_CUES: tuple[str, ...] = tuple(CUE_ANSWER_TYPES)
+# Cues whose question has one answer: one named author for "who wrote" is the answer.
+SINGLE_ANSWER_CUES: frozenset[str] = frozenset(
+    c for c in EXTRACTION_CUES if c.startswith(("who ", "what year", "which year", "in what", "what date", "when "))
+)
 
 PERSON_PLURALS: frozenset[str] = frozenset(
     "members players authors writers composers founders leaders presidents kings queens "
@@ -215,12 +167,101 @@ _RELATION_WORDS = frozenset(
     "produced well good great greatest important significant influential remembered "
     "celebrated acclaimed".split()
 )
+# Verbs a question asks with ("What paintings did Frida Kahlo create?"): every form of
+# each is dropped from the subject, so "create" never has to occur in the evidence.
+QUESTION_VERBS: tuple[str, ...] = tuple(
+    """create make direct open build write compose paint sing record release publish produce
+    found invent discover design draw sculpt film shoot star act play perform win earn receive
+    hold lead establish author pen sign marry visit conquer rule launch develop construct erect
+    devise coin introduce score edit illustrate translate narrate patent premiere stage choreograph
+    photograph carve cast craft forge manufacture engineer program code invent pioneer formulate
+    propose describe name call appear feature include discover explore found own run manage coach
+    teach study compose arrange co-write co-found cover sample remix host present broadcast air
+    debut tour collaborate contribute participate compete defeat beat capture invade occupy
+    inherit bequeath commission restore complete finish start begin end leave take give do get
+    become bring think speak choose drive rise fight see know grow throw fly sell tell keep meet
+    pay put read ride say send set sit stand strike swim wear weave dig bear undertake overcome
+    hit""".split()
+)
+_IRREGULAR_FORMS: dict[str, tuple[str, ...]] = {
+    "make": ("made",), "write": ("wrote", "written"), "build": ("built",), "sing": ("sang", "sung"),
+    "draw": ("drew", "drawn"), "win": ("won",), "lead": ("led",), "hold": ("held",),
+    "shoot": ("shot",), "take": ("took", "taken"), "give": ("gave", "given"), "do": ("did", "done"),
+    "begin": ("began", "begun"), "become": ("became",), "bring": ("brought",),
+    "teach": ("taught",), "think": ("thought",), "speak": ("spoke", "spoken"), "run": ("ran",),
+    "choose": ("chose", "chosen"), "drive": ("drove", "driven"), "rise": ("rose", "risen"),
+    "fight": ("fought",), "see": ("saw", "seen"), "know": ("knew", "known"),
+    "grow": ("grew", "grown"), "throw": ("threw", "thrown"), "fly": ("flew", "flown"),
+    "sell": ("sold",), "tell": ("told",), "keep": ("kept",), "leave": ("left",), "meet": ("met",),
+    "pay": ("paid",), "say": ("said",), "send": ("sent",), "sit": ("sat",), "stand": ("stood",),
+    "strike": ("struck",), "swim": ("swam", "swum"), "wear": ("wore", "worn"),
+    "weave": ("wove", "woven"), "dig": ("dug",), "bear": ("bore", "borne"), "get": ("got", "gotten"),
+    "undertake": ("undertook", "undertaken"), "overcome": ("overcame",), "hit": ("hit",),
+    "co-write": ("co-wrote", "co-written"), "beat": ("beaten",), "cast": ("cast",),
+    "set": ("set",), "put": ("put",), "read": ("read",), "ride": ("rode", "ridden"),
+}  # fmt: skip
+_DOUBLING = frozenset("star pen plan stop drop shop scan map ban rob debut".split()) - {"debut"}
+
+
+def verb_forms(lemma: str) -> frozenset[str]:
+    """The base, -s, past, participle and -ing forms of a verb (regular rules + exceptions)."""
+    forms = {lemma, *_IRREGULAR_FORMS.get(lemma, ())}
+    stem = lemma + lemma[-1] if lemma in _DOUBLING else lemma
+    if re.search(r"(?:s|x|z|ch|sh)$", lemma):
+        forms.add(lemma + "es")
+    elif re.search(r"[^aeiou]y$", lemma):
+        forms.add(lemma[:-1] + "ies")
+    else:
+        forms.add(lemma + "s")
+    if lemma.endswith("e"):
+        forms |= {lemma + "d", lemma[:-1] + "ing" if not lemma.endswith("ee") else lemma + "ing"}
+    elif re.search(r"[^aeiou]y$", lemma):
+        forms |= {lemma[:-1] + "ied", lemma + "ing"}
+    else:
+        forms |= {stem + "ed", stem + "ing"}
+    return frozenset(forms)
+
+
+QUESTION_VERB_FORMS: frozenset[str] = frozenset(f for v in QUESTION_VERBS for f in verb_forms(v))
 SUBJECT_DROP_WORDS: frozenset[str] = (
     STOP_WORDS
     | _RELATION_WORDS
     | PLURAL_THINGS
+    | QUESTION_VERB_FORMS
     | frozenset(w for cue in EXTRACTION_CUES for w in cue.split())
 )
+# The verb after "did/does/has … <Name>" is a verb even when no table knows it
+# ("What films did Kubrick helm?").
+_AUX_SUBJECT_VERB_RE = re.compile(
+    r"\b(?:did|does|do|has|have|had|will|would|can|could|should)\s+(?:the\s+)?"
+    r"(?:[A-ZÀ-ÖØ-Þ][\w'’.-]*\s+)+(?P<verb>[a-z][a-z-]+)\b"
+)
+# Given names and their common other forms: a subject "Bob Marley" is the article
+# "Robert Nesta Marley" describes (and the other way round).
+_NAME_ALIAS_GROUPS: tuple[tuple[str, ...], ...] = (
+    ("robert", "bob", "bobby", "rob", "robbie"), ("william", "bill", "billy", "will", "willie"),
+    ("james", "jim", "jimmy", "jamie"), ("john", "jack", "johnny"), ("thomas", "tom", "tommy"),
+    ("richard", "dick", "rick", "richie", "ricky"), ("michael", "mike", "mick", "mickey"),
+    ("katherine", "catherine", "kate", "katie", "cathy", "kathy"),
+    ("elizabeth", "liz", "beth", "betty", "lizzie", "eliza"), ("anthony", "tony"),
+    ("edward", "ted", "teddy", "ned", "ed", "eddie"), ("henry", "harry", "hank"),
+    ("charles", "chuck", "charlie"), ("margaret", "peggy", "maggie", "meg"),
+    ("alexander", "alex", "sasha", "sandy"), ("frederick", "fred", "freddie"),
+    ("francis", "frank", "frankie"), ("joseph", "joe", "joey"), ("lawrence", "larry"),
+    ("nicholas", "nick"), ("patrick", "pat", "paddy"), ("samuel", "sam"),
+    ("stephen", "steven", "steve"), ("susan", "sue", "susie"), ("david", "dave", "davy"),
+    ("daniel", "dan", "danny"), ("andrew", "andy", "drew"), ("benjamin", "ben", "benny"),
+    ("christopher", "chris", "kit"), ("gregory", "greg"), ("jonathan", "jon"),
+    ("kenneth", "ken", "kenny"), ("matthew", "matt"), ("peter", "pete"), ("philip", "phil"),
+    ("ronald", "ron", "ronnie"), ("timothy", "tim"), ("vincent", "vince"),
+    ("abraham", "abe"), ("jeffrey", "jeff"), ("jennifer", "jenny", "jen"),
+    ("dorothy", "dot", "dolly"), ("mary", "molly", "polly"), ("ludwig", "louis"),
+    ("wolfgang", "wolf"), ("giuseppe", "joseph"), ("johann", "john", "johannes"),
+)  # fmt: skip
+NAME_ALIASES: dict[str, frozenset[str]] = {}
+for _group in _NAME_ALIAS_GROUPS:
+    for _name in _group:
+        NAME_ALIASES[_name] = NAME_ALIASES.get(_name, frozenset({_name})) | frozenset(_group)
 
 _CAP = r"[A-ZÀ-ÖØ-Þ][\w'’&-]*"
 # "Pride and Prejudice" is one title, "George Harrison and Ringo Starr" two names.
@@ -269,15 +310,6 @@ class Candidate:
         )
 
 
-def match_denial(answer: str) -> str | None:
-    """Clause A: the first denial pattern (in list order) found in the answer."""
-    text = normalize(answer)  # already whitespace-collapsed
-    # Every phrasing holds one of these words; most answers hold none, and skip 200+ scans.
-    if not any(t in text for t in DENIAL_TRIGGERS):
-        return None
-    return next((p for p in DENIAL_PATTERNS if p in text), None)
-
-
 def match_extraction_shape(
     question: str, quantifier: QuantifierInfo
 ) -> tuple[str | None, str | None]:
@@ -306,12 +338,28 @@ def answer_type_for(question: str, cue: str | None) -> str:
 
 
 def subject_tokens_for(question: str) -> list[str]:
-    toks = [t for t in tokens(question) if len(t) > 1 and t not in SUBJECT_DROP_WORDS]
+    """The question's subject words: its tokens less stop, cue, relation and verb words."""
+    verbs = {m["verb"] for m in _AUX_SUBJECT_VERB_RE.finditer(question)}
+    toks = [
+        t
+        for t in tokens(question)
+        if len(t) > 1 and t not in SUBJECT_DROP_WORDS and t not in verbs
+    ]
     return list(dict.fromkeys(toks))
 
 
+def _alias_re(token: str) -> str:
+    names = sorted(NAME_ALIASES.get(token, frozenset({token})), key=len, reverse=True)
+    return "(?:" + "|".join(map(re.escape, names)) + ")"
+
+
+def _subject_in(text: str, subject: list[str]) -> bool:
+    """Every subject word, or a known alias of it, occurs in the text."""
+    return all(re.search(rf"(?<!\w){_alias_re(t)}(?!\w)", text, re.I) for t in subject)
+
+
 def _word_re(token: str) -> re.Pattern[str]:
-    return re.compile(rf"(?<!\w){re.escape(token)}(?!\w)", re.I)
+    return re.compile(rf"(?<!\w){_alias_re(token)}(?!\w)", re.I)
 
 
 def _raw_candidates(text: str, answer_type: str) -> list[tuple[str, int, int]]:
@@ -358,33 +406,47 @@ def _distance(a: tuple[int, int], b: tuple[int, int]) -> int:
     return max(0, max(a[0], b[0]) - min(a[1], b[1]))
 
 
-def _blocks(evidence: Sequence[Evidence | Mapping[str, Any]]) -> list[tuple[int, str, str]]:
-    """``(rank, id, text)`` of each usable block, from ``Evidence`` objects or logged dicts.
+def _blocks(
+    evidence: Sequence[Evidence | Mapping[str, Any]],
+) -> list[tuple[int, str, str, str]]:
+    """``(rank, id, text, title)`` of each usable block, from ``Evidence`` objects or dicts.
 
     A block without a string ``text`` is skipped (a logged row may hold only ids and
     titles); one without an ``id`` takes its positional id, E1..Ek, as the prompt did.
     """
     out = []
     for rank, ev in enumerate(evidence):
-        raw = ev if isinstance(ev, Mapping) else {"id": ev.id, "text": ev.text}
+        raw = ev if isinstance(ev, Mapping) else {"id": ev.id, "text": ev.text, "title": ev.title}
         text = raw.get("text")
         if not isinstance(text, str):
             continue
-        out.append((rank, str(raw.get("id") or f"E{rank + 1}"), text))
+        title = raw.get("title")
+        out.append(
+            (rank, str(raw.get("id") or f"E{rank + 1}"), text, title if isinstance(title, str) else "")
+        )
     return out
 
 
 def _block_candidates(
-    rank: int, ev_id: str, text: str, subject: list[str], answer_type: str, proximity: int
+    block: tuple[int, str, str, str], subject: list[str], answer_type: str, proximity: int
 ) -> list[Candidate]:
-    mentions: list[tuple[int, int]] = []
-    for tok in subject:
-        spans = [(m.start(), m.end()) for m in _word_re(tok).finditer(text)]
-        if not spans:
-            return []  # every subject token must occur in the block
-        mentions += spans
-    phrase = re.compile(r"(?<!\w)" + r"\W+".join(map(re.escape, subject)) + r"(?!\w)", re.I)
+    rank, ev_id, text, title = block
+    # The block is about the subject when its text names every subject word (or a known
+    # alias of it), or when its article's title does: the passage of "Bob Dylan" that
+    # says "Robert Allen Zimmerman … Dylan's songs" is about the question's Bob Dylan.
+    by_title = bool(title) and _subject_in(title, subject)
+    if not by_title and not _subject_in(text, subject):
+        return []
+    mentions = [(m.start(), m.end()) for tok in subject for m in _word_re(tok).finditer(text)]
+    # an exact mention may carry middle names or initials: "Robert Nesta Marley"
+    between = r"\W+(?:(?-i:[A-ZÀ-ÖØ-Þ])[\w'’-]*\.?\W+){0,2}"
+    phrase = re.compile(r"(?<!\w)" + between.join(map(_alias_re, subject)) + r"(?!\w)", re.I)
     exact = [(m.start(), m.end()) for m in phrase.finditer(text)]
+    if by_title:
+        # the title heads the passage: its start and every mention of a subject word
+        # there name the subject exactly
+        mentions.append((0, 0))
+        exact = mentions
     subject_set = set(subject)
     kept: dict[tuple[int, int], Candidate] = {}
     quoted_spans: list[tuple[int, int]] = []
@@ -413,13 +475,24 @@ def _block_candidates(
     return list(kept.values())
 
 
-def _confidence(candidates: list[Candidate]) -> Confidence | None:
+def _confidence(candidates: list[Candidate], single_answer: bool) -> Confidence | None:
+    """strong: a quoted candidate near an exact subject mention and more than one
+    candidate; medium: two candidates, a quoted one near the subject, or the one
+    candidate a one-answer question ("who wrote …") asks for; weak: one candidate."""
     quoted_near_exact = any(c.kind == QUOTED and c.near_exact for c in candidates)
     if quoted_near_exact and len(candidates) >= STRONG_MIN_CANDIDATES:
         return Confidence.STRONG
-    if len(candidates) >= 2 or quoted_near_exact:
+    if len(candidates) >= 2 or quoted_near_exact or (single_answer and candidates):
         return Confidence.MEDIUM
     return Confidence.WEAK if candidates else None
+
+
+def is_single_answer(question: str, cue: str | None) -> bool:
+    """The question asks for one item: a one-answer cue, or who/when without a plural."""
+    if cue is not None:
+        return cue in SINGLE_ANSWER_CUES
+    toks = tokens(question)
+    return bool(toks) and toks[0] in ("who", "when") and not any(t in PLURAL_THINGS for t in toks)
 
 
 def assess_answerability(
@@ -432,25 +505,28 @@ def assess_answerability(
     """The sidecar's three-clause check; None unless denial, extraction shape and candidates all fire."""
     if not policy.answerability_sidecar_enabled:
         return None
-    denial = match_denial(answer if isinstance(answer, str) else "")
-    if denial is None:
+    text = answer if isinstance(answer, str) else ""
+    if not denials.find_denials(text):  # most answers deny nothing: skip the rest
         return None
     shape, cue = match_extraction_shape(
         question, quantifier or classify_question_quantifier(question)
     )
     if shape is None:
         return None
+    answer_type = answer_type_for(question, cue)
+    denial = _denial_for(question, text, answer_type)
+    if denial is None:  # only details were denied ("the release dates are not mentioned")
+        return None
     subject = subject_tokens_for(question)
     if not subject:
         return None
-    answer_type = answer_type_for(question, cue)
     proximity = policy.answerability_proximity_chars
     candidates = [
         c
-        for rank, ev_id, text in _blocks(evidence)
-        for c in _block_candidates(rank, ev_id, text, subject, answer_type, proximity)
+        for block in _blocks(evidence)
+        for c in _block_candidates(block, subject, answer_type, proximity)
     ]
-    confidence = _confidence(candidates)
+    confidence = _confidence(candidates, is_single_answer(question, cue))
     if confidence is None:
         return None
     if CONFIDENCE_ORDER.index(confidence) < CONFIDENCE_ORDER.index(policy.answerability_threshold):
@@ -460,7 +536,7 @@ def assess_answerability(
         diagnostic_version=DIAGNOSTIC_VERSION,
         confidence_class=confidence,
         triggered_clauses=("denial", "extraction_shape", "candidates_in_evidence"),
-        denial_pattern_matched=denial,
+        denial_pattern_matched=denial.matched,
         extraction_cue_matched=cue,
         extraction_shape=shape,
         answer_type=answer_type,

@@ -4,12 +4,17 @@ Bump a version whenever the behaviour it names changes, so rows produced under
 different rules never share a governance hash.
 """
 
-# v2: "member of <band>" is a bounded anchor; v3: issue 18's surfaces, ordinals, negated wh-questions
-CLASSIFIER_VERSION = "quantifier-v3"
-DENIAL_PATTERNS_VERSION = "v2"  # v2: 200+ phrasings, negation × verb × object (issue 18)
-EXTRACTION_CUES_VERSION = "v2"  # v2: qualifiers such as "well known" leave subject tokens
+# v2: "member of <band>" is a bounded anchor; v3: surfaces, ordinals, negated wh-questions;
+# v4: sized universals, fixed-size sets, hedged numbers, negated "which X" ABSENT,
+# adverbial ordinals, grammar-derived MANY/COMPREHENSIVE/OPEN_REQUEST surfaces
+CLASSIFIER_VERSION = "quantifier-v4"
+DENIAL_PATTERNS_VERSION = "v3"  # v2: 200+ phrasings; v3: a grammar of denial, partial denials skipped
+EXTRACTION_CUES_VERSION = "v3"  # v2: qualifiers leave subject tokens; v3: so do verbs in any form
 MODEL_PROFILES_VERSION = "profiles-v3"  # v2: non-broad rungs keep the policy default cap; v3: small-local
-VERIFIER_VERSION = "verifier-v2"  # v2: BROAD-CAPPED label, non-broad rungs keep the default cap
-PROMPT_VERSION = "prompt-v2"  # v2: quantifier reminder for broad questions only
+# v2: BROAD-CAPPED label, non-broad rungs keep the default cap; v3: the dry run demotes
+# nothing, answer_brackets 0 in quote mode; v4: PROPORTIONAL keeps its profile cap, a sized
+# universal ("all three") is capped at its number
+VERIFIER_VERSION = "verifier-v4"
+PROMPT_VERSION = "prompt-v3"  # v2: reminder for broad questions only; v3: it asks for fewer grounded claims
 CHUNKER_VERSION = "chunker-v1"
 ROW_SCHEMA_VERSION = 1

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from common.compare import Comparison, compare_runs, render_compare
 from common.errors import InputError
 from common.models import Manifest
+from common.phase import CycleDecision, decide_cycle, render_cycle
 from common.report import render_stats
 from common.runstats import RunStats
 from common.stats import wilson_interval
@@ -33,6 +34,7 @@ MANIFEST = "manifest.json"
 ROWS = "rows.jsonl"
 SUMMARY = "summary.md"
 COMPARE = "compare.md"
+CYCLE = "cycle.md"
 STRICT_PLOT = "strict_rate.png"
 LATENCY_PLOT = "latency.png"
 DELTA_PLOT = "compare_deltas.png"
@@ -315,6 +317,20 @@ def write_compare(run_a: Path, run_b: Path, out_dir: Path, floor: float = 5.0) -
     """Write ``compare.md`` and its delta plot into ``out_dir``; returns the markdown's path."""
     check_floor(floor)
     return write_comparison(compare_dirs(run_a, run_b, floor), out_dir)
+
+
+def compare_cycle(run_dirs: list[Path], floor: float = 5.0) -> CycleDecision:
+    """The A/B/D decision over four run directories (any order: roles come from the policies)."""
+    return decide_cycle([read_run(Path(d)) for d in run_dirs], floor=floor)
+
+
+def write_cycle(cycle: CycleDecision, out_dir: Path) -> Path:
+    """Write ``cycle.md`` into ``out_dir``; returns its path."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / CYCLE
+    _write_atomic(path, render_cycle(cycle))
+    return path
 
 
 def write_comparison(cmp: Comparison, out_dir: Path) -> Path:

@@ -32,6 +32,11 @@ Decisions where the rules left room:
   verifies: the answer is a bounded sample of a broad set, not a verified
   answer to it. A POINTER-LINKED or UNGROUNDED row keeps its weaker label (its
   tail still says ``broad cap N``).
+* Where a label is printed (``display_label``: the audit line, the viewer), a
+  POINTER-LINKED row whose list the broad cap trimmed reads
+  ``BROAD-CAPPED · POINTER-LINKED``: both facts matter to a reader, and the
+  weaker label alone would hide the trim. The row's ``label`` field stays
+  POINTER-LINKED, so the label table counts it once, on the weaker rung.
 """
 
 from __future__ import annotations
@@ -139,6 +144,14 @@ def decide_label(
     if K.BROAD_QUANTIFIER_CAP_APPLIED in kinds and label is not Label.POINTER_LINKED:
         return Label.BROAD_CAPPED
     return label
+
+
+def display_label(label: Label | str, kinds: Iterable[K | str]) -> str:
+    """The label as printed; a trimmed POINTER-LINKED row names the broad cap too."""
+    label = Label(label)
+    if label is Label.POINTER_LINKED and K.BROAD_QUANTIFIER_CAP_APPLIED in {K(k) for k in kinds}:
+        return f"{Label.BROAD_CAPPED.value} · {label.value}"
+    return label.value
 
 
 def render_tails(kinds: Iterable[K], *, cap: int | None, exploratory: bool) -> tuple[str, ...]:

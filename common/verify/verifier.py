@@ -24,12 +24,26 @@ Decisions where the rules left room:
   claim (pointer: no tagged line; JSON: no claim item; quote: no quote of 3+
   tokens). Its untagged lines are then not counted as claims. It can co-occur
   with FORMAT_COLLAPSED.
+* Dry run: while caps are not applied (``quantifier_guard_apply_caps`` off,
+  the default) the guard only observes. RUNAWAY, CAP_APPLIED and
+  SCOPE_UNBOUND go to ``would_fire_kinds``, never to ``violation_kinds``, so
+  the verdict, label, kinds and tails equal a guard-off run's on the same
+  answer: a mis-classification shows up as a wrong intensity in the row, never
+  as a moved verdict. CAP_APPLIED would fire when the guard's cap, had it been
+  enforced, is below the default and would have cut this answer's claims.
+  With caps applied the kinds fire and demote, and ``would_fire_kinds`` is
+  empty (they are in ``violation_kinds``).
 * BROAD_QUANTIFIER_RUNAWAY in JSON mode compares claim items with items that
   cite an id (when the object parsed); otherwise raw meaningful lines with
   pointer tag groups. It is not reported on a deflection.
 * An answer with no claims and no violation kind (e.g. quote-mode prose with
   no quote in it; FORMAT_COLLAPSED is a lattice-mode kind) gets the tail
   ``no claims`` so its audit line still says why it is UNGROUNDED.
+* ``answer_brackets`` is 0 outside the two lattice modes: it counts the
+  ``[...]`` groups a claim-mode answer writes, the first thing a collapsing
+  model stops producing; in quote mode brackets are optional ids and the count
+  would mean something else. The other bracket diagnostics are kept in every
+  mode (how many ids a quote answer cites is still worth knowing).
 * Without a preflight, one is computed with the ``default`` model profile.
 * Malformed model output never raises; there is no catch-all: extraction is
   written to accept any string (see the malformed-output tests).
@@ -186,6 +200,8 @@ def _read_answer(text: str, mode: Mode, policy: Policy) -> _Reading:
         kinds.add(K.SCHEMA_INVALID)
     if mode is Mode.CLAIM_LATTICE and ext.json_parsed:
         diag["answer_pointer_count"] = len({i for c in ext.claims for i in c.ids})
+    if mode not in LATTICE_MODES:  # a collapse precursor only where tags are the contract
+        diag["answer_brackets"] = 0
     return _Reading(ext, diag, [] if deflected else ext.claims, kinds, deflected, unparseable)
 
 
@@ -222,17 +238,20 @@ def _not_admitted(excess: Sequence[RawClaim]) -> list[Claim]:
     ]
 
 
-def _broad_kinds(
-    mode: Mode, pre: Preflight, reading: _Reading, *, trimmed: bool, profile_cap_binding: bool
-) -> set[K]:
-    """The row-level BROAD_QUANTIFIER_* kinds; only an active guard on a broad question has any."""
+def _broad_kinds(mode: Mode, pre: Preflight, reading: _Reading, policy: Policy) -> set[K]:
+    """The row-level BROAD_QUANTIFIER_* kinds the guard finds, as if its cap were enforced.
+
+    Only an active guard on a broad question has any. Whether they demote
+    (caps applied) or are only recorded (the dry run) is the caller's choice.
+    """
     q = pre.quantifier
     kinds: set[K] = set()
     if not (pre.guard_active and q.is_broad):
         return kinds
     if not reading.deflected and _is_runaway(mode, reading.extraction, reading.meaningful_lines):
         kinds.add(K.BROAD_QUANTIFIER_RUNAWAY)
-    if trimmed and profile_cap_binding:
+    cap, profile_cap_binding = _effective_cap(mode, policy, pre.model_copy(update={"cap_enforced": True}))
+    if profile_cap_binding and cap is not None and len(reading.claims) > cap:
         kinds.add(K.BROAD_QUANTIFIER_CAP_APPLIED)
     if q.scope_bound_hint == "unbounded":
         kinds.add(K.BROAD_QUANTIFIER_SCOPE_UNBOUND)
@@ -246,6 +265,7 @@ def _judge(
     admitted: list[Claim],
     not_admitted: list[Claim],
     kinds: frozenset[K],
+    would_fire: frozenset[K],
 ) -> Verification:
     """Counts, verdict, label and audit tails of the checked claims."""
     n_claims = len(admitted)
@@ -266,6 +286,7 @@ def _judge(
         verdict=verdict,
         label=label,
         violation_kinds=tuple(sorted(kinds)),
+        would_fire_kinds=tuple(sorted(would_fire)),
         format_collapsed=K.FORMAT_COLLAPSED in kinds,
         quote_match_layers=_quote_layers(admitted) if mode is Mode.QUOTE else None,
         claims=(*admitted, *not_admitted),
@@ -291,7 +312,7 @@ def verify_answer(
     if pre.rejected:
         return rejected_verification()
     reading = _read_answer(text, mode, policy)
-    cap, profile_cap_binding = _effective_cap(mode, policy, pre)
+    cap, _ = _effective_cap(mode, policy, pre)
     within_cap = reading.claims if cap is None else reading.claims[:cap]
     excess = [] if cap is None else reading.claims[cap:]
     admitted = _check_admitted(mode, within_cap, question, evidence, policy)
@@ -299,7 +320,10 @@ def verify_answer(
     kinds.update(K(p) for c in admitted for p in c.problems)
     if excess:
         kinds.add(K.TOO_MANY_CLAIMS)
-    kinds |= _broad_kinds(
-        mode, pre, reading, trimmed=bool(excess), profile_cap_binding=profile_cap_binding
+    broad = _broad_kinds(mode, pre, reading, policy)
+    if pre.cap_enforced:
+        kinds |= broad
+        broad = set()
+    return _judge(
+        mode, pre, reading, admitted, _not_admitted(excess), frozenset(kinds), frozenset(broad)
     )
-    return _judge(mode, pre, reading, admitted, _not_admitted(excess), frozenset(kinds))

@@ -69,6 +69,11 @@ def compare_json(settings: Settings, a: str, b: str, floor: float) -> dict[str, 
         "headline": headline(cmp),
         "warnings": cmp.warnings,
         "deltas": [_jsonable(d) for d in cmp.deltas],
+        # the quantifier phase decision, when the runs differ in phase switches only
+        "phase": None if cmp.phase is None else {
+            **_jsonable(cmp.phase), "switch": cmp.phase.switch,
+            "decided_by": _jsonable(cmp.phase.decided_by),
+        },
         "markdown": render_compare(cmp),
     }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from urllib.parse import quote
 
 from common.compare import Comparison
+from common.phase import phase_line
 from producer.viewer.html import h, table
 from producer.viewer.index import RunRows
 
@@ -33,6 +34,11 @@ def render_comparison(cmp: Comparison) -> str:
     out += [f"<h2>Per mode and metric (floor ±{cmp.floor:g} points)</h2>",
             table(["mode", "metric", "A", "B", "Δ points", "95% interval", "n A/B", "method",
                     "signal / noise"], rows, cls="compare")]
+    if cmp.phase is not None:
+        decision = [phase_line(cmp.phase).replace("**", "")]
+        out.append("<h2>Quantifier phase decision</h2><ul>"
+                   + "".join(f"<li>{h(x)}</li>" for x in decision + [cmp.phase.note] if x)
+                   + f"</ul><p>Rule: {h(cmp.phase.rule)}.</p>")
     changes = [f"{k}: {va!r} → {vb!r}" for k, (va, vb) in cmp.policy_changes.items()]
     what = changes + cmp.notes + [f"mixed: {m}" for m in cmp.mixed]
     if what:

@@ -115,7 +115,8 @@ def reread_row(
         return out
     mode = Mode(str(row.get("mode")))
     question = str(row.get("question") or "")
-    profile = str(row.get("model_profile_id") or manifest.model_profile_id)
+    # model_profile_key: the profile; rows written before it existed have no such key
+    profile = str(row.get("model_profile_key") or manifest.model_profile_id)
     pre = run_preflight(question, mode, manifest.policy, profile)
     out.verification = verify_answer(
         str(answer), question=question, mode=mode, evidence=out.evidence,

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from common.models import Claim, Evidence, Manifest
+from common.models import Claim, Evidence, Label, Manifest, ViolationKind
 from common.report import fmt_ms
 from common.runstats import STAGES
 from common.verify.spans import Span, claim_spans
+from common.verify.verdict import display_label
 from producer.viewer.html import badge, h, meaning, table
 from producer.viewer.reread import Reread
 
@@ -70,12 +71,22 @@ def _highlight_pointers(answer: str, cited: set[str]) -> str:
     return "".join(out)
 
 
+def _label(row: Mapping[str, Any]) -> str:
+    """The label as the audit line prints it (a trimmed POINTER-LINKED row names the cap)."""
+    label = row.get("label")
+    if not label:
+        return "—"
+    known = {k.value for k in ViolationKind}
+    kinds = [k for k in row.get("violation_kinds") or () if k in known]
+    return display_label(label, kinds) if label in {lb.value for lb in Label} else str(label)
+
+
 def _facts(row: Mapping[str, Any]) -> str:
     verdict = row.get("verdict") or "—"
     return table(["", ""], ([h(k), h(v)] for k, v in (
         ("question id · job id", f"{row.get('question_id')} · {row.get('job_id')}"),
         ("mode · sample", f"{row.get('mode')} · {row.get('sample_index')}"),
-        ("verdict · label", f"{verdict} · {row.get('label') or '—'}"),
+        ("verdict · label", f"{verdict} · {_label(row)}"),
         ("claims verified", f"{row.get('n_verified')}/{row.get('n_claims')} "
                             f"(ratio {_ratio(row.get('ratio'))})"),
         ("endpoint", row.get("endpoint") or "—"),
@@ -96,6 +107,7 @@ def _preflight(row: Mapping[str, Any]) -> str:
         ("claim cap", row.get("claim_cap_applied") if row.get("claim_cap_applied") is not None
          else "none"),
         ("cap enforced", "yes" if row.get("claim_cap_enforced") else "no (reported only)"),
+        ("would fire (dry run)", ", ".join(row.get("would_fire_kinds") or ()) or "—"),
     )), cls="facts")
 
 

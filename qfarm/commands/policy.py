@@ -7,6 +7,7 @@ import json
 
 from common.policy import (
     GOVERNANCE_ONLY_FIELDS,
+    POLICY_ALIASES,
     VERIFIER_FIELDS,
     Policy,
     allowed_range,
@@ -37,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
         allowed = allowed_range(name)
         print(f"{name:40s} {json.dumps(data[name]):50s} [{which}]  {type_label(name)}"
               + (f"  ({allowed})" if allowed else ""))
+    for alias, name in POLICY_ALIASES.items():
+        print(f"{alias:40s} also accepted for {name}")
     print(f"\nverifier_policy_hash   {verifier_policy_hash(policy)}")
     print(f"governance_policy_hash {governance_policy_hash(policy)}")
     return 0

@@ -15,6 +15,7 @@ from common.models import (
     Timings,
     Verdict,
     Verification,
+    ViolationKind,
 )
 from common.policy import build_policy
 from common.preflight import rejected_verification, run_preflight
@@ -55,6 +56,17 @@ def test_audit_line_without_tails_leaves_the_segment_out() -> None:
         make_record(Mode.QUOTE, verification=ver, timings=Timings(total_ms=340.4))
     )
     assert line == "EVIDENCE-WARRANTED · via quote  2/2  340 ms"
+
+
+def test_a_pointer_linked_row_the_broad_cap_trimmed_names_both_labels() -> None:
+    kinds = (ViolationKind.BROAD_QUANTIFIER_CAP_APPLIED, ViolationKind.TOO_MANY_CLAIMS)
+    ver = Verification(
+        verdict=Verdict.HYBRID, label=Label.POINTER_LINKED, violation_kinds=kinds, n_claims=2
+    )
+    line = render_audit_line(make_record(verification=ver))
+    assert line.startswith("BROAD-CAPPED · POINTER-LINKED · via claim_lattice_pointer")
+    plain = ver.model_copy(update={"violation_kinds": (ViolationKind.WARRANT_MISSING,)})
+    assert render_audit_line(make_record(verification=plain)).startswith("POINTER-LINKED · via")
 
 
 def test_audit_line_names_the_simulator_and_cache_hits() -> None:
@@ -127,6 +139,19 @@ def test_an_answered_broad_question_prints_the_preflight_line_above_its_audit_li
         'BROAD-QUANTIFIER PREFLIGHT · OPEN_REQUEST ("tell me about") · scope unbounded · '
         "cap 12 not enforced · allow-broad: EXPLORATORY"
     )
+
+
+def test_the_dry_run_names_the_kinds_it_would_fire_on_the_preflight_line() -> None:
+    policy = build_policy({})
+    pre = run_preflight("Tell me about jazz", Mode.CLAIM_LATTICE_POINTER, policy, "hermes-3-8b")
+    ver = Verification(
+        verdict=Verdict.STRICT,
+        label=Label.EVIDENCE_WARRANTED,
+        would_fire_kinds=(ViolationKind.BROAD_QUANTIFIER_SCOPE_UNBOUND,),
+    )
+    head, line = render_audit_block(make_record(preflight=pre, verification=ver))
+    assert head.endswith("· cap 5 not enforced · dry run, would fire: broad unbounded")
+    assert line.startswith("EVIDENCE-WARRANTED · via claim_lattice_pointer")
 
 
 def test_no_preflight_line_for_a_narrow_question_or_an_unguarded_mode() -> None:

@@ -59,9 +59,9 @@ def test_rows_report_the_table_cap_apart_from_the_enforced_one() -> None:
 
 def test_rows_carry_the_served_model_verbatim_and_its_profile() -> None:
     row = row_for("What is the capital of France?", POINTER, Policy(), model=HERMES)
-    assert (row.model, row.model_profile_id) == (HERMES, "hermes-3-8b")
+    assert (row.model, row.model_profile_id, row.model_profile_key) == (HERMES, HERMES, "hermes-3-8b")
     other = row_for("What is the capital of France?", POINTER, Policy(), model="Qwen/Qwen2.5-7B")
-    assert (other.model, other.model_profile_id) == ("Qwen/Qwen2.5-7B", "default")
+    assert (other.model_profile_id, other.model_profile_key) == ("Qwen/Qwen2.5-7B", "default")
 
 
 def test_editing_one_profile_cap_changes_the_governance_hash(

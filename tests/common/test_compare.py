@@ -7,7 +7,9 @@ from typing import Any
 import pytest
 
 from common.compare import METRICS, classify_delta, compare_metric, compare_runs, render_compare
+from common.errors import InputError
 from common.models import Manifest
+from common.phase import cycle_lines, decide_cycle, phase_line, render_cycle
 from common.policy import Policy, build_policy, governance_policy_hash, verifier_policy_hash
 from common.runstats import RunStats, accumulate
 
@@ -310,14 +312,14 @@ def test_intensity_section_flags_drift_above_five_points_and_lists_changed_quest
 @pytest.mark.parametrize(
     ("strict_a", "strict_b", "b_policy", "decision"),
     [
-        (150, 180, {"quantifier_reminder_enabled": True}, "turn on"),  # +10 pp with it on
-        (180, 150, {"quantifier_reminder_enabled": True}, "keep off"),  # −10 pp with it on
-        (150, 153, {"quantifier_reminder_enabled": True}, "no signal"),  # +1 pp: noise
+        (150, 180, {"quantifier_reject_broad": True}, "turn on"),  # +10 pp with it on
+        (180, 150, {"quantifier_reject_broad": True}, "keep off"),  # −10 pp with it on
+        (150, 153, {"quantifier_reject_broad": True}, "no signal"),  # +1 pp: noise
         # the switch is on in A: B − A = +10 pp means "off" is better
         (150, 180, {"quantifier_guard_enabled": False}, "keep off"),
     ],
 )
-def test_one_phase_switch_gets_the_five_point_decision(
+def test_a_switch_without_its_own_rule_is_decided_on_strict_rate(
     strict_a: int, strict_b: int, b_policy: dict[str, Any], decision: str
 ) -> None:
     a = accumulate(rows_with(300, n_strict=strict_a))
@@ -325,19 +327,182 @@ def test_one_phase_switch_gets_the_five_point_decision(
     cmp = compare_runs(manifest("A"), a, manifest("B", build_policy(b_policy)), b)
     assert cmp.phase is not None
     assert (cmp.phase.switch, cmp.phase.decision) == (next(iter(b_policy)), decision)
-    (mode, delta, low, high, n, verdict) = next(
-        e for e in cmp.phase.evidence if e[0] == "claim_lattice"
-    )
+    (cell,) = (s for s in cmp.phase.signals if s.mode == "claim_lattice")
     sign = 1 if next(iter(b_policy.values())) else -1
-    assert delta == pytest.approx(sign * 100 * (strict_b - strict_a) / 300)
-    assert low is not None and high is not None and low <= delta <= high and n == 300
+    assert cell.key == "strict"
+    assert cell.delta == pytest.approx(sign * 100 * (strict_b - strict_a) / 300)
+    assert cell.low <= cell.delta <= cell.high and cell.n == 300
+    assert bool(cell.role) == (decision != "no signal")
     text = render_compare(cmp)
     assert "## Quantifier phase decision" in text and f"**{decision}**" in text
 
 
-def test_no_phase_decision_unless_exactly_one_phase_switch_differs() -> None:
+def collapsed(n: int, k_collapsed: int, kind: str = "FORMAT_COLLAPSED", **kw: Any) -> RunStats:
+    """``n`` claim_lattice rows, all HYBRID, the first ``k_collapsed`` carrying ``kind``."""
+    return accumulate(
+        {**r, "verdict": "HYBRID", "violation_kinds": [kind] if i < k_collapsed else []}
+        for i, r in enumerate(rows_with(n, **kw))
+    )
+
+
+def test_a_format_collapse_drop_turns_the_reminder_on() -> None:
+    """33% → 0% FORMAT_COLLAPSED, strict-rate unchanged: the reminder's own signal decides."""
+    reminder = build_policy({"quantifier_reminder_enabled": True})
+    cmp = compare_runs(manifest("A"), collapsed(300, 100), manifest("B", reminder), collapsed(300, 0))
+    assert cmp.phase is not None and cmp.phase.decision == "turn on"
+    (cell,) = cmp.phase.decided_by
+    assert (cell.mode, cell.key, cell.role) == ("claim_lattice", "format_collapsed", "turn on")
+    assert cell.delta == pytest.approx(-100 / 3)
+    assert cell.high < 0
+    line = phase_line(cmp.phase)
+    assert "decided by `claim_lattice` FORMAT_COLLAPSED rate -33.3 pp (95% CI [" in line
+    # the same pair the other way round: the reminder is on in A, and A has no collapse
+    back = compare_runs(manifest("A", reminder), collapsed(300, 0), manifest("B"), collapsed(300, 100))
+    assert back.phase is not None and (back.phase.on_in, back.phase.decision) == ("A", "turn on")
+
+
+def test_a_missing_pointer_rise_keeps_the_reminder_off() -> None:
+    reminder = build_policy({"quantifier_reminder_enabled": True})
+    a = collapsed(300, 0, "NO_EVIDENCE_POINTER")
+    b = collapsed(300, 60, "NO_EVIDENCE_POINTER")
+    cmp = compare_runs(manifest("A"), a, manifest("B", reminder), b)
+    assert cmp.phase is not None and cmp.phase.decision == "keep off"
+    assert [c.key for c in cmp.phase.decided_by] == ["no_evidence_pointer"]
+
+
+def test_a_35_percent_drop_in_claims_per_answer_turns_caps_on() -> None:
+    a = accumulate(rows_with(300, claims=20))  # 20 or 21 claims: mean 20.5
+    b = accumulate({**r, "n_claims": round(r["n_claims"] * 0.65)} for r in rows_with(300, claims=20))
+    caps = build_policy({"quantifier_guard_apply_caps": True})
+    cmp = compare_runs(manifest("A"), a, manifest("B", caps), b)
+    assert cmp.phase is not None and cmp.phase.decision == "turn on"
+    (cell,) = cmp.phase.decided_by
+    assert cell.key == "claims" and cell.delta == pytest.approx(100 * (13.5 - 20.5) / 20.5)
+    assert "mean claims per answer -34.1% (95% CI [" in phase_line(cmp.phase)
+
+
+def test_caps_turn_on_when_the_verdict_distribution_moves_either_way() -> None:
+    caps = build_policy({"quantifier_guard_apply_caps": True})
+    a = accumulate(rows_with(300, n_strict=180))
+    b = accumulate(rows_with(300, n_strict=150))  # −10 pp STRICT, +10 pp UNGROUNDED
+    cmp = compare_runs(manifest("A"), a, manifest("B", caps), b)
+    assert cmp.phase is not None and cmp.phase.decision == "turn on"
+    assert {c.key for c in cmp.phase.decided_by} == {"strict", "ungrounded"}
+    same = compare_runs(manifest("A"), a, manifest("B", caps), a)
+    assert same.phase is not None and same.phase.decision == "no signal"
+
+
+def test_a_pair_differing_in_two_switches_gets_one_decision_for_both() -> None:
+    both = build_policy({"quantifier_guard_apply_caps": True, "quantifier_reminder_enabled": True})
+    cmp = compare_runs(manifest("A"), collapsed(300, 100), manifest("B", both), collapsed(300, 0))
+    assert cmp.phase is not None
+    assert cmp.phase.switches == ("quantifier_guard_apply_caps", "quantifier_reminder_enabled")
+    assert cmp.phase.decision == "turn on"
+    assert {c.key for c in cmp.phase.decided_by} == {"format_collapsed"}
+    text = render_compare(cmp)
+    assert "`quantifier_guard_apply_caps + quantifier_reminder_enabled` (on in run B): **turn on**" in text
+
+
+def test_no_phase_decision_when_the_effect_cannot_be_put_on_a_phase_switch() -> None:
     a = accumulate(rows_with(10))
     two = build_policy({"quantifier_reminder_enabled": True, "top_k": 4})
-    assert compare_runs(manifest("A"), a, manifest("B", two), a).phase is None
+    mixed = compare_runs(manifest("A"), a, manifest("B", two), a)
+    assert mixed.phase is None
+    assert any("differ in `top_k`" in n for n in mixed.notes)
     other = build_policy({"top_k": 4})
     assert compare_runs(manifest("A"), a, manifest("B", other), a).phase is None
+    crossed = compare_runs(
+        manifest("A", build_policy({"quantifier_guard_apply_caps": True})),
+        a,
+        manifest("B", build_policy({"quantifier_reminder_enabled": True})),
+        a,
+    )
+    assert crossed.phase is None and any("four runs of the cycle" in n for n in crossed.notes)
+
+
+def test_a_guard_pair_with_caps_off_says_the_dry_run_cannot_move_a_verdict() -> None:
+    a = accumulate(rows_with(50, n_strict=20))
+    cmp = compare_runs(manifest("A", build_policy({"quantifier_guard_enabled": False})), a, manifest("B"), a)
+    assert cmp.phase is not None and cmp.phase.decision == "no signal"
+    assert "dry run" in cmp.phase.note
+    assert cmp.phase.note in render_compare(cmp)
+
+
+# --------------------------------------------------------------------------- the A/B/D cycle
+
+CAPS_ON = {"quantifier_guard_apply_caps": True}
+REMINDER_ON = {"quantifier_reminder_enabled": True}
+
+
+def cycle_run(claims: int, k_collapsed: int) -> RunStats:
+    return collapsed(300, k_collapsed, claims=claims)
+
+
+@pytest.mark.parametrize(
+    ("runs", "outcome"),
+    [
+        # caps cut claims, the reminder cuts collapse, and each adds to the other
+        ({"baseline": (20, 100), "caps only": (12, 100), "reminder only": (20, 0), "both": (12, 0)}, "both"),
+        # the reminder does nothing, alone or on top of caps
+        ({"baseline": (20, 100), "caps only": (12, 100), "reminder only": (20, 100), "both": (12, 100)}, "caps only"),
+        # each helps alone, and together is no better than the reminder alone
+        ({"baseline": (20, 100), "caps only": (12, 100), "reminder only": (20, 0), "both": (20, 0)}, "reminder only"),
+        ({"baseline": (20, 100), "caps only": (20, 100), "reminder only": (20, 100), "both": (20, 100)}, "neither"),
+    ],
+)
+def test_the_cycle_adopts_both_only_when_together_they_beat_each_alone(
+    runs: dict[str, tuple[int, int]], outcome: str
+) -> None:
+    policies = {"baseline": {}, "caps only": CAPS_ON, "reminder only": REMINDER_ON,
+                "both": {**CAPS_ON, **REMINDER_ON}}
+    given = [
+        (manifest(role, build_policy(policies[role])), cycle_run(*runs[role]))
+        for role in ("both", "baseline", "reminder only", "caps only")  # any order
+    ]
+    cycle = decide_cycle(given, floor=5.0)
+    assert cycle.outcome == outcome
+    assert cycle.runs == {role: role for role in policies}
+    assert [s.question for s in cycle.steps] == [
+        "caps alone", "reminder alone", "both over caps only", "both over reminder only"
+    ]
+    text = render_cycle(cycle)
+    assert f"**{outcome}**" in text
+    if outcome == "both":
+        assert "FORMAT_COLLAPSED rate -33.3 pp" in cycle_lines(cycle)[3]
+
+
+def test_a_cycle_needs_one_run_per_role_and_no_other_difference() -> None:
+    stats = cycle_run(3, 0)
+    base = [manifest(str(i), build_policy(p)) for i, p in
+            enumerate([{}, CAPS_ON, REMINDER_ON, {**CAPS_ON, **REMINDER_ON}])]
+    with pytest.raises(InputError, match="both 'baseline'"):
+        decide_cycle([(base[0], stats), (base[0], stats), (base[2], stats), (base[3], stats)], floor=5)
+    odd = manifest("3", build_policy({**CAPS_ON, **REMINDER_ON, "top_k": 4}))
+    with pytest.raises(InputError, match="differs .* in top_k"):
+        decide_cycle([(m, stats) for m in (*base[:3], odd)], floor=5)
+    with pytest.raises(InputError, match="four runs"):
+        decide_cycle([(m, stats) for m in base[:3]], floor=5)
+
+
+def test_a_caps_decision_names_a_strict_fall_that_is_only_the_guards_own_demotes() -> None:
+    """The dry run counted 60 STRICT rows it would demote; with caps on exactly those are HYBRID."""
+    unbound = ["BROAD_QUANTIFIER_SCOPE_UNBOUND"]
+    dry = accumulate(
+        {**r, "would_fire_kinds": unbound if i < 60 else []}
+        for i, r in enumerate(rows_with(300, n_strict=150))
+    )
+    caps_rows = rows_with(300, n_strict=150)
+    for r in caps_rows[:60]:
+        r.update(verdict="HYBRID", violation_kinds=unbound)
+    caps = accumulate(caps_rows)
+    on = build_policy({"quantifier_guard_apply_caps": True})
+    cmp = compare_runs(manifest("A"), dry, manifest("B", on), caps)
+    assert cmp.would_demote["claim_lattice"] == (20.0, None)
+    assert cmp.phase is not None and cmp.phase.decision == "turn on"
+    assert "`claim_lattice` -20.0 pp against 20.0% predicted" in cmp.phase.note
+    assert "not answers" in cmp.phase.note
+    # a fall well beyond what the dry run predicted gets no such note
+    for r in caps_rows[60:120]:
+        r.update(verdict="HYBRID")
+    beyond = compare_runs(manifest("A"), dry, manifest("B", on), accumulate(caps_rows))
+    assert beyond.phase is not None and beyond.phase.note == ""

@@ -104,11 +104,13 @@ def test_queue_message_rebuilds_the_same_job():
 
 ROW_KEYS = [
     "schema_version", "run_id", "job_id", "question", "question_id", "mode", "sample_index",
-    "verdict", "label", "ratio", "n_claims", "n_verified", "violation_kinds", "format_collapsed",
+    "verdict", "label", "ratio", "n_claims", "n_verified", "violation_kinds", "would_fire_kinds",
+    "format_collapsed",
     "answer_brackets", "answer_pointer_count", "answer_chars_with_brackets",
     "raw_meaningful_line_count", "quote_match_layers", "question_scope", "quantifier_intensity",
     "quantifier_matched_token", "quantifier_explicit_count", "scope_bound_hint",
-    "claim_cap_applied", "claim_cap_profile", "claim_cap_enforced", "model_profile_id", "model",
+    "claim_cap_applied", "claim_cap_profile", "claim_cap_enforced", "model_profile_id",
+    "model_profile_key", "model",
     "endpoint", "simulated", "retriever", "index_version", "evidence_ids", "top_doc_titles",
     "top_scores", "evidence_passage_ids", "answerability", "gold_in_claims", "gold_in_evidence", "gold_evidence_rank",
     "article_in_evidence", "article_rank", "verifier_policy_hash", "governance_policy_hash",

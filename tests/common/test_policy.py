@@ -20,6 +20,7 @@ from common.policy import (
     build_policy,
     governance_policy_hash,
     parse_overrides,
+    policy_from_mapping,
     type_label,
     verifier_policy_hash,
 )
@@ -242,3 +243,24 @@ def test_qfarm_policy_lists_the_values_of_a_vocabulary_key() -> None:
     label = type_label("answerability_threshold")
     assert all(f"'{c.value}'" in label for c in Confidence) and "enum" not in label
     assert type_label("top_k") == "<class 'int'>"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        lambda: build_policy(parse_overrides(["claim_lattice_format_collapse_check_enabled=false"])),
+        lambda: build_policy({"claim_lattice_format_collapse_check_enabled": False}),
+        lambda: policy_from_mapping({"claim_lattice_format_collapse_check_enabled": False}),
+    ],
+)
+def test_the_seed_key_for_the_collapse_check_sets_the_field(source: Any) -> None:
+    policy = source()
+    assert policy.format_collapse_check_enabled is False
+    assert policy == build_policy({"format_collapse_check_enabled": False})
+
+
+def test_the_seed_key_and_the_field_disagreeing_is_an_error() -> None:
+    with pytest.raises(PolicyError, match="format_collapse_check_enabled.*give one of the two"):
+        parse_overrides(
+            ["format_collapse_check_enabled=true", "claim_lattice_format_collapse_check_enabled=false"]
+        )

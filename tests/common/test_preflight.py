@@ -215,3 +215,46 @@ def test_reminder_sits_right_after_the_grounding_reminder_in_the_prompt() -> Non
     assert grounding < reminder < evidence
     between = prompt[grounding + len(GROUNDING_REMINDERS[POINTER]) : reminder]
     assert between == "<|im_end|>\n<|im_start|>user\n"
+
+
+# --------------------------------------------------------------------------- caps per rung
+
+CAPS_ON = {"quantifier_guard_apply_caps": True}
+
+
+@pytest.mark.parametrize(("profile", "cap"), [("hermes-3-8b", 1), ("default", 3)])
+def test_proportional_keeps_its_profile_cap_when_caps_are_applied(profile: str, cap: int) -> None:
+    pre = run_preflight("What did most of the settlers grow?", POINTER, build_policy(CAPS_ON), profile)
+    assert pre.quantifier.intensity == "PROPORTIONAL"
+    assert (pre.claim_cap, pre.claim_cap_profile, pre.cap_enforced) == (cap, cap, True)
+
+
+@pytest.mark.parametrize(
+    "question", ["What is the capital of France?", "Which countries have no coastline?"]
+)
+def test_absent_and_singular_keep_the_policy_default_cap(question: str) -> None:
+    pre = run_preflight(question, POINTER, build_policy(CAPS_ON), "hermes-3-8b")
+    assert (pre.claim_cap, pre.claim_cap_profile) == (12, 1)
+
+
+def test_a_universal_over_a_stated_number_is_capped_at_that_number() -> None:
+    policy = build_policy(CAPS_ON)
+    pre = run_preflight("Name all three primary colours", POINTER, policy, "default")
+    assert (pre.quantifier.intensity, pre.claim_cap, pre.quantifier.scope_bound_hint) == (
+        "ALL",
+        3,
+        "bounded",
+    )
+    # the operator's override for the rung still wins
+    listed = build_policy({**CAPS_ON, "quantifier_caps_by_intensity": {"ALL": 2}})
+    assert run_preflight("Name all three primary colours", POINTER, listed, "default").claim_cap == 2
+    # reject-broad never refuses it: the number bounds the set
+    reject = build_policy({"quantifier_reject_broad": True})
+    assert run_preflight("List all 50 US states", POINTER, reject, "default").rejected is False
+
+
+def test_an_adverbial_first_is_not_capped_at_one() -> None:
+    pre = run_preflight(
+        "Who first reached the summit of Everest?", POINTER, build_policy(CAPS_ON), "hermes-3-8b"
+    )
+    assert (pre.quantifier.intensity, pre.claim_cap) == ("SINGULAR", 12)

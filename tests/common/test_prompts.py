@@ -148,3 +148,23 @@ def test_no_quantifier_reminder_in_quote_mode_or_when_disabled() -> None:
         question, mode, EVIDENCE, off, run_preflight(question, mode, off, "default")
     )
     assert "Quantifier reminder" not in pointer.text
+
+
+@pytest.mark.parametrize(
+    ("question", "mode"),
+    [
+        ("List all members of the Beatles", Mode.CLAIM_LATTICE_POINTER),  # bounded template
+        ("Tell me about the Roman Empire", Mode.CLAIM_LATTICE_POINTER),  # unbounded template
+        ("Tell me about the Roman Empire", Mode.CLAIM_LATTICE),
+    ],
+)
+def test_the_reminder_asks_for_fewer_grounded_claims(question: str, mode: Mode) -> None:
+    from common.reminders import render_quantifier_reminder
+
+    policy = build_policy({"quantifier_reminder_enabled": True})
+    reminder = render_quantifier_reminder(
+        mode, policy, run_preflight(question, mode, policy, "hermes-3-8b")
+    )
+    assert reminder is not None
+    assert "Fewer claims, each grounded in the evidence, are better than a longer list" in reminder
+    assert re.search(r"at most \d+ claims", reminder)  # the cap (and the simulator's cue) stays

@@ -533,3 +533,39 @@ def test_reject_broad_false_positive_rate_per_mode() -> None:
 def test_no_false_positive_section_without_reject_broad() -> None:
     text = render_summary(make_manifest(), bounded_rows())
     assert "## Reject-broad false positives" not in text
+
+
+def dry_run_rows() -> list[dict[str, Any]]:
+    unbound, runaway = "BROAD_QUANTIFIER_SCOPE_UNBOUND", "BROAD_QUANTIFIER_RUNAWAY"
+    return [
+        make_row("u1", "claim_lattice_pointer", 0, "STRICT", would_fire_kinds=[unbound]),
+        make_row("u1", "claim_lattice_pointer", 1, "HYBRID", would_fire_kinds=[unbound, runaway]),
+        make_row("u2", "claim_lattice_pointer", 0, "STRICT", would_fire_kinds=[runaway]),
+        make_row("q1", "claim_lattice_pointer", 0, "STRICT"),
+        make_row("u1", "quote", 0, "STRICT"),
+    ]
+
+
+def test_the_dry_run_table_counts_would_fire_kinds_apart_from_the_rates() -> None:
+    man = make_manifest(modes=("quote", "claim_lattice_pointer"), policy=build_policy({}))
+    text = render_summary(man, dry_run_rows())
+    modes = by(table(text, "## Quantifier guard dry run"), "mode")
+    cpl, quote = modes["`claim_lattice_pointer`"], modes["`quote`"]
+    assert cpl["BROAD_QUANTIFIER_SCOPE_UNBOUND"] == "2 (50.0%)"
+    assert cpl["BROAD_QUANTIFIER_RUNAWAY"] == "2 (50.0%)"
+    # only u1's STRICT row carries a kind that demotes; RUNAWAY caps the label only
+    assert cpl["STRICT it would demote"] == "1 (25.0%)"
+    assert (cpl["guarded"], quote["guarded"]) == ("yes", "no")
+    assert quote["BROAD_QUANTIFIER_SCOPE_UNBOUND"] == "0 (0.0%)"
+    # the kinds stay out of the violation-kind table and the rates
+    assert "BROAD_QUANTIFIER" not in text.split("## Format collapse and violation kinds")[1].split("\n## ")[0]
+    verdicts = by(table(text, "## Verdicts by mode"), "mode")["`claim_lattice_pointer`"]
+    assert verdicts["strict-rate"].startswith("75.0% [")
+
+
+def test_no_dry_run_table_with_caps_applied_or_the_guard_off() -> None:
+    for policy in ({"quantifier_guard_apply_caps": True}, {"quantifier_guard_enabled": False}):
+        text = render_summary(make_manifest(policy=build_policy(policy)), dry_run_rows())
+        assert "## Quantifier guard dry run" not in text
+    quiet = render_summary(make_manifest(policy=build_policy({})), labelled_rows())
+    assert "No row would have fired a broad-quantifier kind." in quiet

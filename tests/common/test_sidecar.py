@@ -6,11 +6,10 @@ import json
 
 import pytest
 
+from common.denials import _TRIGGER_RE, FAMILIES, find_denials
 from common.models import Answerability, Confidence, Evidence
 from common.policy import Policy, build_policy
 from common.sidecar import (
-    DENIAL_PATTERNS,
-    DENIAL_TRIGGERS,
     MAX_SPANS,
     assess_answerability,
     match_denial,
@@ -172,17 +171,13 @@ def test_disabled_sidecar_short_circuits() -> None:
 
 
 def test_threshold_is_the_minimum_class_reported() -> None:
-    born = make_ev(
-        1, "Veronica Ballestrini", "Veronica Ballestrini (born 1990) is an American singer."
-    )
-    q, answer = "What year was Veronica Ballestrini born?", "Her birth year is not stated anywhere."
-    assert assess_answerability(q, answer, [born], Policy()) is None  # weak < medium
-    weak = assess_answerability(
-        q, answer, [born], build_policy({"answerability_threshold": "weak"})
-    )
+    # one unquoted title for a question asking for several songs: weak
+    one = make_ev(1, "Veronica Ballestrini", "Veronica Ballestrini recorded Blue Sky Morning.")
+    assert assess_answerability(SONGS_Q, DENIAL, [one], Policy()) is None  # weak < medium
+    weak = assess_answerability(SONGS_Q, DENIAL, [one], build_policy({"answerability_threshold": "weak"}))
     assert weak is not None
-    assert (weak.confidence_class, weak.answer_type) == ("weak", "date")
-    assert weak.missed_answer_candidate_spans[0].text == "1990"
+    assert (weak.confidence_class, weak.answer_type) == ("weak", "title_like")
+    assert weak.missed_answer_candidate_spans[0].text == "Blue Sky Morning"
     strong_only = build_policy({"answerability_threshold": "strong"})
     assert assess_answerability(SONGS_Q, DENIAL, [BALLESTRINI], strong_only) is not None
 
@@ -226,17 +221,41 @@ def test_at_most_ten_spans_but_every_candidate_counted() -> None:
         ("songs by veronica ballestrini", ["veronica", "ballestrini"]),
         ("Who wrote the novels of Jane Austen?", ["jane", "austen"]),
         ("List all albums by Pink Floyd", ["pink", "floyd"]),
-        ("What year did the Berlin Wall fall?", ["berlin", "wall", "fall"]),
+        ("What year did the Berlin Wall fall?", ["berlin", "wall"]),  # "fall" is its verb
     ],
 )
 def test_subject_tokens_drop_cue_relation_and_stop_words(question: str, tokens: list[str]) -> None:
     assert subject_tokens_for(question) == tokens
 
 
-@pytest.mark.parametrize("pattern", DENIAL_PATTERNS)
-def test_every_denial_pattern_matches_casefolded_and_whitespace_normalized(pattern: str) -> None:
-    answer = "Sorry:   " + pattern.upper().replace(" ", "  \n ") + "."
-    assert assess_answerability(SONGS_Q, answer, [BALLESTRINI], Policy()) is not None
+# One denial per family of the grammar (common/denials.py, ``FAMILIES``).
+FAMILY_EXAMPLES: dict[str, str] = {
+    "source_negated_verb": "The passages do not list her songs.",
+    "elided_source": "The passages describe her career but do not name her songs.",
+    "pronoun_negated_verb": "It does not say which songs she recorded.",
+    "source_verb_no": "The evidence gives no titles of her songs.",
+    "negated_subject": "None of her songs are mentioned.",
+    "silent": "The evidence is silent on her songs.",
+    "passive": "Her songs are not mentioned.",
+    "state": "Her songs are unclear.",
+    "first_person": "I could not find her songs.",
+    "existential": "There is no information about her songs.",
+    "there_no_participle": "There are no songs by her listed in the passages.",
+    "impersonal": "It is not possible to determine which songs she recorded.",
+    "not_in_sources": "Her songs are not in the evidence.",
+}
+
+
+def test_every_family_has_an_example() -> None:
+    assert set(FAMILY_EXAMPLES) == set(FAMILIES)
+
+
+@pytest.mark.parametrize(("family", "answer"), FAMILY_EXAMPLES.items())
+def test_every_family_matches_casefolded_and_whitespace_normalized(family: str, answer: str) -> None:
+    assert family in {d.family for d in find_denials(answer)}
+    mangled = "Sorry:   " + answer.upper().replace(" ", "  \n ")
+    assert family in {d.family for d in find_denials(mangled)}
+    assert assess_answerability(SONGS_Q, mangled, [BALLESTRINI], Policy()) is not None
 
 
 def test_broad_quantifier_or_plural_makes_a_question_extraction_shaped() -> None:
@@ -294,7 +313,7 @@ def test_an_unquoted_run_that_is_only_the_subjects_name_is_still_dropped() -> No
 
 def test_candidate_kinds_use_the_design_names() -> None:
     titles = assess_answerability(SONGS_Q, DENIAL, [SEED], Policy())
-    assert titles is not None and titles.diagnostic_version == "answerability-v2"
+    assert titles is not None and titles.diagnostic_version == "answerability-v3"
     assert {s.kind for s in titles.missed_answer_candidate_spans} <= {
         "quoted_string",
         "title_case_span",
@@ -356,12 +375,10 @@ def test_common_denials_fire_on_evidence_that_lists_the_works(answer: str) -> No
     assert result is not None, answer
 
 
-def test_the_denial_set_is_documented_and_large() -> None:
-    assert len(DENIAL_PATTERNS) >= 60
-    # the prefilter may only skip answers no phrasing could match
-    assert all(any(t in p for t in DENIAL_TRIGGERS) for p in DENIAL_PATTERNS)
-    assert len(set(DENIAL_PATTERNS)) == len(DENIAL_PATTERNS)
-    assert DENIAL_PATTERNS[0] == "not mentioned"  # the v1 substrings come first, in order
+def test_the_prefilter_skips_only_answers_no_family_could_match() -> None:
+    for answer in FAMILY_EXAMPLES.values():
+        for denial in find_denials(answer):
+            assert _TRIGGER_RE.search(denial.matched), denial
 
 
 NON_DENIALS = [
@@ -409,3 +426,196 @@ def test_assess_answerability_takes_logged_dicts_and_skips_blocks_without_text()
     positional = assess_answerability(SONGS_Q, DENIAL, [{"text": SEED.text}], Policy())
     assert positional is not None
     assert {s.evidence_id for s in positional.missed_answer_candidate_spans} == {"E1"}
+
+
+# --------------------------------------------------------------------------- subject, denials, strength
+
+KAHLO = make_ev(
+    1,
+    "Frida Kahlo",
+    "Frida Kahlo was a Mexican painter known for her self-portraits. Her paintings include "
+    '"The Two Fridas", "Self-Portrait with Thorn Necklace and Hummingbird" and "The Broken Column".',
+)
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "What paintings did Frida Kahlo create?",
+        "Which paintings has Frida Kahlo created?",
+        "What paintings was Frida Kahlo creating?",
+        "What paintings did Frida Kahlo make?",
+        "What paintings did Frida Kahlo compose?",
+        "What paintings did Frida Kahlo build?",
+        "What paintings did Frida Kahlo open?",
+        "What paintings did Frida Kahlo direct?",
+        "What paintings did Frida Kahlo helm?",  # a verb no table lists: it follows the name
+    ],
+)
+def test_subject_words_exclude_the_questions_verbs_in_any_form(question: str) -> None:
+    assert subject_tokens_for(question) == ["frida", "kahlo"]
+    result = assess_answerability(question, "They are not mentioned.", [KAHLO], Policy())
+    assert result is not None and result.confidence_class == "strong"
+
+
+@pytest.mark.parametrize(
+    ("lemma", "forms"),
+    [
+        ("write", {"write", "writes", "wrote", "written", "writing"}),
+        ("build", {"build", "builds", "built", "building"}),
+        ("create", {"create", "creates", "created", "creating"}),
+        ("star", {"star", "stars", "starred", "starring"}),
+        ("copy", set()),  # not a question verb: nothing dropped
+    ],
+)
+def test_verb_forms_cover_regular_and_irregular_inflections(lemma: str, forms: set[str]) -> None:
+    from common.sidecar import QUESTION_VERB_FORMS, verb_forms
+
+    assert forms <= verb_forms(lemma)
+    assert forms <= QUESTION_VERB_FORMS
+
+
+def test_a_block_whose_title_names_the_subject_counts_when_its_text_uses_another_name() -> None:
+    other_given_name = make_ev(
+        1,
+        "Veronica Ballestrini",
+        'Born Ronnie Lynn Ballestrini, the singer released "Amazing" and "Pretty Ugly" in 2009.',
+    )
+    result = assess_answerability(SONGS_Q, DENIAL, [other_given_name], Policy())
+    assert result is not None
+    assert [s.text for s in result.missed_answer_candidate_spans][:2] == ["Amazing", "Pretty Ugly"]
+
+
+def test_a_known_alias_of_a_given_name_counts() -> None:
+    marley = make_ev(
+        1,
+        "Reggae",
+        'Robert Nesta Marley wrote "One Love" and "Redemption Song", among many others.',
+    )
+    result = assess_answerability(
+        "What songs did Bob Marley write?", "His songs are not mentioned.", [marley], Policy()
+    )
+    assert result is not None and result.confidence_class == "strong"
+
+
+def test_the_control_stays_silent_with_titles_and_aliases_in_play() -> None:
+    denial = "Songs by John Smith are not mentioned in the evidence."
+    johnny = make_ev(3, "Johnny Cash", 'Johnny Cash recorded "Hurt" and "Ring of Fire".')
+    for question in ("songs by John Smith", "What songs did John Smith write?"):
+        assert assess_answerability(question, denial, [HARVARD, NEW_YORK, johnny], Policy()) is None
+
+
+# Denials the old closed list did not know: adjectives, passives, appear/seem,
+# contractions, modal inability, unclear/undetermined.
+UNTAUGHT_DENIALS = [
+    "His works are unclear from the passages.",
+    "Which works he wrote is undetermined.",
+    "The titles of his works remain unspecified.",
+    "His novels aren't named in the passages.",
+    "His works don't appear to be listed in the evidence.",
+    "The passages do not seem to mention his works.",
+    "His works seem not to be covered by the evidence.",
+    "I'm unable to identify his works.",
+    "I can't tell which works he wrote from these passages.",
+    "It's unclear which works Camus wrote.",
+    "Which works he wrote cannot be established from the text.",
+    "There doesn't appear to be any mention of his works.",
+    "The passages describe his life but don't list his works.",
+    "The evidence never mentions his novels.",
+    "His works go unmentioned; the passages are silent about them.",
+    "The text lacks any information about his works.",
+    "No works by Camus are named in the evidence.",
+    "There are no novels by Camus listed in the passages.",
+]
+
+
+@pytest.mark.parametrize("answer", UNTAUGHT_DENIALS)
+def test_denials_built_from_the_grammar_fire(answer: str) -> None:
+    result = assess_answerability("What are the works by Albert Camus?", answer, [WORKS_EV], Policy())
+    assert result is not None, answer
+
+
+PARTIAL_DENIALS = [
+    'Her singles include "Amazing" and "Out There Somewhere"; the release dates are not mentioned.',
+    'The evidence names "Amazing", but it does not say when it was published.',
+    'Her songs include "Amazing"; no specific chart positions are given.',
+    "The release dates are not mentioned.",
+    "It does not say when it was published.",
+    "No specific chart positions are given.",
+    "Further details are not provided.",
+    "The label is not mentioned in the evidence.",
+]
+
+
+@pytest.mark.parametrize("answer", PARTIAL_DENIALS)
+def test_a_denial_of_a_detail_is_not_a_denial_of_the_answer(answer: str) -> None:
+    assert assess_answerability(SONGS_Q, answer, [FILLER, BALLESTRINI], Policy()) is None
+    assert match_denial(answer) is None
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "The release dates are not mentioned.",
+        "I could not find any information about the release dates of their songs.",
+        "There is no mention of the chart positions of their singles.",
+    ],
+)
+def test_a_detail_denial_stays_partial_whatever_the_question_words(answer: str) -> None:
+    beatles = make_ev(
+        1, "The Beatles", 'The Beatles recorded "Help!", "Yesterday" and "Let It Be" for EMI.'
+    )
+    question = "What songs did the Beatles record?"  # "the" is in the question and the object
+    assert assess_answerability(question, answer, [beatles], Policy()) is None
+    denial = "The songs of the Beatles are not mentioned."
+    assert assess_answerability(question, denial, [beatles], Policy()) is not None
+
+
+def test_a_denied_detail_is_a_denial_when_the_question_asks_for_it() -> None:
+    dated = make_ev(1, "Veronica Ballestrini", "Veronica Ballestrini released her debut album in 2009.")
+    result = assess_answerability(
+        "In what year did Veronica Ballestrini release her debut album?",
+        "It does not say when it was released.",
+        [dated],
+        Policy(),
+    )
+    assert result is not None and result.answer_type == "date"
+
+
+def test_one_named_author_for_who_wrote_is_a_medium_finding() -> None:
+    novel = make_ev(1, "The Stranger", "The Stranger is a 1942 novel by the French author Albert Camus.")
+    result = assess_answerability(
+        "Who wrote The Stranger?", "The author is not mentioned in the evidence.", [novel], Policy()
+    )
+    assert result is not None
+    assert (result.confidence_class, result.candidate_count) == ("medium", 1)
+    assert result.missed_answer_candidate_spans[0].text == "Albert Camus"
+
+
+def test_two_quoted_candidates_near_the_subject_are_strong() -> None:
+    two = make_ev(
+        1, "Veronica Ballestrini", 'Veronica Ballestrini released "Amazing" and "Pretty Ugly".'
+    )
+    result = assess_answerability(SONGS_Q, DENIAL, [two], Policy())
+    assert result is not None
+    assert (result.confidence_class, result.candidate_count) == ("strong", 2)
+    # one quoted candidate is not "more than one": medium
+    one = make_ev(1, "Veronica Ballestrini", 'Veronica Ballestrini released "Amazing".')
+    single = assess_answerability(SONGS_Q, DENIAL, [one], Policy())
+    assert single is not None and single.confidence_class == "medium"
+
+
+def test_generated_denials_file_is_its_scripts_output_and_scores_above_a_floor() -> None:
+    """The measurement in docs/grounding.md: denials written apart from the grammar."""
+    from pathlib import Path
+
+    from bench.questions import denial_phrasings as dp
+
+    rows = [json.loads(line) for line in Path(dp.OUT).read_text(encoding="utf-8").splitlines()]
+    assert rows == dp.build(), "rerun the script"
+    assert sum(r["denial"] for r in rows) >= 300 and sum(not r["denial"] for r in rows) >= 100
+    heldout = dp.score(part="heldout")
+    # Held-out denials were never used to change the grammar; the script prints the
+    # figures (``python -m bench.questions.denial_phrasings --score``).
+    assert heldout["tp"] / (heldout["tp"] + heldout["fn"]) >= 0.85
+    assert heldout["tp"] / (heldout["tp"] + heldout["fp"]) >= 0.95

@@ -12,6 +12,7 @@ from common.models import Evidence, Label, Mode, Verdict, Verification, Violatio
 from common.policy import Policy, build_policy
 from common.preflight import run_preflight
 from common.verify import verify_answer
+from common.verify.verdict import display_label
 
 K = ViolationKind
 POINTER = Mode.CLAIM_LATTICE_POINTER
@@ -413,11 +414,12 @@ def test_deflection_near_miss_refusal_phrase_beside_a_tagged_claim() -> None:
 
 BROAD_BOUNDED = "List all members of the Beatles"
 BROAD_UNBOUNDED = "Tell me about the Beatles"
+CAPS = {"quantifier_guard_apply_caps": True}  # the broad kinds fire and demote only with caps applied
 
 
 def test_broad_runaway_fires_when_lines_exceed_twice_the_tags() -> None:
     answer = f"{GOOD_2}\nThey also had many other friends in the band.\nThey had managers and producers too."
-    v = verify(answer, BROAD_BOUNDED)
+    v = verify(answer, BROAD_BOUNDED, **CAPS)
     assert K.BROAD_QUANTIFIER_RUNAWAY in v.violation_kinds
     assert outcome(v) == (Verdict.HYBRID, Label.POINTER_LINKED)
     assert "broad runaway" in v.tails
@@ -425,11 +427,11 @@ def test_broad_runaway_fires_when_lines_exceed_twice_the_tags() -> None:
 
 def test_broad_runaway_near_misses() -> None:
     answer = f"{GOOD_2}\nThey also had many other friends in the band."
-    v = verify(answer, BROAD_BOUNDED)  # 2 lines, 1 tag: not more than twice
+    v = verify(answer, BROAD_BOUNDED, **CAPS)  # 2 lines, 1 tag: not more than twice
     assert K.BROAD_QUANTIFIER_RUNAWAY not in v.violation_kinds
     assert outcome(v) == (Verdict.HYBRID, Label.ANCHOR_WARRANTED)
     narrow = f"{GOOD_2}\nThey also had many other friends in the band.\nThey had managers and producers too."
-    assert K.BROAD_QUANTIFIER_RUNAWAY not in verify(narrow, BEATLES_Q).violation_kinds
+    assert K.BROAD_QUANTIFIER_RUNAWAY not in verify(narrow, BEATLES_Q, **CAPS).violation_kinds
 
 
 def test_broad_runaway_in_json_mode_counts_items_without_ids() -> None:
@@ -441,11 +443,11 @@ def test_broad_runaway_in_json_mode_counts_items_without_ids() -> None:
         )
     ]
     items += [(f"Unsupported statement number {n} about the band", [], None) for n in range(3)]
-    v = verify(json_answer(*items), BROAD_BOUNDED, JSON)
+    v = verify(json_answer(*items), BROAD_BOUNDED, JSON, **CAPS)
     assert K.BROAD_QUANTIFIER_RUNAWAY in v.violation_kinds
     assert (
         K.BROAD_QUANTIFIER_RUNAWAY
-        not in verify(json_answer(*items[:2]), BROAD_BOUNDED, JSON).violation_kinds
+        not in verify(json_answer(*items[:2]), BROAD_BOUNDED, JSON, **CAPS).violation_kinds
     )
 
 
@@ -482,6 +484,11 @@ def test_a_trimmed_broad_answer_without_anchors_stays_pointer_linked() -> None:
     )
     assert K.BROAD_QUANTIFIER_CAP_APPLIED in v.violation_kinds
     assert v.label is Label.POINTER_LINKED
+    assert display_label(v.label, v.violation_kinds) == "BROAD-CAPPED · POINTER-LINKED"
+    untrimmed = verify(unanchored, BROAD_BOUNDED, **CAPS)
+    assert display_label(untrimmed.label, untrimmed.violation_kinds) == "POINTER-LINKED"
+    capped = verify(f"{GOOD_1}\n{GOOD_2}\n{GOOD_3}", BROAD_BOUNDED, quantifier_caps_by_intensity={"ALL": 2}, **CAPS)
+    assert display_label(capped.label, capped.violation_kinds) == "BROAD-CAPPED"
 
 
 @pytest.mark.parametrize(
@@ -489,7 +496,6 @@ def test_a_trimmed_broad_answer_without_anchors_stays_pointer_linked() -> None:
     [
         ("What is the capital of France?", "hermes-3-8b"),  # SINGULAR: table 1
         ("Which countries have no coastline?", "default"),  # ABSENT: table 1
-        ("What did most of the settlers grow?", "hermes-3-8b"),  # PROPORTIONAL: table 1
     ],
 )
 def test_caps_applied_never_tighten_a_question_that_is_not_broad(
@@ -504,9 +510,17 @@ def test_caps_applied_never_tighten_a_question_that_is_not_broad(
         question,
         profile=profile,
         quantifier_guard_apply_caps=True,
-        quantifier_caps_by_intensity={"SINGULAR": 1, "ABSENT": 1, "PROPORTIONAL": 1},
+        quantifier_caps_by_intensity={"SINGULAR": 1, "ABSENT": 1},
     )
     assert listed.n_claims == 1  # the operator listed the rung: its cap is enforced
+
+
+def test_caps_applied_keep_proportional_at_its_profile_cap() -> None:
+    answer = "\n".join([GOOD_1] * 13)
+    question = "What did most of the settlers grow?"
+    small = verify(answer, question, profile="hermes-3-8b", quantifier_guard_apply_caps=True)
+    large = verify(answer, question, profile="default", quantifier_guard_apply_caps=True)
+    assert (small.n_claims, large.n_claims) == (1, 3)
 
 
 def test_allow_broad_turns_cap_reduction_off_for_broad_rungs() -> None:
@@ -543,18 +557,68 @@ def test_broad_cap_near_misses() -> None:
 
 
 def test_broad_scope_unbound_soft_demotes() -> None:
-    v = verify(GOOD_1, BROAD_UNBOUNDED)
+    v = verify(GOOD_1, BROAD_UNBOUNDED, **CAPS)
     assert v.violation_kinds == (K.BROAD_QUANTIFIER_SCOPE_UNBOUND,)
     assert outcome(v) == (Verdict.HYBRID, Label.ANCHOR_WARRANTED)
     assert v.tails == ("broad unbounded",)
+    assert v.would_fire_kinds == ()  # it fired: nothing is left to record as "would"
 
 
 def test_broad_scope_unbound_near_misses() -> None:
-    assert verify(GOOD_2, BROAD_BOUNDED).violation_kinds == ()
-    off = verify(GOOD_1, BROAD_UNBOUNDED, quantifier_guard_enabled=False)
-    assert off.violation_kinds == ()
-    unguarded_mode = verify(GOOD_1, BROAD_UNBOUNDED, quantifier_guard_modes=["claim_lattice"])
-    assert unguarded_mode.violation_kinds == ()
+    assert verify(GOOD_2, BROAD_BOUNDED, **CAPS).violation_kinds == ()
+    off = verify(GOOD_1, BROAD_UNBOUNDED, quantifier_guard_enabled=False, **CAPS)
+    assert off.violation_kinds == off.would_fire_kinds == ()
+    unguarded_mode = verify(
+        GOOD_1, BROAD_UNBOUNDED, quantifier_guard_modes=["claim_lattice"], **CAPS
+    )
+    assert unguarded_mode.violation_kinds == unguarded_mode.would_fire_kinds == ()
+
+
+RUNAWAY = f"{GOOD_2}\nThey also had many other friends in the band.\nThey had managers and producers too."
+
+
+@pytest.mark.parametrize(
+    ("answer", "question", "overrides", "would_fire"),
+    [
+        (GOOD_1, BROAD_UNBOUNDED, {}, {K.BROAD_QUANTIFIER_SCOPE_UNBOUND}),
+        (RUNAWAY, BROAD_BOUNDED, {}, {K.BROAD_QUANTIFIER_RUNAWAY}),
+        (
+            f"{GOOD_1}\n{GOOD_2}\n{GOOD_3}",
+            BROAD_BOUNDED,
+            {"quantifier_caps_by_intensity": {"ALL": 2}},
+            {K.BROAD_QUANTIFIER_CAP_APPLIED},
+        ),
+        (
+            "\n".join([GOOD_1, GOOD_2, GOOD_3] * 3),
+            "Tell me everything about the Beatles",
+            {},
+            {K.BROAD_QUANTIFIER_SCOPE_UNBOUND},  # 9 claims under the default profile's cap of 15
+        ),
+    ],
+)
+def test_the_dry_run_records_broad_kinds_and_moves_no_verdict(
+    answer: str, question: str, overrides: dict[str, Any], would_fire: set[K]
+) -> None:
+    """Caps off (the default): the guard's kinds are recorded, the grade equals a guard-off one."""
+    dry = verify(answer, question, **overrides)
+    off = verify(answer, question, quantifier_guard_enabled=False, **overrides)
+    assert set(dry.would_fire_kinds) == would_fire
+    assert dry.model_dump(exclude={"would_fire_kinds"}) == off.model_dump(
+        exclude={"would_fire_kinds"}
+    )
+    assert off.would_fire_kinds == ()
+    enforced = verify(answer, question, **CAPS, **overrides)
+    assert would_fire <= set(enforced.violation_kinds)
+    assert outcome(enforced) != outcome(dry)
+
+
+def test_the_dry_run_would_fire_cap_applied_only_below_the_default_cap() -> None:
+    nine = "\n".join([GOOD_1, GOOD_2, GOOD_3] * 3)
+    hermes = verify(nine, BROAD_BOUNDED, profile="hermes-3-8b")  # ALL: 8 < 12, 9 claims
+    assert K.BROAD_QUANTIFIER_CAP_APPLIED in hermes.would_fire_kinds
+    assert K.TOO_MANY_CLAIMS not in hermes.violation_kinds and hermes.n_claims == 9
+    default = verify(nine, BROAD_BOUNDED)  # ALL: 12, not below the default
+    assert K.BROAD_QUANTIFIER_CAP_APPLIED not in default.would_fire_kinds
 
 
 def test_broad_kinds_never_fire_in_quote_mode_by_default() -> None:
@@ -575,7 +639,11 @@ def test_broad_rejected_only_with_reject_broad() -> None:
 
 def test_exploratory_label_on_allow_broad() -> None:
     v = verify(GOOD_1, BROAD_UNBOUNDED, allow_broad=True)
-    assert outcome(v) == (Verdict.HYBRID, Label.EXPLORATORY)
+    assert outcome(v) == (Verdict.STRICT, Label.EXPLORATORY)  # the dry run demotes nothing
+    assert outcome(verify(GOOD_1, BROAD_UNBOUNDED, allow_broad=True, **CAPS)) == (
+        Verdict.HYBRID,
+        Label.EXPLORATORY,
+    )
     assert v.tails[-1] == "not evidence-warranted"
     narrow = verify(GOOD_1, BEATLES_Q, allow_broad=True)
     assert narrow.label is Label.EVIDENCE_WARRANTED
@@ -624,6 +692,13 @@ def test_bracket_diagnostics() -> None:
     assert v.raw_meaningful_line_count == 3
 
 
+def test_answer_brackets_is_zero_outside_the_lattice_modes() -> None:
+    quote = verify('"The Beatles were an English rock band" [E1] and [note]', BEATLES_Q, QUOTE)
+    assert quote.answer_brackets == 0
+    assert quote.answer_pointer_count == 1  # the ids a quote answer cites are still counted
+    assert verify(GOOD_1, BEATLES_Q, POINTER).answer_brackets == 1
+
+
 def test_json_pointer_count_counts_listed_evidence_ids() -> None:
     answer = json_answer(
         ("The Beatles formed in Liverpool in 1960", ["E1", "E3"], "formed in Liverpool in 1960"),
@@ -664,7 +739,7 @@ def test_verify_without_a_preflight_classifies_the_question_itself() -> None:
     v = verify_answer(
         GOOD_1, question=BROAD_UNBOUNDED, mode=POINTER, evidence=EVIDENCE, policy=Policy()
     )
-    assert K.BROAD_QUANTIFIER_SCOPE_UNBOUND in v.violation_kinds
+    assert K.BROAD_QUANTIFIER_SCOPE_UNBOUND in v.would_fire_kinds
 
 
 def test_gold_fields_are_left_for_the_gold_matcher() -> None:

@@ -97,7 +97,8 @@ def rows_for(run_id: str, n_questions: int, n: int) -> Iterator[dict[str, Any]]:
                     "quantifier_explicit_count": None,
                     "scope_bound_hint": "unknown",
                     "claim_cap_applied": 1,
-                    "model_profile_id": "hermes-3-8b",
+                    "model_profile_id": "adamo1139/Hermes-3-Llama-3.1-8B-FP8-Dynamic",
+                    "model_profile_key": "hermes-3-8b",
                     "model": "adamo1139/Hermes-3-Llama-3.1-8B-FP8-Dynamic",
                     "endpoint": f"http://127.0.0.1:{8000 + k % 4}",
                     "simulated": True,
@@ -274,3 +275,45 @@ def test_100k_row_file_renders_in_bounded_memory(tmp_path: Path) -> None:
     assert "Latency percentiles come from a bounded sketch" in text
     print(f"\npeak {peak / 1e6:.1f} MB streaming vs ~{holding_all / 1e6:.0f} MB to hold the rows")
     assert peak < holding_all / 20
+
+
+def test_cli_compare_decides_an_abd_cycle_from_four_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    roles = {
+        "O": {},
+        "A": {"quantifier_guard_apply_caps": True},
+        "B": {"quantifier_reminder_enabled": True},
+        "D": {"quantifier_guard_apply_caps": True, "quantifier_reminder_enabled": True},
+    }
+    for run_id, policy in roles.items():
+        write_run(tmp_path, run_id, n_questions=20, policy=build_policy(policy))
+    args = ["compare", "D", "O", "B", "A", "--results-dir", str(tmp_path)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "A/B/D cycle: neither (no step cleared its rule)." in out  # same rows in every run
+    assert "caps alone (`O` → `A`): `quantifier_guard_apply_caps`" in out
+    assert f"cycle: {tmp_path / 'A' / 'cycle.md'}" in out  # the last run given
+    assert "## Decision" in (tmp_path / "A" / "cycle.md").read_text()
+    assert main(["compare", "O", "A", "B", "--results-dir", str(tmp_path)]) == 2
+    assert "got 3 runs" in capsys.readouterr().err
+    write_run(tmp_path, "A2", n_questions=20, policy=build_policy(roles["A"]))
+    assert main(["compare", "O", "A", "B", "A2", "--results-dir", str(tmp_path)]) == 2
+    assert "both 'caps only'" in capsys.readouterr().err
+
+
+def test_the_api_comparison_carries_the_phase_decision(tmp_path: Path) -> None:
+    from common.settings import Settings
+    from producer.http.runs import compare_json
+
+    write_run(tmp_path, "A", n_questions=20)
+    write_run(tmp_path, "B", n_questions=20, policy=build_policy({"quantifier_guard_apply_caps": True}))
+    out = compare_json(Settings(results_dir=tmp_path), "A", "B", 5.0)  # type: ignore[call-arg]
+    phase = out["phase"]
+    assert (phase["switch"], phase["on_in"], phase["decision"]) == (
+        "quantifier_guard_apply_caps", "B", "no signal"
+    )
+    assert {s["key"] for s in phase["signals"]} == {"claims", "strict", "hybrid", "ungrounded"}
+    assert phase["decided_by"] == []
+    json.dumps(out)  # the whole answer is JSON
+    assert compare_json(Settings(results_dir=tmp_path), "A", "A", 5.0)["phase"] is None  # type: ignore[call-arg]

@@ -200,6 +200,17 @@ def test_compare_page_lists_deltas_and_changed_verdicts_linked_to_both_rows(
         assert f'<a href="/runs/run-b/rows/{k}">STRICT</a>' in html
 
 
+def test_compare_page_states_the_phase_decision_and_what_decided_it(results: Path) -> None:
+    path = results / "run-b" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["policy"]["quantifier_reminder_enabled"] = True
+    path.write_text(json.dumps(manifest))
+    html = get(Viewer(results), "/compare", a="run-a", b="run-b", floor="5")
+    assert "<h2>Quantifier phase decision</h2>" in html
+    assert "`quantifier_reminder_enabled` (on in run B): no signal" in html
+    assert "FORMAT_COLLAPSED or NO_EVIDENCE_POINTER rate drops" in html
+
+
 @pytest.mark.parametrize("path,query,status", [
     ("/runs/nope", {}, 404),
     ("/runs/..", {}, 404),
@@ -211,3 +222,19 @@ def test_compare_page_lists_deltas_and_changed_verdicts_linked_to_both_rows(
 ])
 def test_bad_requests_are_clear_errors(results: Path, path: str, query: dict, status: int) -> None:
     assert Viewer(results).handle(path, query).status == status
+
+
+def test_row_page_shows_the_dry_run_kinds_and_a_trimmed_pointer_linked_label(results: Path) -> None:
+    rows_path = results / "run-a" / "rows.jsonl"
+    rows = [json.loads(line) for line in rows_path.open()]
+    rows[0].update(
+        verdict="HYBRID",
+        label="POINTER-LINKED",
+        violation_kinds=["BROAD_QUANTIFIER_CAP_APPLIED", "TOO_MANY_CLAIMS"],
+        would_fire_kinds=[],
+    )
+    rows[1].update(would_fire_kinds=["BROAD_QUANTIFIER_SCOPE_UNBOUND"])
+    rows_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    viewer = Viewer(results)
+    assert "HYBRID · BROAD-CAPPED · POINTER-LINKED" in get(viewer, "/runs/run-a/rows/0")
+    assert "BROAD_QUANTIFIER_SCOPE_UNBOUND" in get(viewer, "/runs/run-a/rows/1")
