@@ -13,8 +13,9 @@ EXTRACTION_CUES_VERSION = "v3"  # v2: qualifiers leave subject tokens; v3: so do
 MODEL_PROFILES_VERSION = "profiles-v3"  # v2: non-broad rungs keep the policy default cap; v3: small-local
 # v2: BROAD-CAPPED label, non-broad rungs keep the default cap; v3: the dry run demotes
 # nothing, answer_brackets 0 in quote mode; v4: PROPORTIONAL keeps its profile cap, a sized
-# universal ("all three") is capped at its number
-VERIFIER_VERSION = "verifier-v4"
+# universal ("all three") is capped at its number; v5: quote-mode prose beside a quote is an
+# unbacked claim (NO_EVIDENCE_POINTER), a refusal phrase after "but" and a statement is a hedge
+VERIFIER_VERSION = "verifier-v5"
 PROMPT_VERSION = "prompt-v3"  # v2: reminder for broad questions only; v3: it asks for fewer grounded claims
 CHUNKER_VERSION = "chunker-v1"
 ROW_SCHEMA_VERSION = 1

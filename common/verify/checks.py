@@ -133,6 +133,9 @@ def check_quote(raw: RawClaim, ctx: CheckContext) -> Claim:
     """Check one quote by layered matching against its cited (or all) blocks."""
     problems: list[K] = []
     cited = _id_checks(raw, ctx, problems)
+    if not raw.tagged:  # prose beside the quotes: nothing backs it
+        problems.append(K.NO_EVIDENCE_POINTER)
+        return _done(raw, cited, problems)
     search = cited or list(ctx.blocks.values())
     layer, where = match_quote(raw.text, search)
     if layer is None or where is None:

@@ -26,7 +26,9 @@ Decisions where the rules left room:
   the tags after it on its line (before the next quote); the first quote of a
   line also takes tags written before it. ``> text [E1]`` is a quote.
   Quotes never span lines. Leading/trailing ellipses and edge punctuation are
-  dropped before matching.
+  dropped before matching. What a line says outside its quotes and tags, when
+  it is over 20 characters, is a ``tagged=False`` claim (``prose_beside_quotes``);
+  the verifier counts it only beside a quote (see ``verifier.py``).
 * ``answer_brackets`` counts every single-line ``[...]`` group;
   ``answer_pointer_count`` counts the distinct evidence ids cited anywhere in
   the answer (``[E2, E5]`` then ``[E2]`` is 2; in JSON mode the distinct ids
@@ -278,10 +280,27 @@ def _quotes_on_line(line: str) -> list[RawClaim]:
     return found
 
 
+def prose_beside_quotes(line: str) -> str:
+    """What a quote-mode line says outside its quotes and tags (bullets and edges stripped)."""
+    if line.startswith(">"):
+        return ""
+    spans = quote_spans(line)
+    kept, pos = [], 0
+    for start, end in spans:
+        kept.append(line[pos : start - 1])  # the opening mark goes with the quote
+        pos = end + 1
+    kept.append(line[pos:])
+    rest = " ".join(TAG_RE.sub(" ", " ".join(kept)).split())
+    return strip_bullet(rest).strip(" ,;:.-–—()")
+
+
 def extract_quotes(answer: str) -> Extraction:
     out = Extraction(tag_groups=len(TAG_RE.findall(answer)))
     for line in answer.splitlines():
         stripped = line.strip()
         if stripped:
             out.claims.extend(_quotes_on_line(stripped))
+            prose = prose_beside_quotes(stripped)
+            if len(prose) > MEANINGFUL_LINE_CHARS:
+                out.claims.append(RawClaim(text=prose, tagged=False))
     return out

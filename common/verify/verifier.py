@@ -23,7 +23,12 @@ Decisions where the rules left room:
 * DEFLECTION_DETECTED: a refusal phrase (``DEFLECTION_PATTERNS``) and no cited
   claim (pointer: no tagged line; JSON: no claim item; quote: no quote of 3+
   tokens). Its untagged lines are then not counted as claims. It can co-occur
-  with FORMAT_COLLAPSED.
+  with FORMAT_COLLAPSED. A refusal phrase after "but" that follows a statement
+  in the same sentence (three or more content words before the "but", no
+  refusal phrase among them) is a hedge, not a refusal: a real model wrote
+  "... was first published in 1687, but it does not specify how the publication
+  was actually produced", an answer with a caveat. "I'm sorry, but I cannot
+  answer" and "Sorry, but the evidence does not say" stay deflections.
 * Dry run: while caps are not applied (``quantifier_guard_apply_caps`` off,
   the default) the guard only observes. RUNAWAY, CAP_APPLIED and
   SCOPE_UNBOUND go to ``would_fire_kinds``, never to ``violation_kinds``, so
@@ -36,6 +41,13 @@ Decisions where the rules left room:
 * BROAD_QUANTIFIER_RUNAWAY in JSON mode compares claim items with items that
   cite an id (when the object parsed); otherwise raw meaningful lines with
   pointer tag groups. It is not reported on a deflection.
+* Quote mode: a line's prose beside its quotes (over 20 characters outside
+  the quotes and tags, with a content word) is a NO_EVIDENCE_POINTER claim when
+  the answer has at least one quote of 3+ tokens, as an untagged line is in
+  pointer mode: "The title of Madonna is "Umm Kulthum" ... She is also known as
+  the "Queen of Pop"" verifies one quote and asserts a falsehood around it, so
+  it is not STRICT. Such claims count in ``n_claims`` but not in
+  ``quote_match_layers``.
 * An answer with no claims and no violation kind (e.g. quote-mode prose with
   no quote in it; FORMAT_COLLAPSED is a lattice-mode kind) gets the tail
   ``no claims`` so its audit line still says why it is UNGROUNDED.
@@ -51,6 +63,7 @@ Decisions where the rules left room:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -128,7 +141,11 @@ def _extract(mode: Mode, answer: str) -> Extraction:
     if mode is Mode.CLAIM_LATTICE:
         return extract_json_claims(answer)
     ext = extract_quotes(answer)
-    ext.claims = [c for c in ext.claims if len(tokens(c.text)) >= MIN_QUOTE_TOKENS]
+    quotes = [c for c in ext.claims if c.tagged and len(tokens(c.text)) >= MIN_QUOTE_TOKENS]
+    # Prose beside a quote is a statement no quote backs (the quote-mode form of an untagged
+    # line); an answer with no quote at all stays a "no claims" row.
+    prose = [c for c in ext.claims if not c.tagged and content_tokens(c.text)] if quotes else []
+    ext.claims = [c for c in ext.claims if c in quotes or c in prose]
     return ext
 
 
@@ -140,11 +157,33 @@ def _is_collapsed(mode: Mode, answer: str, ext: Extraction, lines: int, policy: 
     return mode is Mode.CLAIM_LATTICE_POINTER or "{" not in answer
 
 
+_SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+")
+_BUT_RE = re.compile(r"(?:^|[\s,;])but\s")
+HEDGE_MIN_CONTENT_TOKENS = 3
+
+
+def _is_hedge(sentence: str, at: int) -> bool:
+    """A denial at ``at`` that follows "but" after a statement of the same sentence."""
+    buts = [m.start() for m in _BUT_RE.finditer(sentence, 0, at)]
+    if not buts:
+        return False
+    before = sentence[: buts[-1]]
+    return not any(p in before for p in DEFLECTION_PATTERNS) and (
+        len(content_tokens(before)) >= HEDGE_MIN_CONTENT_TOKENS
+    )
+
+
 def _is_deflection(answer: str, claims: Sequence[RawClaim]) -> bool:
     if any(c.tagged for c in claims):
         return False
-    text = normalize(answer)
-    return any(p in text for p in DEFLECTION_PATTERNS)
+    for sentence in _SENTENCE_END_RE.split(normalize(answer)):
+        for p in DEFLECTION_PATTERNS:
+            at = sentence.find(p)
+            while at >= 0:
+                if not _is_hedge(sentence, at):
+                    return True
+                at = sentence.find(p, at + 1)
+    return False
 
 
 def _effective_cap(mode: Mode, policy: Policy, pre: Preflight) -> tuple[int | None, bool]:
@@ -165,7 +204,8 @@ def _is_runaway(mode: Mode, ext: Extraction, lines: int) -> bool:
 def _quote_layers(claims: Sequence[Claim]) -> dict[str, int]:
     counts = dict.fromkeys((*LAYERS, "unmatched"), 0)
     for c in claims:
-        counts[c.match_layer or "unmatched"] += 1
+        if c.match_layer is not None or K.NO_EVIDENCE_POINTER.value not in c.problems:
+            counts[c.match_layer or "unmatched"] += 1
     return counts
 
 

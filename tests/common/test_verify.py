@@ -406,6 +406,35 @@ def test_deflection_detected_on_a_refusal_without_claims(mode: Mode, answer: str
     assert v.n_claims == 0
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "I'm sorry, but I cannot answer this from the evidence.",
+        "Sorry, but the evidence does not mention who the Beatles were.",
+        "The band is famous. But the evidence does not mention who the Beatles were.",
+    ],
+)
+def test_a_refusal_after_but_without_a_statement_is_still_a_deflection(answer: str) -> None:
+    assert K.DEFLECTION_DETECTED in verify(answer, BEATLES_Q, POINTER).violation_kinds
+
+
+@pytest.mark.parametrize(
+    ("mode", "answer", "kinds"),
+    [
+        # After a real model's answers: the answer, then a caveat about a detail.
+        (JSON, "The Beatles formed in Liverpool in 1960, but it does not specify how the band "
+               "chose its name.", (K.SCHEMA_INVALID,)),
+        (POINTER, "The Beatles were an English rock band, but their later albums are not "
+                  "mentioned.", (K.NO_EVIDENCE_POINTER,)),
+    ],
+)
+def test_a_refusal_phrase_after_but_and_a_statement_is_a_hedge(
+    mode: Mode, answer: str, kinds: tuple[ViolationKind, ...]
+) -> None:
+    v = verify(answer, BEATLES_Q, mode)
+    assert v.violation_kinds == kinds and v.verdict is Verdict.UNGROUNDED
+
+
 def test_deflection_near_miss_refusal_phrase_beside_a_tagged_claim() -> None:
     v = verify(f"{GOOD_1}\nTheir later albums are not mentioned here.")
     assert K.DEFLECTION_DETECTED not in v.violation_kinds

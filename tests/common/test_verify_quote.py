@@ -204,3 +204,17 @@ def test_prose_without_quotes_is_ungrounded_with_a_no_claims_tail() -> None:
     )
     assert (v.verdict, v.n_claims, v.violation_kinds) == (Verdict.UNGROUNDED, 0, ())
     assert v.tails == ("no claims",)
+
+
+def test_prose_beside_a_verified_quote_is_an_unbacked_claim() -> None:
+    # After a real model's answer: one verbatim quote inside a false statement.
+    v = verify('Albert Einstein is called "Umm Kulthum", and he is also known for the '
+               '"theory of relativity" in the papers.')
+    assert v.verdict is Verdict.HYBRID and v.violation_kinds == (ViolationKind.NO_EVIDENCE_POINTER,)
+    assert (v.n_claims, v.n_verified) == (2, 1)
+    assert sum(v.quote_match_layers.values()) == 1  # the prose is not a quote
+
+
+def test_short_text_beside_quotes_is_not_a_claim() -> None:
+    v = verify('- "developed the theory of relativity" [E1] (see E1)')
+    assert v.verdict is Verdict.STRICT and v.n_claims == 1
