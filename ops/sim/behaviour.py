@@ -22,6 +22,31 @@ denial             "the evidence does not mention ..." although it does
 broken_json        claim_lattice only: the JSON is cut short (UNGROUNDED)
 =================  ===========================================================
 
+Behaviours a real model showed and the failures above never produced (a
+135M-parameter model on CPU: docs/llm.md, 'What a real model wrote'). Every
+profile leaves them at 0, so simulated runs that do not ask for them are
+unchanged; ``--rate KIND=P`` turns one on:
+
+=================  ===========================================================
+paraphrase         one line in the model's own words, in every mode: no tag,
+                   no quote, no JSON ("The answer is: ...") (UNGROUNDED)
+question_echo      the question written back as the answer (UNGROUNDED)
+bare_pointer       ids outside the contract's spelling: ``(E1)`` or
+                   ``evidence "E1,"`` after a claim, ``"evidence_id": "E1"``
+                   in JSON; a verbatim quote still verifies, a pointer or JSON
+                   claim does not (UNGROUNDED outside quote mode)
+runaway            prose that does not stop: evidence sentences and filler
+                   until ``max_tokens`` cuts it mid-sentence (finish_reason
+                   ``length``; UNGROUNDED)
+partial_denial     the answer in prose, then "but the evidence does not
+                   specify ...": a caveat, not a refusal (UNGROUNDED: untagged
+                   prose; no DEFLECTION_DETECTED)
+html_entities      a good answer with its apostrophes written as ``&#x27;``,
+                   as a model trained on scraped HTML writes them
+repetition         a sentence written twice: a good answer's first line again
+                   at its end (in JSON mode, as prose); a duplicate claim
+=================  ===========================================================
+
 Rates are drawn once per choice. ``broken_json`` applies only to the JSON mode;
 in other modes that share of draws gives a good answer. With structured output
 (``response_format`` json_schema/json_object) the answer is always valid JSON,
@@ -60,6 +85,14 @@ FAILURE_KINDS: tuple[str, ...] = (
     "wrong_pointer",
     "denial",
     "broken_json",
+    # Seen in a real model's text (off in every profile):
+    "paraphrase",
+    "question_echo",
+    "bare_pointer",
+    "runaway",
+    "partial_denial",
+    "html_entities",
+    "repetition",
 )
 
 
@@ -72,6 +105,13 @@ class BehaviourRates:
     wrong_pointer: float = 0.0
     denial: float = 0.0
     broken_json: float = 0.0
+    paraphrase: float = 0.0
+    question_echo: float = 0.0
+    bare_pointer: float = 0.0
+    runaway: float = 0.0
+    partial_denial: float = 0.0
+    html_entities: float = 0.0
+    repetition: float = 0.0
 
     def __post_init__(self) -> None:
         total = sum(getattr(self, f.name) for f in fields(self))
@@ -316,6 +356,90 @@ def _with_untagged(mode: Mode, claims: list[Claim], rng: random.Random) -> str:
     return _render_json(claims, rng, extra={"claim": line, "evidence": [], "warrant": ""})
 
 
+# --------------------------------------------------------------------------- a real model's habits
+
+
+def _clause(sentence: str, words: int = 14) -> str:
+    """The sentence's first ``words`` words without final punctuation: a model's restatement."""
+    return " ".join(sentence.split()[:words]).rstrip(" .,;:!?")
+
+
+def _paraphrase(claims: list[Claim], rng: random.Random) -> str:
+    said = _clause(claims[0].text)
+    lead = rng.choice(("The answer is: ", "According to the evidence, ", ""))
+    if lead.startswith("According"):
+        said = said[:1].lower() + said[1:]
+    return f"{lead}{said}."
+
+
+def _bare_pointer(mode: Mode, claims: list[Claim], blocks: list[Block], rng: random.Random) -> str:
+    """Ids written, but not as the mode's contract spells them."""
+    if mode is Mode.CLAIM_LATTICE:
+        titles = {b.id: b.title for b in blocks}
+        items = [{"claim": c.text, "evidence_id": c.cited, "title": titles.get(c.cited, "")}
+                 for c in claims]
+        return json.dumps({"claims": items}, ensure_ascii=False, indent=2)
+    if mode is Mode.QUOTE:
+        return "\n".join(f'"{c.text}" ({c.cited})' for c in claims)
+    spellings = (
+        "{text} ({id})",
+        "{text} (evidence {id})",
+        'The evidence for the claim "{text}" is from the document with evidence "{id}," '
+        "which mentions it.",
+    )
+    return "\n".join(
+        rng.choice(spellings).format(text=c.text.rstrip("."), id=c.cited) for c in claims
+    )
+
+
+RAMBLE_TOKENS = 4096
+RAMBLE_FILLER = (
+    "This is often referred to as one of the key ideas of the subject.",
+    "In other words, it remains an important part of the story to this day.",
+    "Many of these details were described again in later accounts",
+)
+
+
+def _ramble(blocks: list[Block], rng: random.Random) -> str:
+    """Untagged paragraphs of evidence sentences and filler, longer than any budget we send."""
+    sentences = [s for b in blocks for s in b.sentences] or list(RAMBLE_FILLER)
+    paragraphs: list[str] = []
+    current: list[str] = []
+    used = 0
+    while used < RAMBLE_TOKENS:
+        s = rng.choice(sentences) if rng.random() < 0.6 else rng.choice(RAMBLE_FILLER)
+        current.append(s)
+        used += count_tokens(s)
+        if len(current) == 4:
+            paragraphs.append(" ".join(current))
+            current = []
+    paragraphs.append(" ".join(current))
+    return "\n\n".join(p for p in paragraphs if p)
+
+
+def _repeat(mode: Mode, claims: list[Claim], rng: random.Random) -> str:
+    """A good answer with its first line written again at the end (prose in JSON mode,
+    where the real model's repeated sentences were)."""
+    if mode is Mode.CLAIM_LATTICE:
+        said = " ".join(c.text for c in claims)
+        return f"{said}\n{claims[0].text}"
+    text = _render(mode, claims, rng)
+    return f"{text}\n{text.splitlines()[0]}"
+
+
+def _partial_denial(question: str, claims: list[Claim]) -> str:
+    return f"{_clause(claims[0].text, 20)}, but the evidence does not specify {_subject(question)}."
+
+
+def _html_entities(text: str) -> str:
+    return text.replace("'", "&#x27;")
+
+
+REAL_MODEL_HABITS = frozenset(
+    {"paraphrase", "question_echo", "bare_pointer", "runaway", "partial_denial", "repetition"}
+)
+
+
 REMINDER_FAILURE_FACTOR = 0.5
 _REMINDER_CAP_RE = re.compile(r"Quantifier reminder:[^\n]*?at most (\d+)")
 
@@ -340,11 +464,36 @@ def _draw_failure(
     for kind in FAILURE_KINDS:
         acc += getattr(rates, kind)
         if u < acc:
-            if structured and kind in ("format_collapse", "broken_json"):
+            # A schema-constrained reply is JSON of the right shape: no prose habit survives.
+            if structured and kind in ("format_collapse", "broken_json", *REAL_MODEL_HABITS):
                 return None
             if kind == "broken_json" and mode is not Mode.CLAIM_LATTICE:
                 return None
             return kind
+    return None
+
+
+def _real_model_habit(
+    failure: str | None,
+    mode: Mode,
+    question: str,
+    claims: list[Claim],
+    blocks: list[Block],
+    rng: random.Random,
+) -> str | None:
+    """The answer text of a habit seen in a real model's text, None for any other draw."""
+    if failure == "paraphrase":
+        return _paraphrase(claims, rng)
+    if failure == "question_echo":
+        return question
+    if failure == "bare_pointer":
+        return _bare_pointer(mode, claims, blocks, rng)
+    if failure == "runaway":
+        return _ramble(blocks, rng)
+    if failure == "partial_denial":
+        return _partial_denial(question, claims)
+    if failure == "repetition":
+        return _repeat(mode, claims, rng)
     return None
 
 
@@ -387,7 +536,12 @@ def compose_answer(
         return _with_untagged(mode, claims, rng), failure
     if failure == "wrong_pointer":
         return _render(mode, _mispoint(claims, blocks, rng), rng), failure
+    habit = _real_model_habit(failure, mode, question, claims, blocks, rng)
+    if habit is not None:
+        return habit, failure
     text = _render(mode, claims, rng)
+    if failure == "html_entities":
+        return _html_entities(text), failure
     if failure == "broken_json":
         cut = rng.randrange(len(text) // 3, max(len(text) // 3 + 1, len(text) - 2))
         return text[:cut], failure

@@ -292,3 +292,129 @@ def test_a_prompt_with_the_quantifier_reminder_is_heeded() -> None:
     assert heeded.format_collapse == rates.format_collapse / 2
     assert heeded.untagged_prose == rates.untagged_prose / 2
     assert heeded.denial == rates.denial
+
+
+# --------------------------------------------------------------------------- a real model's habits
+# What SmolLM2-135M wrote in the committed real-model run, reproducible on demand
+# (docs/llm.md, 'What a real model wrote'); every profile leaves these at 0.
+
+REAL_HABITS = ("paraphrase", "question_echo", "bare_pointer", "runaway", "partial_denial",
+               "html_entities", "repetition")
+APOSTROPHE_TEXTS = {
+    "The Beatles": (
+        "The Beatles were an English rock band formed in Liverpool in 1960. The Beatles' members "
+        "were John Lennon, Paul McCartney, George Harrison and Ringo Starr."
+    ),
+}
+
+
+def verify_text(text: str, mode: Mode, evidence: list[Evidence] | None = None):  # noqa: ANN201
+    from common.verify import verify_answer
+
+    return verify_answer(text, question=QUESTION, mode=mode,
+                         evidence=evidence or make_evidence(), policy=Policy())
+
+
+def test_no_profile_draws_a_real_model_habit() -> None:
+    for profile in PROFILES.values():
+        assert all(getattr(profile, kind) == 0.0 for kind in REAL_HABITS)
+    seen = {compose_answer(make_prompt(m), seed=s)[1] for m in Mode for s in range(60)}
+    assert not seen & set(REAL_HABITS)
+
+
+def test_paraphrase_is_one_untagged_line_in_every_mode() -> None:
+    for mode in Mode:
+        for seed in range(6):
+            text, failure = compose_answer(make_prompt(mode), seed=seed, rates=only("paraphrase"))
+            assert failure == "paraphrase"
+            assert len(text.splitlines()) == 1
+            assert not TAG_RE.search(text) and '"' not in text and "{" not in text
+            assert verify_text(text, mode).verdict.value == "UNGROUNDED"
+
+
+def test_question_echo_writes_the_question_back() -> None:
+    for mode in Mode:
+        text, failure = compose_answer(make_prompt(mode), seed=0, rates=only("question_echo"))
+        assert (text, failure) == (QUESTION, "question_echo")
+
+
+def test_bare_pointer_spells_ids_outside_the_contract() -> None:
+    spelled = set()
+    for seed in range(12):
+        text, _ = compose_answer(make_prompt(Mode.CLAIM_LATTICE_POINTER), seed=seed,
+                                 rates=only("bare_pointer"))
+        assert not TAG_RE.search(text) and re.search(r"\bE\d\b", text)
+        spelled |= {m for m in ("(E", "(evidence E", 'evidence "E') if m in text}
+        assert verify_text(text, Mode.CLAIM_LATTICE_POINTER).verdict.value == "UNGROUNDED"
+    assert spelled == {"(E", "(evidence E", 'evidence "E'}
+    text, _ = compose_answer(make_prompt(Mode.CLAIM_LATTICE), seed=1, rates=only("bare_pointer"))
+    items = json.loads(text)["claims"]
+    assert all("evidence_id" in i and "evidence" not in i for i in items)
+    assert verify_text(text, Mode.CLAIM_LATTICE).verdict.value == "UNGROUNDED"
+    # A verbatim quote is still verbatim: quote mode searches every block for it.
+    text, _ = compose_answer(make_prompt(Mode.QUOTE), seed=1, rates=only("bare_pointer"))
+    assert re.search(r'" \(E\d\)$', text.splitlines()[0])
+    assert verify_text(text, Mode.QUOTE).n_verified >= 1
+
+
+def test_runaway_runs_into_max_tokens() -> None:
+    for mode in Mode:
+        done = complete(make_prompt(mode), seed=2, choice_index=0, temperature=0.7,
+                        max_tokens=160, stop=["<|im_end|>"], rates=only("runaway"))
+        assert done.failure == "runaway"
+        assert done.finish_reason == "length" and done.completion_tokens == 160
+
+
+def test_repetition_writes_a_line_twice() -> None:
+    for mode in Mode:
+        text, failure = compose_answer(make_prompt(mode), seed=2, rates=only("repetition"))
+        assert failure == "repetition"
+        lines = text.splitlines()
+        assert lines[-1] in lines[:-1] or lines[-1] in text[: -len(lines[-1])]
+    text, _ = compose_answer(make_prompt(Mode.CLAIM_LATTICE_POINTER), seed=2,
+                             rates=only("repetition"))
+    result = verify_text(text, Mode.CLAIM_LATTICE_POINTER)
+    assert result.n_claims == len(text.splitlines()) and result.n_verified == result.n_claims
+
+
+def test_runaway_is_untagged_prose_in_paragraphs() -> None:
+    text, _ = compose_answer(make_prompt(Mode.CLAIM_LATTICE_POINTER), seed=3,
+                             rates=only("runaway"))
+    assert "\n\n" in text and not TAG_RE.search(text)
+    assert count_tokens(text) >= 4096
+
+
+def test_partial_denial_answers_then_denies_a_side_detail() -> None:
+    text, failure = compose_answer(make_prompt(Mode.CLAIM_LATTICE), seed=4,
+                                   rates=only("partial_denial"))
+    assert failure == "partial_denial"
+    head, tail = text.split(", but ", 1)
+    assert any(head.split()[0] in b for b in BLOCKS.values())
+    assert tail.startswith("the evidence does not specify the members of the Beatles")
+    kinds = verify_text(text, Mode.CLAIM_LATTICE).violation_kinds
+    assert "DEFLECTION_DETECTED" not in kinds and "SCHEMA_INVALID" in kinds
+
+
+def test_html_entities_escape_apostrophes_of_a_good_answer() -> None:
+    evidence = [Evidence(id="E1", doc_id="d1", chunk_id="d1-0", title="The Beatles",
+                         text=APOSTROPHE_TEXTS["The Beatles"], score=1.0, offset_start=0,
+                         offset_end=len(APOSTROPHE_TEXTS["The Beatles"]))]
+    prompt = make_prompt(Mode.QUOTE, evidence=evidence)
+    for seed in range(8):
+        good, _ = compose_answer(prompt, seed=seed, rates=CLEAN)
+        text, failure = compose_answer(prompt, seed=seed, rates=only("html_entities"))
+        assert failure == "html_entities"
+        assert text == good.replace("'", "&#x27;")
+        if "'" in good:
+            break
+    else:
+        pytest.fail("no seed picked the sentence with an apostrophe")
+
+
+def test_structured_output_has_no_prose_habit() -> None:
+    for kind in ("paraphrase", "question_echo", "bare_pointer", "runaway", "partial_denial",
+                 "repetition"):
+        text, failure = compose_answer(make_prompt(Mode.CLAIM_LATTICE), seed=5, rates=only(kind),
+                                       structured=True)
+        assert failure is None
+        assert isinstance(json.loads(text)["claims"], list)
