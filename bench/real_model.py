@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from collections import Counter
@@ -50,16 +51,40 @@ def _pct(n: int, d: int) -> str:
 def _quantile(values: Sequence[float], q: float) -> float:
     """Nearest-rank quantile (the summary's convention for p50/p95)."""
     ordered = sorted(values)
-    k = max(0, min(len(ordered) - 1, round(q * len(ordered) + 0.5) - 1))
+    k = max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))
     return ordered[k]
 
 
-def mode_figures(rows: Sequence[Mapping[str, Any]], mode: str) -> dict[str, Any]:
-    """One mode's figures over rows without an error (errors counted apart)."""
+def service_seconds(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Seconds the one-slot server spent on each job, by job id.
+
+    A row's ``llm_ms`` includes the wait for the server's single slot (an eager sweep
+    hands the gateway many jobs at once), so it is not the model's time. The server
+    answers one request at a time and the queue stays full, so consecutive rows
+    finish one service time apart: a job's service time is its finish less the
+    previous finish (the first job's, its finish less its start).
+    """
+    done = sorted((r for r in rows if r.get("finished_at") and r.get("started_at")),
+                  key=lambda r: r["finished_at"])
+    out: dict[str, float] = {}
+    previous: float | None = None
+    for r in done:
+        begin = r["started_at"] if previous is None else max(previous, r["started_at"])
+        out[r["job_id"]] = r["finished_at"] - begin
+        previous = r["finished_at"]
+    return out
+
+
+def mode_figures(
+    rows: Sequence[Mapping[str, Any]], mode: str, service: Mapping[str, float] | None = None
+) -> dict[str, Any]:
+    """One mode's figures over rows without an error (errors counted apart); ``service``
+    gives each job's time on the server (``service_seconds`` of the whole run)."""
+    service = service_seconds(rows) if service is None else service
     mine = [r for r in rows if r.get("mode") == mode]
     ok = [r for r in mine if not r.get("error") and r.get("verdict")]
     n = len(ok)
-    llm_s = [r["timings"]["llm_ms"] / 1000 for r in ok if (r.get("timings") or {}).get("llm_ms")]
+    llm_s = [service[r["job_id"]] for r in ok if r.get("job_id") in service]
     tokens = sum((r.get("usage") or {}).get("completion_tokens") or 0 for r in ok)
     labels = Counter(r.get("label") for r in ok)
     return {
@@ -74,8 +99,8 @@ def mode_figures(rows: Sequence[Mapping[str, Any]], mode: str) -> dict[str, Any]
         "n": n,
         "p50_s": _quantile(llm_s, 0.5) if llm_s else None,
         "p95_s": _quantile(llm_s, 0.95) if llm_s else None,
-        # Completion tokens over generation time, prompt evaluation included: what a user of
-        # the server waits for per token of answer, not the decoder's raw speed.
+        # Completion tokens over the server's time, prompt evaluation included: what a user
+        # of the server waits for per token of answer, not the decoder's raw speed.
         "tokens_per_s": tokens / sum(llm_s) if llm_s else None,
     }
 
@@ -109,13 +134,14 @@ def figures_table(run_dir: Path, *, reverified: bool = False) -> str:
     head = (
         "| mode | jobs | strict | UNGROUNDED | format collapsed | cut at max_tokens | "
         + " | ".join(LABELS)
-        + " | errors | p50 / p95 LLM s | tokens/s |\n|"
+        + " | errors | p50 / p95 server s | tokens/s |\n|"
         + "---|" * (9 + len(LABELS))
         + "\n"
     )
     body = ""
+    service = service_seconds(rows)
     for mode in manifest.get("modes") or MODES:
-        f = mode_figures(rows, mode)
+        f = mode_figures(rows, mode, service)
         n = f["n"]
         labels = " | ".join(_pct(f["labels"][lab], n) for lab in LABELS)
         lat = (f"{f['p50_s']:.1f} / {f['p95_s']:.1f}" if f["p50_s"] is not None else "n/a")
@@ -150,9 +176,9 @@ HABITS: dict[str, Callable[[Mapping[str, Any]], bool]] = {
     "HTML entities (&#x27;, &quot;)": lambda r: bool(re.search(r"&#x27;|&quot;|&amp;", r["answer"])),
     "prompt markup (<evidence ...>)": lambda r: "<evidence" in r["answer"],
     "cut at max_tokens": lambda r: r.get("finish_reason") == "length",
-    "a line written 3+ times": lambda r: max(Counter(
-        ln.strip() for ln in r["answer"].splitlines() if len(ln.strip()) > 20).values(),
-        default=0) >= 3,
+    "a sentence written twice or more": lambda r: max(Counter(
+        s.strip() for s in re.split(r"(?<=[.!?])\s+|\n", r["answer"]) if len(s.strip()) > 20
+    ).values(), default=0) >= 2,
 }
 
 
