@@ -83,13 +83,14 @@ EndpointsFor = Callable[[Settings], AbstractContextManager[Endpoints]]
 
 @contextlib.contextmanager
 def configured_endpoints(settings: Settings) -> Iterator[Endpoints]:
-    """The endpoints of ``settings`` (QFARM_LLM_ENDPOINTS), checked to answer."""
+    """The endpoints of ``settings`` (QFARM_LLM_ENDPOINTS), checked to answer as OpenAI-compatible
+    servers of QFARM_MODEL."""
     if not settings.endpoints:
         raise ConfigError(
             "no LLM endpoints: set QFARM_LLM_ENDPOINTS (or Settings(llm_endpoints=...)) to base "
             "URLs such as http://gpu1:8000; start a simulator with `qfarm sim --port 8000`"
         )
-    probe = probe_endpoints(settings.endpoints, api_keys={
+    probe = probe_endpoints(settings.endpoints, model=settings.model, api_keys={
         url: settings.api_key_for(url) for url in settings.endpoints})
     yield Endpoints(urls=settings.endpoints, simulated=probe.simulated)
 
