@@ -434,9 +434,8 @@ def _login(farm: Farm, request: Request, token: str) -> Response:
     """``?token=T``: a cookie for the viewer's pages, then the same page without the token."""
     if farm.tokens.scope_of(token) is None:
         return problem(401, "that token is not valid")
-    query = "&".join(f"{k}={v}" for k, v in request.query_params.multi_items() if k != "token")
-    target = request.url.path + (f"?{query}" if query else "")
-    resp = RedirectResponse(target, status_code=303)
+    query = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+    resp = RedirectResponse(auth.local_target(request.url.path, query), status_code=303)
     resp.set_cookie(auth.COOKIE, token, httponly=True, samesite="strict",
                     secure=request.url.scheme == "https", path="/")
     return resp

@@ -211,3 +211,18 @@ def test_compare_page_lists_deltas_and_changed_verdicts_linked_to_both_rows(
 ])
 def test_bad_requests_are_clear_errors(results: Path, path: str, query: dict, status: int) -> None:
     assert Viewer(results).handle(path, query).status == status
+
+
+def test_control_characters_never_reach_a_page(tmp_path: Path) -> None:
+    run_dir = write_synthetic_run(tmp_path, "run-nul", 2)
+    rows_path = run_dir / "rows.jsonl"
+    rows = [json.loads(line) for line in rows_path.open()]
+    for r in rows:
+        r.update(question="nul\x00here\x07?", answer="an\x00swer [E1]")
+    rows_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    viewer = Viewer(tmp_path)
+    for path in ("/runs/run-nul", "/runs/run-nul/rows", "/runs/run-nul/rows/0"):
+        body = viewer.handle(path, {}).body
+        assert b"\x00" not in body and b"\x07" not in body, path
+        if path != "/runs/run-nul":  # the run page names no question
+            assert "nul\ufffdhere\ufffd?".encode() in body, path
