@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import time
 from pathlib import Path
@@ -13,6 +14,14 @@ from pydantic import ValidationError
 
 from common.errors import InputError, first_validation_error
 from common.models import Manifest
+
+# What a run id may be: a directory name under the results directory (nothing that could
+# leave it), short enough for every file system (255 bytes is the usual name limit).
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
+
+
+def is_run_id(text: str) -> bool:
+    return RUN_ID.fullmatch(text) is not None
 
 
 def new_run_id() -> str:

@@ -187,7 +187,8 @@ def create_app(settings: Settings, *, eager: bool = False,
         if not eager:
             try:
                 adopted = await anyio.to_thread.run_sync(farm.followers.adopt, farm.store)
-            except RedisError as exc:  # the server starts anyway; POST .../resume later
+            except (RedisError, QfarmError) as exc:  # the server starts anyway (routes
+                # that need Redis answer 503 until it is back); POST .../resume later
                 log.warning("could not look for runs to follow again: Redis: %s", exc)
             else:
                 if adopted:
