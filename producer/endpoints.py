@@ -45,9 +45,10 @@ def served_model_ids(body: bytes) -> list[str]:
     if not isinstance(data, list):
         raise NotOpenAI('JSON without a "data" list')
     ids = [e.get("id") for e in data if isinstance(e, dict)]
-    if not ids or not all(isinstance(i, str) for i in ids):
+    named = [i for i in ids if isinstance(i, str)]
+    if not named or len(named) != len(data):
         raise NotOpenAI('a "data" list without model ids')
-    return ids
+    return named
 
 
 def _shown(ids: list[str]) -> str:

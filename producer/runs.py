@@ -6,6 +6,7 @@ import json
 import os
 import re
 import secrets
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,27 @@ def read_manifest(run_dir: Path) -> Manifest:
         raise InputError(
             f"{path}: invalid manifest at {where}: {msg}; re-run the sweep or fix the file"
         ) from exc
+
+
+def this_process() -> dict[str, object]:
+    """What ``status.json`` records of the process running a run, so a reader can tell
+    when that process is gone (``producer_alive``)."""
+    return {"pid": os.getpid(), "host": socket.gethostname()}
+
+
+def producer_alive(status: dict[str, Any]) -> bool | None:
+    """Whether the process ``status.json`` names still runs; None when it cannot be told
+    (no process recorded, or it ran on another host)."""
+    pid, host = status.get("pid"), status.get("host")
+    if not isinstance(pid, int) or isinstance(pid, bool) or host != socket.gethostname():
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process by that pid: alive
+    return True
 
 
 def update_run_status(run_dir: Path, **fields: object) -> None:

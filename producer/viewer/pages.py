@@ -28,7 +28,14 @@ from common.models import Manifest
 from common.report import GOLD_COLUMNS, fmt_ms, fmt_num, fmt_pct, fmt_time, gold_cells, run_warnings
 from common.runstats import STAGES
 from common.vocab import Verdict
-from producer.reports import DELTA_PLOT, LATENCY_PLOT, MANIFEST, STRICT_PLOT, check_floor
+from producer.reports import (
+    DELTA_PLOT,
+    LATENCY_PLOT,
+    MANIFEST,
+    STRICT_PLOT,
+    check_floor,
+    shown_status,
+)
 from producer.runs import is_run_id, read_manifest, read_run_status
 from producer.store import ProducerStore, Progress
 from producer.viewer.compare import changed_verdicts, render_comparison
@@ -168,7 +175,11 @@ class Viewer:
         """A run's manifest, status and rows: from its directory, else from Redis."""
         if self._has_dir(run_id):
             run_dir = self.results_dir / run_id
-            return read_manifest(run_dir), read_run_status(run_dir), self.cache.get(run_dir)
+            on_disk, status = read_manifest(run_dir), read_run_status(run_dir)
+            rr = self.cache.get(run_dir)
+            # The status its rows and its process say, not status.json's word.
+            status["status"] = shown_status(on_disk, status, rr.stats.rows)
+            return on_disk, status, rr
         store = self.redis.get() if is_run_id(run_id) else None
         if store is None:
             where = " or in Redis" if self.redis.configured else ""

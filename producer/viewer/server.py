@@ -27,15 +27,15 @@ def make_server(
     tokens: auth.Tokens | None = None,
 ) -> ThreadingHTTPServer:
     """The viewer's server; a non-loopback ``host`` without ``tokens`` is a ConfigError."""
-    tokens = tokens or auth.Tokens(())
-    auth.check_bind(host, tokens)
+    known = tokens or auth.Tokens(())
+    auth.check_bind(host, known)
     viewer = Viewer(results_dir, redis_url=redis_url, index_path=index_path)
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             url = urlsplit(self.path)
             pairs = parse_qsl(url.query)
-            if tokens.required and not self._allowed(url.path, pairs):
+            if known.required and not self._allowed(url.path, pairs):
                 return
             query = {k: v for k, v in pairs if k != "token"}
             resp = viewer.handle(url.path, query)
@@ -44,7 +44,7 @@ def make_server(
         def _allowed(self, path: str, pairs: list[tuple[str, str]]) -> bool:
             token = next((v for k, v in pairs if k == "token"), None)
             if token is not None:  # a login: a cookie, then the page without the token
-                if tokens.scope_of(token) is None:
+                if known.scope_of(token) is None:
                     self._send(401, "text/plain; charset=utf-8", b"that token is not valid\n")
                     return False
                 self.send_response(303)
@@ -55,7 +55,7 @@ def make_server(
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return False
-            if tokens.scope_of(self._cookie() or auth.bearer(self.headers.get("Authorization"))):
+            if known.scope_of(self._cookie() or auth.bearer(self.headers.get("Authorization"))):
                 return True
             self._send(401, "text/plain; charset=utf-8",
                        b"the viewer needs a token: open /?token=TOKEN once (a cookie keeps it) "
