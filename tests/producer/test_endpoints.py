@@ -132,3 +132,27 @@ def test_the_probe_error_never_shows_the_endpoint_password(other_model_sim, tmp_
             pass
     assert "pw-s3cr3t" not in str(info.value)
     assert "alice:***@" in str(info.value)
+
+
+def test_a_sweep_against_a_plain_http_server_fails_before_any_run(plain_http_server, tmp_path,
+                                                                  default_index):
+    """Before the probe checked the model list this sweep wrote two rows "answered 501",
+    a summary "complete, 2 of 2" and exited 0."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    url, _ = plain_http_server
+    questions = tmp_path / "q.txt"
+    questions.write_text("What is jazz?\nWho wrote Hamlet?\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QFARM_")}
+    env.update(QFARM_LLM_ENDPOINTS=url, QFARM_INDEX_PATH=str(default_index),
+               QFARM_RESULTS_DIR=str(tmp_path / "results"))
+    qfarm = str(Path(sys.executable).parent / "qfarm")
+    res = subprocess.run([qfarm, "sweep", str(questions), "--modes", "quote", "--eager", "--quiet"],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is not an OpenAI-compatible server" in lines[0], res.stderr
+    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").iterdir())
