@@ -125,19 +125,35 @@ def test_a_lone_surrogate_in_a_question_is_422(farm_client):
     assert resp.status_code == 422, resp.text
 
 
-def test_thirty_identical_sweeps_at_once_are_all_created(farm_client):
+def test_thirty_identical_sweeps_at_once_are_all_created(make_settings, tmp_path):
+    proc, url = _start_redis(tmp_path)  # its own Redis: the runs' followers outlive the app
+    settings = make_settings(redis_url=url, api_tokens=TOKENS)
     body = {"questions": ["What is jazz?", "Who wrote Hamlet?"], "modes": ["quote"]}
+    try:
+        app = create_app(settings)
+        with TestClient(app, raise_server_exceptions=False) as client:
 
-    def post(_: int) -> tuple[int, str]:
-        resp = farm_client.post("/v1/sweeps", json=body, headers=bearer(ADMIN_TOKEN))
-        return resp.status_code, resp.text[:200]
+            def post(_: int) -> tuple[int, str]:
+                resp = client.post("/v1/sweeps", json=body, headers=bearer(ADMIN_TOKEN))
+                return resp.status_code, resp.text
 
-    with ThreadPoolExecutor(30) as pool:
-        results = list(pool.map(post, range(30)))
-    assert [s for s, _ in results] == [201] * 30, [r for r in results if r[0] != 201]
-    uploads = list((farm_client.settings.data_dir / "uploads").iterdir())
-    assert len(uploads) == 1 and uploads[0].suffix == ".jsonl", uploads
-    assert [json.loads(line)["question"] for line in uploads[0].open()] == body["questions"]
+            with ThreadPoolExecutor(30) as pool:
+                results = list(pool.map(post, range(30)))
+            assert [s for s, _ in results] == [201] * 30, [r for r in results if r[0] != 201]
+            uploads = list((settings.data_dir / "uploads").iterdir())
+            assert len(uploads) == 1 and uploads[0].suffix == ".jsonl", uploads
+            assert [json.loads(line)["question"] for line in uploads[0].open()] == body["questions"]
+            for _, text in results:  # no worker runs them: cancel, so their followers end
+                run_id = json.loads(text)["run_id"]
+                client.post(f"/v1/runs/{run_id}/cancel", headers=bearer(ADMIN_TOKEN))
+            followers = app.state.farm.followers
+            deadline = time.monotonic() + 60
+            while any(t.is_alive() for t in list(followers.threads.values())):
+                assert time.monotonic() < deadline, "followers did not end after cancel"
+                time.sleep(0.2)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
 
 
 def test_identical_uploads_written_at_once_all_land():
