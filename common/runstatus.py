@@ -18,6 +18,7 @@ INTERRUPTED = "interrupted"
 CANCELLED = "cancelled"
 FAILED = "failed"
 ENQUEUEING = "enqueueing"
+ENQUEUE_INTERRUPTED = "enqueue interrupted"
 
 # Statuses that say a producer is still at work (its process may have died since).
 IN_PROGRESS = (RUNNING, ENQUEUEING)
@@ -38,6 +39,9 @@ def run_status(recorded: str | None, *, rows: int, n_jobs: int, eager: bool,
         return COMPLETE
     if recorded == CANCELLED:
         return CANCELLED
+    if recorded == ENQUEUEING and producer_alive is False:
+        # The producer died before every job was sent: nothing will send the rest.
+        return ENQUEUE_INTERRUPTED
     if recorded in IN_PROGRESS or recorded is None:
         if eager and producer_alive is False:
             return INTERRUPTED

@@ -396,7 +396,7 @@ def _run_distributed(spec: SweepSpec, questions: QuestionSet, modes: list[Mode],
     store = ProducerStore(client)
     run_dir = create_run_dir(settings.results_dir, plan.manifest)
     store.put_manifest(plan.manifest)
-    update_run_status(run_dir, status="enqueueing", started_at=time.time())
+    update_run_status(run_dir, status="enqueueing", started_at=time.time(), **this_process())
     t0 = time.perf_counter()
     try:
         sent = enqueue_counted(app, store, plan.jobs(), bundle_size=settings.bundle_size)

@@ -18,7 +18,9 @@ from common.runstatus import run_status
         ("running", 8, True, False, "complete"),  # killed after its last row
         ("running", 3, True, None, "running"),  # another host's process: cannot tell
         ("running", 3, False, False, "running"),  # workers go on without the producer
-        ("enqueueing", 0, True, False, "interrupted"),
+        ("enqueueing", 0, True, False, "enqueue interrupted"),
+        ("enqueueing", 3, False, False, "enqueue interrupted"),  # died while sending
+        ("enqueueing", 3, False, True, "enqueueing"),
         ("cancelled", 3, False, None, "cancelled"),
         ("failed", 8, False, None, "failed"),
         ("interrupted", 3, True, None, "interrupted"),
