@@ -15,11 +15,13 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    field_validator,
     model_serializer,
     model_validator,
 )
 
 from common.policy import Policy
+from common.urls import redact_urls
 from common.versions import ROW_SCHEMA_VERSION
 from common.vocab import ALL_MODES, Confidence, Intensity, Label, Mode, Verdict, ViolationKind
 
@@ -302,6 +304,14 @@ class Manifest(Frozen):
     eager: bool = True
     keep_answers: bool = False
     use_cache: bool = True
+
+    @field_validator("endpoints")
+    @classmethod
+    def _no_passwords(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        # The manifest is shown everywhere (summary.md, the API, the viewer) and nothing
+        # calls an endpoint from it: a password in QFARM_LLM_ENDPOINTS never lands here,
+        # and one in a manifest written before that is hidden when it is read.
+        return tuple(redact_urls(value))
 
 
 # --------------------------------------------------------------------------- the row

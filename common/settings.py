@@ -13,6 +13,7 @@ from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_va
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from common.errors import ConfigError
+from common.urls import redact_url, redact_urls
 
 DEFAULT_MODEL = "adamo1139/Hermes-3-Llama-3.1-8B-FP8-Dynamic"
 API_KEYS_FORM = "URL=KEY,URL=KEY (e.g. http://gpu1:8000=KEY1,http://gpu2:8000=KEY2)"
@@ -160,8 +161,9 @@ def api_keys_by_endpoint(raw: str | None, endpoints: list[str]) -> dict[str, str
             raise ConfigError(f"QFARM_LLM_API_KEYS: entry {pos} is not URL=KEY; expected {API_KEYS_FORM}")
         if url not in endpoints:
             raise ConfigError(
-                f"QFARM_LLM_API_KEYS: entry {pos} names {url}, which is not in QFARM_LLM_ENDPOINTS "
-                f"({','.join(endpoints) or 'empty'}); each entry names one of those endpoints"
+                f"QFARM_LLM_API_KEYS: entry {pos} names {redact_url(url)}, which is not in "
+                f"QFARM_LLM_ENDPOINTS ({','.join(redact_urls(endpoints)) or 'empty'}); each "
+                "entry names one of those endpoints"
             )
         keys[url] = key.strip()
     return keys

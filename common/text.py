@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
+import re
+
 REPLACEMENT = "\ufffd"
+
+# C0 controls but tab, newline and carriage return, and DEL: a question file, a row or a
+# server's error may carry them (NUL included); markdown and HTML have no place for them
+# (NUL is an HTML parse error).
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def replace_control_chars(text: str) -> str:
+    """``text`` with every control character but tab, newline and CR replaced by U+FFFD."""
+    return _CONTROL.sub(REPLACEMENT, text)
 
 
 def replace_lone_surrogates(text: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,13 @@ def question_text(text: str, limit: int, where: str) -> str:
     text = text.strip()
     if not text:
         raise ApiError(422, f"{where}: the question is empty", where)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        # JSON may spell a lone surrogate ("\\ud800"); it is not text, and the question would
+        # fail where it is first written (its row, the upload file).
+        raise ApiError(422, f"{where}: a lone surrogate (U+{ord(text[exc.start]):04X}) at "
+                            f"character {exc.start}; send UTF-8 text", where) from None
     if len(text) > limit:
         raise ApiError(422, f"{where}: {len(text)} characters; at most {limit} "
                             "(QFARM_API_MAX_QUESTION_CHARS)", where)
@@ -70,9 +78,14 @@ def upload_questions(settings: Settings, questions: list[Question]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{hashlib.sha256(body).hexdigest()[:24]}.jsonl"
     if not path.exists():
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(body)
-        tmp.replace(path)
+        # A temporary name of its own: identical sweeps posted at once write the same file,
+        # and a shared temporary name would be renamed away under the next writer.
+        tmp = path.with_name(f"{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            tmp.write_bytes(body)
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)
     return path
 
 

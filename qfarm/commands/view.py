@@ -34,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--host",
         default="127.0.0.1",
-        help="address to bind (default 127.0.0.1: this machine only; the pages have no login)",
+        help="address to bind (default 127.0.0.1: this machine only, no login; any other "
+        "address needs QFARM_API_TOKENS, and the pages then ask for a token)",
     )
     p.add_argument(
         "--no-redis",
@@ -45,6 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from producer.http.auth import Tokens
     from producer.viewer.server import make_server  # the viewer is imported only to serve
 
     settings = load_settings()
@@ -57,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
             results_dir, args.host, args.port,
             redis_url=None if args.no_redis else settings.redis_url,
             index_path=settings.embedded_index_path(),
+            tokens=Tokens.from_settings(settings),
         )
     except OSError as exc:
         raise InputError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}; "

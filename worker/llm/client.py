@@ -24,7 +24,6 @@ import time
 from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -41,6 +40,7 @@ from common.errors import (
     TransientStatusError,
 )
 from common.models import Sampling, Usage
+from common.urls import redact_url
 from common.vocab import SIMULATOR_HEADER
 from worker.llm.retry import DEFAULT_RETRY_AFTER_MAX_S, is_transient_status, parse_retry_after
 from worker.llm.transport import (
@@ -106,13 +106,8 @@ class Reply:
 
 
 def display_url(url: str) -> str:
-    """The URL without any ``user:password@`` part, for messages and rows."""
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        netloc = f"{host}:{parts.port}" if parts.port else host
-        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-    return url
+    """The URL with any password replaced by *** (the farm's one redactor), for messages and rows."""
+    return redact_url(url)
 
 
 def redact(text: str, secrets: Iterable[str | None]) -> str:

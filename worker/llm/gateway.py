@@ -73,6 +73,7 @@ from common.errors import (
 )
 from common.models import Generation, Sampling, Usage
 from common.settings import Settings, api_keys_by_endpoint
+from common.urls import redact_url
 from worker import metrics
 from worker.llm.balancer import Balancer, EndpointState
 from worker.llm.batcher import BatchItem, MicroBatcher
@@ -123,7 +124,8 @@ def build_targets(settings: Settings) -> list[Target]:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError(
-                f"QFARM_LLM_ENDPOINTS: {url!r} is not an http(s) base URL; write e.g. http://{url}"
+                f"QFARM_LLM_ENDPOINTS: {redact_url(url)!r} is not an http(s) base URL; write e.g. "
+                f"http://{redact_url(url)}"
             )
     keys = api_keys_by_endpoint(
         settings.llm_api_keys.get_secret_value() if settings.llm_api_keys else None, endpoints

@@ -108,6 +108,17 @@ def test_viewer_pages_take_the_token_once_then_a_cookie(eager_client):
     assert eager_client.get("/", headers=bearer(ASK_TOKEN)).status_code == 200
 
 
+@pytest.mark.parametrize("path", ["//evil.example/", "/\\evil.example/", "///evil.example/"])
+def test_a_login_redirects_only_to_a_path_on_this_server(eager_client, path):
+    resp = eager_client.get(f"http://testserver{path}?token={ADMIN_TOKEN}&x=1",
+                            follow_redirects=False)
+    assert resp.status_code == 303
+    location = resp.headers["location"]
+    # A path here: one slash, then no slash or backslash a browser would read as a host.
+    assert location[0] == "/" and location[1] not in "/\\", location
+    assert location.endswith("evil.example/?x=1")
+
+
 def test_viewer_without_tokens_is_open_on_loopback(make_settings):
     with TestClient(create_app(make_settings(), eager=True)) as client:
         assert client.get("/").status_code == 200
