@@ -15,7 +15,7 @@ from common.errors import InputError, PolicyError
 from common.jobs import parse_modes
 from common.models import Question
 from common.policy import policy_from_mapping
-from common.questions import parse_questions
+from common.questions import parse_questions, question_problem
 from common.settings import Settings
 from producer.api import QuestionSet, SweepSpec
 from producer.http.errors import ApiError, from_validation
@@ -25,12 +25,12 @@ NDJSON = "application/x-ndjson"
 
 
 def question_text(text: str, limit: int, where: str) -> str:
+    """The question stripped, or a 422: the rule `qfarm sweep` and `qfarm ask` apply
+    (length QFARM_MAX_QUESTION_CHARS, no lone surrogate, no control character)."""
     text = text.strip()
-    if not text:
-        raise ApiError(422, f"{where}: the question is empty", where)
-    if len(text) > limit:
-        raise ApiError(422, f"{where}: {len(text)} characters; at most {limit} "
-                            "(QFARM_API_MAX_QUESTION_CHARS)", where)
+    problem = question_problem(text, limit)
+    if problem:
+        raise ApiError(422, f"{where}: {problem}", where)
     return text
 
 
@@ -113,13 +113,13 @@ async def sweep_spec(request: Request, settings: Settings) -> SweepSpec:
         except Exception as exc:
             raise from_validation(exc) from None
         for i, text in enumerate(req.questions):
-            question_text(text, settings.api_max_question_chars, f"questions[{i}]")
+            question_text(text, settings.max_question_chars, f"questions[{i}]")
         questions = QuestionSet.from_texts(req.questions, source="request").questions
         body = req.model_dump(exclude={"questions"})
     else:
         raise ApiError(415, f"Content-Type {ctype!r}: send application/json or {NDJSON}")
     for q_ in questions:
-        question_text(q_.text, settings.api_max_question_chars, f"questions[{q_.id}]")
+        question_text(q_.text, settings.max_question_chars, f"questions[{q_.id}]")
     if not 1 <= body["n"] <= MAX_N:
         raise ApiError(422, f"n: {body['n']}; allowed 1 <= n <= {MAX_N}", "n")
     modes = modes_of(body["modes"], "modes")

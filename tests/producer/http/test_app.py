@@ -29,7 +29,7 @@ def eager_client(make_settings):
 @pytest.fixture
 def farm_client(make_settings, test_redis):
     """A distributed app (Redis, no workers): for requests that must enqueue nothing."""
-    settings = make_settings(api_tokens=TOKENS, api_max_jobs=50, api_max_question_chars=200,
+    settings = make_settings(api_tokens=TOKENS, api_max_jobs=50, max_question_chars=200,
                              api_max_body_bytes=4096)
     with TestClient(create_app(settings)) as client:
         client.settings = settings
