@@ -42,6 +42,7 @@ from common.questions import (
     check_question,
     digest_content,
     question_id_for,
+    text_problem,
 )
 from common.settings import Settings, load_settings
 from producer import interrupts
@@ -119,7 +120,11 @@ class QuestionSet:
         questions = []
         for i, item in enumerate(texts):
             if isinstance(item, Question):
-                check_question(item.text, item.source or f"{source}[{i}]", max_chars)
+                where = item.source or f"{source}[{i}]"
+                check_question(item.text, where, max_chars)
+                problem = text_problem(item.id)
+                if problem:
+                    raise InputError(f"{where}: the id {problem}")
                 questions.append(item)
                 continue
             text = check_question(item, f"{source}[{i}]", max_chars)
