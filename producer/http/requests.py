@@ -91,7 +91,7 @@ async def sweep_spec(request: Request, settings: Settings) -> SweepSpec:
             raise ApiError(422, "policy: not a JSON object", "policy")
         try:
             text = raw.decode("utf-8")
-            questions = parse_questions("upload", text)
+            questions = parse_questions("upload", text, max_chars=settings.max_question_chars)
         except UnicodeDecodeError:
             raise ApiError(422, "questions: the upload is not UTF-8 text", "questions") from None
         except InputError as exc:
@@ -114,7 +114,8 @@ async def sweep_spec(request: Request, settings: Settings) -> SweepSpec:
             raise from_validation(exc) from None
         for i, text in enumerate(req.questions):
             question_text(text, settings.max_question_chars, f"questions[{i}]")
-        questions = QuestionSet.from_texts(req.questions, source="request").questions
+        questions = QuestionSet.from_texts(req.questions, source="request",
+                                         max_chars=settings.max_question_chars).questions
         body = req.model_dump(exclude={"questions"})
     else:
         raise ApiError(415, f"Content-Type {ctype!r}: send application/json or {NDJSON}")
@@ -126,7 +127,7 @@ async def sweep_spec(request: Request, settings: Settings) -> SweepSpec:
     policy = policy_of(body["policy"])
     check_plan(settings, len(questions), len(modes), body["n"])
     path = await run_in_threadpool(upload_questions, settings, questions)
-    return SweepSpec(questions=QuestionSet.from_file(path), modes=modes, n=body["n"],
+    return SweepSpec(questions=QuestionSet.from_file(path, settings.max_question_chars), modes=modes, n=body["n"],
                      policy=policy, keep_answers=body["keep_answers"], use_cache=not body["burn"])
 
 
