@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import threading
 import time
 from collections import Counter
@@ -36,7 +37,13 @@ from common.errors import ConfigError, InputError, QfarmError
 from common.jobs import parse_modes
 from common.models import ALL_MODES, Job, JobRecord, Manifest, Mode, Question, Row
 from common.policy import Policy
-from common.questions import digest_content, question_id_for
+from common.questions import (
+    DEFAULT_MAX_QUESTION_CHARS,
+    check_question,
+    digest_content,
+    question_id_for,
+    text_problem,
+)
 from common.settings import Settings, load_settings
 from producer import interrupts
 from producer.aggregator import Aggregator
@@ -106,20 +113,24 @@ class QuestionSet:
     digest: str
 
     @classmethod
-    def from_file(cls, path: Path) -> QuestionSet:
-        questions, digest = load_questions(path)
+    def from_file(cls, path: Path, max_chars: int = DEFAULT_MAX_QUESTION_CHARS) -> QuestionSet:
+        questions, digest = load_questions(path, max_chars)
         return cls(questions=questions, source=str(path), digest=digest)
 
     @classmethod
-    def from_texts(cls, texts: Sequence[str | Question], source: str = "<python>") -> QuestionSet:
+    def from_texts(cls, texts: Sequence[str | Question], source: str = "<python>",
+                   max_chars: int = DEFAULT_MAX_QUESTION_CHARS) -> QuestionSet:
         questions = []
         for i, item in enumerate(texts):
             if isinstance(item, Question):
+                where = item.source or f"{source}[{i}]"
+                check_question(item.text, where, max_chars)
+                problem = text_problem(item.id)
+                if problem:
+                    raise InputError(f"{where}: the id {problem}")
                 questions.append(item)
                 continue
-            text = item.strip()
-            if not text:
-                raise InputError(f"{source}[{i}]: the question is empty")
+            text = check_question(item, f"{source}[{i}]", max_chars)
             questions.append(Question(id=question_id_for(text), text=text, source=f"{source}[{i}]"))
         if not questions:
             raise InputError(f"{source}: no questions given")
@@ -138,15 +149,18 @@ class SweepSpec:
     keep_answers: bool = False
     use_cache: bool = True
 
-    def question_set(self) -> QuestionSet:
+    def question_set(self, max_chars: int = DEFAULT_MAX_QUESTION_CHARS) -> QuestionSet:
+        """The questions, each checked (``max_chars``: QFARM_MAX_QUESTION_CHARS)."""
         if isinstance(self.questions, QuestionSet):
+            for q in self.questions.questions:
+                check_question(q.text, q.source or self.questions.source, max_chars)
             return self.questions
         if isinstance(self.questions, Path):
-            return QuestionSet.from_file(self.questions)
+            return QuestionSet.from_file(self.questions, max_chars)
         if isinstance(self.questions, str):
             raise InputError("SweepSpec.questions: a str is not a list of questions; pass a Path "
                              "for a question file or a list of question texts")
-        return QuestionSet.from_texts(self.questions)
+        return QuestionSet.from_texts(self.questions, max_chars=max_chars)
 
 
 @dataclass(frozen=True)
@@ -227,7 +241,7 @@ def run_sweep(
     modes = parse_modes([str(m) for m in spec.modes])
     if spec.n < 1:
         raise InputError(f"-n {spec.n}: the number of samples must be at least 1")
-    questions = spec.question_set()
+    questions = spec.question_set(settings.max_question_chars)
     if eager:
         return _run_eager(spec, questions, modes, settings, endpoints, on_progress, index_progress,
                           serial=serial)
@@ -441,7 +455,7 @@ def follow_run(
     app = configure_app(settings)
     plan = None
     try:
-        questions, digest = load_questions(Path(manifest.question_file))
+        questions, digest = load_questions(Path(manifest.question_file), settings.max_question_chars)
         if digest != manifest.question_file_digest:
             raise InputError(
                 f"{manifest.question_file}: changed since run {run_id} started "
@@ -558,13 +572,16 @@ def ask(
     sweep; a QfarmError says so when no worker consumes that queue or no row comes
     within ``timeout_s``.
     """
-    text = question.strip()
-    if not text:
+    settings = settings or load_settings()
+    if not question.strip():
         raise InputError("the question is empty; e.g. qfarm ask \"Who were the members of the Beatles?\"")
+    text = check_question(question, "", settings.max_question_chars)
     modes = parse_modes(str(mode))
     if len(modes) != 1:
         raise InputError("--mode takes one mode for ask; use qfarm sweep for several")
-    settings = settings or load_settings()
+    if not timeout_s > 0 or not math.isfinite(timeout_s):
+        raise InputError(f"--timeout {timeout_s:g}: seconds to wait for the row, a finite number "
+                         "above 0, e.g. --timeout 120")
     q = Question(id=question_id_for(text), text=text, source="<command line>")
     if eager:
         return _ask_eager(settings, q, modes, policy or Policy(), use_cache, endpoints)
@@ -672,10 +689,11 @@ def submit_ask(ctx: AskContext, question: Question | str, mode: Mode | str, poli
                *, use_cache: bool = True) -> AskTicket:
     """Send one question to the ``interactive`` queue (after checking a worker consumes it)."""
     if isinstance(question, str):
-        text = question.strip()
-        if not text:
-            raise InputError("the question is empty")
+        text = check_question(question, "", ctx.settings.max_question_chars)
         question = Question(id=question_id_for(text), text=text, source="<command line>")
+    else:
+        check_question(question.text, question.source or "",
+                       ctx.settings.max_question_chars)
     modes = parse_modes(str(mode))
     _require_interactive_worker(ctx.app, ctx.store)
     manifest = _ask_manifest(ctx.settings, question, modes, policy, ctx.endpoints, ctx.retriever,

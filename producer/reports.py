@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -314,10 +315,11 @@ def compare_dirs(run_a: Path, run_b: Path, floor: float = 5.0) -> Comparison:
 
 
 def check_floor(floor: float) -> None:
-    """The compare floor as given on the command line: points, not negative."""
-    if floor < 0:
+    """The compare floor as given on the command line: points, finite, not negative (a
+    ``nan`` floor would call nothing a signal, an ``inf`` one neither, silently)."""
+    if not math.isfinite(floor) or floor < 0:
         raise InputError(
-            f"--floor {floor}: the floor is in points and must be >= 0, e.g. --floor 5"
+            f"--floor {floor}: the floor is in points, a finite number >= 0, e.g. --floor 5"
         )
 
 

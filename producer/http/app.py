@@ -265,7 +265,7 @@ def _ask_routes(app: FastAPI, farm: Farm, asker: Any) -> None:
     async def post_ask(body: AskRequest) -> JSONResponse:
         """Answer one question through the interactive queue: 200 with the answer within
         ``wait_s``, else 202 with the job's URL."""
-        text = question_text(body.question, settings.api_max_question_chars, "question")
+        text = question_text(body.question, settings.max_question_chars, "question")
         (mode,) = modes_of([body.mode], "mode")
         policy = policy_of(body.policy)
         if body.wait_s > settings.api_max_wait_s:

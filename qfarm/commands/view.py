@@ -11,6 +11,7 @@ from pathlib import Path
 
 from common.errors import InputError
 from common.settings import load_settings
+from qfarm import runtime
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="directory of run directories (default: QFARM_RESULTS_DIR, bench/results)",
     )
-    p.add_argument("--port", type=int, default=8765, help="port to listen on (default 8765)")
+    p.add_argument("--port", type=runtime.port_arg, default=8765, help="port to listen on (default 8765)")
     p.add_argument(
         "--host",
         default="127.0.0.1",

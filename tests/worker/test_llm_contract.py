@@ -20,6 +20,7 @@ import pytest
 
 from common.errors import (
     BackPressureError,
+    ConfigError,
     PermanentServiceError,
     QueueFullError,
     TransientServiceError,
@@ -27,7 +28,7 @@ from common.errors import (
 from common.models import Generation, JobRecord, Sampling
 from common.report import render_summary
 from common.rows import build_row
-from common.settings import Settings
+from common.settings import Settings, load_settings
 from worker.llm import Gateway
 from worker.llm.balancer import Balancer
 from worker.llm.client import ContextOverflowError, LLMClient, Target, parse_prometheus
@@ -358,15 +359,11 @@ def test_weighting_switched_off_by_setting_says_so() -> None:
 # --------------------------------------------------------------------------- 7: prompt-list cap
 
 
-def test_batch_size_is_clamped_to_vllms_prompt_list_cap_with_a_warning(caplog) -> None:
-    server = Server([completion()])
-    with caplog.at_level(logging.WARNING, logger="qfarm.llm"):
-        gw = gateway(server, llm_batch_size=5000)
-    try:
-        assert gw._batcher is not None and gw._batcher.max_batch == MAX_COMPLETION_PROMPTS
-    finally:
-        gw.close()
-    assert any("QFARM_LLM_BATCH_SIZE=5000" in r.getMessage() for r in caplog.records)
+def test_a_batch_size_above_vllms_prompt_list_cap_is_refused_naming_the_setting() -> None:
+    """A batch larger than vLLM takes would be a 400 for every request: refused at start-up."""
+    assert Settings(llm_batch_size=MAX_COMPLETION_PROMPTS).llm_batch_size == MAX_COMPLETION_PROMPTS
+    with pytest.raises(ConfigError, match=rf"QFARM_LLM_BATCH_SIZE: .*less than or equal to {MAX_COMPLETION_PROMPTS}"):
+        load_settings(llm_batch_size=MAX_COMPLETION_PROMPTS + 1)
 
 
 # --------------------------------------------------------------------------- issue 11 item 11

@@ -98,21 +98,6 @@ def estimate_tokens(prompt: str) -> int:
     return -(-len(prompt) // CHARS_PER_TOKEN_ESTIMATE) + 1
 
 
-def batch_size_for(settings: Settings) -> int:
-    """``QFARM_LLM_BATCH_SIZE``, clamped to what one vLLM request may carry (with a warning)."""
-    size = settings.llm_batch_size
-    if size > MAX_COMPLETION_PROMPTS:
-        log.warning(
-            "QFARM_LLM_BATCH_SIZE=%d is above vLLM's limit of %d prompts per request "
-            "(VLLM_MAX_COMPLETION_PROMPTS); using %d",
-            size,
-            MAX_COMPLETION_PROMPTS,
-            MAX_COMPLETION_PROMPTS,
-        )
-        return MAX_COMPLETION_PROMPTS
-    return size
-
-
 def build_targets(settings: Settings) -> list[Target]:
     endpoints = settings.endpoints
     if not endpoints:
@@ -279,7 +264,7 @@ class Gateway:
             )
         metrics.watch_endpoints(self.endpoint_states)  # in-flight and breakers for /metrics
         self._batcher: MicroBatcher | None = None
-        batch_size = batch_size_for(settings)
+        batch_size = settings.llm_batch_size  # at most MAX_COMPLETION_PROMPTS (settings)
         if batch_size > 1:
             self._batcher = MicroBatcher(
                 self._schedule_batch,

@@ -29,7 +29,7 @@ def eager_client(make_settings):
 @pytest.fixture
 def farm_client(make_settings, test_redis):
     """A distributed app (Redis, no workers): for requests that must enqueue nothing."""
-    settings = make_settings(api_tokens=TOKENS, api_max_jobs=50, api_max_question_chars=200,
+    settings = make_settings(api_tokens=TOKENS, api_max_jobs=50, max_question_chars=200,
                              api_max_body_bytes=4096)
     with TestClient(create_app(settings)) as client:
         client.settings = settings
@@ -135,6 +135,7 @@ def test_viewer_without_tokens_is_open_on_loopback(make_settings):
         ({"question": "What is jazz?", "mode": "qoute"}, "mode",
          "choose from quote, claim_lattice_pointer, claim_lattice"),
         ({"question": "x" * 201}, "question", "at most 200"),
+        ({"question": "What is\u0000 jazz?"}, "question", "control character (U+0000)"),
         ({"question": "   "}, "question", "empty"),
         ({"question": "What is jazz?", "wait_s": 1000}, "wait_s", "at most 120"),
         ({"question": "What is jazz?", "burnn": True}, "burnn", "unknown field"),
@@ -160,6 +161,7 @@ def test_a_bad_question_is_422_naming_the_field_and_nothing_is_enqueued(
         ({"questions": QUESTIONS, "policy": {"temprature": 0.1}}, "policy.temprature",
          "nearest: temperature"),
         ({"questions": ["What is jazz?", "y" * 201]}, "questions[1]", "at most 200"),
+        ({"questions": ["What is jazz?", "Who\x1b[2J?"]}, "questions[1]", "control character (U+001B)"),
         ({"questions": QUESTIONS, "keep_answer": True}, "keep_answer", "unknown field"),
     ],
 )
@@ -179,6 +181,17 @@ def test_a_bad_jsonl_upload_names_its_line(farm_client, test_redis):
         **bearer(ADMIN_TOKEN), "Content-Type": "application/x-ndjson"})
     assert resp.status_code == 422
     assert "upload:2" in resp.json()["error"]["message"]
+    assert test_redis.llen("retrieve") == 0 and not test_redis.exists("qfarm:runs")
+
+
+def test_an_upload_follows_the_servers_question_limit(farm_client, test_redis):
+    """The one limit (QFARM_MAX_QUESTION_CHARS, 200 here) applies to an upload's lines too."""
+    body = ('{"id": "a", "question": "What is jazz?"}\n{"id": "b", "question": "' + "z" * 201
+            + '"}\n').encode()
+    resp = farm_client.post("/v1/sweeps?modes=quote", content=body, headers={
+        **bearer(ADMIN_TOKEN), "Content-Type": "application/x-ndjson"})
+    assert resp.status_code == 422
+    assert "upload:2: the question is 201 characters; at most 200" in resp.json()["error"]["message"]
     assert test_redis.llen("retrieve") == 0 and not test_redis.exists("qfarm:runs")
 
 
