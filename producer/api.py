@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from common import keys
 from common.errors import ConfigError, InputError, QfarmError
 from common.jobs import parse_modes
@@ -103,7 +105,23 @@ def configured_endpoints(settings: Settings) -> Iterator[Endpoints]:
         )
     probe = probe_endpoints(settings.endpoints, api_keys={
         url: settings.api_key_for(url) for url in settings.endpoints})
-    yield Endpoints(urls=settings.endpoints, simulated=probe.simulated)
+    server = None if probe.simulated else recognised_server(
+        probe.alive[0], settings.api_key_for(probe.alive[0]))
+    yield Endpoints(urls=settings.endpoints, simulated=probe.simulated, server=server)
+
+
+def recognised_server(url: str, api_key: str | None, timeout_s: float = 5.0) -> str | None:
+    """The name of a server that says what it is in ``/openapi.json`` (llama.cpp's Python
+    server does), for the manifest; None for vLLM and anything not recognised."""
+    from worker.llm.client import server_info_from_openapi
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        resp = httpx.get(f"{url}/openapi.json", headers=headers, timeout=timeout_s)
+        info = server_info_from_openapi(resp.json()) if resp.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+    return info.name if info else None
 
 
 @dataclass(frozen=True)

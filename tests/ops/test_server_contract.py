@@ -114,6 +114,20 @@ def test_the_gateway_recognises_a_one_slot_server(server: Server) -> None:
     assert state["max_model_len"] == WINDOW  # reported, or the configured fallback
 
 
+def test_runs_name_a_server_that_says_what_it_is(server: Server) -> None:
+    from producer.api import configured_endpoints
+
+    settings = Settings(llm_endpoints=server.url, model=server.model)
+    with configured_endpoints(settings) as eps:
+        pass
+    # llama.cpp's server titles its /openapi.json "llama.cpp Python API" with its version;
+    # the simulator's runs say SIMULATED instead (and vLLM's say "real endpoint(s)").
+    if server.kind == LLAMA:
+        assert eps.server is not None and eps.server.startswith("llama.cpp server (")
+    else:
+        assert eps.server is None and eps.simulated
+
+
 # --------------------------------------------------------------------------- completions
 
 

@@ -107,6 +107,15 @@ class ServerInfo:
     one_slot: bool  # answers one request at a time; others wait in its queue
 
 
+def server_info_from_openapi(payload: Any) -> ServerInfo | None:
+    """A recognised server from its ``/openapi.json`` (None: vLLM or not recognised)."""
+    info = payload.get("info") if isinstance(payload, dict) else None
+    if not isinstance(info, dict) or LLAMA_CPP_PYTHON_TITLE not in str(info.get("title") or ""):
+        return None
+    version = str(info.get("version") or "unknown")
+    return ServerInfo(name=f"llama.cpp server (llama-cpp-python {version})", one_slot=True)
+
+
 @dataclass(frozen=True)
 class Target:
     """An endpoint as the client needs it; the key never shows in ``repr``."""
@@ -545,12 +554,7 @@ class LLMClient:
             payload = json.loads(content) if status == 200 else None
         except (TransportFailure, json.JSONDecodeError, UnicodeDecodeError):
             return None
-        info = payload.get("info") if isinstance(payload, dict) else None
-        title = str(info.get("title") or "") if isinstance(info, dict) else ""
-        if LLAMA_CPP_PYTHON_TITLE not in title:
-            return None
-        version = str(info.get("version") or "unknown") if isinstance(info, dict) else "unknown"
-        return ServerInfo(name=f"llama.cpp server (llama-cpp-python {version})", one_slot=True)
+        return server_info_from_openapi(payload)
 
     async def ascrape_metrics(self, target: Target, timeout_s: float) -> MetricsScrape:
         try:

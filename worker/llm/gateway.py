@@ -318,9 +318,11 @@ class Gateway:
         self._closed = False
 
     def _recognise(self, e: EndpointState, timeout_s: float) -> None:
-        """Adapt to a server that is not vLLM, said once in the log (docs/llm.md, 'Other
-        OpenAI-compatible servers'): llama.cpp's Python server answers one request at a
-        time, so more in flight would only queue inside it and time out there."""
+        """Adapt to a server that is not vLLM, said once in the log.
+
+        See docs/llm.md, 'Other OpenAI-compatible servers': llama.cpp's Python server
+        answers one request at a time, so more in flight would only queue inside it and
+        time out there."""
         info = self._client.server_info(e.target, timeout_s)
         if info is None:
             return
