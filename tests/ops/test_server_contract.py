@@ -141,6 +141,17 @@ def test_a_completion_is_an_indexed_choice_with_usage(server: Server, client: LL
     assert reply.simulated is server.simulated
 
 
+def test_rows_name_a_recognised_server(server: Server) -> None:
+    settings = Settings(llm_endpoints=server.url, model=server.model, llm_health_interval_s=0)
+    with open_gateway(settings) as gw:
+        gen = gw.generate(prompt(), greedy(4), job_id="j")
+    assert gen.simulated is server.simulated
+    if server.kind == LLAMA:
+        assert gen.server is not None and gen.server.startswith("llama.cpp server (")
+    else:
+        assert gen.server is None
+
+
 def test_max_tokens_bounds_the_answer_with_finish_length(server: Server, client: LLMClient) -> None:
     reply = client.complete(Target(server.url), [prompt("Describe Iceland at length.")], greedy(3))
     assert reply.choices[0].finish_reason == "length"

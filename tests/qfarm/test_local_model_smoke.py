@@ -50,6 +50,7 @@ def test_a_real_model_sweep_names_the_model_and_server_and_is_not_simulated(
     assert manifest["llm_server"].endswith("CPU, local")
     assert manifest["policy"]["top_k"] == 3 and manifest["policy"]["max_tokens"] == 160
     assert {(r["model"], r["simulated"]) for r in rows} == {(model, False)}
+    assert {r["llm_server"] for r in rows} == {manifest["llm_server"].removesuffix(", CPU, local")}
     assert all(r["answer"] and r["finish_reason"] in ("stop", "length") for r in rows)
     assert "SIMULATED" not in summary and "simulator" not in summary
     assert f"`{model}` (profile `small-local`)" in summary

@@ -770,6 +770,7 @@ def _generation(
         llm_ms=round((time.perf_counter() - started) * 1000.0, 3),
         ttft_ms=round(reply.ttft_ms, 3) if reply.ttft_ms is not None else None,
         simulated=reply.simulated,
+        server=ep.server,
     )
 
 
