@@ -33,8 +33,9 @@ batch that fails, or a prompt missing from a batch reply, continues on the
 same retry loop one prompt at a time, so batch-mates never fail silently.
 
 A background thread polls each endpoint's ``/health`` (out of rotation on
-failure, back on success) and ``/metrics`` (load weighting) every
-``llm_health_interval_s``.
+failure, back on success; ``/v1/models`` on a server without ``/health``) and
+``/metrics`` (load weighting) every ``llm_health_interval_s``. A server that
+says it is llama.cpp's Python server gets at most one request in flight.
 
 Context window: at start-up the gateway reads each endpoint's
 ``max_model_len`` from ``/v1/models``. vLLM rejects a prompt longer than it,
