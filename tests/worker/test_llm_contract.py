@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -575,6 +576,27 @@ def liveness_poller(models: Handler) -> tuple[HealthPoller, Balancer]:
                        transport=httpx.MockTransport(handler))  # fmt: skip
     balancer = Balancer([Target(URL)], max_inflight=8, breaker_failures=3, breaker_cooldown_s=1)
     return HealthPoller(client, balancer, interval_s=3600, metrics=False), balancer
+
+
+def test_a_llama_cpp_server_without_metrics_is_said_once_with_weighting_on(caplog) -> None:
+    server = llama_cpp([completion()])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path in ("/health", "/metrics"):
+            return httpx.Response(404, json={"detail": "Not Found"})
+        return server.__call__(request)
+
+    settings = Settings(llm_endpoints=URL, model=MODEL, llm_health_interval_s=0.05)
+    with caplog.at_level(logging.INFO, logger="qfarm.llm"):
+        with Gateway(settings, transport=httpx.MockTransport(handler)) as gw:
+            deadline = time.monotonic() + 5
+            while gw.endpoint_states()[0]["weighting"] == "on" and time.monotonic() < deadline:
+                time.sleep(0.02)
+            time.sleep(0.3)  # several more polls
+            (state,) = gw.endpoint_states()
+    assert state["healthy"] and "/metrics answered 404" in state["weighting"]
+    said = [r.getMessage() for r in caplog.records if "metrics" in r.getMessage()]
+    assert len(said) == 1, said
 
 
 def test_a_server_without_health_is_asked_v1_models_instead_said_once(caplog) -> None:

@@ -330,9 +330,9 @@ class Gateway:
         self._balancer.set_server(e.url, info.name, one_slot=info.one_slot)
         window = e.max_model_len or "unknown: set QFARM_LLM_CONTEXT_WINDOW to its --n_ctx"
         log.warning(
-            "%s is %s: %s; context window %s; no vllm:* metrics, so no load weighting; "
-            "QFARM_LLM_TIMEOUT_S=%g s must cover a CPU answer and the queue other processes "
-            "make at that server",
+            # Its missing /metrics is said by the poller, once, like any endpoint's.
+            "%s is %s: %s; context window %s; QFARM_LLM_TIMEOUT_S=%g s must cover a CPU "
+            "answer and the queue other processes make at that server",
             e.target.display,
             info.name,
             "one request in flight at a time" if info.one_slot else "its own in-flight limits",
