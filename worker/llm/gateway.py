@@ -189,11 +189,11 @@ class HealthPoller:
         """
         probe = self._client.probe(e.target, e.health_path, timeout)
         if e.health_path == HEALTH_PATH and probe.status == 404:
-            log.warning(
-                "%s has no /health (404): its liveness is read from /v1/models instead",
-                e.target.display,
-            )
-            self._balancer.set_health_path(e.url, MODELS_PATH)
+            if self._balancer.set_health_path(e.url, MODELS_PATH):  # said once, by one poll
+                log.warning(
+                    "%s has no /health (404): its liveness is read from /v1/models instead",
+                    e.target.display,
+                )
             probe = self._client.probe(e.target, MODELS_PATH, timeout)
         if probe.ok:
             return True, None
