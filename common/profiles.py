@@ -30,6 +30,10 @@ from common.vocab import ALL_INTENSITIES, Intensity
 EXPLICIT_COUNT: Final = -1  # sentinel: use the question's explicit count
 DEFAULT_PROFILE_ID: Final = "default"
 HERMES_3_8B_PROFILE_ID: Final = "hermes-3-8b"
+# Small instruct models served on CPU (SmolLM2-135M through llama.cpp's server): they
+# restate one or two passages and drift into repetition when asked for more, so a
+# broad rung asks for a handful of claims, not a dozen.
+SMALL_LOCAL_PROFILE_ID: Final = "small-local"
 
 _DEFAULT_CAPS = {
     Intensity.ABSENT: 1,
@@ -55,12 +59,27 @@ _HERMES_3_8B_CAPS = {
     Intensity.COMPREHENSIVE: 5,
     Intensity.OPEN_REQUEST: 5,
 }
+_SMALL_LOCAL_CAPS = {
+    Intensity.ABSENT: 1,
+    Intensity.SINGULAR: 1,
+    Intensity.PROPORTIONAL: 1,
+    Intensity.SMALL_NUM_EXPLICIT: EXPLICIT_COUNT,
+    Intensity.COMPARATIVE_BOUND: EXPLICIT_COUNT,
+    Intensity.FEW: 3,
+    Intensity.MANY: 4,
+    Intensity.ALL: 4,
+    Intensity.COMPREHENSIVE: 4,
+    Intensity.OPEN_REQUEST: 3,
+}
 MODEL_PROFILES: Final = MappingProxyType(
     {
         DEFAULT_PROFILE_ID: MappingProxyType(_DEFAULT_CAPS),
         HERMES_3_8B_PROFILE_ID: MappingProxyType(_HERMES_3_8B_CAPS),
+        SMALL_LOCAL_PROFILE_ID: MappingProxyType(_SMALL_LOCAL_CAPS),
     }
 )
+# Served-model names (case-folded substrings) that take the small-local profile.
+SMALL_LOCAL_MODEL_MARKERS: Final = ("smollm",)
 
 
 def _profile_cap(profile_id: str, intensity: Intensity) -> int:

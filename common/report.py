@@ -140,7 +140,8 @@ def _header(
         ("governance_policy_hash", f"`{man.governance_policy_hash}`"),
         ("model", f"`{man.model}` (profile `{man.model_profile_id}`)"),
         ("endpoints", ", ".join(f"`{e}`" for e in endpoints) or "—"),
-        ("LLM", "SIMULATED (vLLM simulator)" if man.simulated else "real endpoint(s)"),
+        ("LLM", "SIMULATED (vLLM simulator)" if man.simulated
+                else man.llm_server or "real endpoint(s)"),
         ("retriever", f"{man.retriever}, index `{index}`"),
         ("corpus", man.corpus or "—"),
         ("execution", "eager (in process)" if man.eager else "distributed (Celery)"),

@@ -85,6 +85,10 @@ class Settings(BaseSettings):
     llm_timeout_s: float = Field(default=120.0, gt=0)
     llm_connect_timeout_s: float = Field(default=5.0, gt=0)
     llm_max_inflight_per_endpoint: int = Field(default=64, ge=1)
+    # The context window of an endpoint whose /v1/models does not report max_model_len
+    # (llama.cpp's server does not; vLLM does, and its figure wins). None: unknown, so
+    # max_tokens is never lowered before sending (docs/llm.md, 'Other OpenAI-compatible servers').
+    llm_context_window: int | None = Field(default=None, ge=16)
     llm_max_attempts: int = Field(default=4, ge=1)
     # 0: no micro-batching (one prompt per request). At most vLLM's prompts per request
     # (VLLM_MAX_COMPLETION_PROMPTS): a larger batch would be a 400 for every request.

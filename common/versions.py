@@ -10,7 +10,7 @@ different rules never share a governance hash.
 CLASSIFIER_VERSION = "quantifier-v4"
 DENIAL_PATTERNS_VERSION = "v3"  # v2: 200+ phrasings; v3: a grammar of denial, partial denials skipped
 EXTRACTION_CUES_VERSION = "v3"  # v2: qualifiers leave subject tokens; v3: so do verbs in any form
-MODEL_PROFILES_VERSION = "profiles-v2"  # v2: non-broad rungs keep the policy default cap
+MODEL_PROFILES_VERSION = "profiles-v3"  # v2: non-broad rungs keep the policy default cap; v3: small-local
 # v2: BROAD-CAPPED label, non-broad rungs keep the default cap; v3: the dry run demotes
 # nothing, answer_brackets 0 in quote mode; v4: PROPORTIONAL keeps its profile cap, a sized
 # universal ("all three") is capped at its number

@@ -26,11 +26,13 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from common import keys
 from common.errors import ConfigError, InputError, QfarmError
@@ -79,10 +81,22 @@ OnProgress = Callable[[Progress], None]
 
 @dataclass(frozen=True)
 class Endpoints:
-    """The LLM endpoints a run uses, and whether they are the qfarm simulator."""
+    """The LLM endpoints a run uses, and whether they are the qfarm simulator.
+
+    ``server`` names a server the caller started (the manifest and summary carry it, e.g.
+    "llama.cpp server (llama-cpp-python 0.3.36), CPU, local"); ``settings`` are the gateway
+    settings that server needs (one request in flight, its context window...), applied on
+    top of the run's settings while it runs in this process.
+    """
 
     urls: list[str]
     simulated: bool
+    server: str | None = None
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def apply(self, settings: Settings) -> Settings:
+        """``settings`` pointed at these endpoints, with the server's own settings."""
+        return settings.model_copy(update={**self.settings, "llm_endpoints": ",".join(self.urls)})
 
 
 # Gives the endpoints for a run while the run needs them (a context, so a caller may
@@ -101,7 +115,23 @@ def configured_endpoints(settings: Settings) -> Iterator[Endpoints]:
         )
     probe = probe_endpoints(settings.endpoints, model=settings.model, api_keys={
         url: settings.api_key_for(url) for url in settings.endpoints})
-    yield Endpoints(urls=settings.endpoints, simulated=probe.simulated)
+    server = None if probe.simulated else recognised_server(
+        probe.alive[0], settings.api_key_for(probe.alive[0]))
+    yield Endpoints(urls=settings.endpoints, simulated=probe.simulated, server=server)
+
+
+def recognised_server(url: str, api_key: str | None, timeout_s: float = 5.0) -> str | None:
+    """The name of a server that says what it is in ``/openapi.json`` (llama.cpp's Python
+    server does), for the manifest; None for vLLM and anything not recognised."""
+    from worker.llm.client import server_info_from_openapi
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        resp = httpx.get(f"{url}/openapi.json", headers=headers, timeout=timeout_s)
+        info = server_info_from_openapi(resp.json()) if resp.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+    return info.name if info else None
 
 
 @dataclass(frozen=True)
@@ -263,6 +293,7 @@ def _manifest(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], settin
         model=settings.model,
         endpoints=eps.urls,
         simulated=eps.simulated,
+        llm_server=eps.server,
         retriever=retriever.backend,
         index_version=retriever.index_version(),
         corpus=corpus,
@@ -285,7 +316,7 @@ def _run_eager(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], setti
     threading.Thread(target=_import_plotting, name="qfarm-import-plotting", daemon=True).start()
     retriever = open_local_retriever(settings, progress=index_progress)
     with endpoints(settings) as eps:
-        settings = settings.model_copy(update={"llm_endpoints": ",".join(eps.urls)})
+        settings = eps.apply(settings)
         plan = SweepPlan(
             manifest=_manifest(spec, questions, modes, settings, eps, retriever, eager=True,
                                corpus=_corpus(retriever)),
@@ -335,7 +366,7 @@ def resume_eager(
     threading.Thread(target=_import_plotting, name="qfarm-import-plotting", daemon=True).start()
     retriever = open_local_retriever(settings, progress=False)
     with endpoints(settings) as eps:
-        settings = settings.model_copy(update={"llm_endpoints": ",".join(eps.urls)})
+        settings = eps.apply(settings)
         update_run_status(run_dir, status="running", resumed_at=time.time(),
                           resumed_jobs=len(missing), **this_process())
         return _execute_eager(plan, missing, run_dir, settings, eps, retriever, on_progress,
@@ -627,7 +658,7 @@ def _ask_eager(settings: Settings, question: Question, modes: list[Mode], policy
 
     retriever = open_local_retriever(settings, progress=False)
     with endpoints(settings) as eps:
-        settings = settings.model_copy(update={"llm_endpoints": ",".join(eps.urls)})
+        settings = eps.apply(settings)
         svc, store = eager_services(settings, retriever)
         manifest = _ask_manifest(settings, question, modes, policy, eps, retriever, eager=True,
                                  use_cache=use_cache)

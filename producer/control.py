@@ -169,6 +169,8 @@ def summary_data(run_dir: Path) -> dict[str, Any]:
     return {
         "run_id": manifest.run_id,
         "simulated": manifest.simulated,
+        "model": manifest.model,
+        "llm_server": manifest.llm_server,
         "planned_jobs": manifest.n_jobs,
         "rows": stats.rows,
         "unreadable_lines": stats.unreadable,

@@ -21,6 +21,7 @@ COMMANDS = (
     "index",
     "search",
     "sim",
+    "local-model",
     "report",
     "compare",
     "status",

@@ -1,5 +1,6 @@
 """Shared set-up for the commands that run jobs (sweep, ask): policy flags and
-LLM endpoints (starting the simulator when none is configured)."""
+LLM endpoints (starting the simulator when none is configured, or the local model
+with ``--local-model``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from common.errors import InputError, PolicyError
-from common.policy import Policy, build_policy, parse_overrides
+from common.policy import LOCAL_CPU_POLICY, Policy, build_policy, parse_overrides
 from common.settings import Settings, results_dir_problem
 from producer.api import Endpoints, configured_endpoints
 
@@ -88,8 +89,20 @@ def add_policy_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--apply-quantifier-caps", action="store_true", help="quantifier_guard_apply_caps=true")
 
 
+def add_local_model_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--local-model", action="store_true",
+        help="start llama.cpp's server on the local CPU model (make install-local) for this "
+             "command and answer with it; the CPU policy (fewer, shorter passages, a small "
+             "max_tokens) applies under any --policy overrides",
+    )
+
+
 def policy_from_args(args: argparse.Namespace) -> Policy:
     overrides = parse_overrides(args.policy)
+    if getattr(args, "local_model", False):
+        # The operator's own --policy values still win over the CPU policy.
+        overrides = {**LOCAL_CPU_POLICY, **overrides}
     if args.no_quantifier_guard:
         overrides["quantifier_guard_enabled"] = False
     if args.allow_broad:
@@ -102,8 +115,14 @@ def policy_from_args(args: argparse.Namespace) -> Policy:
 
 
 @contextlib.contextmanager
-def llm_endpoints(settings: Settings, *, quiet: bool = False) -> Iterator[Endpoints]:
-    """Configured endpoints (checked), or a simulator started for this command."""
+def llm_endpoints(settings: Settings, *, quiet: bool = False,
+                  local_model: bool = False) -> Iterator[Endpoints]:
+    """Configured endpoints (checked), or a simulator started for this command, or with
+    ``local_model`` the local model's server (whatever QFARM_LLM_ENDPOINTS says)."""
+    if local_model:
+        with local_model_endpoints(quiet=quiet) as eps:
+            yield eps
+        return
     if settings.endpoints:
         with configured_endpoints(settings) as eps:
             yield eps
@@ -120,3 +139,18 @@ def llm_endpoints(settings: Settings, *, quiet: bool = False) -> Iterator[Endpoi
         yield Endpoints(urls=[handle.url], simulated=True)
     finally:
         handle.stop()
+
+
+@contextlib.contextmanager
+def local_model_endpoints(*, quiet: bool = False) -> Iterator[Endpoints]:
+    """llama.cpp's server on the local model, started for this command and stopped after."""
+    from ops.local.launch import start_local_model
+
+    if not quiet:
+        print("starting llama.cpp's server on the local model (CPU; about 20 s a job)...",
+              file=sys.stderr)
+    with start_local_model() as handle:
+        if not quiet:
+            print(f"using {handle.model} at {handle.url}: {handle.description}", file=sys.stderr)
+        yield Endpoints(urls=[handle.url], simulated=False, server=handle.description,
+                        settings=handle.settings_overrides())

@@ -73,3 +73,31 @@ def own_redis(tmp_path_factory: pytest.TempPathFactory):
     for server in servers:
         server.terminate()
         server.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def local_install() -> None:
+    """The local model's server and model file are installed (`make install-local`).
+
+    Skips, with the reason in one line, where they are not; with QFARM_REQUIRE_LOCAL=1
+    (`make test` sets it, after installing them) a missing install fails instead.
+    """
+    from common.errors import ConfigError
+    from ops.local.launch import find_model_file, server_version
+
+    try:
+        server_version()
+        find_model_file()
+    except ConfigError as exc:
+        if os.environ.get("QFARM_REQUIRE_LOCAL") == "1":
+            pytest.fail(f"QFARM_REQUIRE_LOCAL=1 but {exc}")
+        pytest.skip(f"no local model: {exc}")
+
+
+@pytest.fixture(scope="session")
+def local_model(local_install):
+    """llama.cpp's server on the local CPU model, started once per session (slow tests)."""
+    from ops.local.launch import start_local_model
+
+    with start_local_model() as handle:
+        yield handle

@@ -5,7 +5,7 @@ Mirrors vLLM 0.33 where the farm depends on it (docs/llm.md lists the source lin
 * errors use the ``{"error": {"message", "type", "param", "code"}}`` envelope; an
   unknown model is a 404;
 * rejected with 400 as vLLM does: ``max_tokens`` < 1, ``temperature`` outside
-  [0, 2], ``n`` > 1 with greedy sampling, more than 4 stop strings, an empty
+  [0, 2], ``top_p`` outside (0, 1] (llama.cpp's server refuses it too), ``n`` > 1 with greedy sampling, more than 4 stop strings, an empty
   prompt, ``stream_options`` without ``stream``, more than 1024 prompts. Checks
   vLLM makes while validating the request body answer with type ``Bad Request``
   and a "1 validation error" message (the simulator's text after that line is
@@ -119,6 +119,16 @@ def _is_structured(body: dict) -> bool:
     return isinstance(so, dict) and bool(so.get("json"))
 
 
+def _check_top_p(top_p: Any) -> None:
+    """vLLM's range for ``top_p`` (the farm pins 1.0; llama.cpp's server refuses it too)."""
+    if top_p is None:
+        return
+    if isinstance(top_p, bool) or not isinstance(top_p, int | float):
+        raise RequestError(400, f"top_p must be a number (got {top_p!r})")
+    if not 0.0 < top_p <= 1.0:  # NaN fails this too
+        raise sampling_invalid("top_p", f"top_p must be in (0, 1], got {float(top_p)}.", top_p)
+
+
 def parse_params(
     body: dict, config: SimConfig, rng: random.Random, chat: bool = False
 ) -> dict[str, Any]:
@@ -151,6 +161,7 @@ def parse_params(
         raise sampling_invalid(
             "temperature", f"temperature must be in [0, 2], got {float(temperature)}.", temperature
         )
+    _check_top_p(body.get("top_p"))
     if max_tokens is not None and max_tokens < 1:
         raise sampling_invalid(
             "max_tokens", f"max_tokens must be at least 1, got {max_tokens}.", max_tokens

@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 
+from common.errors import InputError
 from common.models import JobRecord, Row
 from common.settings import load_settings
 from producer.api import ask
@@ -25,11 +26,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the row (and sidecar dict) as JSON")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the row")
     p.add_argument("--burn", action="store_true", help="bypass the result cache")
+    runtime.add_local_model_flag(p)
     runtime.add_policy_flags(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.local_model and not args.eager:
+        raise InputError(
+            "--local-model starts the server for this process only: use it with --eager, or "
+            "start it with `qfarm local-model` and give the workers the variables it prints"
+        )
     answer = ask(
         args.question,
         args.mode,
@@ -38,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
         use_cache=not args.burn,
         timeout_s=args.timeout,
         settings=load_settings(),
-        endpoints=lambda s: runtime.llm_endpoints(s, quiet=args.json or not args.eager),
+        endpoints=lambda s: runtime.llm_endpoints(s, quiet=args.json or not args.eager,
+                                                   local_model=args.local_model),
     )
     _print(answer.row, answer.record, as_json=args.json)
     return 0 if not answer.row.error else 1

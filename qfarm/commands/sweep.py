@@ -39,6 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--attach", metavar="RUN_ID", help="follow a running sweep again")
     p.add_argument("--detach", action="store_true", help="enqueue and return without following")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    runtime.add_local_model_flag(p)
     runtime.add_policy_flags(p)
     p.set_defaults(func=run)
 
@@ -73,11 +74,17 @@ def _sweep(args: argparse.Namespace, settings, bar: _ProgressBar) -> RunResult:
         raise InputError(f"-n {args.n}: the number of samples must be at least 1")
     if args.serial and not args.eager:
         raise InputError("--serial runs jobs one at a time in this process: use it with --eager")
+    if args.local_model and not args.eager:
+        raise InputError(
+            "--local-model starts the server for this process only: use it with --eager, or "
+            "start it with `qfarm local-model` and give the workers the variables it prints"
+        )
     spec = SweepSpec(questions=QuestionSet.from_file(args.questions), modes=modes, n=args.n,
                      policy=policy, keep_answers=args.keep_answers, use_cache=not args.burn)
     return run_sweep(spec, eager=args.eager, detach=args.detach, settings=settings, serial=args.serial,
                      on_progress=bar.show, say=bar.say, index_progress=not args.quiet,
-                     endpoints=lambda s: runtime.llm_endpoints(s, quiet=not args.eager))
+                     endpoints=lambda s: runtime.llm_endpoints(s, quiet=not args.eager,
+                                                               local_model=args.local_model))
 
 
 def _report(result: RunResult, *, detached: bool) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from common.errors import InputError
+from common.jobs import profile_id_for_model
 from common.policy import (
     Policy,
     build_policy,
@@ -16,29 +17,41 @@ from common.profiles import (
     EXPLICIT_COUNT,
     HERMES_3_8B_PROFILE_ID,
     MODEL_PROFILES,
+    SMALL_LOCAL_PROFILE_ID,
     cap_for_intensity,
 )
 from common.vocab import ALL_INTENSITIES
 
 # The profile table of docs/grounding.md, restated here so a change to the profiles has to change the test too.
 PROFILE_TABLE = {
-    "ABSENT": (1, 1),
-    "SINGULAR": (1, 1),
-    "PROPORTIONAL": (1, 3),
-    "FEW": (5, 5),
-    "MANY": (8, 12),
-    "ALL": (8, 12),
-    "COMPREHENSIVE": (5, 15),
-    "OPEN_REQUEST": (5, 12),
+    "ABSENT": (1, 1, 1),
+    "SINGULAR": (1, 1, 1),
+    "PROPORTIONAL": (1, 3, 1),
+    "FEW": (5, 5, 3),
+    "MANY": (8, 12, 4),
+    "ALL": (8, 12, 4),
+    "COMPREHENSIVE": (5, 15, 4),
+    "OPEN_REQUEST": (5, 12, 3),
 }
 COUNTED = ("SMALL_NUM_EXPLICIT", "COMPARATIVE_BOUND")
 
 
 @pytest.mark.parametrize("intensity", list(PROFILE_TABLE))
 def test_every_rung_in_every_profile_matches_the_spec(intensity: str) -> None:
-    hermes, default = PROFILE_TABLE[intensity]
+    hermes, default, small = PROFILE_TABLE[intensity]
     assert cap_for_intensity(intensity, HERMES_3_8B_PROFILE_ID, None, None) == hermes
     assert cap_for_intensity(intensity, DEFAULT_PROFILE_ID, None, None) == default
+    assert cap_for_intensity(intensity, SMALL_LOCAL_PROFILE_ID, None, None) == small
+
+
+@pytest.mark.parametrize(("model", "profile"), [
+    ("adamo1139/Hermes-3-Llama-3.1-8B-FP8-Dynamic", HERMES_3_8B_PROFILE_ID),
+    ("SmolLM2-135M-Instruct.Q4_1", SMALL_LOCAL_PROFILE_ID),
+    ("HuggingFaceTB/SmolLM2-360M-Instruct", SMALL_LOCAL_PROFILE_ID),
+    ("meta-llama/Llama-3.1-70B-Instruct", DEFAULT_PROFILE_ID),
+])
+def test_served_model_names_pick_their_profile(model: str, profile: str) -> None:
+    assert profile_id_for_model(model) == profile
 
 
 def test_profiles_cover_all_ten_rungs() -> None:
@@ -48,7 +61,7 @@ def test_profiles_cover_all_ten_rungs() -> None:
 
 
 @pytest.mark.parametrize("intensity", COUNTED)
-@pytest.mark.parametrize("profile", [HERMES_3_8B_PROFILE_ID, DEFAULT_PROFILE_ID])
+@pytest.mark.parametrize("profile", [HERMES_3_8B_PROFILE_ID, DEFAULT_PROFILE_ID, SMALL_LOCAL_PROFILE_ID])
 def test_counted_rungs_use_the_explicit_count(intensity: str, profile: str) -> None:
     assert cap_for_intensity(intensity, profile, 3, None) == 3
     assert cap_for_intensity(intensity, profile, 20, None) == 20

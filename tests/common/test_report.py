@@ -230,6 +230,18 @@ def test_header(summary: str) -> None:
     assert "**Warnings**" not in summary
 
 
+def test_a_server_qfarm_started_is_named_and_the_run_is_not_simulated() -> None:
+    server = "llama.cpp server (llama-cpp-python 0.3.36), CPU, local"
+    man = make_manifest(simulated=False, llm_server=server, model="SmolLM2-135M-Instruct.Q4_1",
+                        model_profile_id="small-local")
+    rows = [{**r, "simulated": False} for r in synthetic_rows()]
+    text = render_summary(man, rows, finished_at=1_060.0)
+    facts = {r["run"]: r[""] for r in table(text, "# qfarm run `run-test`")}
+    assert facts["LLM"] == server
+    assert facts["model"] == "`SmolLM2-135M-Instruct.Q4_1` (profile `small-local`)"
+    assert "SIMULATED" not in text
+
+
 def test_mode_table(summary: str) -> None:
     modes = by(table(summary, "## Verdicts by mode"), "mode")
     quote, cpl, cl = modes["`quote`"], modes["`claim_lattice_pointer`"], modes["`claim_lattice`"]

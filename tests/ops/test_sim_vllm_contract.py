@@ -74,6 +74,7 @@ REJECTED = [
     ("max_tokens=0", {"max_tokens": 0}, "max_tokens", "BadRequestError"),
     ("temperature>2", {"temperature": 2.5}, "temperature", "BadRequestError"),
     ("temperature<0", {"temperature": -0.1}, "temperature", "BadRequestError"),
+    ("top_p>1", {"top_p": 2.0}, "top_p", "BadRequestError"),
     ("n>1 greedy", {"n": 2, "temperature": 0.0}, None, "BadRequestError"),
     ("5 stop strings", {"stop": ["a", "b", "c", "d", "e"]}, "stop", "Bad Request"),
     ("empty prompt", {"prompt": ""}, "prompt", "Bad Request"),
@@ -88,7 +89,8 @@ def vllm_refuses(body: dict) -> bool:
     try:
         req = v.CompletionRequest.model_validate(body)
         v.verify_sampling(
-            req.max_tokens, 1.0 if req.temperature is None else req.temperature, req.n
+            req.max_tokens, 1.0 if req.temperature is None else req.temperature, req.n,
+            1.0 if req.top_p is None else req.top_p,
         )
     except (ValidationError, ValueError):
         return True

@@ -159,8 +159,11 @@ class ChatCompletionRequest(_Request):
     n: int | None = 1
 
 
-def verify_sampling(max_tokens: int | None, temperature: float, n: int) -> None:
+def verify_sampling(max_tokens: int | None, temperature: float, n: int,
+                    top_p: float = 1.0) -> None:
     """The subset of ``SamplingParams._verify_args`` (and the greedy check) for these fields."""
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}.")
     if not math.isfinite(temperature):
         raise ValueError(f"temperature must be a finite number, got {temperature}.")
     if temperature < 0.0:

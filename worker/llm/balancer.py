@@ -63,6 +63,11 @@ class EndpointState:
     failed: int = 0
     times_opened: int = 0
     max_model_len: int | None = None  # from /v1/models; None: not reported
+    # Where liveness is asked: /health, or /v1/models on a server without one (a 404).
+    health_path: str = "/health"
+    # This endpoint's own in-flight cap when lower than the balancer's (a one-slot server).
+    inflight_cap: int | None = None
+    server: str | None = None  # what a non-vLLM server said it is (None: not recognised)
     metrics_problem: str | None = None  # why load weighting gets no figures from this endpoint
 
     @property
@@ -81,6 +86,7 @@ class Balancer:
         breaker_failures: int,
         breaker_cooldown_s: float,
         metrics_weighting: bool = True,
+        window_fallback: int | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
         if not targets:
@@ -91,6 +97,8 @@ class Balancer:
         self.breaker_failures = max(1, breaker_failures)
         self.breaker_cooldown_s = breaker_cooldown_s
         self.metrics_weighting = metrics_weighting
+        # The context window of endpoints whose /v1/models does not report one.
+        self.window_fallback = window_fallback
         self._clock = clock
         self._cond = threading.Condition()
         self._closed = False
@@ -111,8 +119,9 @@ class Balancer:
             return "breaker half-open, trial request in flight"
         if now < e.not_before:
             return f"Retry-After for {e.not_before - now:.1f} s more"
-        if count_inflight and e.outstanding and e.outstanding + cost > self.max_inflight:
-            return f"{e.outstanding} requests in flight (max {self.max_inflight})"
+        cap = self.cap(e)
+        if count_inflight and e.outstanding and e.outstanding + cost > cap:
+            return f"{e.outstanding} requests in flight (max {cap})"
         return None
 
     def _weight(self, e: EndpointState) -> float:
@@ -323,9 +332,31 @@ class Balancer:
             if changed:
                 self._notify()
 
+    def cap(self, e: EndpointState) -> int:
+        """How many requests ``e`` may have in flight from this process."""
+        return min(self.max_inflight, e.inflight_cap or self.max_inflight)
+
     def set_max_model_len(self, url: str, value: int | None) -> None:
+        """The window ``/v1/models`` reported, else ``window_fallback`` (the configured one)."""
         with self._cond:
-            self._by_url[url].max_model_len = value
+            self._by_url[url].max_model_len = value or self.window_fallback
+
+    def set_server(self, url: str, name: str, *, one_slot: bool) -> None:
+        """A recognised non-vLLM server; a one-slot one gets an in-flight cap of 1."""
+        with self._cond:
+            e = self._by_url[url]
+            e.server = name
+            if one_slot:
+                e.inflight_cap = 1
+            self._notify()
+
+    def set_health_path(self, url: str, path: str) -> bool:
+        """Where ``url``'s liveness is read from now on; True when that changed."""
+        with self._cond:
+            e = self._by_url[url]
+            changed = e.health_path != path
+            e.health_path = path
+            return changed
 
     def smallest_window(self) -> int | None:
         """The smallest ``max_model_len`` any endpoint reported (None: none did)."""
@@ -381,6 +412,9 @@ class Balancer:
                     "weight": self._weight(e),
                     "weighting": self.weighting_state(e),
                     "max_model_len": e.max_model_len,
+                    "max_inflight": self.cap(e),
+                    "server": e.server,
+                    "health_path": e.health_path,
                     "blocked": self._blocker(e, now, 1),
                 }
                 for e in self.endpoints

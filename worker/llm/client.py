@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -62,6 +63,13 @@ METRIC_NAMES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 OVERLOAD_TYPE = "Service Unavailable"
 OVERLOAD_MARKERS = ("cannot accept new requests", "prefill token backlog limit")
 FINISHED_OK = frozenset({"stop", "length"})
+HEALTH_PATH = "/health"
+MODELS_PATH = "/v1/models"
+LLAMA_CPP_PYTHON_TITLE = "llama.cpp Python API"
+# llama-cpp-python's server answers a request it cannot parse (a parameter out of range) with
+# a 500 carrying pydantic's message ("1 validation error: ..."), not a 400/422: the same
+# request can never succeed, so it is permanent, not a server failure to retry.
+VALIDATION_ERROR_RE = re.compile(r"^\d+ validation errors?\b")
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,42 @@ class MetricsScrape:
 
     values: dict[str, float] | None
     problem: str | None = None  # None: values present
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One liveness probe: the status, or the transport failure's kind."""
+
+    path: str
+    status: int | None = None
+    failure: str | None = None  # "connect", "timeout", "dropped"
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200
+
+    @property
+    def reason(self) -> str:
+        if self.status is not None:
+            return f"{self.path} answered {self.status}"
+        return f"{self.path} {'timed out' if self.failure == 'timeout' else 'unreachable'}"
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """A server that is not vLLM, recognised by what it serves (``LLMClient.aserver_info``)."""
+
+    name: str
+    one_slot: bool  # answers one request at a time; others wait in its queue
+
+
+def server_info_from_openapi(payload: Any) -> ServerInfo | None:
+    """A recognised server from its ``/openapi.json`` (None: vLLM or not recognised)."""
+    info = payload.get("info") if isinstance(payload, dict) else None
+    if not isinstance(info, dict) or LLAMA_CPP_PYTHON_TITLE not in str(info.get("title") or ""):
+        return None
+    version = str(info.get("version") or "unknown")
+    return ServerInfo(name=f"llama.cpp server (llama-cpp-python {version})", one_slot=True)
 
 
 @dataclass(frozen=True)
@@ -288,11 +332,13 @@ class LLMClient:
         usage = Usage()
         ttft_ms: float | None = None
         simulated = SIMULATOR_HEADER in resp.headers
+        events = 0
         async for raw in resp.lines():
             line = raw.decode("utf-8", errors="replace").strip()
             if not line.startswith("data:"):
                 continue
             data = line[5:].strip()
+            events += 1
             if data == "[DONE]":
                 break
             try:
@@ -314,6 +360,13 @@ class LLMClient:
                     finish[idx] = c["finish_reason"]
             if chunk.get("usage"):
                 usage = _usage(chunk["usage"])
+        if not events:
+            # llama.cpp's server sends its 200 first and then fails inside the stream without
+            # a word (e.g. a prompt longer than its window): the error exists only unstreamed.
+            raise self._malformed(
+                target, job_id, "the stream ended before any event (llama.cpp's server does so "
+                "when a request fails before its first token, e.g. a prompt longer than its "
+                "window: the same request without QFARM_LLM_STREAM shows the error)")
         if not texts:
             raise self._malformed(target, job_id, "the stream carried no choices")
         choices = {i: Choice(i, "".join(parts), finish.get(i)) for i, parts in texts.items()}
@@ -407,6 +460,14 @@ class LLMClient:
                 endpoint=target.display,
                 job_id=job_id,
             )
+        if status == 500 and VALIDATION_ERROR_RE.match(message):
+            return PermanentStatusError(
+                f"{where}: {detail}; the server refused a request parameter (a 500 for a "
+                "validation error: llama.cpp's server)",
+                status=status,
+                endpoint=target.display,
+                job_id=job_id,
+            )
         if is_transient_status(status):
             overload = is_overload(status, message, err_type)
             transient: type[TransientStatusError] = TransientStatusError
@@ -469,17 +530,35 @@ class LLMClient:
             return resp.status, await resp.read()
 
     async def acheck_health(self, target: Target, timeout_s: float) -> bool:
+        return (await self.aprobe(target, HEALTH_PATH, timeout_s)).ok
+
+    async def aprobe(self, target: Target, path: str, timeout_s: float) -> Probe:
+        """GET ``path`` (``/health``, or ``/v1/models`` where there is none) as a ``Probe``."""
         try:
-            status, _ = await self._get(target, "/health", timeout_s, auth=False)
-        except TransportFailure:
-            return False
-        return status == 200
+            # /health takes no key in vLLM; /v1/models does.
+            status, _ = await self._get(target, path, timeout_s, auth=path != HEALTH_PATH)
+        except TransportFailure as exc:
+            return Probe(path, failure=exc.kind)
+        return Probe(path, status=status)
+
+    async def aserver_info(self, target: Target, timeout_s: float) -> ServerInfo | None:
+        """What the server says it is, where it says so: llama-cpp-python's server titles
+        its FastAPI schema (``/openapi.json``) "llama.cpp Python API" with its version."""
+        try:
+            status, content = await self._get(target, "/openapi.json", timeout_s)
+            payload = json.loads(content) if status == 200 else None
+        except (TransportFailure, json.JSONDecodeError, UnicodeDecodeError):
+            return None
+        return server_info_from_openapi(payload)
 
     async def ascrape_metrics(self, target: Target, timeout_s: float) -> MetricsScrape:
         try:
             status, content = await self._get(target, "/metrics", timeout_s)
         except TransportFailure as exc:
             return MetricsScrape(None, f"/metrics unreachable ({exc.cause})")
+        if status == 404:
+            # llama.cpp's server (and most servers that are not vLLM) has no /metrics at all.
+            return MetricsScrape(None, "/metrics answered 404: no vllm:* gauges (not a vLLM server?)")
         if status != 200:
             return MetricsScrape(None, f"/metrics answered {status}")
         values = parse_prometheus(content.decode("utf-8", errors="replace"))
@@ -509,6 +588,12 @@ class LLMClient:
 
     def check_health(self, target: Target, timeout_s: float) -> bool:
         return self._run(self.acheck_health(target, timeout_s))
+
+    def probe(self, target: Target, path: str, timeout_s: float) -> Probe:
+        return self._run(self.aprobe(target, path, timeout_s))
+
+    def server_info(self, target: Target, timeout_s: float) -> ServerInfo | None:
+        return self._run(self.aserver_info(target, timeout_s))
 
     def scrape_metrics(self, target: Target, timeout_s: float) -> MetricsScrape:
         return self._run(self.ascrape_metrics(target, timeout_s))

@@ -33,8 +33,9 @@ batch that fails, or a prompt missing from a batch reply, continues on the
 same retry loop one prompt at a time, so batch-mates never fail silently.
 
 A background thread polls each endpoint's ``/health`` (out of rotation on
-failure, back on success) and ``/metrics`` (load weighting) every
-``llm_health_interval_s``.
+failure, back on success; ``/v1/models`` on a server without ``/health``) and
+``/metrics`` (load weighting) every ``llm_health_interval_s``. A server that
+says it is llama.cpp's Python server gets at most one request in flight.
 
 Context window: at start-up the gateway reads each endpoint's
 ``max_model_len`` from ``/v1/models``. vLLM rejects a prompt longer than it,
@@ -77,7 +78,15 @@ from common.urls import redact_url
 from worker import metrics
 from worker.llm.balancer import Balancer, EndpointState
 from worker.llm.batcher import BatchItem, MicroBatcher
-from worker.llm.client import FINISHED_OK, Choice, LLMClient, Reply, Target
+from worker.llm.client import (
+    FINISHED_OK,
+    HEALTH_PATH,
+    MODELS_PATH,
+    Choice,
+    LLMClient,
+    Reply,
+    Target,
+)
 from worker.llm.retry import RetryPolicy, compute_backoff
 
 log = logging.getLogger("qfarm.llm")
@@ -134,8 +143,8 @@ class HealthPoller:
     def poll_once(self) -> None:
         timeout = max(0.2, min(2.0, self._interval_s))
         for e in self._balancer.endpoints:
-            healthy = self._client.check_health(e.target, timeout)
-            self._balancer.mark_health(e.url, healthy)
+            healthy, reason = self._liveness(e, timeout)
+            self._balancer.mark_health(e.url, healthy, reason)
             if healthy and e.max_model_len is None:
                 self._balancer.set_max_model_len(
                     e.url, self._client.max_model_len(e.target, timeout)
@@ -157,6 +166,26 @@ class HealthPoller:
                         scrape.values["vllm:num_requests_running"],
                         scrape.values["vllm:num_requests_waiting"],
                     )
+
+    def _liveness(self, e: EndpointState, timeout: float) -> tuple[bool, str | None]:
+        """``/health``; on a server without one (404: llama.cpp's), ``/v1/models`` from then on.
+
+        ``/v1/models`` on llama.cpp's server waits for the model, which is busy while it
+        answers one of our requests: a timeout then is a busy endpoint, not a dead one.
+        A refused connection or an error status still takes the endpoint out.
+        """
+        probe = self._client.probe(e.target, e.health_path, timeout)
+        if e.health_path == HEALTH_PATH and probe.status == 404:
+            if self._balancer.set_health_path(e.url, MODELS_PATH):  # said once, by one poll
+                log.warning(
+                    "%s has no /health (404): its liveness is read from /v1/models instead",
+                    e.target.display,
+                )
+            probe = self._client.probe(e.target, MODELS_PATH, timeout)
+        if probe.ok:
+            return True, None
+        busy = probe.failure == "timeout" and e.health_path == MODELS_PATH and e.outstanding > 0
+        return busy, None if busy else probe.reason
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -222,6 +251,7 @@ class Gateway:
             breaker_failures=settings.llm_breaker_failures,
             breaker_cooldown_s=settings.llm_breaker_cooldown_s,
             metrics_weighting=settings.llm_metrics_weighting,
+            window_fallback=settings.llm_context_window,
         )
         # Coroutines waiting for an endpoint; woken (all) whenever the balancer's state
         # changes, like the threads of a Condition.notify_all. Touched on the loop only.
@@ -245,6 +275,7 @@ class Gateway:
         probe_s = max(0.5, min(2.0, settings.llm_connect_timeout_s))
         for e in self._balancer.endpoints:
             self._balancer.set_max_model_len(e.url, self._client.max_model_len(e.target, probe_s))
+            self._recognise(e, probe_s)
         self._poller: HealthPoller | None = None
         if settings.llm_health_interval_s <= 0 and settings.llm_metrics_weighting:
             log.warning(
@@ -273,6 +304,28 @@ class Gateway:
                 executor=_InlineExecutor(),
             )
         self._closed = False
+
+    def _recognise(self, e: EndpointState, timeout_s: float) -> None:
+        """Adapt to a server that is not vLLM, said once in the log.
+
+        See docs/llm.md, 'Other OpenAI-compatible servers': llama.cpp's Python server
+        answers one request at a time, so more in flight would only queue inside it and
+        time out there."""
+        info = self._client.server_info(e.target, timeout_s)
+        if info is None:
+            return
+        self._balancer.set_server(e.url, info.name, one_slot=info.one_slot)
+        window = e.max_model_len or "unknown: set QFARM_LLM_CONTEXT_WINDOW to its --n_ctx"
+        log.warning(
+            # Its missing /metrics is said by the poller, once, like any endpoint's.
+            "%s is %s: %s; context window %s; QFARM_LLM_TIMEOUT_S=%g s must cover a CPU "
+            "answer and the queue other processes make at that server",
+            e.target.display,
+            info.name,
+            "one request in flight at a time" if info.one_slot else "its own in-flight limits",
+            window,
+            self.settings.llm_timeout_s,
+        )
 
     # ------------------------------------------------------------------ public
 
@@ -708,6 +761,7 @@ def _generation(
         llm_ms=round((time.perf_counter() - started) * 1000.0, 3),
         ttft_ms=round(reply.ttft_ms, 3) if reply.ttft_ms is not None else None,
         simulated=reply.simulated,
+        server=ep.server,
     )
 
 
@@ -759,17 +813,26 @@ def endpoint_report(settings: Settings, timeout_s: float = 2.0) -> list[str]:
     lines = []
     try:
         for e in balancer.endpoints:
-            healthy = client.check_health(e.target, timeout_s)
+            probe = client.probe(e.target, HEALTH_PATH, timeout_s)
+            if probe.status == 404:  # no /health (llama.cpp's server): /v1/models answers
+                probe = client.probe(e.target, MODELS_PATH, timeout_s)
+            healthy = probe.ok
             window = client.max_model_len(e.target, timeout_s) if healthy else None
+            info = client.server_info(e.target, timeout_s) if healthy else None
             if healthy and settings.llm_metrics_weighting:
                 balancer.set_metrics_problem(
                     e.url, client.scrape_metrics(e.target, timeout_s).problem
                 )
             elif not healthy:
                 balancer.set_metrics_problem(e.url, "endpoint not healthy")
+            configured = f"{settings.llm_context_window} (QFARM_LLM_CONTEXT_WINDOW)" if (
+                settings.llm_context_window) else "unknown"
             lines.append(
-                f"endpoint {e.target.display}: {'healthy' if healthy else '/health failed'}  "
-                f"max_model_len={window or 'unknown'}  "
+                f"endpoint {e.target.display}: "
+                f"{'healthy' if healthy else probe.reason}  "
+                + (f"server={info.name}{' (one request at a time)' if info.one_slot else ''}  "
+                   if info else "")
+                + f"max_model_len={window or configured}  "
                 f"load weighting {balancer.weighting_state(e)}"
             )
     finally:
