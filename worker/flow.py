@@ -30,13 +30,14 @@ from typing import TypeVar
 import redis
 from kombu.exceptions import OperationalError
 from pydantic import BaseModel, TypeAdapter
+from pydantic_core import PydanticSerializationError
 
 from common import keys
 from common.errors import ManifestError
 from common.jobs import job_from_ref
 from common.models import Evidence, Job, JobRecord, JobRef, Row, Timings, Usage
 from common.policy import governance_policy_hash
-from common.text import replace_lone_surrogates
+from common.text import replace_lone_surrogates, replace_lone_surrogates_in
 from worker import metrics, pipeline
 from worker.services import Services
 
@@ -106,8 +107,51 @@ def failed(record: JobRecord, exc: Exception) -> JobRecord:
     # so an eager sweep's terminal is not flooded with them.
     log.warning("job %s failed (%s: %s); it will be an error row", record.job.job_id,
                 type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG))
-    error = replace_lone_surrogates(f"internal: {type(exc).__name__}: {exc}")
+    if isinstance(exc, PydanticSerializationError):
+        error = _unserialisable(exc)
+    else:
+        error = replace_lone_surrogates(f"internal: {type(exc).__name__}: {exc}")
     return record.model_copy(update={"error": error})
+
+
+CANNOT_SERIALISE = "internal: this job cannot be serialised"
+
+
+def _unserialisable(exc: Exception) -> str:
+    return (f"{CANNOT_SERIALISE} ({replace_lone_surrogates(str(exc))}); its row is stored with "
+            "each lone surrogate, which UTF-8 cannot encode, replaced by U+FFFD")
+
+
+def storable(row: Row) -> tuple[Row, str]:
+    """``row`` and its JSON. A row that cannot be serialised (a lone surrogate in its
+    question, say, that got past loading) becomes its own job's error row with its text
+    made valid: it fails that job alone, and the job still gets its one row."""
+    try:
+        return row, row.model_dump_json()
+    except PydanticSerializationError as exc:
+        log.warning("job %s: its row cannot be serialised (%s); writing it as an error row",
+                    row.job_id, replace_lone_surrogates(str(exc)))
+        fixed = _valid_error_row(row, exc)
+        return fixed, fixed.model_dump_json()
+
+
+def _valid_error_row(row: Row, exc: Exception) -> Row:
+    error = row.error if row.error and row.error.startswith(CANNOT_SERIALISE) else None
+    if error is None:
+        error = "; ".join(e for e in (row.error, _unserialisable(exc)) if e)
+    try:
+        clean = Row.model_validate(replace_lone_surrogates_in(row.model_dump(mode="json")))
+        # A failed job is not graded, whatever its verifier found.
+        clean = clean.model_copy(update={"grading": None, "gold": None, "error": error})
+        clean.model_dump_json()  # what else might not serialise: the bare row below then
+        return clean
+    except (ValueError, TypeError):
+        return Row(
+            run_id=row.run_id, job_id=row.job_id, question=replace_lone_surrogates(row.question),
+            question_id=replace_lone_surrogates(row.question_id), mode=row.mode,
+            sample_index=row.sample_index, error=replace_lone_surrogates_in(error),
+            worker=row.worker, started_at=row.started_at, finished_at=row.finished_at,
+        )
 
 
 def _send(send: Send, stage: keys.Stage, records: list[JobRecord], svc: Services) -> None:
@@ -232,13 +276,20 @@ def _safely_row(record: JobRecord, cached: dict) -> Row:
 
 
 def write_rows(rows: Sequence[Row], svc: Services, cache_keys: Sequence[str | None] = ()) -> int:
-    """Write each row once; results of fresh successful jobs go into the cache. Returns rows written."""
-    wrote = svc.store.write_rows(rows)
+    """Write each row once; results of fresh successful jobs go into the cache. Returns rows written.
+
+    Each row is serialised on its own first (``storable``): one that cannot be fails only
+    its job, as an error row, and its bundle-mates' rows are written as they are.
+    """
+    stored = [storable(row) for row in rows]
+    rows = [row for row, _ in stored]
+    jsons = [raw for _, raw in stored]
+    wrote = svc.store.write_rows(rows, jsons)
     metrics.count_rows(rows, wrote)
     keys_ = list(cache_keys) or [None] * len(rows)
     svc.store.put_cached_many([
-        (key, row)
-        for row, key, w in zip(rows, keys_, wrote, strict=True)
+        (key, raw)
+        for row, raw, key, w in zip(rows, jsons, keys_, wrote, strict=True)
         if w and key and not row.error and not row.cache_hit
     ])
     return sum(wrote)
@@ -433,9 +484,12 @@ def internal_error_row(payload: dict, svc: Services, exc: BaseException) -> None
             if job is None:
                 return
             record = pipeline.begin(job, worker=svc.worker_name)
-        # The write is set-if-absent: a job that already has a row keeps it.
-        err = record.model_copy(update={"error": f"internal: {type(exc).__name__}: {exc}"})
-        svc.store.write_row(pipeline.finish(err))
+        # The write is set-if-absent: a job that already has a row keeps it; one whose
+        # row cannot be serialised is written with its text made valid (``storable``).
+        err = record.model_copy(update={
+            "error": replace_lone_surrogates(f"internal: {type(exc).__name__}: {exc}")
+        })
+        write_rows([pipeline.finish(err)], svc)
     except REDIS_ERRORS:
         raise  # the row is not stored: the message must be redelivered, not acknowledged
     except Exception:  # nothing more can be done; the task log has both
