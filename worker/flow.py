@@ -21,6 +21,7 @@ produce a second row.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -129,8 +130,11 @@ def storable(row: Row) -> tuple[Row, str]:
     try:
         return row, row.model_dump_json()
     except PydanticSerializationError as exc:
-        log.warning("job %s: its row cannot be serialised (%s); writing it as an error row",
-                    row.job_id, replace_lone_surrogates(str(exc)))
+        # One line per failed job: a job that failed for this reason already said so.
+        said = bool(row.error and row.error.startswith(CANNOT_SERIALISE))
+        log.log(logging.DEBUG if said else logging.WARNING,
+                "job %s: its row cannot be serialised (%s); writing it as an error row",
+                row.job_id, replace_lone_surrogates(str(exc)))
         fixed = _valid_error_row(row, exc)
         return fixed, fixed.model_dump_json()
 
@@ -248,9 +252,7 @@ def _start_many(
     Returns the records that need retrieval, and (record, row) for the jobs already
     finished: failed, decided by reject-broad, or served from the cache.
     """
-    records = [
-        _safely(pipeline.begin(job, worker=svc.worker_name), pipeline.preflight_stage) for job in jobs
-    ]
+    records = [_safely(pipeline.begin(job, worker=svc.worker_name), _preflight) for job in jobs]
     done = [(r, pipeline.finish(r)) for r in records if _is_finished(r)]
     records = [_with_cache_key(r, svc) for r in records if not _is_finished(r)]
     done += [(r, pipeline.finish(r)) for r in records if r.error]
@@ -265,6 +267,15 @@ def _start_many(
         metrics.count_cache(len(hits), len(keyed) - len(hits))
     done += [(r, _safely_row(r, hits[r.job.job_id])) for r in records if r.job.job_id in hits]
     return [r for r in records if r.job.job_id not in hits], done
+
+
+def _preflight(record: JobRecord) -> JobRecord:
+    """The preflight, once the job's question is known to serialise: one that does not (a
+    lone surrogate that got past loading) fails here, in eager runs too, before it is
+    searched for or sent to a model (an endpoint answering it 500 would count against
+    that endpoint for every job)."""
+    record.job.question.model_dump_json()  # PydanticSerializationError: the job's error
+    return pipeline.preflight_stage(record)
 
 
 def _safely_row(record: JobRecord, cached: dict) -> Row:
@@ -465,8 +476,10 @@ def handle_job(ref_data: dict, svc: Services) -> None:
         update={"cache_hit": row.cache_hit, "timings": row.timings, "finished_at": row.finished_at}
     )
     if write_rows([row], svc, [record.cache_key]):
-        # Single queries keep their claims and sidecar output for the audit line.
-        svc.store.put_detail(record.model_copy(update={"prompt": None}))
+        # Single queries keep their claims and sidecar output for the audit line (not a
+        # record that cannot be serialised: its row says why).
+        with contextlib.suppress(PydanticSerializationError):
+            svc.store.put_detail(record.model_copy(update={"prompt": None}))
 
 
 def internal_error_rows(payload: str | list[dict], svc: Services, exc: BaseException) -> None:

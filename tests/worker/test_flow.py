@@ -377,3 +377,19 @@ def test_a_question_that_cannot_be_serialised_fails_only_its_own_jobs(eager, cap
         else:
             assert row["error"] is None and row["verdict"]
     assert store.progress("p", 4).failed == 2
+
+
+def test_a_single_query_that_cannot_be_serialised_is_its_error_row(eager, caplog):
+    """The interactive queue: the job fails before any model call, its row says why, and
+    no detail is stored for it (the record would not serialise)."""
+    from common import keys
+    from worker import tasks
+
+    svc, store, gateway = eager
+    manifest_for(store, "i", 1, 1)
+    (job,), (ref,) = bundle_refs("i", texts=("Who was \ud800?",), n=1)
+    tasks.run_job.apply_async(args=[[ref]])
+    (row,) = map(json.loads, store.read_rows("i", 0))
+    assert "cannot be serialised" in row["error"] and gateway.calls == 0
+    assert store.client.get(keys.detail_key("i", job.job_id)) is None
+    assert "failed unexpectedly" not in caplog.text

@@ -217,7 +217,9 @@ def test_a_question_that_cannot_be_serialised_fails_only_its_own_jobs(setup) -> 
     run_to_the_end(r, poisoned)
     assert_one_row_each(store, poisoned, "this job cannot be serialised")
     rows = [json.loads(raw) for raw in store.read_rows("r", 0)]
-    assert {r["question"] for r in rows if r["question_id"] == POISON} == {"Who was \ufffd?"}
+    poisoned = [r for r in rows if r["question_id"] == POISON]
+    assert {r["question"] for r in poisoned} == {"Who was \ufffd?"}
+    assert {r["endpoint"] for r in poisoned} == {None}  # never sent to a model
     assert_every_slot_back(r)
 
 
