@@ -38,8 +38,9 @@ from common.errors import ManifestError
 from common.jobs import job_from_ref
 from common.models import Evidence, Job, JobRecord, JobRef, Row, Timings, Usage
 from common.policy import governance_policy_hash
-from common.text import replace_lone_surrogates, replace_lone_surrogates_in
+from common.text import replace_lone_surrogates
 from worker import metrics, pipeline
+from worker.encoding import storable, unserialisable_error
 from worker.services import Services
 
 log = logging.getLogger("qfarm.worker")
@@ -109,53 +110,10 @@ def failed(record: JobRecord, exc: Exception) -> JobRecord:
     log.warning("job %s failed (%s: %s); it will be an error row", record.job.job_id,
                 type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG))
     if isinstance(exc, PydanticSerializationError):
-        error = _unserialisable(exc)
+        error = unserialisable_error(exc)
     else:
         error = replace_lone_surrogates(f"internal: {type(exc).__name__}: {exc}")
     return record.model_copy(update={"error": error})
-
-
-CANNOT_SERIALISE = "internal: this job cannot be serialised"
-
-
-def _unserialisable(exc: Exception) -> str:
-    return (f"{CANNOT_SERIALISE} ({replace_lone_surrogates(str(exc))}); its row is stored with "
-            "each lone surrogate, which UTF-8 cannot encode, replaced by U+FFFD")
-
-
-def storable(row: Row) -> tuple[Row, str]:
-    """``row`` and its JSON. A row that cannot be serialised (a lone surrogate in its
-    question, say, that got past loading) becomes its own job's error row with its text
-    made valid: it fails that job alone, and the job still gets its one row."""
-    try:
-        return row, row.model_dump_json()
-    except PydanticSerializationError as exc:
-        # One line per failed job: a job that failed for this reason already said so.
-        said = bool(row.error and row.error.startswith(CANNOT_SERIALISE))
-        log.log(logging.DEBUG if said else logging.WARNING,
-                "job %s: its row cannot be serialised (%s); writing it as an error row",
-                row.job_id, replace_lone_surrogates(str(exc)))
-        fixed = _valid_error_row(row, exc)
-        return fixed, fixed.model_dump_json()
-
-
-def _valid_error_row(row: Row, exc: Exception) -> Row:
-    error = row.error if row.error and row.error.startswith(CANNOT_SERIALISE) else None
-    if error is None:
-        error = "; ".join(e for e in (row.error, _unserialisable(exc)) if e)
-    try:
-        clean = Row.model_validate(replace_lone_surrogates_in(row.model_dump(mode="json")))
-        # A failed job is not graded, whatever its verifier found.
-        clean = clean.model_copy(update={"grading": None, "gold": None, "error": error})
-        clean.model_dump_json()  # what else might not serialise: the bare row below then
-        return clean
-    except (ValueError, TypeError):
-        return Row(
-            run_id=row.run_id, job_id=row.job_id, question=replace_lone_surrogates(row.question),
-            question_id=replace_lone_surrogates(row.question_id), mode=row.mode,
-            sample_index=row.sample_index, error=replace_lone_surrogates_in(error),
-            worker=row.worker, started_at=row.started_at, finished_at=row.finished_at,
-        )
 
 
 def _send(send: Send, stage: keys.Stage, records: list[JobRecord], svc: Services) -> None:
@@ -289,8 +247,8 @@ def _safely_row(record: JobRecord, cached: dict) -> Row:
 def write_rows(rows: Sequence[Row], svc: Services, cache_keys: Sequence[str | None] = ()) -> int:
     """Write each row once; results of fresh successful jobs go into the cache. Returns rows written.
 
-    Each row is serialised on its own first (``storable``): one that cannot be fails only
-    its job, as an error row, and its bundle-mates' rows are written as they are.
+    Each row is serialised on its own first (``worker.encoding.storable``): one that cannot
+    be fails only its job, as an error row, and its bundle-mates' rows are written as they are.
     """
     stored = [storable(row) for row in rows]
     rows = [row for row, _ in stored]
@@ -498,7 +456,7 @@ def internal_error_row(payload: dict, svc: Services, exc: BaseException) -> None
                 return
             record = pipeline.begin(job, worker=svc.worker_name)
         # The write is set-if-absent: a job that already has a row keeps it; one whose
-        # row cannot be serialised is written with its text made valid (``storable``).
+        # row cannot be serialised is written with its text made valid (``write_rows``).
         err = record.model_copy(update={
             "error": replace_lone_surrogates(f"internal: {type(exc).__name__}: {exc}")
         })
