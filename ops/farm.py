@@ -96,7 +96,12 @@ def up(env: Mapping[str, str], roles: Sequence[str], *, wait_s: float = 0.0,
     cmd = [_tool("supervisord", env), "-c", str(CONF)]
     if foreground:
         os.execve(cmd[0], [*cmd, "--nodaemon"], dict(env))
-    subprocess.run(cmd, env=dict(env), check=True)
+    res = subprocess.run(cmd, env=dict(env), capture_output=True, text=True)
+    if res.returncode != 0:  # e.g. one already runs on this farm directory
+        said = [ln for ln in (res.stderr + res.stdout).splitlines() if ln.startswith("Error")]
+        print(f"farm in {env['FARM_DIR']}: supervisord did not start: "
+              f"{said[0] if said else f'exit status {res.returncode}'}", file=sys.stderr)
+        return 1
     if wait_s <= 0:
         return 0
     deadline = time.monotonic() + wait_s
@@ -112,6 +117,20 @@ def up(env: Mapping[str, str], roles: Sequence[str], *, wait_s: float = 0.0,
     print(f"farm in {env['FARM_DIR']}: not running after {wait_s:.0f}s: {failed or 'no status'}; "
           f"see {env['FARM_DIR']}/<role>.log", file=sys.stderr)  # fmt: skip
     return 1
+
+
+def down(env: Mapping[str, str]) -> int:
+    """Stop every role (warm shutdown) and supervisord; returns once supervisord has exited."""
+    res = ctl(env, "shutdown")
+    sys.stdout.write(res.stdout)
+    sys.stderr.write(res.stderr)
+    if res.returncode != 0:
+        return res.returncode
+    pidfile = Path(env["FARM_DIR"]) / "supervisord.pid"
+    deadline = time.monotonic() + float(env["FARM_STOPWAITSECS"]) + 30
+    while pidfile.exists() and time.monotonic() < deadline:  # supervisord removes it last
+        time.sleep(0.2)
+    return 0 if not pidfile.exists() else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -135,7 +154,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = farm_env(os.environ, args.dir, roles)
     if args.command == "up":
         return up(env, roles, wait_s=args.wait, foreground=args.foreground)
-    cmd = {"status": ["status"], "down": ["shutdown"], "ctl": args.__dict__.get("args", [])}[args.command]
+    if not (Path(env["FARM_DIR"]) / "supervisor.sock").exists():
+        print(f"no farm runs in {env['FARM_DIR']} (`python -m ops.farm --dir {args.dir} up` starts one)",
+              file=sys.stderr)
+        return 1
+    if args.command == "down":
+        return down(env)
+    cmd = ["status"] if args.command == "status" else args.args
     res = ctl(env, *cmd)
     sys.stdout.write(res.stdout)
     sys.stderr.write(res.stderr)
