@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 REPLACEMENT = "\ufffd"
 
@@ -27,3 +28,15 @@ def replace_lone_surrogates(text: str) -> str:
     if text.isascii():
         return text
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def replace_lone_surrogates_in(value: Any) -> Any:
+    """``value`` (JSON-like: dicts, lists, strings, numbers) with ``replace_lone_surrogates``
+    applied to every string in it, keys included."""
+    if isinstance(value, str):
+        return replace_lone_surrogates(value)
+    if isinstance(value, dict):
+        return {replace_lone_surrogates_in(k): replace_lone_surrogates_in(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [replace_lone_surrogates_in(v) for v in value]
+    return value

@@ -15,6 +15,8 @@ Celery's and kombu's docs (see docs/distributed.md):
 * ``socket_timeout``: kombu's default waits forever on a dead connection.
 * Results ignored: rows are written to Redis by job id (set-if-absent); no
   chords or groups, which would collect every result into one key.
+* Redis URLs go through ``worker.broker.Transport``: kombu's Redis transport,
+  repaired so that a worker survives the loss of Redis (see that module).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from celery import Celery
 from common.errors import ConfigError
 from common.keys import INTERACTIVE, QUEUES, STAGES
 from common.settings import Settings, load_settings
+from worker import broker
 
 TASK_ROUTES = {stage.task: {"queue": stage.queue} for stage in STAGES}
 
@@ -82,6 +85,8 @@ class QfarmCelery(Celery):
             self._qfarm_configured = True
 
 
+# Before any connection: every Redis connection of this process uses the repaired transport.
+broker.register()
 app = QfarmCelery("qfarm", set_as_current=True)
 
 
