@@ -15,11 +15,13 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    field_validator,
     model_serializer,
     model_validator,
 )
 
 from common.policy import Policy
+from common.urls import redact_urls
 from common.versions import ROW_SCHEMA_VERSION
 from common.vocab import ALL_MODES, Confidence, Intensity, Label, Mode, Verdict, ViolationKind
 
@@ -133,6 +135,9 @@ class Generation(Frozen):
     llm_ms: float = 0.0
     ttft_ms: float | None = None
     simulated: bool = False
+    # what the endpoint said it is when it is not vLLM (e.g. "llama.cpp server
+    # (llama-cpp-python 0.3.36)", from its /openapi.json); None for vLLM and the simulator
+    server: str | None = None
     # finish_reason "length": the answer ran out of tokens (kept, and the row says so)
     truncated: bool = False
     # set when the token budget was lowered to fit max_model_len (by qfarm or by the server)
@@ -306,6 +311,14 @@ class Manifest(Frozen):
     keep_answers: bool = False
     use_cache: bool = True
 
+    @field_validator("endpoints")
+    @classmethod
+    def _no_passwords(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        # The manifest is shown everywhere (summary.md, the API, the viewer) and nothing
+        # calls an endpoint from it: a password in QFARM_LLM_ENDPOINTS never lands here,
+        # and one in a manifest written before that is hidden when it is read.
+        return tuple(redact_urls(value))
+
 
 # --------------------------------------------------------------------------- the row
 
@@ -345,6 +358,7 @@ class Row(Frozen):
     model: str | None = None
     endpoint: str | None = None
     simulated: bool | None = None
+    llm_server: str | None = None  # a recognised non-vLLM server (Generation.server)
     retriever: str | None = None
     index_version: str | None = None
     evidence_ids: list[str] = Field(default_factory=list)

@@ -112,21 +112,6 @@ class Policy(BaseModel):
         return self.max_context_chars_by_mode.get(mode, 6000)
 
 
-# The CPU policy (docs/llm.md, 'A real model on this machine'): what `--local-model` runs
-# with before the operator's own --policy overrides. A small model on two cores reads about
-# 70 prompt tokens a second and writes about 24, so the prompt is what costs: three passages
-# (of at most 800 characters each) in at most 2,400 characters keep a prompt near 800
-# tokens (about 11 s), and 160 new tokens (about 7 s) are more than a 135M model writes
-# before it repeats itself. Prompt plus budget fits the 2,048-token window the launcher
-# opens. What the shorter evidence costs in recall is measured in the same section.
-LOCAL_CPU_CONTEXT_CHARS = 2400
-LOCAL_CPU_POLICY: Mapping[str, Any] = {
-    "top_k": 3,
-    "max_context_chars_by_mode": {m.value: LOCAL_CPU_CONTEXT_CHARS for m in ALL_MODES},
-    "max_tokens": 160,
-}
-
-
 # Other names a key is accepted under, each mapped to the field it sets. The design's seed
 # policy spelled the collapse switch with its modes' prefix; configs written from it keep working.
 POLICY_ALIASES: dict[str, str] = {
@@ -150,6 +135,21 @@ def canonical_overrides(overrides: Mapping[str, Any], prefix: str = "--policy ")
             )
         out[name] = value
     return out
+
+
+# The CPU policy (docs/llm.md, 'A real model on this machine'): what `--local-model` runs
+# with before the operator's own --policy overrides. A small model on two cores reads about
+# 70 prompt tokens a second and writes about 24, so the prompt is what costs: three passages
+# (of at most 800 characters each) in at most 2,400 characters keep a prompt near 800
+# tokens (about 11 s), and 160 new tokens (about 7 s) are more than a 135M model writes
+# before it repeats itself. Prompt plus budget fits the 2,048-token window the launcher
+# opens. What the shorter evidence costs in recall is measured in the same section.
+LOCAL_CPU_CONTEXT_CHARS = 2400
+LOCAL_CPU_POLICY: Mapping[str, Any] = {
+    "top_k": 3,
+    "max_context_chars_by_mode": {m.value: LOCAL_CPU_CONTEXT_CHARS for m in ALL_MODES},
+    "max_tokens": 160,
+}
 
 
 def type_label(name: str) -> str:

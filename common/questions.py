@@ -1,6 +1,13 @@
 """Question files: plain text (one per line) or JSONL ``{"id", "question", "answers"?, "scope"?, "title"?}``.
 
 Parsing works on text already read, so it stays pure; errors name file:line.
+
+A question is refused at load time, before anything is enqueued, when a row could not
+carry it: a lone surrogate (JSON's ``"\ud800"`` with no pair) cannot be written as
+UTF-8, so its jobs would never get a row; a control character such as NUL breaks the
+pages and files it reaches; a question longer than ``QFARM_MAX_QUESTION_CHARS`` (the
+limit the HTTP API applies too) is a mistake, not a question. Ids and answers follow
+the same rules (an id is at most ``MAX_ID_CHARS``).
 """
 
 from __future__ import annotations
@@ -8,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 
 from common.errors import InputError
 from common.models import Question
@@ -17,6 +25,47 @@ def question_id_for(text: str) -> str:
     """Stable id for a question given without one: a digest of its normalized text."""
     norm = " ".join(text.casefold().split())
     return "q" + hashlib.sha256(norm.encode()).hexdigest()[:10]
+
+
+DEFAULT_MAX_QUESTION_CHARS = 2_000  # Settings.max_question_chars (QFARM_MAX_QUESTION_CHARS)
+MAX_ID_CHARS = 200  # ids end up in job ids, Redis keys and every row
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # a pair decodes to one astral character
+# C0 controls and DEL; tab, newline and carriage return are whitespace a question may hold.
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def text_problem(text: str) -> str | None:
+    """Why ``text`` cannot be stored and shown as given (a lone surrogate, a control
+    character), naming the character and its position, or None."""
+    for pattern, what, fix in (
+        (_LONE_SURROGATE, "a lone surrogate", "it cannot be written as UTF-8; fix the \\u escape"),
+        (_CONTROL, "a control character", "remove it"),
+    ):
+        found = pattern.search(text)
+        if found:
+            return f"holds {what} (U+{ord(found.group()):04X}) at character {found.start() + 1}; {fix}"
+    return None
+
+
+def question_problem(text: str, max_chars: int = DEFAULT_MAX_QUESTION_CHARS) -> str | None:
+    """Why ``text`` (stripped) is not a question the farm takes, or None. One rule for
+    question files, ``qfarm ask``, the Python API and the HTTP API."""
+    if not text:
+        return "the question is empty"
+    if len(text) > max_chars:
+        return (f"the question is {len(text):,} characters; at most {max_chars:,} "
+                "(QFARM_MAX_QUESTION_CHARS)")
+    problem = text_problem(text)
+    return f"the question {problem}" if problem else None
+
+
+def check_question(text: str, where: str, max_chars: int = DEFAULT_MAX_QUESTION_CHARS) -> str:
+    """``text`` stripped, or an InputError ``where: why`` (just ``why`` without a where)."""
+    text = text.strip()
+    problem = question_problem(text, max_chars)
+    if problem:
+        raise InputError(f"{where}: {problem}" if where else problem)
+    return text
 
 
 def _is_jsonl(name: str, lines: list[str]) -> bool:
@@ -43,48 +92,80 @@ def _question_id(where: str, value: object) -> str | None:
         return str(int(value)) if value.is_integer() else repr(value)
     if isinstance(value, str) and not value.strip():
         raise InputError(f"{where}: {ID_FORM}, got an empty string")
-    return str(value)
+    text = str(value)
+    problem = text_problem(text)
+    if problem:
+        raise InputError(f'{where}: "id" {problem}')
+    if len(text) > MAX_ID_CHARS:
+        raise InputError(f'{where}: "id" is {len(text):,} characters; at most {MAX_ID_CHARS}')
+    return text
 
 
-def _parse_json_line(name: str, lineno: int, line: str) -> Question:
-    where = f"{name}:{lineno}"
+def _load_json(where: str, line: str) -> object:
     try:
-        obj = json.loads(line)
+        return json.loads(line)
     except json.JSONDecodeError as exc:
         raise InputError(
             f"{where}: malformed JSON ({exc.msg} at column {exc.colno}); each line must be "
             '{"id": ..., "question": ..., "answers": [...]}'
         ) from exc
+    except RecursionError:
+        raise InputError(f"{where}: JSON nested too deeply to read; each line must be "
+                         '{"id": ..., "question": ..., "answers": [...]}') from None
+    except ValueError as exc:  # an integer of over 4,300 digits (sys.get_int_max_str_digits)
+        raise InputError(f"{where}: a JSON number too long to read ({str(exc).split(';')[0]}); "
+                         'write a long id as a string, e.g. "id": "q7"') from None
+
+
+def _answers(where: str, answers: object) -> tuple[str, ...] | None:
+    if answers is None:
+        return None
+    if isinstance(answers, str):
+        answers = [answers]
+    if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
+        raise InputError(f'{where}: "answers" must be a list of strings')
+    for i, answer in enumerate(answers, start=1):
+        problem = text_problem(answer)
+        if problem:
+            raise InputError(f"{where}: answer {i} {problem}")
+    return tuple(answers) or None
+
+
+def _parse_json_line(name: str, lineno: int, line: str, max_chars: int) -> Question:
+    where = f"{name}:{lineno}"
+    obj = _load_json(where, line)
     if not isinstance(obj, dict):
         raise InputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     text = obj.get("question")
     if not isinstance(text, str) or not text.strip():
         raise InputError(f'{where}: missing "question" (a non-empty string)')
+    text = check_question(text, where, max_chars)
     qid = _question_id(where, obj.get("id"))
-    answers = obj.get("answers")
-    if answers is not None:
-        if isinstance(answers, str):
-            answers = [answers]
-        if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
-            raise InputError(f'{where}: "answers" must be a list of strings')
+    answers = _answers(where, obj.get("answers"))
     scope = obj.get("scope")
     if scope not in (None, "bounded", "unbounded"):
         raise InputError(f'{where}: "scope" must be "bounded" or "unbounded", got {scope!r}')
     title = obj.get("title")
     if title is not None and (not isinstance(title, str) or not title.strip()):
         raise InputError(f'{where}: "title" must be a non-empty string (the answering article)')
+    problem = text_problem(title) if title else None
+    if problem:
+        raise InputError(f'{where}: "title" {problem}')
     return Question(
         id=qid if qid is not None else question_id_for(text),
-        text=text.strip(),
-        answers=tuple(answers) if answers else None,
+        text=text,
+        answers=answers,
         source=where,
         scope=scope,
         title=title.strip() if title else None,
     )
 
 
-def parse_questions(name: str, content: str) -> list[Question]:
-    """Parse a question file's content; raises InputError naming file:line."""
+def parse_questions(
+    name: str, content: str, *, max_chars: int = DEFAULT_MAX_QUESTION_CHARS
+) -> list[Question]:
+    """Parse a question file's content; raises InputError naming file:line. ``max_chars``
+    is the longest question (QFARM_MAX_QUESTION_CHARS)."""
     # Lines end at "\n" only: str.splitlines() would also split at U+2028, U+0085 and
     # other characters that are valid, unescaped, inside a JSON string. A UTF-8 BOM
     # (editors on Windows write one) is not part of the first line.
@@ -96,10 +177,11 @@ def parse_questions(name: str, content: str) -> list[Question]:
         if not line or line.startswith("#"):
             continue
         if jsonl:
-            questions.append(_parse_json_line(name, lineno, line))
+            questions.append(_parse_json_line(name, lineno, line, max_chars))
         else:
+            text = check_question(line, f"{name}:{lineno}", max_chars)
             questions.append(
-                Question(id=question_id_for(line), text=line, source=f"{name}:{lineno}")
+                Question(id=question_id_for(text), text=text, source=f"{name}:{lineno}")
             )
     if not questions:
         raise InputError(

@@ -12,6 +12,7 @@ uncertain each rate is at this n. docs/reports.md explains every metric.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
@@ -29,6 +30,7 @@ from common.runstats import (
     accumulate,
 )
 from common.stats import wilson_interval
+from common.text import replace_control_chars
 from common.vocab import LATTICE_MODES
 
 # --------------------------------------------------------------------------- formatting
@@ -62,8 +64,33 @@ def fmt_time(ts: float | None) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def md_text(text: str) -> str:
+    """Text from a question file, a row or a server, safe as markdown: control characters
+    become U+FFFD and ``<``, ``>``, ``&`` entities, so a question's HTML shows as text
+    instead of becoming the page's markup wherever summary.md is rendered. Code spans
+    (between backticks) are left alone: markdown shows them verbatim already."""
+    text = replace_control_chars(text)
+    parts = text.split("`")
+    # An odd number of backticks leaves one unclosed: markdown shows it as a backtick and
+    # the text after it is not code, so escape everything.
+    step = 2 if len(parts) % 2 else 1
+    for i in range(0, len(parts), step):
+        parts[i] = parts[i].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return "`".join(parts)
+
+
+def md_code(text: str) -> str:
+    """``text`` as one code span, whatever backticks it holds (the fence is longer than
+    any run of them inside), with control characters replaced."""
+    text = replace_control_chars(text).replace("\n", " ")
+    runs = re.findall("`+", text)
+    fence = "`" * (max((len(r) for r in runs), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return md_text(text).replace("|", "\\|").replace("\n", " ")
 
 
 def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -484,7 +511,7 @@ def _errors(stats: RunStats) -> list[str]:
     out += [""] + md_table(header, rows)
     if stats.errors:
         out += ["", "Most frequent errors:", ""]
-        out += [f"- {count} × `{text}`" for text, count in stats.errors.most_common(10)]
+        out += [f"- {count} × {md_code(text)}" for text, count in stats.errors.most_common(10)]
     return out
 
 

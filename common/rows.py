@@ -68,6 +68,7 @@ def build_row(record: JobRecord) -> Row:
         model=job.model,
         endpoint=gen.endpoint if gen else None,
         simulated=gen.simulated if gen else None,
+        llm_server=gen.server if gen else None,
         retriever=ret.backend if ret else None,
         index_version=ret.index_version if ret else None,
         evidence_ids=[e.id for e in evidence],

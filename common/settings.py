@@ -8,11 +8,22 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from common.errors import ConfigError
+from common.questions import DEFAULT_MAX_QUESTION_CHARS
+from common.redis_urls import broker_url, redis_url_problem
+from common.urls import redact_url, redact_urls
 
 DEFAULT_MODEL = "adamo1139/Hermes-3-Llama-3.1-8B-FP8-Dynamic"
 API_KEYS_FORM = "URL=KEY,URL=KEY (e.g. http://gpu1:8000=KEY1,http://gpu2:8000=KEY2)"
@@ -27,17 +38,23 @@ def results_dir_problem(directory: Path) -> str | None:
 
 
 class Settings(BaseSettings):
+    """Every field has a range, checked when the settings are read (README, 'Settings').
+
+    Floats must be finite (``nan``/``inf`` are refused: a timeout of ``nan`` never fires).
+    """
+
     model_config = SettingsConfigDict(
-        env_prefix="QFARM_", env_nested_delimiter="__", extra="ignore"
+        env_prefix="QFARM_", env_nested_delimiter="__", extra="ignore", allow_inf_nan=False,
+        populate_by_name=True,
     )
 
     # where things live
     data_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "qfarm")
     results_dir: Path = Path("bench/results")
-    # Redis / Celery
+    # Redis / Celery: one URL both redis-py and Celery's broker read alike (common/redis_urls.py)
     redis_url: str = "redis://127.0.0.1:6379/0"
-    visibility_timeout_s: int = 3600
-    broker_socket_timeout_s: float = 30.0
+    visibility_timeout_s: int = Field(default=3600, ge=1)
+    broker_socket_timeout_s: float = Field(default=30.0, gt=0)
     # How long a following producer waits for Redis to come back (reconnecting with
     # backoff) before it detaches; the run itself goes on.
     redis_reconnect_s: float = Field(default=300.0, ge=0)
@@ -49,6 +66,14 @@ class Settings(BaseSettings):
     bundle_size: int = Field(default=32, ge=1, le=256)
     # A larger plan is refused before anything is sent (a typo like -n 1000000000).
     max_jobs_per_run: int = Field(default=5_000_000, ge=1)
+    # The longest question, in characters, from a file, `qfarm ask` or the HTTP API alike.
+    # QFARM_API_MAX_QUESTION_CHARS, its name when only the API checked it, still works.
+    max_question_chars: int = Field(
+        default=DEFAULT_MAX_QUESTION_CHARS, ge=1, le=1_000_000,
+        validation_alias=AliasChoices(
+            "max_question_chars", "QFARM_MAX_QUESTION_CHARS", "QFARM_API_MAX_QUESTION_CHARS"
+        ),
+    )
     # Flower needs task events (worker_send_task_events, task_send_sent_event).
     task_events: bool = False
     # LLM endpoints (comma-separated base URLs, e.g. http://gpu1:8000,http://gpu2:8000)
@@ -56,26 +81,34 @@ class Settings(BaseSettings):
     llm_api_key: SecretStr | None = None
     # per-endpoint keys: "http://gpu1:8000=KEY1,http://gpu2:8000=KEY2"
     llm_api_keys: SecretStr | None = None
-    model: str = DEFAULT_MODEL
-    llm_timeout_s: float = 120.0
-    llm_connect_timeout_s: float = 5.0
-    llm_max_inflight_per_endpoint: int = 64
+    model: str = Field(default=DEFAULT_MODEL, min_length=1)
+    llm_timeout_s: float = Field(default=120.0, gt=0)
+    llm_connect_timeout_s: float = Field(default=5.0, gt=0)
+    llm_max_inflight_per_endpoint: int = Field(default=64, ge=1)
     # The context window of an endpoint whose /v1/models does not report max_model_len
     # (llama.cpp's server does not; vLLM does, and its figure wins). None: unknown, so
     # max_tokens is never lowered before sending (docs/llm.md, 'Other OpenAI-compatible servers').
     llm_context_window: int | None = Field(default=None, ge=16)
-    llm_max_attempts: int = 4
-    llm_batch_size: int = 0  # 0: no micro-batching (one prompt per request)
-    llm_batch_wait_ms: float = 5.0
+    llm_max_attempts: int = Field(default=4, ge=1)
+    # 0: no micro-batching (one prompt per request). At most vLLM's prompts per request
+    # (VLLM_MAX_COMPLETION_PROMPTS): a larger batch would be a 400 for every request.
+    llm_batch_size: int = Field(default=0, ge=0, le=1024)
+    llm_batch_wait_ms: float = Field(default=5.0, ge=0)
     llm_stream: bool = False  # stream replies: rows get ttft_ms (one prompt per request only)
-    llm_health_interval_s: float = 2.0  # /health + /metrics polling; 0 turns it off
+    # /health + /metrics polling; 0 turns it off
+    llm_health_interval_s: float = Field(default=2.0, ge=0)
     llm_metrics_weighting: bool = True  # weight balancing by scraped vllm:num_requests_* gauges
-    llm_breaker_failures: int = 5  # consecutive failures that open an endpoint's breaker
-    llm_breaker_cooldown_s: float = 10.0  # open breaker: wait this long before one trial request
-    llm_backoff_base_s: float = 0.25  # retry backoff: base * 2**(attempt-1), equal jitter
-    llm_backoff_max_s: float = 8.0
-    llm_wait_for_endpoint_s: float = 60.0  # how long a job waits when no endpoint is usable
-    llm_retry_after_max_s: float = 60.0  # cap on an honoured Retry-After (absurd values: the cap)
+    # consecutive failures that open an endpoint's breaker
+    llm_breaker_failures: int = Field(default=5, ge=1)
+    # open breaker: wait this long before one trial request
+    llm_breaker_cooldown_s: float = Field(default=10.0, ge=0)
+    # retry backoff: base * 2**(attempt-1), equal jitter
+    llm_backoff_base_s: float = Field(default=0.25, ge=0)
+    llm_backoff_max_s: float = Field(default=8.0, ge=0)
+    # how long a job waits when no endpoint is usable
+    llm_wait_for_endpoint_s: float = Field(default=60.0, ge=0)
+    # cap on an honoured Retry-After (absurd values: the cap)
+    llm_retry_after_max_s: float = Field(default=60.0, ge=0)
     # retrieval
     retriever: Literal["embedded", "elasticsearch", "opensearch"] = "embedded"
     index_path: Path | None = None  # embedded index file; default data_dir/index/default.sqlite
@@ -89,21 +122,26 @@ class Settings(BaseSettings):
     es_password: SecretStr | None = None
     es_ca_certs: Path | None = None
     es_verify_certs: bool = True
-    es_index: str = "qfarm-passages"
-    es_timeout_s: float = 10.0
-    es_max_retries: int = 2  # per request, on connection errors, timeouts, 429 and 502-504 only
-    es_shards: int = 1  # primary shards of a new passages index (qfarm index)
-    es_replicas: int = 0  # replicas once a new passages index is filled
+    es_index: str = Field(default="qfarm-passages", min_length=1)
+    es_timeout_s: float = Field(default=10.0, gt=0)
+    # per request, on connection errors, timeouts, 429 and 502-504 only
+    es_max_retries: int = Field(default=2, ge=0)
+    es_shards: int = Field(default=1, ge=1)  # primary shards of a new passages index (qfarm index)
+    es_replicas: int = Field(default=0, ge=0)  # replicas once a new passages index is filled
     # HTTP front door (`qfarm serve`, docs/api.md). Tokens are secrets: comma-separated
     # entries TOKEN (admin scope) or SCOPE:TOKEN with SCOPE ask or admin.
     api_tokens: SecretStr | None = None
     api_max_jobs: int = Field(default=10_000, ge=1)  # a larger HTTP sweep is refused (4xx)
     api_max_body_bytes: int = Field(default=4_000_000, ge=1024)  # larger bodies get a 413
-    api_max_question_chars: int = Field(default=2_000, ge=1)
     api_max_wait_s: float = Field(default=120.0, ge=0)  # cap on POST /v1/ask's wait_s
     # Workers flush their in-process counters (and a heartbeat) to Redis this often; the
     # API's /metrics reads them (docs/api.md, 'Metrics'). 0 turns the flushing off.
     metrics_flush_s: float = Field(default=2.0, ge=0)
+
+    @property
+    def broker_url(self) -> str:
+        """``redis_url`` as Celery's broker (kombu) must read it (common/redis_urls.py)."""
+        return broker_url(self.redis_url)
 
     def api_key_for(self, url: str) -> str | None:
         """The key sent to endpoint ``url``: its QFARM_LLM_API_KEYS entry, else QFARM_LLM_API_KEY."""
@@ -116,10 +154,23 @@ class Settings(BaseSettings):
     @field_validator("llm_endpoints")
     @classmethod
     def _strip_endpoints(cls, value: str) -> str:
-        return ",".join(p.strip().rstrip("/") for p in value.split(",") if p.strip())
+        endpoints = [p.strip().rstrip("/") for p in value.split(",") if p.strip()]
+        for pos, url in enumerate(endpoints, start=1):
+            problem = endpoint_problem(url)
+            if problem:
+                raise ConfigError(f"QFARM_LLM_ENDPOINTS: entry {pos} {problem}")
+        return ",".join(endpoints)
 
-    # The two validators below raise ConfigError, not ValueError: pydantic would put the
+    # The validators below raise ConfigError, not ValueError: pydantic would put the
     # offending input (a secret, or a path) into a multi-line error; these are one line.
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url_for_both_clients(cls, value: str) -> str:
+        problem = redis_url_problem(value)
+        if problem:
+            raise ConfigError(f"QFARM_REDIS_URL: {problem}")
+        return value
+
     @field_validator("llm_api_keys")
     @classmethod
     def _api_keys_name_endpoints(
@@ -137,12 +188,12 @@ class Settings(BaseSettings):
             api_tokens_by_scope(value.get_secret_value())
         return value
 
-    @field_validator("results_dir")
+    @field_validator("results_dir", "data_dir")
     @classmethod
-    def _results_dir_can_exist(cls, value: Path) -> Path:
+    def _dir_can_exist(cls, value: Path, info: ValidationInfo) -> Path:
         problem = results_dir_problem(value)
         if problem:
-            raise ConfigError(f"QFARM_RESULTS_DIR: {problem}")
+            raise ConfigError(f"QFARM_{str(info.field_name).upper()}: {problem}")
         return value
 
     @property
@@ -151,6 +202,21 @@ class Settings(BaseSettings):
 
     def embedded_index_path(self) -> Path:
         return self.index_path or (self.data_dir / "index" / "default.sqlite")
+
+
+def endpoint_problem(url: str) -> str | None:
+    """Why ``url`` is not an LLM base URL (said without repeating a URL that holds a
+    password), or None."""
+    shown = "" if "@" in url else f" {url!r}"
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # a malformed port or IPv6 address raises here
+    except ValueError as exc:
+        return f"is not a URL ({exc}); expected base URLs such as http://gpu1:8000, comma-separated"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        example = f"http://{url}" if shown and "://" not in url else "http://gpu1:8000"
+        return f"is not an http(s) base URL{shown}; write e.g. {example}"
+    return None
 
 
 def api_keys_by_endpoint(raw: str | None, endpoints: list[str]) -> dict[str, str]:
@@ -164,8 +230,9 @@ def api_keys_by_endpoint(raw: str | None, endpoints: list[str]) -> dict[str, str
             raise ConfigError(f"QFARM_LLM_API_KEYS: entry {pos} is not URL=KEY; expected {API_KEYS_FORM}")
         if url not in endpoints:
             raise ConfigError(
-                f"QFARM_LLM_API_KEYS: entry {pos} names {url}, which is not in QFARM_LLM_ENDPOINTS "
-                f"({','.join(endpoints) or 'empty'}); each entry names one of those endpoints"
+                f"QFARM_LLM_API_KEYS: entry {pos} names {redact_url(url)}, which is not in "
+                f"QFARM_LLM_ENDPOINTS ({','.join(redact_urls(endpoints)) or 'empty'}); each "
+                "entry names one of those endpoints"
             )
         keys[url] = key.strip()
     return keys
@@ -181,8 +248,16 @@ def api_tokens_by_scope(raw: str | None) -> dict[str, str]:
     tokens: dict[str, str] = {}
     for pos, entry in enumerate((e.strip() for e in (raw or "").split(",") if e.strip()), start=1):
         scope, sep, token = entry.partition(":")
-        if not sep or scope not in API_SCOPES:
+        if not sep:
             scope, token = "admin", entry
+        elif scope not in API_SCOPES:
+            # `root:TOKEN` once became an admin token whose text began "root:": a typo'd
+            # scope must not silently grant the most. The scope is not echoed: an entry
+            # with a colon might be a token pasted whole.
+            raise ConfigError(
+                f"QFARM_API_TOKENS: entry {pos} has an unknown scope before its ':'; write "
+                "TOKEN (admin) or SCOPE:TOKEN with SCOPE one of ask, admin (tokens have no ':')"
+            )
         if len(token) < MIN_TOKEN_CHARS:
             raise ConfigError(
                 f"QFARM_API_TOKENS: entry {pos} has a token of fewer than {MIN_TOKEN_CHARS} "

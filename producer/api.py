@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import threading
 import time
 from collections import Counter
@@ -31,12 +32,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from common import keys
 from common.errors import ConfigError, InputError, QfarmError
 from common.jobs import parse_modes
 from common.models import ALL_MODES, Job, JobRecord, Manifest, Mode, Question, Row
 from common.policy import Policy
-from common.questions import digest_content, question_id_for
+from common.questions import (
+    DEFAULT_MAX_QUESTION_CHARS,
+    check_question,
+    digest_content,
+    question_id_for,
+    text_problem,
+)
 from common.settings import Settings, load_settings
 from producer import interrupts
 from producer.aggregator import Aggregator
@@ -46,8 +55,10 @@ from producer.lease import FollowerLease
 from producer.runs import (
     create_run_dir,
     new_run_id,
+    producer_alive,
     read_manifest,
     read_run_status,
+    this_process,
     update_run_status,
 )
 from producer.store import ProducerStore, Progress, connect
@@ -95,15 +106,32 @@ EndpointsFor = Callable[[Settings], AbstractContextManager[Endpoints]]
 
 @contextlib.contextmanager
 def configured_endpoints(settings: Settings) -> Iterator[Endpoints]:
-    """The endpoints of ``settings`` (QFARM_LLM_ENDPOINTS), checked to answer."""
+    """The endpoints of ``settings`` (QFARM_LLM_ENDPOINTS), checked to answer as OpenAI-compatible
+    servers of QFARM_MODEL."""
     if not settings.endpoints:
         raise ConfigError(
             "no LLM endpoints: set QFARM_LLM_ENDPOINTS (or Settings(llm_endpoints=...)) to base "
             "URLs such as http://gpu1:8000; start a simulator with `qfarm sim --port 8000`"
         )
-    probe = probe_endpoints(settings.endpoints, api_keys={
+    probe = probe_endpoints(settings.endpoints, model=settings.model, api_keys={
         url: settings.api_key_for(url) for url in settings.endpoints})
-    yield Endpoints(urls=settings.endpoints, simulated=probe.simulated)
+    server = None if probe.simulated else recognised_server(
+        probe.alive[0], settings.api_key_for(probe.alive[0]))
+    yield Endpoints(urls=settings.endpoints, simulated=probe.simulated, server=server)
+
+
+def recognised_server(url: str, api_key: str | None, timeout_s: float = 5.0) -> str | None:
+    """The name of a server that says what it is in ``/openapi.json`` (llama.cpp's Python
+    server does), for the manifest; None for vLLM and anything not recognised."""
+    from worker.llm.client import server_info_from_openapi
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        resp = httpx.get(f"{url}/openapi.json", headers=headers, timeout=timeout_s)
+        info = server_info_from_openapi(resp.json()) if resp.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+    return info.name if info else None
 
 
 @dataclass(frozen=True)
@@ -115,20 +143,24 @@ class QuestionSet:
     digest: str
 
     @classmethod
-    def from_file(cls, path: Path) -> QuestionSet:
-        questions, digest = load_questions(path)
+    def from_file(cls, path: Path, max_chars: int = DEFAULT_MAX_QUESTION_CHARS) -> QuestionSet:
+        questions, digest = load_questions(path, max_chars)
         return cls(questions=questions, source=str(path), digest=digest)
 
     @classmethod
-    def from_texts(cls, texts: Sequence[str | Question], source: str = "<python>") -> QuestionSet:
+    def from_texts(cls, texts: Sequence[str | Question], source: str = "<python>",
+                   max_chars: int = DEFAULT_MAX_QUESTION_CHARS) -> QuestionSet:
         questions = []
         for i, item in enumerate(texts):
             if isinstance(item, Question):
+                where = item.source or f"{source}[{i}]"
+                check_question(item.text, where, max_chars)
+                problem = text_problem(item.id)
+                if problem:
+                    raise InputError(f"{where}: the id {problem}")
                 questions.append(item)
                 continue
-            text = item.strip()
-            if not text:
-                raise InputError(f"{source}[{i}]: the question is empty")
+            text = check_question(item, f"{source}[{i}]", max_chars)
             questions.append(Question(id=question_id_for(text), text=text, source=f"{source}[{i}]"))
         if not questions:
             raise InputError(f"{source}: no questions given")
@@ -147,15 +179,18 @@ class SweepSpec:
     keep_answers: bool = False
     use_cache: bool = True
 
-    def question_set(self) -> QuestionSet:
+    def question_set(self, max_chars: int = DEFAULT_MAX_QUESTION_CHARS) -> QuestionSet:
+        """The questions, each checked (``max_chars``: QFARM_MAX_QUESTION_CHARS)."""
         if isinstance(self.questions, QuestionSet):
+            for q in self.questions.questions:
+                check_question(q.text, q.source or self.questions.source, max_chars)
             return self.questions
         if isinstance(self.questions, Path):
-            return QuestionSet.from_file(self.questions)
+            return QuestionSet.from_file(self.questions, max_chars)
         if isinstance(self.questions, str):
             raise InputError("SweepSpec.questions: a str is not a list of questions; pass a Path "
                              "for a question file or a list of question texts")
-        return QuestionSet.from_texts(self.questions)
+        return QuestionSet.from_texts(self.questions, max_chars=max_chars)
 
 
 @dataclass(frozen=True)
@@ -163,8 +198,9 @@ class RunResult:
     """How a run ended (as far as this call followed it) and where its files are.
 
     ``status`` is the run's ``status.json`` status: complete, incomplete, cancelled,
-    failed, running (detached on purpose), interrupted (this process stopped following;
-    the run goes on), enqueue interrupted, or detached: Redis unreachable.
+    failed, running (detached on purpose), interrupted (distributed: this process stopped
+    following and the run goes on; eager: the run stopped with the rows it had, and
+    ``resume_eager`` runs the rest), enqueue interrupted, or detached: Redis unreachable.
     """
 
     manifest: Manifest
@@ -235,7 +271,7 @@ def run_sweep(
     modes = parse_modes([str(m) for m in spec.modes])
     if spec.n < 1:
         raise InputError(f"-n {spec.n}: the number of samples must be at least 1")
-    questions = spec.question_set()
+    questions = spec.question_set(settings.max_question_chars)
     if eager:
         return _run_eager(spec, questions, modes, settings, endpoints, on_progress, index_progress,
                           serial=serial)
@@ -275,15 +311,12 @@ def _corpus(retriever: Any) -> str:
 def _run_eager(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], settings: Settings,
                endpoints: EndpointsFor, on_progress: OnProgress | None,
                index_progress: bool, *, serial: bool = False) -> RunResult:
-    from worker.celery_app import app  # imported late: Celery is slow to import
-
     # matplotlib takes about a second to import, and only the summary at the end needs it:
     # imported now, beside the run (which leaves the GIL free most of the time), not after.
     threading.Thread(target=_import_plotting, name="qfarm-import-plotting", daemon=True).start()
     retriever = open_local_retriever(settings, progress=index_progress)
     with endpoints(settings) as eps:
         settings = eps.apply(settings)
-        svc, store = eager_services(settings, retriever)
         plan = SweepPlan(
             manifest=_manifest(spec, questions, modes, settings, eps, retriever, eager=True,
                                corpus=_corpus(retriever)),
@@ -291,18 +324,75 @@ def _run_eager(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], setti
         )
         check_plan_fits(plan.manifest, settings)
         run_dir = create_run_dir(settings.results_dir, plan.manifest)
-        store.put_manifest(plan.manifest)
-        update_run_status(run_dir, status="running", started_at=time.time())
-        agg = Aggregator(store, plan.manifest.run_id, run_dir / "rows.jsonl")
+        update_run_status(run_dir, status="running", started_at=time.time(), **this_process())
+        return _execute_eager(plan, plan.jobs(), run_dir, settings, eps, retriever, on_progress,
+                              serial=serial)
 
-        def tick() -> None:
-            agg.drain()
-            if on_progress:
-                on_progress(store.progress(plan.manifest.run_id, plan.manifest.n_jobs))
 
+def resume_eager(
+    run_id: str,
+    *,
+    settings: Settings | None = None,
+    on_progress: OnProgress | None = None,
+    endpoints: EndpointsFor = configured_endpoints,
+    serial: bool = False,
+) -> RunResult:
+    """Run, in this process, the jobs of an eager run that have no row in its rows.jsonl
+    (``qfarm sweep --resume RUN --eager``): an interrupted or killed eager run's rows are
+    valid, and its job ids are fixed by its manifest and question file."""
+    from producer.aggregator import cut_partial_line, file_rows
+
+    settings = settings or load_settings()
+    run_dir = settings.results_dir / run_id
+    manifest = read_manifest(run_dir)
+    if not manifest.eager:
+        raise InputError(f"run {run_id} is a distributed run: resume it without --eager "
+                         f"(qfarm sweep --resume {run_id})")
+    status = read_run_status(run_dir)
+    if status.get("status") == "running" and producer_alive(status):
+        raise InputError(f"run {run_id} is still running (process {status.get('pid')}); "
+                         "stop it first or wait for it to end")
+    questions, digest = load_questions(Path(manifest.question_file))
+    if digest != manifest.question_file_digest:
+        raise InputError(
+            f"{manifest.question_file}: changed since run {run_id} started "
+            f"({digest} != {manifest.question_file_digest}); restore it or start a new sweep"
+        )
+    plan = SweepPlan(manifest=manifest, questions=questions)
+    rows_path = run_dir / "rows.jsonl"
+    cut_partial_line(rows_path)  # a line the killed process was writing: its job runs again
+    have = {job_id for job_id, _ in file_rows(rows_path)}
+    missing = [job for job in plan.jobs() if job.job_id not in have]
+    threading.Thread(target=_import_plotting, name="qfarm-import-plotting", daemon=True).start()
+    retriever = open_local_retriever(settings, progress=False)
+    with endpoints(settings) as eps:
+        settings = eps.apply(settings)
+        update_run_status(run_dir, status="running", resumed_at=time.time(),
+                          resumed_jobs=len(missing), **this_process())
+        return _execute_eager(plan, missing, run_dir, settings, eps, retriever, on_progress,
+                              serial=serial)
+
+
+def _execute_eager(plan: SweepPlan, jobs: Iterable[Job], run_dir: Path, settings: Settings,
+                   eps: Endpoints, retriever: Any, on_progress: OnProgress | None, *,
+                   serial: bool) -> RunResult:
+    """Run ``jobs`` in this process, appending their rows to the run's rows.jsonl. A Ctrl-C
+    (or SIGTERM, for the command line) ends the run as interrupted with its rows so far."""
+    from worker.celery_app import app  # imported late: Celery is slow to import
+
+    svc, store = eager_services(settings, retriever)
+    store.put_manifest(plan.manifest)
+    agg = Aggregator(store, plan.manifest.run_id, run_dir / "rows.jsonl")
+
+    def tick() -> None:
+        agg.drain()
+        if on_progress:
+            on_progress(store.progress(plan.manifest.run_id, plan.manifest.n_jobs))
+
+    try:
         try:
             if serial:
-                for job in plan.jobs():
+                for job in jobs:
                     enqueue_jobs(app, [job])  # Celery eager mode: runs every stage inline
                     tick()
             else:
@@ -311,11 +401,15 @@ def _run_eager(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], setti
                 # As many jobs in flight as the endpoints take from one process.
                 inflight = len(eps.urls) * max(1, settings.llm_max_inflight_per_endpoint)
                 InProcessRunner(svc, max_inflight=inflight, bundle_size=settings.bundle_size).run(
-                    plan.jobs(), tick=tick
+                    jobs, tick=tick
                 )
         finally:
             svc.close()
+    except KeyboardInterrupt:
+        interrupts.handled()
         agg.drain()
+        return _finish(plan.manifest, run_dir, agg.written, interrupted=True)
+    agg.drain()
     error = store.progress(plan.manifest.run_id, plan.manifest.n_jobs).error
     if error:
         update_run_status(run_dir, status="failed", error=error, rows=agg.written)
@@ -347,7 +441,7 @@ def _run_distributed(spec: SweepSpec, questions: QuestionSet, modes: list[Mode],
     store = ProducerStore(client)
     run_dir = create_run_dir(settings.results_dir, plan.manifest)
     store.put_manifest(plan.manifest)
-    update_run_status(run_dir, status="enqueueing", started_at=time.time())
+    update_run_status(run_dir, status="enqueueing", started_at=time.time(), **this_process())
     t0 = time.perf_counter()
     try:
         sent = enqueue_counted(app, store, plan.jobs(), bundle_size=settings.bundle_size)
@@ -384,14 +478,15 @@ def follow_run(
         raise InputError(f"run {run_id}: no {run_dir}/manifest.json; pass --out with the results dir")
     manifest = read_manifest(run_dir)
     if manifest.eager:
-        raise InputError(f"run {run_id} was an eager run; eager runs cannot be resumed, rerun it")
+        raise InputError(f"run {run_id} was an eager run: resume it in this process with "
+                         f"qfarm sweep --resume {run_id} --eager")
     store = ProducerStore(connect(settings.redis_url))
     if not store.has_manifest(run_id):
         store.put_manifest(manifest)  # Redis lost it (restart): restore before re-enqueueing
     app = configure_app(settings)
     plan = None
     try:
-        questions, digest = load_questions(Path(manifest.question_file))
+        questions, digest = load_questions(Path(manifest.question_file), settings.max_question_chars)
         if digest != manifest.question_file_digest:
             raise InputError(
                 f"{manifest.question_file}: changed since run {run_id} started "
@@ -459,7 +554,7 @@ def _follow(store: ProducerStore, run_dir: Path, manifest: Manifest, settings: S
         update_run_status(run_dir, status=status)
         return RunResult(manifest, run_dir, status, _written(follower), error=str(exc))
     written = _written(follower)
-    extra = dict(recovered or {})
+    extra: dict[str, object] = dict(recovered or {})
     if follower.restored:
         extra["rows_restored_to_redis"] = follower.restored
     if prog.error:
@@ -467,7 +562,7 @@ def _follow(store: ProducerStore, run_dir: Path, manifest: Manifest, settings: S
         update_run_status(run_dir, status="failed", error=prog.error, rows=written, **extra)
         return RunResult(manifest, run_dir, "failed", written, error=prog.error)
     try:
-        return _finish(manifest, run_dir, written, cancelled=prog.cancelled, **extra)
+        return _finish(manifest, run_dir, written, cancelled=prog.cancelled, extra=extra)
     finally:
         follower.release()
 
@@ -477,13 +572,14 @@ def _written(follower: Follower) -> int:
 
 
 def _finish(manifest: Manifest, run_dir: Path, written: int, *, cancelled: bool = False,
-            **status: object) -> RunResult:
+            interrupted: bool = False, extra: dict[str, object] | None = None) -> RunResult:
     from producer.reports import write_summary  # matplotlib is slow to import
 
     total = manifest.n_jobs
-    state = "complete" if written >= total else ("cancelled" if cancelled else "incomplete")
+    state = ("complete" if written >= total else "cancelled" if cancelled
+             else "interrupted" if interrupted else "incomplete")
     # ``written`` counts distinct job ids: the run is complete when every planned job has a row.
-    final = {"status": state, "finished_at": time.time(), "rows": written, **status}
+    final = {"status": state, "finished_at": time.time(), "rows": written, **(extra or {})}
     # The summary first: whoever sees the final status (the API, the viewer) finds it.
     summary = write_summary(run_dir, status={**read_run_status(run_dir), **final})
     update_run_status(run_dir, **final)
@@ -507,13 +603,16 @@ def ask(
     sweep; a QfarmError says so when no worker consumes that queue or no row comes
     within ``timeout_s``.
     """
-    text = question.strip()
-    if not text:
+    settings = settings or load_settings()
+    if not question.strip():
         raise InputError("the question is empty; e.g. qfarm ask \"Who were the members of the Beatles?\"")
+    text = check_question(question, "", settings.max_question_chars)
     modes = parse_modes(str(mode))
     if len(modes) != 1:
         raise InputError("--mode takes one mode for ask; use qfarm sweep for several")
-    settings = settings or load_settings()
+    if not timeout_s > 0 or not math.isfinite(timeout_s):
+        raise InputError(f"--timeout {timeout_s:g}: seconds to wait for the row, a finite number "
+                         "above 0, e.g. --timeout 120")
     q = Question(id=question_id_for(text), text=text, source="<command line>")
     if eager:
         return _ask_eager(settings, q, modes, policy or Policy(), use_cache, endpoints)
@@ -621,10 +720,11 @@ def submit_ask(ctx: AskContext, question: Question | str, mode: Mode | str, poli
                *, use_cache: bool = True) -> AskTicket:
     """Send one question to the ``interactive`` queue (after checking a worker consumes it)."""
     if isinstance(question, str):
-        text = question.strip()
-        if not text:
-            raise InputError("the question is empty")
+        text = check_question(question, "", ctx.settings.max_question_chars)
         question = Question(id=question_id_for(text), text=text, source="<command line>")
+    else:
+        check_question(question.text, question.source or "",
+                       ctx.settings.max_question_chars)
     modes = parse_modes(str(mode))
     _require_interactive_worker(ctx.app, ctx.store)
     manifest = _ask_manifest(ctx.settings, question, modes, policy, ctx.endpoints, ctx.retriever,

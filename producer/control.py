@@ -15,8 +15,10 @@ from typing import Any
 from common import keys
 from common.errors import InputError, ManifestError
 from common.models import Manifest
+from common.runstatus import run_status
 from common.settings import Settings
-from producer.runs import read_manifest, read_run_status, update_run_status
+from producer.aggregator import file_rows
+from producer.runs import producer_alive, read_manifest, read_run_status, update_run_status
 from producer.store import ProducerStore
 
 
@@ -75,9 +77,14 @@ def describe_run(run_id: str, settings: Settings, store: ProducerStore | None) -
         done, failed, stages = prog.done, prog.failed, prog.stages
         cancelled, error = prog.cancelled, prog.error
     else:
-        done = int(status.get("rows", 0))
+        # Counted in rows.jsonl, not copied from status.json (the file may have lost rows).
+        done = len({job_id for job_id, _ in file_rows(run_dir / "rows.jsonl")}) if on_disk else 0
         failed, stages, cancelled, error = None, {}, "cancelled_at" in status, status.get("error")
     state = run_state(status, done, total, cancelled=cancelled, error=error)
+    if not in_redis and not error and not cancelled:
+        recorded = status.get("status")
+        state = run_status(str(recorded) if recorded else None, rows=done, n_jobs=total,
+                           eager=manifest.eager, producer_alive=producer_alive(status))
     started = status.get("started_at") or manifest.created_at
     elapsed = max(time.time() - float(started), 1e-9)
     eta_s = None
@@ -162,6 +169,8 @@ def summary_data(run_dir: Path) -> dict[str, Any]:
     return {
         "run_id": manifest.run_id,
         "simulated": manifest.simulated,
+        "model": manifest.model,
+        "llm_server": manifest.llm_server,
         "planned_jobs": manifest.n_jobs,
         "rows": stats.rows,
         "unreadable_lines": stats.unreadable,

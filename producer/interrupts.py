@@ -24,9 +24,14 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
 
 
 def install() -> None:
-    """Handle SIGINT as Python does, and remember it (main thread only, as signals are)."""
+    """Handle SIGINT as Python does, and remember it (main thread only, as signals are).
+
+    SIGTERM (``kill``, a supervisor stopping the command) is handled the same way: by
+    default it ends the process on the spot, leaving an eager run's status.json saying
+    "running"; as a KeyboardInterrupt the run ends as interrupted, with its rows."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, _on_sigint)
+        signal.signal(signal.SIGTERM, _on_sigint)
 
 
 def check() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,8 +23,9 @@ from common.models import Manifest
 from common.phase import CycleDecision, decide_cycle, render_cycle
 from common.report import render_stats
 from common.runstats import RunStats
+from common.runstatus import run_status
 from common.stats import wilson_interval
-from producer.runs import read_manifest, read_run_status
+from producer.runs import producer_alive, read_manifest, read_run_status
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -270,17 +272,24 @@ def write_summary(run_dir: Path, *, finished_at: float | None = None,
         run_dir / LATENCY_PLOT,
         lambda p: plot_latency(manifest, stats, p),
     )
-    state = status.get("status")
     text = render_stats(
         manifest,
         stats,
         plots=plots,
         finished_at=finished_at,
-        status=str(state) if state else None,
+        status=shown_status(manifest, status, stats.rows),
     ) + _recovery_note(status)
     path = run_dir / SUMMARY
     _write_atomic(path, text)
     return path
+
+
+def shown_status(manifest: Manifest, status: dict[str, Any], rows: int) -> str:
+    """The run's status from its rows and its producer's process (``common.runstatus``),
+    not ``status.json``'s word copied."""
+    recorded = status.get("status")
+    return run_status(str(recorded) if recorded else None, rows=rows, n_jobs=manifest.n_jobs,
+                      eager=manifest.eager, producer_alive=producer_alive(status))
 
 
 def _recovery_note(status: dict) -> str:
@@ -306,10 +315,11 @@ def compare_dirs(run_a: Path, run_b: Path, floor: float = 5.0) -> Comparison:
 
 
 def check_floor(floor: float) -> None:
-    """The compare floor as given on the command line: points, not negative."""
-    if floor < 0:
+    """The compare floor as given on the command line: points, finite, not negative (a
+    ``nan`` floor would call nothing a signal, an ``inf`` one neither, silently)."""
+    if not math.isfinite(floor) or floor < 0:
         raise InputError(
-            f"--floor {floor}: the floor is in points and must be >= 0, e.g. --floor 5"
+            f"--floor {floor}: the floor is in points, a finite number >= 0, e.g. --floor 5"
         )
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,14 @@ from pydantic import ValidationError
 
 from common.errors import InputError, first_validation_error
 from common.models import Manifest
+
+# What a run id may be: a directory name under the results directory (nothing that could
+# leave it), short enough for every file system (255 bytes is the usual name limit).
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
+
+
+def is_run_id(text: str) -> bool:
+    return RUN_ID.fullmatch(text) is not None
 
 
 def new_run_id() -> str:
@@ -46,6 +56,27 @@ def read_manifest(run_dir: Path) -> Manifest:
         raise InputError(
             f"{path}: invalid manifest at {where}: {msg}; re-run the sweep or fix the file"
         ) from exc
+
+
+def this_process() -> dict[str, object]:
+    """What ``status.json`` records of the process running a run, so a reader can tell
+    when that process is gone (``producer_alive``)."""
+    return {"pid": os.getpid(), "host": socket.gethostname()}
+
+
+def producer_alive(status: dict[str, Any]) -> bool | None:
+    """Whether the process ``status.json`` names still runs; None when it cannot be told
+    (no process recorded, or it ran on another host)."""
+    pid, host = status.get("pid"), status.get("host")
+    if not isinstance(pid, int) or isinstance(pid, bool) or host != socket.gethostname():
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process by that pid: alive
+    return True
 
 
 def update_run_status(run_dir: Path, **fields: object) -> None:

@@ -7,7 +7,6 @@ import json
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 import redis
 
@@ -15,32 +14,7 @@ from common import keys
 from common.errors import ConfigError
 from common.jobs import manifest_from_json
 from common.models import Manifest
-
-
-def redact_url(url: str) -> str:
-    """A Redis URL safe to print: every password (userinfo or ``?password=``) replaced by ***.
-
-    Split the way redis-py splits it (``urlsplit``: the userinfo ends at the last ``@``
-    of the authority, so a password may contain ``@``); a URL that does not parse is
-    not printed at all.
-    """
-    try:
-        parts = urlsplit(url)
-        _ = parts.port  # a malformed authority raises here, not later
-    except ValueError:
-        return "<unparseable URL>"
-    userinfo, at, hostport = parts.netloc.rpartition("@")
-    netloc = f"{userinfo.partition(':')[0]}:***@{hostport}" if at and ":" in userinfo else parts.netloc
-    return urlunsplit(parts._replace(netloc=netloc, query=_redact_query(parts.query)))
-
-
-def _redact_query(query: str) -> str:
-    fields = query.split("&") if query else []
-    return "&".join(
-        f"{name}=***" if unquote_plus(name).lower() == "password" else field
-        for field in fields
-        for name in (field.partition("=")[0],)
-    )
+from common.urls import redact_url
 
 
 def connect(url: str, *, timeout_s: float = 5.0) -> redis.Redis:

@@ -22,7 +22,7 @@ from common.errors import InputError
 from common.jobs import bundle_label, bundles, expand_jobs, profile_id_for_model, ref_for
 from common.models import Job, Manifest, Mode, Question
 from common.policy import Policy, governance_policy_hash, verifier_policy_hash
-from common.questions import digest_content, parse_questions
+from common.questions import DEFAULT_MAX_QUESTION_CHARS, digest_content, parse_questions
 from producer import interrupts
 from producer.aggregator import Aggregator
 from producer.lease import FollowerLease
@@ -31,8 +31,11 @@ from producer.store import ProducerStore, Progress
 ENQUEUE_BATCH = 1000
 
 
-def load_questions(path: Path) -> tuple[list[Question], str]:
-    """Read and parse a question file; returns the questions and the file digest."""
+def load_questions(
+    path: Path, max_chars: int = DEFAULT_MAX_QUESTION_CHARS
+) -> tuple[list[Question], str]:
+    """Read and parse a question file; returns the questions and the file digest.
+    ``max_chars``: the longest question (QFARM_MAX_QUESTION_CHARS)."""
     if not path.exists():
         raise InputError(f"{path}: no such question file; pass a .txt (one per line) or .jsonl file")
     if path.is_dir():
@@ -43,7 +46,7 @@ def load_questions(path: Path) -> tuple[list[Question], str]:
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise InputError(f"{path}:{line}: not UTF-8 text; save the file as UTF-8") from exc
-    return parse_questions(str(path), text), digest_content(data)
+    return parse_questions(str(path), text, max_chars=max_chars), digest_content(data)
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,19 @@ def results_dir_arg(value: str) -> Path:
     return Path(value)
 
 
+def port_arg(value: str) -> int:
+    """argparse type of ``--port``: 0 (any free port) to 65535, as one line like every
+    other input error (a port out of range was a traceback from the socket call)."""
+    try:
+        port = int(value)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise InputError(f"--port {value}: a TCP port is a number from 0 to 65535 (0: any free "
+                         "port), e.g. --port 8080")
+    return port
+
+
 def add_policy_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("policy")
     g.add_argument("--policy", action="append", default=[], metavar="KEY=VALUE",

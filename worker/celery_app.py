@@ -15,16 +15,21 @@ Celery's and kombu's docs (see docs/distributed.md):
 * ``socket_timeout``: kombu's default waits forever on a dead connection.
 * Results ignored: rows are written to Redis by job id (set-if-absent); no
   chords or groups, which would collect every result into one key.
+* Redis URLs go through ``worker.broker.Transport``: kombu's Redis transport,
+  repaired so that a worker survives the loss of Redis (see that module).
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from celery import Celery
 
+from common.errors import ConfigError
 from common.keys import INTERACTIVE, QUEUES, STAGES
 from common.settings import Settings, load_settings
+from worker import broker
 
 TASK_ROUTES = {stage.task: {"queue": stage.queue} for stage in STAGES}
 
@@ -40,7 +45,7 @@ def celery_config(settings: Settings, *, eager: bool = False) -> dict[str, Any]:
         "unacked_restore_throttle": 1,
     }
     return {
-        "broker_url": "memory://" if eager else settings.redis_url,
+        "broker_url": "memory://" if eager else settings.broker_url,
         "result_backend": None,
         "task_ignore_result": True,
         "task_serializer": "json",
@@ -69,10 +74,19 @@ def celery_config(settings: Settings, *, eager: bool = False) -> dict[str, Any]:
 class QfarmCelery(Celery):
     def on_configure(self) -> None:  # called lazily by Celery on first config access
         if not getattr(self, "_qfarm_configured", False):
-            self.conf.update(celery_config(load_settings()))
+            try:
+                settings = load_settings()
+            except ConfigError as exc:
+                # A worker (`celery -A worker worker`) reads its settings here, at start-up:
+                # a bad QFARM_* value is one line and exit 2, not Celery's traceback.
+                print(f"qfarm worker: error: {exc}", file=sys.stderr, flush=True)
+                raise SystemExit(exc.exit_code) from None
+            self.conf.update(celery_config(settings))
             self._qfarm_configured = True
 
 
+# Before any connection: every Redis connection of this process uses the repaired transport.
+broker.register()
 app = QfarmCelery("qfarm", set_as_current=True)
 
 

@@ -21,6 +21,7 @@ produce a second row.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -30,6 +31,7 @@ from typing import TypeVar
 import redis
 from kombu.exceptions import OperationalError
 from pydantic import BaseModel, TypeAdapter
+from pydantic_core import PydanticSerializationError
 
 from common import keys
 from common.errors import ManifestError
@@ -38,6 +40,7 @@ from common.models import Evidence, Job, JobRecord, JobRef, Row, Timings, Usage
 from common.policy import governance_policy_hash
 from common.text import replace_lone_surrogates
 from worker import metrics, pipeline
+from worker.encoding import storable, unserialisable_error
 from worker.services import Services
 
 log = logging.getLogger("qfarm.worker")
@@ -106,7 +109,10 @@ def failed(record: JobRecord, exc: Exception) -> JobRecord:
     # so an eager sweep's terminal is not flooded with them.
     log.warning("job %s failed (%s: %s); it will be an error row", record.job.job_id,
                 type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG))
-    error = replace_lone_surrogates(f"internal: {type(exc).__name__}: {exc}")
+    if isinstance(exc, PydanticSerializationError):
+        error = unserialisable_error(exc)
+    else:
+        error = replace_lone_surrogates(f"internal: {type(exc).__name__}: {exc}")
     return record.model_copy(update={"error": error})
 
 
@@ -204,9 +210,7 @@ def _start_many(
     Returns the records that need retrieval, and (record, row) for the jobs already
     finished: failed, decided by reject-broad, or served from the cache.
     """
-    records = [
-        _safely(pipeline.begin(job, worker=svc.worker_name), pipeline.preflight_stage) for job in jobs
-    ]
+    records = [_safely(pipeline.begin(job, worker=svc.worker_name), _preflight) for job in jobs]
     done = [(r, pipeline.finish(r)) for r in records if _is_finished(r)]
     records = [_with_cache_key(r, svc) for r in records if not _is_finished(r)]
     done += [(r, pipeline.finish(r)) for r in records if r.error]
@@ -223,6 +227,15 @@ def _start_many(
     return [r for r in records if r.job.job_id not in hits], done
 
 
+def _preflight(record: JobRecord) -> JobRecord:
+    """The preflight, once the job's question is known to serialise: one that does not (a
+    lone surrogate that got past loading) fails here, in eager runs too, before it is
+    searched for or sent to a model (an endpoint answering it 500 would count against
+    that endpoint for every job)."""
+    record.job.question.model_dump_json()  # PydanticSerializationError: the job's error
+    return pipeline.preflight_stage(record)
+
+
 def _safely_row(record: JobRecord, cached: dict) -> Row:
     try:
         return row_from_cache(cached, record)
@@ -232,13 +245,20 @@ def _safely_row(record: JobRecord, cached: dict) -> Row:
 
 
 def write_rows(rows: Sequence[Row], svc: Services, cache_keys: Sequence[str | None] = ()) -> int:
-    """Write each row once; results of fresh successful jobs go into the cache. Returns rows written."""
-    wrote = svc.store.write_rows(rows)
+    """Write each row once; results of fresh successful jobs go into the cache. Returns rows written.
+
+    Each row is serialised on its own first (``worker.encoding.storable``): one that cannot
+    be fails only its job, as an error row, and its bundle-mates' rows are written as they are.
+    """
+    stored = [storable(row) for row in rows]
+    rows = [row for row, _ in stored]
+    jsons = [raw for _, raw in stored]
+    wrote = svc.store.write_rows(rows, jsons)
     metrics.count_rows(rows, wrote)
     keys_ = list(cache_keys) or [None] * len(rows)
     svc.store.put_cached_many([
-        (key, row)
-        for row, key, w in zip(rows, keys_, wrote, strict=True)
+        (key, raw)
+        for row, raw, key, w in zip(rows, jsons, keys_, wrote, strict=True)
         if w and key and not row.error and not row.cache_hit
     ])
     return sum(wrote)
@@ -414,8 +434,10 @@ def handle_job(ref_data: dict, svc: Services) -> None:
         update={"cache_hit": row.cache_hit, "timings": row.timings, "finished_at": row.finished_at}
     )
     if write_rows([row], svc, [record.cache_key]):
-        # Single queries keep their claims and sidecar output for the audit line.
-        svc.store.put_detail(record.model_copy(update={"prompt": None}))
+        # Single queries keep their claims and sidecar output for the audit line (not a
+        # record that cannot be serialised: its row says why).
+        with contextlib.suppress(PydanticSerializationError):
+            svc.store.put_detail(record.model_copy(update={"prompt": None}))
 
 
 def internal_error_rows(payload: str | list[dict], svc: Services, exc: BaseException) -> None:
@@ -433,9 +455,12 @@ def internal_error_row(payload: dict, svc: Services, exc: BaseException) -> None
             if job is None:
                 return
             record = pipeline.begin(job, worker=svc.worker_name)
-        # The write is set-if-absent: a job that already has a row keeps it.
-        err = record.model_copy(update={"error": f"internal: {type(exc).__name__}: {exc}"})
-        svc.store.write_row(pipeline.finish(err))
+        # The write is set-if-absent: a job that already has a row keeps it; one whose
+        # row cannot be serialised is written with its text made valid (``write_rows``).
+        err = record.model_copy(update={
+            "error": replace_lone_surrogates(f"internal: {type(exc).__name__}: {exc}")
+        })
+        write_rows([pipeline.finish(err)], svc)
     except REDIS_ERRORS:
         raise  # the row is not stored: the message must be redelivered, not acknowledged
     except Exception:  # nothing more can be done; the task log has both

@@ -56,15 +56,19 @@ class WorkerStore:
         cancelled, *has_row, _ = pipe.execute()
         return bool(cancelled), [bool(h) for h in has_row]
 
-    def write_row(self, row: Row, *, pipeline: redis.client.Pipeline | None = None) -> bool:
+    def write_row(self, row: Row, *, pipeline: redis.client.Pipeline | None = None,
+                  row_json: str | None = None) -> bool:  # fmt: skip
         """Write the row unless one exists for this job; True if this call wrote it.
 
-        With ``pipeline`` the write is only queued (bulk loaders); the result is then False.
+        ``row_json`` is the row already serialised (the worker checks that each row can be,
+        worker/flow.py). With ``pipeline`` the write is only queued (bulk loaders); the
+        result is then False.
         """
-        wrote = self._write_row(**self._row_script_args(row), client=pipeline)
+        args = self._row_script_args(row, row_json)
+        wrote = self._write_row(**args, client=pipeline)
         return pipeline is None and bool(wrote)
 
-    def write_rows(self, rows: Sequence[Row]) -> list[bool]:
+    def write_rows(self, rows: Sequence[Row], row_jsons: Sequence[str] | None = None) -> list[bool]:
         """``write_row`` for a bundle in one pipeline; [True where this call wrote the row].
 
         One round trip: the pipeline sends ``EVALSHA`` itself rather than registering the
@@ -73,17 +77,18 @@ class WorkerStore:
         again one by one through the registered script, which loads it; the script is
         set-if-absent, so a row can never be written twice.
         """
+        jsons = list(row_jsons) if row_jsons is not None else [r.model_dump_json() for r in rows]
         if len(rows) <= 1:
-            return [self.write_row(r) for r in rows]
+            return [self.write_row(r, row_json=j) for r, j in zip(rows, jsons, strict=True)]
         pipe = self.client.pipeline(transaction=False)
-        for row in rows:
-            args = self._row_script_args(row)
+        for row, row_json in zip(rows, jsons, strict=True):
+            args = self._row_script_args(row, row_json)
             pipe.evalsha(self._write_row.sha, len(args["keys"]), *args["keys"], *args["args"])
         results = pipe.execute(raise_on_error=False)
         wrote = []
-        for row, result in zip(rows, results, strict=True):
+        for row, row_json, result in zip(rows, jsons, results, strict=True):
             if isinstance(result, redis.exceptions.NoScriptError):
-                wrote.append(self.write_row(row))
+                wrote.append(self.write_row(row, row_json=row_json))
             elif isinstance(result, Exception):
                 raise result
             else:
@@ -91,7 +96,7 @@ class WorkerStore:
         return wrote
 
     @staticmethod
-    def _row_script_args(row: Row) -> dict[str, list]:
+    def _row_script_args(row: Row, row_json: str | None = None) -> dict[str, list]:
         return {
             "keys": [
                 keys.rows_key(row.run_id),
@@ -99,7 +104,12 @@ class WorkerStore:
                 keys.failed_key(row.run_id),
                 keys.VERIFY.counter_key(row.run_id),
             ],
-            "args": [row.job_id, row.model_dump_json(), "1" if row.error else "0", keys.ROW_TTL_S],
+            "args": [
+                row.job_id,
+                row.model_dump_json() if row_json is None else row_json,
+                "1" if row.error else "0",
+                keys.ROW_TTL_S,
+            ],
         }
 
     def get_cached_many(self, digests: Sequence[str]) -> list[dict | None]:
@@ -108,12 +118,14 @@ class WorkerStore:
         raws = self.client.mget([keys.cache_key(d) for d in digests])
         return [json.loads(raw) if raw else None for raw in raws]
 
-    def put_cached_many(self, entries: Sequence[tuple[str, Row]]) -> None:
+    def put_cached_many(self, entries: Sequence[tuple[str, Row | str]]) -> None:
+        """Cache rows by digest; a row may come already serialised (its JSON string)."""
         if not entries:
             return
         pipe = self.client.pipeline(transaction=False)
         for digest, row in entries:
-            pipe.set(keys.cache_key(digest), row.model_dump_json(), ex=keys.CACHE_TTL_S)
+            raw = row if isinstance(row, str) else row.model_dump_json()
+            pipe.set(keys.cache_key(digest), raw, ex=keys.CACHE_TTL_S)
         pipe.execute()
 
     def put_detail(self, record: JobRecord, ttl_s: int = 24 * 3600) -> None:

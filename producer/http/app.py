@@ -187,7 +187,8 @@ def create_app(settings: Settings, *, eager: bool = False,
         if not eager:
             try:
                 adopted = await anyio.to_thread.run_sync(farm.followers.adopt, farm.store)
-            except RedisError as exc:  # the server starts anyway; POST .../resume later
+            except (RedisError, QfarmError) as exc:  # the server starts anyway (routes
+                # that need Redis answer 503 until it is back); POST .../resume later
                 log.warning("could not look for runs to follow again: Redis: %s", exc)
             else:
                 if adopted:
@@ -264,7 +265,7 @@ def _ask_routes(app: FastAPI, farm: Farm, asker: Any) -> None:
     async def post_ask(body: AskRequest) -> JSONResponse:
         """Answer one question through the interactive queue: 200 with the answer within
         ``wait_s``, else 202 with the job's URL."""
-        text = question_text(body.question, settings.api_max_question_chars, "question")
+        text = question_text(body.question, settings.max_question_chars, "question")
         (mode,) = modes_of([body.mode], "mode")
         policy = policy_of(body.policy)
         if body.wait_s > settings.api_max_wait_s:
@@ -434,9 +435,8 @@ def _login(farm: Farm, request: Request, token: str) -> Response:
     """``?token=T``: a cookie for the viewer's pages, then the same page without the token."""
     if farm.tokens.scope_of(token) is None:
         return problem(401, "that token is not valid")
-    query = "&".join(f"{k}={v}" for k, v in request.query_params.multi_items() if k != "token")
-    target = request.url.path + (f"?{query}" if query else "")
-    resp = RedirectResponse(target, status_code=303)
+    query = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+    resp = RedirectResponse(auth.local_target(request.url.path, query), status_code=303)
     resp.set_cookie(auth.COOKIE, token, httponly=True, samesite="strict",
                     secure=request.url.scheme == "https", path="/")
     return resp

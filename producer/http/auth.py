@@ -16,6 +16,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 from dataclasses import dataclass
+from urllib.parse import urlencode
 
 from common.errors import ConfigError
 from common.settings import Settings, api_tokens_by_scope
@@ -81,3 +82,15 @@ def check_bind(host: str, tokens: Tokens) -> None:
             "that address could submit sweeps and read every run; set QFARM_API_TOKENS "
             "(comma-separated, TOKEN or ask:TOKEN / admin:TOKEN) or bind 127.0.0.1"
         )
+
+
+def local_target(path: str, query: list[tuple[str, str]]) -> str:
+    """Where a login redirects: this server's ``path`` and ``query``, never another host.
+
+    ``//evil.example/`` (or ``/\\evil.example/``, which browsers read the same way) is a
+    network-path reference: sent back as a Location it would redirect a user who
+    followed a link carrying a valid token to another site. Leading slashes and
+    backslashes collapse to one slash, so the target is always a path here.
+    """
+    target = "/" + path.lstrip("/\\")
+    return target + (f"?{urlencode(query)}" if query else "")

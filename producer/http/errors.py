@@ -7,6 +7,8 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from kombu.exceptions import OperationalError
+from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from common.errors import ConfigError, InputError, ManifestError, QfarmError
@@ -56,6 +58,16 @@ def install_errors(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         return problem(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(RedisError)
+    @app.exception_handler(OperationalError)
+    async def redis_gone(_: Request, exc: Exception) -> JSONResponse:
+        # Redis went away under a running server (the client connected at start-up): the
+        # farm's state cannot be read or changed now, which is the farm's state, not a bug.
+        # The exception's own text may name the server; the message says what to do.
+        return problem(503, f"Redis is not answering ({type(exc).__name__}); the farm's runs "
+                            "and queues live there: retry once it is back (GET /healthz says "
+                            "when)", headers={"Retry-After": "5"})
 
     @app.exception_handler(QfarmError)
     async def qfarm_error(_: Request, exc: QfarmError) -> JSONResponse:

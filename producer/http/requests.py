@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from common.errors import InputError, PolicyError
 from common.jobs import parse_modes
 from common.models import Question
 from common.policy import policy_from_mapping
-from common.questions import parse_questions
+from common.questions import parse_questions, question_problem
 from common.settings import Settings
 from producer.api import QuestionSet, SweepSpec
 from producer.http.errors import ApiError, from_validation
@@ -25,12 +26,12 @@ NDJSON = "application/x-ndjson"
 
 
 def question_text(text: str, limit: int, where: str) -> str:
+    """The question stripped, or a 422: the rule `qfarm sweep` and `qfarm ask` apply
+    (length QFARM_MAX_QUESTION_CHARS, no lone surrogate, no control character)."""
     text = text.strip()
-    if not text:
-        raise ApiError(422, f"{where}: the question is empty", where)
-    if len(text) > limit:
-        raise ApiError(422, f"{where}: {len(text)} characters; at most {limit} "
-                            "(QFARM_API_MAX_QUESTION_CHARS)", where)
+    problem = question_problem(text, limit)
+    if problem:
+        raise ApiError(422, f"{where}: {problem}", where)
     return text
 
 
@@ -70,9 +71,14 @@ def upload_questions(settings: Settings, questions: list[Question]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{hashlib.sha256(body).hexdigest()[:24]}.jsonl"
     if not path.exists():
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(body)
-        tmp.replace(path)
+        # A temporary name of its own: identical sweeps posted at once write the same file,
+        # and a shared temporary name would be renamed away under the next writer.
+        tmp = path.with_name(f"{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            tmp.write_bytes(body)
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)
     return path
 
 
@@ -91,7 +97,7 @@ async def sweep_spec(request: Request, settings: Settings) -> SweepSpec:
             raise ApiError(422, "policy: not a JSON object", "policy")
         try:
             text = raw.decode("utf-8")
-            questions = parse_questions("upload", text)
+            questions = parse_questions("upload", text, max_chars=settings.max_question_chars)
         except UnicodeDecodeError:
             raise ApiError(422, "questions: the upload is not UTF-8 text", "questions") from None
         except InputError as exc:
@@ -113,20 +119,21 @@ async def sweep_spec(request: Request, settings: Settings) -> SweepSpec:
         except Exception as exc:
             raise from_validation(exc) from None
         for i, text in enumerate(req.questions):
-            question_text(text, settings.api_max_question_chars, f"questions[{i}]")
-        questions = QuestionSet.from_texts(req.questions, source="request").questions
+            question_text(text, settings.max_question_chars, f"questions[{i}]")
+        questions = QuestionSet.from_texts(req.questions, source="request",
+                                         max_chars=settings.max_question_chars).questions
         body = req.model_dump(exclude={"questions"})
     else:
         raise ApiError(415, f"Content-Type {ctype!r}: send application/json or {NDJSON}")
     for q_ in questions:
-        question_text(q_.text, settings.api_max_question_chars, f"questions[{q_.id}]")
+        question_text(q_.text, settings.max_question_chars, f"questions[{q_.id}]")
     if not 1 <= body["n"] <= MAX_N:
         raise ApiError(422, f"n: {body['n']}; allowed 1 <= n <= {MAX_N}", "n")
     modes = modes_of(body["modes"], "modes")
     policy = policy_of(body["policy"])
     check_plan(settings, len(questions), len(modes), body["n"])
     path = await run_in_threadpool(upload_questions, settings, questions)
-    return SweepSpec(questions=QuestionSet.from_file(path), modes=modes, n=body["n"],
+    return SweepSpec(questions=QuestionSet.from_file(path, settings.max_question_chars), modes=modes, n=body["n"],
                      policy=policy, keep_answers=body["keep_answers"], use_cache=not body["burn"])
 
 

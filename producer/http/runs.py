@@ -16,13 +16,17 @@ from producer.control import run_state
 from producer.http.errors import ApiError
 from producer.http.requests import NDJSON, modes_of
 from producer.reports import iter_rows, parse_row
+from producer.runs import is_run_id
 from producer.store import ProducerStore
 
 
 def check_run_id(run_id: str) -> None:
-    # Run ids name directories: nothing that could leave the results directory.
-    if not run_id or "/" in run_id or "\\" in run_id or run_id.startswith("."):
-        raise ApiError(404, f"run {run_id!r}: not a run id")
+    # Run ids name directories: nothing that could leave the results directory, nothing
+    # too long to be a file name (the file system would refuse it: a 500, not a 404).
+    if not is_run_id(run_id):
+        shown = run_id if len(run_id) <= 60 else run_id[:60] + "…"
+        raise ApiError(404, f"run {shown!r}: not a run id (letters, digits, '.', '_', '-'; "
+                            "GET /v1/runs lists runs)")
 
 
 def run_dir_of(settings: Settings, run_id: str) -> Path:
@@ -156,9 +160,16 @@ def file_rows_response(run_dir: Path, cursor: str, match: Callable[[dict[str, An
         raise ApiError(422, "cursor: an r-cursor pages a run read from Redis; this run is read "
                             "from its rows.jsonl, whose cursors are byte offsets", "cursor")
     rows_path = run_dir / "rows.jsonl"
+    start = int(cursor)
+    size = rows_path.stat().st_size if rows_path.exists() else 0
+    if start > size:
+        # Never a cursor this API gave out (the file only grows); past the largest file
+        # the file system allows, seeking there would fail.
+        raise ApiError(422, f"cursor: {start} is past the end of the run's rows.jsonl ({size} "
+                            "bytes); pass 0 or a previous page's next_cursor", "cursor")
     if stream:
-        return StreamingResponse(stream_rows(rows_path, int(cursor), match), media_type=NDJSON)
-    rows, offset, eof = page_rows(rows_path, int(cursor), match, limit)
+        return StreamingResponse(stream_rows(rows_path, start, match), media_type=NDJSON)
+    rows, offset, eof = page_rows(rows_path, start, match, limit)
     finished = (run_dir / "summary.md").exists() and not following
     nxt = str(offset) if not eof or not finished else None
     return JSONResponse({"rows": rows, "next_cursor": nxt, "source": "file"})

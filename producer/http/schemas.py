@@ -24,7 +24,7 @@ class _Body(BaseModel):
 
 
 class AskRequest(_Body):
-    question: str = Field(description="the question; at most QFARM_API_MAX_QUESTION_CHARS characters")
+    question: str = Field(description="the question; at most QFARM_MAX_QUESTION_CHARS characters")
     mode: str = Field(default=Mode.CLAIM_LATTICE_POINTER.value,
                       description="one of " + ", ".join(m.value for m in Mode))
     policy: dict[str, Any] = Field(default_factory=dict,

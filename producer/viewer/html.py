@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from common.models import Manifest, ViolationKind
+from common.text import replace_control_chars
 
 # One line per violation kind: what the verifier saw (docs/grounding.md has the rules).
 MEANINGS: dict[ViolationKind, str] = {
@@ -42,7 +43,8 @@ class NotFound(Exception):
 
 
 def h(value: object) -> str:
-    return escape("" if value is None else str(value), quote=True)
+    """Text for a page: escaped, control characters replaced by U+FFFD."""
+    return escape(replace_control_chars("" if value is None else str(value)), quote=True)
 
 
 def page(title: str, body: str, *, status: int = 200) -> Response:

@@ -14,7 +14,8 @@ import time
 
 import redis
 
-from producer.store import ProducerStore, redact_url
+from common.urls import redact_url
+from producer.store import ProducerStore
 
 CONNECT_TIMEOUT_S = 0.5
 RETRY_AFTER_S = 10.0

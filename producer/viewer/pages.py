@@ -14,7 +14,6 @@ the results directory and one line saying Redis is not there.
 from __future__ import annotations
 
 import json
-import re
 import threading
 from collections import Counter
 from collections.abc import Mapping
@@ -29,8 +28,15 @@ from common.models import Manifest
 from common.report import GOLD_COLUMNS, fmt_ms, fmt_num, fmt_pct, fmt_time, gold_cells, run_warnings
 from common.runstats import STAGES
 from common.vocab import Verdict
-from producer.reports import DELTA_PLOT, LATENCY_PLOT, MANIFEST, STRICT_PLOT, check_floor
-from producer.runs import read_manifest, read_run_status
+from producer.reports import (
+    DELTA_PLOT,
+    LATENCY_PLOT,
+    MANIFEST,
+    STRICT_PLOT,
+    check_floor,
+    shown_status,
+)
+from producer.runs import is_run_id, read_manifest, read_run_status
 from producer.store import ProducerStore, Progress
 from producer.viewer.compare import changed_verdicts, render_comparison
 from producer.viewer.html import MEANINGS as MEANINGS  # re-exported: the tests read it here
@@ -51,7 +57,6 @@ PAGE_SIZE = 50
 LIVE_STATES = ("running", "enqueueing")
 PLOTS = (STRICT_PLOT, LATENCY_PLOT, DELTA_PLOT)
 STATIC = {"viewer.css": "text/css; charset=utf-8", "viewer.js": "text/javascript; charset=utf-8"}
-RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 REDIS_BADGE = ' <span class="badge redis" title="no run directory here yet">in Redis</span>'
 
 
@@ -140,7 +145,7 @@ class Viewer:
     # ----------------------------------------------------------------- runs
 
     def _has_dir(self, run_id: str) -> bool:
-        return bool(RUN_ID.match(run_id)) and (self.results_dir / run_id / MANIFEST).is_file()
+        return is_run_id(run_id) and (self.results_dir / run_id / MANIFEST).is_file()
 
     def _run_dir(self, run_id: str) -> Path:
         if not self._has_dir(run_id):
@@ -158,7 +163,7 @@ class Viewer:
             self.redis.failed(exc)
             return []
         self.redis.ok()
-        return sorted((r for r in ids if RUN_ID.match(r) and not self._has_dir(r)), reverse=True)
+        return sorted((r for r in ids if is_run_id(r) and not self._has_dir(r)), reverse=True)
 
     def run_ids(self) -> list[str]:
         if not self.results_dir.is_dir():
@@ -170,8 +175,12 @@ class Viewer:
         """A run's manifest, status and rows: from its directory, else from Redis."""
         if self._has_dir(run_id):
             run_dir = self.results_dir / run_id
-            return read_manifest(run_dir), read_run_status(run_dir), self.cache.get(run_dir)
-        store = self.redis.get() if RUN_ID.match(run_id) else None
+            on_disk, status = read_manifest(run_dir), read_run_status(run_dir)
+            rr = self.cache.get(run_dir)
+            # The status its rows and its process say, not status.json's word.
+            status["status"] = shown_status(on_disk, status, rr.stats.rows)
+            return on_disk, status, rr
+        store = self.redis.get() if is_run_id(run_id) else None
         if store is None:
             where = " or in Redis" if self.redis.configured else ""
             raise NotFound(f"no run {run_id!r} in {self.results_dir}{where}"

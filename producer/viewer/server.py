@@ -1,15 +1,19 @@
 """``qfarm view``: the viewer on the standard library's threading HTTP server.
 
-Read-only pages for one operator on a trusted host; a front-door server can
-mount ``Viewer.handle`` instead.
+Read-only pages; on a loopback address they need no login. On any other address
+``qfarm view`` needs ``QFARM_API_TOKENS`` and then asks for a token the way ``qfarm
+serve`` does (``producer/http/auth.py``): a bearer header, or ``/?token=T`` once,
+which sets a cookie and redirects to the same page without the token.
 """
 
 from __future__ import annotations
 
+from http.cookies import CookieError, SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
+from producer.http import auth
 from producer.viewer.pages import Viewer
 
 
@@ -20,22 +24,62 @@ def make_server(
     *,
     redis_url: str | None = None,
     index_path: Path | None = None,
+    tokens: auth.Tokens | None = None,
 ) -> ThreadingHTTPServer:
+    """The viewer's server; a non-loopback ``host`` without ``tokens`` is a ConfigError."""
+    known = tokens or auth.Tokens(())
+    auth.check_bind(host, known)
     viewer = Viewer(results_dir, redis_url=redis_url, index_path=index_path)
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             url = urlsplit(self.path)
-            resp = viewer.handle(url.path, dict(parse_qsl(url.query)))
-            self.send_response(resp.status)
-            self.send_header("Content-Type", resp.content_type)
-            self.send_header("Content-Length", str(len(resp.body)))
+            pairs = parse_qsl(url.query)
+            if known.required and not self._allowed(url.path, pairs):
+                return
+            query = {k: v for k, v in pairs if k != "token"}
+            resp = viewer.handle(url.path, query)
+            self._send(resp.status, resp.content_type, resp.body)
+
+        def _allowed(self, path: str, pairs: list[tuple[str, str]]) -> bool:
+            token = next((v for k, v in pairs if k == "token"), None)
+            if token is not None:  # a login: a cookie, then the page without the token
+                if known.scope_of(token) is None:
+                    self._send(401, "text/plain; charset=utf-8", b"that token is not valid\n")
+                    return False
+                self.send_response(303)
+                self.send_header("Location", auth.local_target(
+                    path, [(k, v) for k, v in pairs if k != "token"]))
+                self.send_header("Set-Cookie", f"{auth.COOKIE}={token}; HttpOnly; "
+                                               "SameSite=Strict; Path=/")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return False
+            if known.scope_of(self._cookie() or auth.bearer(self.headers.get("Authorization"))):
+                return True
+            self._send(401, "text/plain; charset=utf-8",
+                       b"the viewer needs a token: open /?token=TOKEN once (a cookie keeps it) "
+                       b"or send Authorization: Bearer TOKEN\n")
+            return False
+
+        def _cookie(self) -> str | None:
+            try:
+                jar = SimpleCookie(self.headers.get("Cookie") or "")
+            except CookieError:
+                return None
+            morsel = jar.get(auth.COOKIE)
+            return morsel.value if morsel else None
+
+        def _send(self, status: int, content_type: str, body: bytes) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
             self.send_header("Cache-Control", "no-store")
             self.end_headers()
-            self.wfile.write(resp.body)
+            self.wfile.write(body)
 
         def log_message(self, format: str, *args: object) -> None:
-            pass  # one line per request would drown the terminal while pages poll
+            pass  # one line per request would drown the terminal (and a log holds no token)
 
     server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True

@@ -9,6 +9,7 @@ import argparse
 
 from common.errors import InputError
 from common.settings import load_settings
+from qfarm import runtime
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1; any other needs QFARM_API_TOKENS)")
-    p.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
+    p.add_argument("--port", type=runtime.port_arg, default=8080, help="port to listen on (default 8080)")
     p.add_argument("--eager", action="store_true",
                    help="answer in this process (no Redis, no workers): demos and tests")
     p.add_argument("--log-level", default="warning",

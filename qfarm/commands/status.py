@@ -17,7 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from producer.store import ProducerStore, connect, redact_url
+    from common.urls import redact_url
+    from producer.store import ProducerStore, connect
     from worker.celery_app import configure_app
 
     settings = load_settings()

@@ -15,7 +15,7 @@ from common.errors import InputError
 from common.jobs import parse_modes
 from common.models import ALL_MODES
 from common.settings import load_settings
-from producer.api import QuestionSet, RunResult, SweepSpec, follow_run, run_sweep
+from producer.api import QuestionSet, RunResult, SweepSpec, follow_run, resume_eager, run_sweep
 from qfarm import runtime
 
 if TYPE_CHECKING:
@@ -33,7 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=runtime.results_dir_arg, default=None, help="results directory (default bench/results)")
     p.add_argument("--keep-answers", action="store_true", help="store the answer text in rows")
     p.add_argument("--burn", action="store_true", help="bypass the result cache")
-    p.add_argument("--resume", metavar="RUN_ID", help="re-enqueue only the jobs of RUN_ID without a row")
+    p.add_argument("--resume", metavar="RUN_ID",
+                   help="re-enqueue only the jobs of RUN_ID without a row (with --eager: run "
+                        "them in this process, for an interrupted eager run)")
     p.add_argument("--attach", metavar="RUN_ID", help="follow a running sweep again")
     p.add_argument("--detach", action="store_true", help="enqueue and return without following")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -48,7 +50,11 @@ def run(args: argparse.Namespace) -> int:
         settings = settings.model_copy(update={"results_dir": args.out})
     bar = _ProgressBar(args.quiet)
     try:
-        if args.resume or args.attach:
+        if args.resume and args.eager:
+            result = resume_eager(args.resume, settings=settings, on_progress=bar.show,
+                                  serial=args.serial,
+                                  endpoints=lambda s: runtime.llm_endpoints(s, quiet=False))
+        elif args.resume or args.attach:
             result = follow_run(args.resume or args.attach, resend_missing=bool(args.resume),
                                 settings=settings, on_progress=bar.show, say=bar.say)
         else:
@@ -90,6 +96,11 @@ def _report(result: RunResult, *, detached: bool) -> int:
     if result.status == "running" and detached:
         _err(f"detached; follow with: qfarm sweep --attach {run_id}")
         return 0
+    if result.status == "interrupted" and result.manifest.eager:
+        _err(f"\ninterrupted: run {run_id} stopped with {result.rows_written} of "
+             f"{result.manifest.n_jobs} jobs done (rows: {result.rows_path}); run the rest "
+             f"with: qfarm sweep --resume {run_id} --eager")
+        return 130
     if result.status == "interrupted":
         _err(f"\ndetached; the run goes on. Re-attach with: qfarm sweep --attach {run_id}"
              f"  (cancel with: qfarm cancel {run_id})")
@@ -105,6 +116,12 @@ def _report(result: RunResult, *, detached: bool) -> int:
         _err(f"run {run_id} was cancelled: {result.jobs_without_row} jobs have no row")
     print(f"rows:    {result.rows_path}  ({result.rows_written}/{result.manifest.n_jobs} jobs)")
     print(f"summary: {result.summary}")
+    if result.status == "incomplete":
+        how = (f"qfarm sweep --resume {run_id} --eager" if result.manifest.eager
+               else f"qfarm sweep --resume {run_id}")
+        _err(f"run {run_id} is incomplete: {result.jobs_without_row} of "
+             f"{result.manifest.n_jobs} jobs have no row; run them with: {how}")
+        return 1
     return 0
 
 

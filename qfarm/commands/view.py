@@ -11,6 +11,7 @@ from pathlib import Path
 
 from common.errors import InputError
 from common.settings import load_settings
+from qfarm import runtime
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,11 +31,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="directory of run directories (default: QFARM_RESULTS_DIR, bench/results)",
     )
-    p.add_argument("--port", type=int, default=8765, help="port to listen on (default 8765)")
+    p.add_argument("--port", type=runtime.port_arg, default=8765, help="port to listen on (default 8765)")
     p.add_argument(
         "--host",
         default="127.0.0.1",
-        help="address to bind (default 127.0.0.1: this machine only; the pages have no login)",
+        help="address to bind (default 127.0.0.1: this machine only, no login; any other "
+        "address needs QFARM_API_TOKENS, and the pages then ask for a token)",
     )
     p.add_argument(
         "--no-redis",
@@ -45,6 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from producer.http.auth import Tokens
     from producer.viewer.server import make_server  # the viewer is imported only to serve
 
     settings = load_settings()
@@ -57,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
             results_dir, args.host, args.port,
             redis_url=None if args.no_redis else settings.redis_url,
             index_path=settings.embedded_index_path(),
+            tokens=Tokens.from_settings(settings),
         )
     except OSError as exc:
         raise InputError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}; "

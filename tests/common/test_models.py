@@ -111,7 +111,7 @@ ROW_KEYS = [
     "quantifier_matched_token", "quantifier_explicit_count", "scope_bound_hint",
     "claim_cap_applied", "claim_cap_profile", "claim_cap_enforced", "model_profile_id",
     "model_profile_key", "model",
-    "endpoint", "simulated", "retriever", "index_version", "evidence_ids", "top_doc_titles",
+    "endpoint", "simulated", "llm_server", "retriever", "index_version", "evidence_ids", "top_doc_titles",
     "top_scores", "evidence_passage_ids", "answerability", "gold_in_claims", "gold_in_evidence", "gold_evidence_rank",
     "article_in_evidence", "article_rank", "verifier_policy_hash", "governance_policy_hash",
     "cache_hit", "attempts", "error", "timings", "usage", "worker", "started_at", "finished_at",

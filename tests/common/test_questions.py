@@ -78,3 +78,55 @@ def test_a_title_names_the_answering_article_and_must_be_a_string() -> None:
     assert ok[0].title == "Paris"
     with pytest.raises(InputError, match=r'f.jsonl:1: "title" must be a non-empty string'):
         parse_questions("f.jsonl", json.dumps({"question": "Q?", "title": 3}) + "\n")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"id": "a", "question": "What is \\ud800 jazz?"}', "f.jsonl:1: the question holds a lone surrogate (U+D800) at character 9"),
+        ('{"id": "a", "question": "What is \\udc00?"}', "lone surrogate (U+DC00)"),
+        ('{"id": "\\ud800", "question": "What is jazz?"}', 'f.jsonl:1: "id" holds a lone surrogate'),
+        ('{"id": "a", "question": "Q?", "answers": "\\ud800"}', "f.jsonl:1: answer 1 holds a lone surrogate"),
+        ('{"id": "a", "question": "Q?", "title": "T\\udfff"}', 'f.jsonl:1: "title" holds a lone surrogate'),
+        ('{"id": "a", "question": "What\\u0000 is jazz?"}', "f.jsonl:1: the question holds a control character (U+0000) at character 5"),
+        ('{"id": "a\\u0007", "question": "Q?"}', '"id" holds a control character (U+0007)'),
+        ('{"id": ' + "1" * 5000 + ', "question": "Q?"}', "f.jsonl:1: a JSON number too long to read"),
+        ('{"id": "a", "question": "Q?", "x": ' + "[" * 100_000 + "]" * 100_000 + "}", "f.jsonl:1: JSON nested too deeply"),
+        ("[" * 100_000, "f.jsonl:1: "),  # unbalanced: too deep or malformed, one line either way
+        ('{"id": "' + "x" * 201 + '", "question": "Q?"}', '"id" is 201 characters; at most 200'),
+        ('{"id": "a", "question": "' + "x" * 2001 + '"}', "the question is 2,001 characters; at most 2,000"),
+    ],
+)
+def test_a_question_no_row_could_carry_is_refused_at_load_with_file_line(content: str, message: str) -> None:
+    """A lone surrogate cannot be written as UTF-8: its jobs would never get a row (the run
+    stalled, or ended "incomplete" with exit 0). Refused here, before anything is sent."""
+    with pytest.raises(InputError) as info:
+        parse_questions("f.jsonl", content + "\n")
+    assert message in str(info.value) and "\n" not in str(info.value), str(info.value)
+
+
+def test_a_surrogate_pair_is_one_character_and_welcome() -> None:
+    (q,) = parse_questions("f.jsonl", '{"id": "\\ud83c\\udfb7", "question": "Who plays the \\ud83c\\udfb7?"}\n')
+    assert q.id == "\U0001f3b7" and q.text == "Who plays the \U0001f3b7?"
+
+
+def test_tabs_and_line_separators_are_whitespace_not_control_characters() -> None:
+    (q,) = parse_questions("f.jsonl", json.dumps({"id": "a", "question": "What\tis\njazz?\r"}) + "\n")
+    assert q.text == "What\tis\njazz?"
+
+
+@pytest.mark.parametrize("limit", [12, 13])
+def test_the_question_limit_is_the_callers(limit: int) -> None:
+    content = "What is jazz?\n"  # 13 characters
+    if limit < 13:
+        with pytest.raises(InputError, match="f.txt:1: the question is 13 characters; at most 12"):
+            parse_questions("f.txt", content, max_chars=limit)
+    else:
+        assert parse_questions("f.txt", content, max_chars=limit)[0].text == "What is jazz?"
+
+
+def test_a_text_file_question_with_nul_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "q.txt"
+    path.write_bytes(b"Who was Bach?\nWhat is\x00 jazz?\n")
+    with pytest.raises(InputError, match=r"q.txt:2: the question holds a control character \(U\+0000\)"):
+        load_questions(path)

@@ -569,3 +569,20 @@ def test_no_dry_run_table_with_caps_applied_or_the_guard_off() -> None:
         assert "## Quantifier guard dry run" not in text
     quiet = render_summary(make_manifest(policy=build_policy({})), labelled_rows())
     assert "No row would have fired a broad-quantifier kind." in quiet
+
+
+def test_question_html_and_control_characters_stay_text() -> None:
+    """A question (or a server's error) carrying HTML or NUL: summary.md shows it as text."""
+    xss, nul = "<script>alert(1)</script>", "before\x00after\x1b[31m"
+    rows = [
+        make_row("q1", "quote", 0, "STRICT", question=f"{xss} & {nul}?"),
+        make_row("q2", "quote", 0, None, question="`<b>` bold?",
+                 error=f"server said ``{xss}`` {nul}"),
+    ]
+    text = render_summary(make_manifest(modes=("quote",), n=1, n_jobs=2, n_questions=2), rows)
+    assert "\x00" not in text and "\x1b" not in text
+    outside_code = [line for line in text.splitlines() if not line.startswith("- 1 × ")]
+    assert not any("<script" in line for line in outside_code)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; before\ufffdafter\ufffd[31m?" in text
+    assert "`<b>` bold?" in text  # a code span is shown verbatim already
+    assert f"- 1 × ```server said ``{xss}`` before\ufffdafter\ufffd[31m```" in text

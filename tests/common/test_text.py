@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from common.text import REPLACEMENT, replace_lone_surrogates
+from common.text import REPLACEMENT, replace_lone_surrogates, replace_lone_surrogates_in
 
 
 @pytest.mark.parametrize(
@@ -30,3 +30,10 @@ def test_the_result_always_encodes_as_utf8():
     with pytest.raises(UnicodeEncodeError):
         raw.encode()
     replace_lone_surrogates(raw).encode()
+
+
+def test_every_string_of_a_json_like_value_is_made_valid():
+    raw = {"q\ud800": ["a\udfff", {"b": "\ud800"}, 1, None, 2.5], "ok": ("c",)}
+    clean = replace_lone_surrogates_in(raw)
+    assert clean == {f"q{REPLACEMENT}": [f"a{REPLACEMENT}", {"b": REPLACEMENT}, 1, None, 2.5], "ok": ["c"]}
+    json.dumps(clean, ensure_ascii=False).encode()

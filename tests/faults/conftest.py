@@ -163,8 +163,8 @@ def make_farm(tmp_path: Path, server: RedisServer, endpoints: str, index: Path, 
         PYTHONUNBUFFERED="1",
         # A process that hangs is sent SIGABRT (``interrupt``): it prints every thread's stack.
         PYTHONFAULTHANDLER="1",
-        **env,
     )
+    base.update(env)  # a test's own settings win (e.g. the default bundle size)
     logs = tmp_path / "logs"
     logs.mkdir(exist_ok=True)
     return Farm(env=base, log_dir=logs)
@@ -299,4 +299,5 @@ def kit():
         planned_ids=planned_ids, run_id_from=run_id_from, question_file=question_file,
         detached_sweep=detached_sweep, followed_sweep=followed_sweep, interrupt=interrupt, file_ids=file_ids,
         assert_exactly_once=assert_exactly_once, fault_cost=fault_cost, llm_calls=llm_calls,
+        questions=QUESTIONS,
     )

@@ -1,5 +1,7 @@
-"""The local model's launcher and what `--local-model` selects (docs/llm.md, 'A real model
-on this machine'). The server itself: the `local_model` fixture (tests/conftest.py)."""
+"""The local model's launcher and what `--local-model` selects.
+
+See docs/llm.md, 'A real model on this machine'. The server itself: the `local_model`
+fixture (tests/conftest.py)."""
 
 from __future__ import annotations
 

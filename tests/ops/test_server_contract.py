@@ -114,6 +114,34 @@ def test_the_gateway_recognises_a_one_slot_server(server: Server) -> None:
     assert state["max_model_len"] == WINDOW  # reported, or the configured fallback
 
 
+def test_status_reports_health_server_and_window(server: Server) -> None:
+    from worker.llm.gateway import endpoint_report
+
+    (line,) = endpoint_report(Settings(llm_endpoints=server.url, model=server.model,
+                                       llm_context_window=WINDOW), timeout_s=30)  # fmt: skip
+    assert f"endpoint {server.url}: healthy" in line
+    if server.kind == LLAMA:
+        assert "server=llama.cpp server (llama-cpp-python " in line and "one request at a time" in line
+        assert f"max_model_len={WINDOW} (QFARM_LLM_CONTEXT_WINDOW)" in line
+        assert "load weighting off: /metrics answered 404" in line
+    else:
+        assert "server=" not in line and f"max_model_len={WINDOW} " in line
+
+
+def test_runs_name_a_server_that_says_what_it_is(server: Server) -> None:
+    from producer.api import configured_endpoints
+
+    settings = Settings(llm_endpoints=server.url, model=server.model)
+    with configured_endpoints(settings) as eps:
+        pass
+    # llama.cpp's server titles its /openapi.json "llama.cpp Python API" with its version;
+    # the simulator's runs say SIMULATED instead (and vLLM's say "real endpoint(s)").
+    if server.kind == LLAMA:
+        assert eps.server is not None and eps.server.startswith("llama.cpp server (")
+    else:
+        assert eps.server is None and eps.simulated
+
+
 # --------------------------------------------------------------------------- completions
 
 
@@ -125,6 +153,17 @@ def test_a_completion_is_an_indexed_choice_with_usage(server: Server, client: LL
     assert reply.usage.prompt_tokens and reply.usage.prompt_tokens > 50
     assert reply.usage.completion_tokens and reply.usage.completion_tokens <= 8
     assert reply.simulated is server.simulated
+
+
+def test_rows_name_a_recognised_server(server: Server) -> None:
+    settings = Settings(llm_endpoints=server.url, model=server.model, llm_health_interval_s=0)
+    with open_gateway(settings) as gw:
+        gen = gw.generate(prompt(), greedy(4), job_id="j")
+    assert gen.simulated is server.simulated
+    if server.kind == LLAMA:
+        assert gen.server is not None and gen.server.startswith("llama.cpp server (")
+    else:
+        assert gen.server is None
 
 
 def test_max_tokens_bounds_the_answer_with_finish_length(server: Server, client: LLMClient) -> None:
@@ -250,6 +289,23 @@ def test_a_stream_that_fails_before_its_first_token(server: Server, client: LLMC
     # client can say is that (transient, retried); the message says where to look.
     with pytest.raises(MalformedReplyError, match="ended before any event"):
         client.complete(Target(server.url), [long], greedy(4), stream=True)
+
+
+def test_the_openai_sdk_drives_the_server(server: Server) -> None:
+    import openai
+
+    with openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0) as sdk:
+        chat = sdk.chat.completions.create(
+            model=server.model, messages=[{"role": "user", "content": prompt()}],
+            max_tokens=8, seed=1, temperature=0.0,
+        )  # fmt: skip
+        assert chat.choices[0].message.role == "assistant" and chat.choices[0].message.content
+        plain = sdk.completions.create(model=server.model, prompt=prompt(), max_tokens=6,
+                                       temperature=0.0, seed=1)  # fmt: skip
+        assert plain.choices[0].finish_reason in FINISHED_OK
+        stream = sdk.completions.create(model=server.model, prompt=prompt(), max_tokens=6,
+                                        temperature=0.0, seed=1, stream=True)  # fmt: skip
+        assert "".join(c.choices[0].text for c in stream if c.choices) == plain.choices[0].text
 
 
 # --------------------------------------------------------------------------- health, load

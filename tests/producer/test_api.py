@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from common.errors import ConfigError, InputError
+from common.models import Question
 from common.settings import Settings
 from producer import SweepSpec, ask, run_sweep
 from producer.api import QuestionSet
@@ -56,3 +57,18 @@ def test_question_texts_get_stable_ids_and_a_digest_of_their_content():
     assert [q.id for q in a.questions] == [q.id for q in b.questions]
     assert a.digest == b.digest
     assert QuestionSet.from_texts(["Who was Hamlet?", "What is jazz?"]).digest != a.digest
+
+
+@pytest.mark.parametrize(
+    ("questions", "message"),
+    [
+        (["What is jazz?", "What is \ud800?"], "<python>[1]: the question holds a lone surrogate"),
+        (["What is\x00 jazz?"], "<python>[0]: the question holds a control character (U+0000)"),
+        (["x" * 2001], "<python>[0]: the question is 2,001 characters; at most 2,000"),
+        ([Question(id="\udc80", text="What is jazz?", source="mine")], "mine: the id holds a lone surrogate"),
+    ],
+)
+def test_questions_given_from_python_follow_the_files_rules(questions, message) -> None:
+    with pytest.raises(InputError) as info:
+        QuestionSet.from_texts(questions)
+    assert message in str(info.value)

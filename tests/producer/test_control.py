@@ -50,9 +50,15 @@ def test_a_finished_run_redis_forgot_is_described_from_its_files(tmp_path, store
     m = manifest("run-b")
     run_dir = create_run_dir(tmp_path, m)
     update_run_status(run_dir, status="complete", rows=20)
+    (run_dir / "rows.jsonl").write_text("".join(f'{{"job_id": "j{i}"}}\n' for i in range(20)))
     info = describe_run("run-b", settings, store)
     assert info["source"] == "disk" and info["state"] == "complete"
     assert info["progress"]["done"] == 20 and info["eta_s"] is None
+    # The rows are counted in rows.jsonl, not copied from status.json: cut short, the run
+    # is incomplete whatever status.json says.
+    (run_dir / "rows.jsonl").write_text("".join(f'{{"job_id": "j{i}"}}\n' for i in range(7)))
+    info = describe_run("run-b", settings, store)
+    assert info["state"] == "incomplete" and info["progress"]["done"] == 7
     with pytest.raises(InputError, match="not found"):
         describe_run("run-c", settings, store)
 

@@ -50,7 +50,38 @@ def test_a_real_model_sweep_names_the_model_and_server_and_is_not_simulated(
     assert manifest["llm_server"].endswith("CPU, local")
     assert manifest["policy"]["top_k"] == 3 and manifest["policy"]["max_tokens"] == 160
     assert {(r["model"], r["simulated"]) for r in rows} == {(model, False)}
+    assert {r["llm_server"] for r in rows} == {manifest["llm_server"].removesuffix(", CPU, local")}
     assert all(r["answer"] and r["finish_reason"] in ("stop", "length") for r in rows)
     assert "SIMULATED" not in summary and "simulator" not in summary
     assert f"`{model}` (profile `small-local`)" in summary
     assert "| LLM | llama.cpp server (llama-cpp-python " in summary and "CPU, local |" in summary
+
+
+@pytest.mark.slow
+def test_local_model_serves_in_the_foreground_until_ctrl_c(env, local_install) -> None:
+    import signal
+
+    import httpx
+
+    proc = subprocess.Popen([QFARM, "local-model", "--port", "0"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        lines = []
+        for line in proc.stdout:
+            lines.append(line.strip())
+            if line.startswith("Ctrl-C"):
+                break
+        exports = dict(x.removeprefix("export ").split("=", 1) for x in lines if x.startswith("export "))
+        url = exports["QFARM_LLM_ENDPOINTS"]
+        served = [m["id"] for m in httpx.get(f"{url}/v1/models", timeout=30).json()["data"]]
+        assert served == [exports["QFARM_MODEL"]]
+        assert exports["QFARM_LLM_MAX_INFLIGHT_PER_ENDPOINT"] == "1"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+        with pytest.raises(httpx.ConnectError):  # the server went with it
+            httpx.get(f"{url}/v1/models", timeout=5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -56,3 +56,61 @@ def test_view_serves_without_redis_and_says_so(tmp_path: Path, unused_port: int,
         assert "No Redis configured" in note.group(1)
     else:
         assert f"127.0.0.1:{unused_port}" in note.group(1) and "not reachable" in note.group(1)
+
+
+VIEW_TOKEN = "view-token-0123456789abcdef"
+
+
+def _start_view(tmp_path: Path, *args: str, **env_extra: str):
+    import os
+    import re
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QFARM_")} | env_extra
+    cmd = [sys.executable, "-m", "qfarm.cli", "view", str(tmp_path), "--port", "0", "--no-redis",
+           *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    line = proc.stdout.readline() if proc.stdout else ""
+    match = re.search(r":(\d+)/", line)
+    return proc, (int(match.group(1)) if match else None), line
+
+
+def test_a_non_loopback_address_without_tokens_is_refused(tmp_path: Path) -> None:
+    proc, port, line = _start_view(tmp_path, "--host", "0.0.0.0")
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill() if proc.poll() is None else None
+    assert port is None, f"qfarm view served every run on 0.0.0.0 with no login: {line!r}"
+    assert proc.returncode == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "refusing to listen on 0.0.0.0 with no QFARM_API_TOKENS" in lines[0]
+
+
+@pytest.mark.slow
+def test_with_tokens_the_pages_need_one_and_a_login_stays_on_this_site(tmp_path: Path) -> None:
+    import http.client
+
+    proc, port, line = _start_view(tmp_path, "--host", "0.0.0.0", QFARM_API_TOKENS=VIEW_TOKEN)
+    assert port, f"qfarm view did not start: {line!r}"
+
+    def get(path: str, headers: dict[str, str] | None = None) -> http.client.HTTPResponse:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.request("GET", path, headers=headers or {})
+        resp = conn.getresponse()
+        resp.read()
+        return resp
+
+    try:
+        assert get("/").status == 401
+        assert get("/?token=wrong-token-0123456789").status == 401
+        login = get(f"//evil.example/?token={VIEW_TOKEN}&a=1")
+        assert login.status == 303
+        assert login.getheader("Location") == "/evil.example/?a=1"
+        cookie = login.getheader("Set-Cookie").split(";")[0]
+        assert get("/", {"Cookie": cookie}).status == 200
+        assert get("/", {"Authorization": f"Bearer {VIEW_TOKEN}"}).status == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -356,3 +356,40 @@ def test_a_manifest_workers_cannot_read_is_a_run_level_error(eager):
     prog = store.progress("m", 2)
     assert prog.error and "policy.title_boost" in prog.error and "new sweep" in prog.error
     assert prog.done == 0 and gateway.calls == 0
+
+
+def test_a_question_that_cannot_be_serialised_fails_only_its_own_jobs(eager, caplog):
+    """A lone surrogate in a question that got past loading: its bundle-mates became
+    error rows and its own jobs none, so the follower re-sent them forever."""
+    from worker import tasks
+
+    svc, store, _ = eager
+    manifest_for(store, "p", 2, 2)
+    jobs, refs = bundle_refs("p", texts=("What is jazz?", "Who was \ud800 Napoleon?"), n=2)
+    tasks.retrieve.apply_async(args=[refs])
+    rows = {r["job_id"]: r for r in map(json.loads, store.read_rows("p", 0))}
+    assert sorted(rows) == sorted(j.job_id for j in jobs)
+    for job in jobs:
+        row = rows[job.job_id]
+        if "Napoleon" in job.question.text:
+            assert row["question"] == "Who was \ufffd Napoleon?"
+            assert "cannot be serialised" in row["error"] and "surrogate" in row["error"], row["error"]
+        else:
+            assert row["error"] is None and row["verdict"]
+    assert store.progress("p", 4).failed == 2
+
+
+def test_a_single_query_that_cannot_be_serialised_is_its_error_row(eager, caplog):
+    """The interactive queue: the job fails before any model call, its row says why, and
+    no detail is stored for it (the record would not serialise)."""
+    from common import keys
+    from worker import tasks
+
+    svc, store, gateway = eager
+    manifest_for(store, "i", 1, 1)
+    (job,), (ref,) = bundle_refs("i", texts=("Who was \ud800?",), n=1)
+    tasks.run_job.apply_async(args=[[ref]])
+    (row,) = map(json.loads, store.read_rows("i", 0))
+    assert "cannot be serialised" in row["error"] and gateway.calls == 0
+    assert store.client.get(keys.detail_key("i", job.job_id)) is None
+    assert "failed unexpectedly" not in caplog.text

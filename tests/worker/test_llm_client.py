@@ -166,7 +166,7 @@ def test_stream_reply_collects_text_and_ttft() -> None:
 
 
 def test_helpers() -> None:
-    assert display_url("http://user:pw@gpu1:8000") == "http://gpu1:8000"
+    assert display_url("http://user:pw@gpu1:8000") == "http://user:***@gpu1:8000"
     assert redact(f"x {KEY} y", [KEY, None]) == "x *** y"
     text = (
         '# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name="a"} 3\n'

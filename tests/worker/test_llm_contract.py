@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import pytest
 
 from common.errors import (
     BackPressureError,
+    ConfigError,
     PermanentServiceError,
     QueueFullError,
     TransientServiceError,
@@ -27,7 +29,7 @@ from common.errors import (
 from common.models import Generation, JobRecord, Sampling
 from common.report import render_summary
 from common.rows import build_row
-from common.settings import Settings
+from common.settings import Settings, load_settings
 from worker.llm import Gateway
 from worker.llm.balancer import Balancer
 from worker.llm.client import ContextOverflowError, LLMClient, Target, parse_prometheus
@@ -80,6 +82,8 @@ class Server:
             if self.max_model_len is not None:
                 card["max_model_len"] = self.max_model_len
             return httpx.Response(200, json={"object": "list", "data": [card]})
+        if request.method == "GET":  # /openapi.json, /health...: vLLM's are not replayed here
+            return httpx.Response(404, json={"detail": "Not Found"})
         self.bodies.append(json.loads(request.content))
         self.hosts.append(f"http://{request.url.host}:{request.url.port}")
         reply = self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
@@ -358,15 +362,11 @@ def test_weighting_switched_off_by_setting_says_so() -> None:
 # --------------------------------------------------------------------------- 7: prompt-list cap
 
 
-def test_batch_size_is_clamped_to_vllms_prompt_list_cap_with_a_warning(caplog) -> None:
-    server = Server([completion()])
-    with caplog.at_level(logging.WARNING, logger="qfarm.llm"):
-        gw = gateway(server, llm_batch_size=5000)
-    try:
-        assert gw._batcher is not None and gw._batcher.max_batch == MAX_COMPLETION_PROMPTS
-    finally:
-        gw.close()
-    assert any("QFARM_LLM_BATCH_SIZE=5000" in r.getMessage() for r in caplog.records)
+def test_a_batch_size_above_vllms_prompt_list_cap_is_refused_naming_the_setting() -> None:
+    """A batch larger than vLLM takes would be a 400 for every request: refused at start-up."""
+    assert Settings(llm_batch_size=MAX_COMPLETION_PROMPTS).llm_batch_size == MAX_COMPLETION_PROMPTS
+    with pytest.raises(ConfigError, match=rf"QFARM_LLM_BATCH_SIZE: .*less than or equal to {MAX_COMPLETION_PROMPTS}"):
+        load_settings(llm_batch_size=MAX_COMPLETION_PROMPTS + 1)
 
 
 # --------------------------------------------------------------------------- issue 11 item 11
@@ -483,3 +483,145 @@ def test_without_health_polling_weighting_says_it_is_off(caplog) -> None:
             state = gw.endpoint_states()[0]
     assert state["weighting"] == "off: no /metrics polling (QFARM_LLM_HEALTH_INTERVAL_S=0)"
     assert any("QFARM_LLM_HEALTH_INTERVAL_S=0" in r.getMessage() for r in caplog.records)
+
+
+# --------------------------------------------------------------------------- other servers
+# llama.cpp's Python server (llama-cpp-python 0.3.36), replayed as its source answers; the
+# same behaviours against the real server: tests/ops/test_server_contract.py.
+
+LLAMA_OPENAPI = {"openapi": "3.1.0", "info": {"title": "🦙 llama.cpp Python API", "version": "0.3.36"}}
+LLAMA_VALIDATION_500 = {"error": {
+    "message": "1 validation error:\n  {'type': 'less_than_equal', 'loc': ('body', 'top_p'), "
+               "'msg': 'Input should be less than or equal to 1', 'input': 2}",
+    "type": "internal_server_error", "param": None, "code": None}}
+
+
+def llama_cpp(replies: list[httpx.Response | Handler]) -> Server:
+    server = Server(replies)
+    plain = server.__call__
+
+    def route(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/openapi.json":
+            return httpx.Response(200, json=LLAMA_OPENAPI)
+        return plain(request)
+
+    server.__call__ = route  # type: ignore[method-assign]
+    return server
+
+
+def llama_gateway(server: Server, **overrides: object) -> Gateway:
+    opts: dict[str, object] = {"llm_endpoints": URL, "model": MODEL, "llm_health_interval_s": 0.0,
+                               "llm_backoff_base_s": 0.001, "llm_backoff_max_s": 0.002, **overrides}
+    settings = Settings(**opts)  # type: ignore[arg-type]
+    return Gateway(settings, transport=httpx.MockTransport(lambda r: server.__call__(r)))
+
+
+def test_llama_cpp_server_is_held_to_one_request_in_flight_and_said_once(caplog) -> None:
+    with caplog.at_level(logging.WARNING, logger="qfarm.llm"):
+        with llama_gateway(llama_cpp([completion()]), llm_context_window=2048) as gw:
+            (state,) = gw.endpoint_states()
+    assert state["server"] == "llama.cpp server (llama-cpp-python 0.3.36)"
+    assert state["max_inflight"] == 1 and state["max_model_len"] == 2048
+    said = [r.getMessage() for r in caplog.records if "llama.cpp server" in r.getMessage()]
+    assert len(said) == 1 and "one request in flight" in said[0]
+
+
+def test_a_vllm_server_keeps_the_configured_in_flight_cap() -> None:
+    with gateway(Server([completion()]), llm_max_inflight_per_endpoint=32) as gw:
+        (state,) = gw.endpoint_states()
+    assert state["server"] is None and state["max_inflight"] == 32
+
+
+def test_the_configured_window_stands_in_only_where_models_reports_none() -> None:
+    with gateway(Server([completion()], max_model_len=4096), llm_context_window=2048) as gw:
+        assert gw.endpoint_states()[0]["max_model_len"] == 4096  # the server's own figure
+    prompt = "x" * 300  # estimated at 101 tokens
+    server = llama_cpp([completion()])
+    with llama_gateway(server, llm_context_window=150) as gw:
+        gw.generate(prompt, Sampling(max_tokens=100), job_id="j")
+    assert server.bodies[0]["max_tokens"] == 150 - estimate_tokens(prompt)
+
+
+def test_a_500_carrying_a_validation_error_is_permanent_and_not_retried() -> None:
+    server = llama_cpp([httpx.Response(500, json=LLAMA_VALIDATION_500)])
+    with llama_gateway(server, llm_max_attempts=4) as gw:
+        with pytest.raises(PermanentServiceError, match="refused a request parameter"):
+            gw.generate("q", Sampling(max_tokens=8), job_id="j")
+    assert len(server.bodies) == 1
+    # Any other 500 is still a server failure, retried.
+    other = llama_cpp([httpx.Response(500, json={"error": {"message": "", "type": "x"}})])
+    with llama_gateway(other, llm_max_attempts=2) as gw:
+        with pytest.raises(TransientServiceError):
+            gw.generate("q", Sampling(max_tokens=8), job_id="j")
+    assert len(other.bodies) == 2
+
+
+def test_a_stream_that_ends_before_any_event_says_so() -> None:
+    server = llama_cpp([httpx.Response(200, text="", headers={"content-type": "text/event-stream"})])
+    with llama_gateway(server, llm_stream=True, llm_max_attempts=1) as gw:
+        with pytest.raises(TransientServiceError, match="ended before any event"):
+            gw.generate("q", Sampling(max_tokens=8), job_id="j")
+
+
+def liveness_poller(models: Handler) -> tuple[HealthPoller, Balancer]:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return models(request)
+        return httpx.Response(404, json={"detail": "Not Found"})  # /health, /metrics
+
+    client = LLMClient(model=MODEL, timeout_s=5, connect_timeout_s=1, max_connections=2,
+                       transport=httpx.MockTransport(handler))  # fmt: skip
+    balancer = Balancer([Target(URL)], max_inflight=8, breaker_failures=3, breaker_cooldown_s=1)
+    return HealthPoller(client, balancer, interval_s=3600, metrics=False), balancer
+
+
+def test_a_llama_cpp_server_without_metrics_is_said_once_with_weighting_on(caplog) -> None:
+    server = llama_cpp([completion()])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path in ("/health", "/metrics"):
+            return httpx.Response(404, json={"detail": "Not Found"})
+        return server.__call__(request)
+
+    settings = Settings(llm_endpoints=URL, model=MODEL, llm_health_interval_s=0.05)
+    with caplog.at_level(logging.INFO, logger="qfarm.llm"):
+        with Gateway(settings, transport=httpx.MockTransport(handler)) as gw:
+            deadline = time.monotonic() + 5
+            while gw.endpoint_states()[0]["weighting"] == "on" and time.monotonic() < deadline:
+                time.sleep(0.02)
+            time.sleep(0.3)  # several more polls
+            (state,) = gw.endpoint_states()
+    assert state["healthy"] and "/metrics answered 404" in state["weighting"]
+    said = [r.getMessage() for r in caplog.records if "metrics" in r.getMessage()]
+    assert len(said) == 1, said
+
+
+def test_a_server_without_health_is_asked_v1_models_instead_said_once(caplog) -> None:
+    poller, balancer = liveness_poller(lambda r: httpx.Response(200, json={"data": []}))
+    try:
+        with caplog.at_level(logging.WARNING, logger="qfarm.llm"):
+            for _ in range(3):
+                poller.poll_once()
+    finally:
+        poller.close()
+    (state,) = balancer.snapshot()
+    assert state["healthy"] and state["health_path"] == "/v1/models"
+    said = [r.getMessage() for r in caplog.records if "has no /health" in r.getMessage()]
+    assert len(said) == 1
+
+
+def test_a_v1_models_timeout_is_busy_while_our_request_runs_and_down_otherwise() -> None:
+    def slow(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("the model lock is held", request=request)
+
+    poller, balancer = liveness_poller(slow)
+    try:
+        poller.poll_once()
+        assert not balancer.snapshot()[0]["healthy"]  # idle and silent: down
+        balancer.mark_health(URL, True)
+        endpoint = balancer.acquire(wait_s=1)  # one of our requests is in flight
+        poller.poll_once()
+        assert balancer.snapshot()[0]["healthy"]  # busy serving it, not dead
+        balancer.release(endpoint, ok=True)
+    finally:
+        poller.close()

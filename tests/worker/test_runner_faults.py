@@ -204,6 +204,25 @@ def test_an_answered_job_whose_row_cannot_be_built_still_gets_an_error_row(
     run_expecting(svc, store, jobs, "RuntimeError: row of an answered job broke")
 
 
+def test_a_question_that_cannot_be_serialised_fails_only_its_own_jobs(setup) -> None:
+    """A lone surrogate in a question that got past loading: its jobs had no row, the
+    summary said incomplete. The jobs are built here, past the loader that refuses it."""
+    svc, store, _, jobs = setup
+    poisoned = [
+        j.model_copy(update={"question": j.question.model_copy(update={"text": "Who was \ud800?"})})
+        if is_poison(j) else j
+        for j in jobs
+    ]  # fmt: skip
+    r = InProcessRunner(svc, max_inflight=4, bundle_size=2 * N)  # the poison shares a bundle
+    run_to_the_end(r, poisoned)
+    assert_one_row_each(store, poisoned, "this job cannot be serialised")
+    rows = [json.loads(raw) for raw in store.read_rows("r", 0)]
+    poisoned = [r for r in rows if r["question_id"] == POISON]
+    assert {r["question"] for r in poisoned} == {"Who was \ufffd?"}
+    assert {r["endpoint"] for r in poisoned} == {None}  # never sent to a model
+    assert_every_slot_back(r)
+
+
 # ------------------------------------------------------------------ progress
 
 

@@ -350,9 +350,13 @@ class Balancer:
                 e.inflight_cap = 1
             self._notify()
 
-    def set_health_path(self, url: str, path: str) -> None:
+    def set_health_path(self, url: str, path: str) -> bool:
+        """Where ``url``'s liveness is read from now on; True when that changed."""
         with self._cond:
-            self._by_url[url].health_path = path
+            e = self._by_url[url]
+            changed = e.health_path != path
+            e.health_path = path
+            return changed
 
     def smallest_window(self) -> int | None:
         """The smallest ``max_model_len`` any endpoint reported (None: none did)."""

@@ -25,7 +25,6 @@ import time
 from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -42,6 +41,7 @@ from common.errors import (
     TransientStatusError,
 )
 from common.models import Sampling, Usage
+from common.urls import redact_url
 from common.vocab import SIMULATOR_HEADER
 from worker.llm.retry import DEFAULT_RETRY_AFTER_MAX_S, is_transient_status, parse_retry_after
 from worker.llm.transport import (
@@ -107,6 +107,15 @@ class ServerInfo:
     one_slot: bool  # answers one request at a time; others wait in its queue
 
 
+def server_info_from_openapi(payload: Any) -> ServerInfo | None:
+    """A recognised server from its ``/openapi.json`` (None: vLLM or not recognised)."""
+    info = payload.get("info") if isinstance(payload, dict) else None
+    if not isinstance(info, dict) or LLAMA_CPP_PYTHON_TITLE not in str(info.get("title") or ""):
+        return None
+    version = str(info.get("version") or "unknown")
+    return ServerInfo(name=f"llama.cpp server (llama-cpp-python {version})", one_slot=True)
+
+
 @dataclass(frozen=True)
 class Target:
     """An endpoint as the client needs it; the key never shows in ``repr``."""
@@ -141,13 +150,8 @@ class Reply:
 
 
 def display_url(url: str) -> str:
-    """The URL without any ``user:password@`` part, for messages and rows."""
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        netloc = f"{host}:{parts.port}" if parts.port else host
-        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-    return url
+    """The URL with any password replaced by *** (the farm's one redactor), for messages and rows."""
+    return redact_url(url)
 
 
 def redact(text: str, secrets: Iterable[str | None]) -> str:
@@ -545,12 +549,7 @@ class LLMClient:
             payload = json.loads(content) if status == 200 else None
         except (TransportFailure, json.JSONDecodeError, UnicodeDecodeError):
             return None
-        info = payload.get("info") if isinstance(payload, dict) else None
-        title = str(info.get("title") or "") if isinstance(info, dict) else ""
-        if LLAMA_CPP_PYTHON_TITLE not in title:
-            return None
-        version = str(info.get("version") or "unknown") if isinstance(info, dict) else "unknown"
-        return ServerInfo(name=f"llama.cpp server (llama-cpp-python {version})", one_slot=True)
+        return server_info_from_openapi(payload)
 
     async def ascrape_metrics(self, target: Target, timeout_s: float) -> MetricsScrape:
         try:

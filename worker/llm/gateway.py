@@ -33,8 +33,9 @@ batch that fails, or a prompt missing from a batch reply, continues on the
 same retry loop one prompt at a time, so batch-mates never fail silently.
 
 A background thread polls each endpoint's ``/health`` (out of rotation on
-failure, back on success) and ``/metrics`` (load weighting) every
-``llm_health_interval_s``.
+failure, back on success; ``/v1/models`` on a server without ``/health``) and
+``/metrics`` (load weighting) every ``llm_health_interval_s``. A server that
+says it is llama.cpp's Python server gets at most one request in flight.
 
 Context window: at start-up the gateway reads each endpoint's
 ``max_model_len`` from ``/v1/models``. vLLM rejects a prompt longer than it,
@@ -73,6 +74,7 @@ from common.errors import (
 )
 from common.models import Generation, Sampling, Usage
 from common.settings import Settings, api_keys_by_endpoint
+from common.urls import redact_url
 from worker import metrics
 from worker.llm.balancer import Balancer, EndpointState
 from worker.llm.batcher import BatchItem, MicroBatcher
@@ -105,21 +107,6 @@ def estimate_tokens(prompt: str) -> int:
     return -(-len(prompt) // CHARS_PER_TOKEN_ESTIMATE) + 1
 
 
-def batch_size_for(settings: Settings) -> int:
-    """``QFARM_LLM_BATCH_SIZE``, clamped to what one vLLM request may carry (with a warning)."""
-    size = settings.llm_batch_size
-    if size > MAX_COMPLETION_PROMPTS:
-        log.warning(
-            "QFARM_LLM_BATCH_SIZE=%d is above vLLM's limit of %d prompts per request "
-            "(VLLM_MAX_COMPLETION_PROMPTS); using %d",
-            size,
-            MAX_COMPLETION_PROMPTS,
-            MAX_COMPLETION_PROMPTS,
-        )
-        return MAX_COMPLETION_PROMPTS
-    return size
-
-
 def build_targets(settings: Settings) -> list[Target]:
     endpoints = settings.endpoints
     if not endpoints:
@@ -131,7 +118,8 @@ def build_targets(settings: Settings) -> list[Target]:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError(
-                f"QFARM_LLM_ENDPOINTS: {url!r} is not an http(s) base URL; write e.g. http://{url}"
+                f"QFARM_LLM_ENDPOINTS: {redact_url(url)!r} is not an http(s) base URL; write e.g. "
+                f"http://{redact_url(url)}"
             )
     keys = api_keys_by_endpoint(
         settings.llm_api_keys.get_secret_value() if settings.llm_api_keys else None, endpoints
@@ -188,11 +176,11 @@ class HealthPoller:
         """
         probe = self._client.probe(e.target, e.health_path, timeout)
         if e.health_path == HEALTH_PATH and probe.status == 404:
-            log.warning(
-                "%s has no /health (404): its liveness is read from /v1/models instead",
-                e.target.display,
-            )
-            self._balancer.set_health_path(e.url, MODELS_PATH)
+            if self._balancer.set_health_path(e.url, MODELS_PATH):  # said once, by one poll
+                log.warning(
+                    "%s has no /health (404): its liveness is read from /v1/models instead",
+                    e.target.display,
+                )
             probe = self._client.probe(e.target, MODELS_PATH, timeout)
         if probe.ok:
             return True, None
@@ -307,7 +295,7 @@ class Gateway:
             )
         metrics.watch_endpoints(self.endpoint_states)  # in-flight and breakers for /metrics
         self._batcher: MicroBatcher | None = None
-        batch_size = batch_size_for(settings)
+        batch_size = settings.llm_batch_size  # at most MAX_COMPLETION_PROMPTS (settings)
         if batch_size > 1:
             self._batcher = MicroBatcher(
                 self._schedule_batch,
@@ -318,20 +306,25 @@ class Gateway:
         self._closed = False
 
     def _recognise(self, e: EndpointState, timeout_s: float) -> None:
-        """Adapt to a server that is not vLLM, said once in the log (docs/llm.md, 'Other
-        OpenAI-compatible servers'): llama.cpp's Python server answers one request at a
-        time, so more in flight would only queue inside it and time out there."""
+        """Adapt to a server that is not vLLM, said once in the log.
+
+        See docs/llm.md, 'Other OpenAI-compatible servers': llama.cpp's Python server
+        answers one request at a time, so more in flight would only queue inside it and
+        time out there."""
         info = self._client.server_info(e.target, timeout_s)
         if info is None:
             return
         self._balancer.set_server(e.url, info.name, one_slot=info.one_slot)
         window = e.max_model_len or "unknown: set QFARM_LLM_CONTEXT_WINDOW to its --n_ctx"
         log.warning(
-            "%s is %s: %s; context window %s; no vllm:* metrics, so no load weighting",
+            # Its missing /metrics is said by the poller, once, like any endpoint's.
+            "%s is %s: %s; context window %s; QFARM_LLM_TIMEOUT_S=%g s must cover a CPU "
+            "answer and the queue other processes make at that server",
             e.target.display,
             info.name,
             "one request in flight at a time" if info.one_slot else "its own in-flight limits",
             window,
+            self.settings.llm_timeout_s,
         )
 
     # ------------------------------------------------------------------ public
@@ -768,6 +761,7 @@ def _generation(
         llm_ms=round((time.perf_counter() - started) * 1000.0, 3),
         ttft_ms=round(reply.ttft_ms, 3) if reply.ttft_ms is not None else None,
         simulated=reply.simulated,
+        server=ep.server,
     )
 
 

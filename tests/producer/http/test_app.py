@@ -29,7 +29,7 @@ def eager_client(make_settings):
 @pytest.fixture
 def farm_client(make_settings, test_redis):
     """A distributed app (Redis, no workers): for requests that must enqueue nothing."""
-    settings = make_settings(api_tokens=TOKENS, api_max_jobs=50, api_max_question_chars=200,
+    settings = make_settings(api_tokens=TOKENS, api_max_jobs=50, max_question_chars=200,
                              api_max_body_bytes=4096)
     with TestClient(create_app(settings)) as client:
         client.settings = settings
@@ -108,6 +108,17 @@ def test_viewer_pages_take_the_token_once_then_a_cookie(eager_client):
     assert eager_client.get("/", headers=bearer(ASK_TOKEN)).status_code == 200
 
 
+@pytest.mark.parametrize("path", ["//evil.example/", "/\\evil.example/", "///evil.example/"])
+def test_a_login_redirects_only_to_a_path_on_this_server(eager_client, path):
+    resp = eager_client.get(f"http://testserver{path}?token={ADMIN_TOKEN}&x=1",
+                            follow_redirects=False)
+    assert resp.status_code == 303
+    location = resp.headers["location"]
+    # A path here: one slash, then no slash or backslash a browser would read as a host.
+    assert location[0] == "/" and location[1] not in "/\\", location
+    assert location.endswith("evil.example/?x=1")
+
+
 def test_viewer_without_tokens_is_open_on_loopback(make_settings):
     with TestClient(create_app(make_settings(), eager=True)) as client:
         assert client.get("/").status_code == 200
@@ -124,6 +135,7 @@ def test_viewer_without_tokens_is_open_on_loopback(make_settings):
         ({"question": "What is jazz?", "mode": "qoute"}, "mode",
          "choose from quote, claim_lattice_pointer, claim_lattice"),
         ({"question": "x" * 201}, "question", "at most 200"),
+        ({"question": "What is\u0000 jazz?"}, "question", "control character (U+0000)"),
         ({"question": "   "}, "question", "empty"),
         ({"question": "What is jazz?", "wait_s": 1000}, "wait_s", "at most 120"),
         ({"question": "What is jazz?", "burnn": True}, "burnn", "unknown field"),
@@ -149,6 +161,7 @@ def test_a_bad_question_is_422_naming_the_field_and_nothing_is_enqueued(
         ({"questions": QUESTIONS, "policy": {"temprature": 0.1}}, "policy.temprature",
          "nearest: temperature"),
         ({"questions": ["What is jazz?", "y" * 201]}, "questions[1]", "at most 200"),
+        ({"questions": ["What is jazz?", "Who\x1b[2J?"]}, "questions[1]", "control character (U+001B)"),
         ({"questions": QUESTIONS, "keep_answer": True}, "keep_answer", "unknown field"),
     ],
 )
@@ -168,6 +181,17 @@ def test_a_bad_jsonl_upload_names_its_line(farm_client, test_redis):
         **bearer(ADMIN_TOKEN), "Content-Type": "application/x-ndjson"})
     assert resp.status_code == 422
     assert "upload:2" in resp.json()["error"]["message"]
+    assert test_redis.llen("retrieve") == 0 and not test_redis.exists("qfarm:runs")
+
+
+def test_an_upload_follows_the_servers_question_limit(farm_client, test_redis):
+    """The one limit (QFARM_MAX_QUESTION_CHARS, 200 here) applies to an upload's lines too."""
+    body = ('{"id": "a", "question": "What is jazz?"}\n{"id": "b", "question": "' + "z" * 201
+            + '"}\n').encode()
+    resp = farm_client.post("/v1/sweeps?modes=quote", content=body, headers={
+        **bearer(ADMIN_TOKEN), "Content-Type": "application/x-ndjson"})
+    assert resp.status_code == 422
+    assert "upload:2: the question is 201 characters; at most 200" in resp.json()["error"]["message"]
     assert test_redis.llen("retrieve") == 0 and not test_redis.exists("qfarm:runs")
 
 

@@ -84,3 +84,49 @@ def test_the_settings_error_for_a_bad_token_entry_does_not_echo_it():
     with pytest.raises(ConfigError) as exc:
         load_settings(api_tokens="ask:tiny-secret-x")
     assert "tiny-secret-x" not in str(exc.value)
+
+
+ENDPOINT_PASSWORD = "ep-pw-Kd83nXq2Lw"
+
+
+def test_an_endpoint_password_reaches_no_file_response_or_error(make_settings, sim_url, tmp_path):
+    """``QFARM_LLM_ENDPOINTS=http://user:PW@host:port``: the run's files, the API's answers
+    and the errors that name the endpoint show ``user:***@``."""
+    from fastapi.testclient import TestClient
+
+    from common.errors import ConfigError
+    from producer.http.app import create_app
+    from worker.llm.gateway import build_targets
+
+    authed = sim_url.replace("http://", f"http://alice:{ENDPOINT_PASSWORD}@")
+    settings = make_settings(llm_endpoints=authed, api_tokens=TOKENS)
+    with TestClient(create_app(settings, eager=True)) as client:
+        created = client.post("/v1/sweeps", json={"questions": QUESTIONS[:1], "modes": ["quote"]},
+                              headers=bearer(ADMIN_TOKEN))
+        assert created.status_code == 201, created.text
+        run_id = created.json()["run_id"]
+        bodies = [client.get(path, headers=bearer(ADMIN_TOKEN)).text
+                  for path in (f"/v1/runs/{run_id}", f"/v1/runs/{run_id}/summary",
+                               f"/v1/runs/{run_id}/summary?format=md", f"/v1/runs/{run_id}/rows",
+                               "/v1/runs", f"/runs/{run_id}")]
+    run_dir = settings.results_dir / run_id
+    assert "alice:***@" in (run_dir / "manifest.json").read_text()
+    assert "alice:***@" in (run_dir / "summary.md").read_text()
+    assert "alice:***@" in bodies[0]
+    for path in run_dir.rglob("*"):
+        assert ENDPOINT_PASSWORD.encode() not in path.read_bytes(), path
+    for body in bodies:
+        assert ENDPOINT_PASSWORD not in body, body[:300]
+
+    errors = []
+    for bad in (
+        {"llm_endpoints": authed, "llm_api_keys": f"http://bob:{ENDPOINT_PASSWORD}@x:1=key"},
+        {"llm_endpoints": f"alice:{ENDPOINT_PASSWORD}@gpu1:8000"},
+    ):
+        with pytest.raises(ConfigError) as info:
+            build_targets(make_settings(**bad))
+        errors.append(str(info.value))
+    for err in errors:
+        assert ENDPOINT_PASSWORD not in err, err
+    # the first names its URL redacted; the second, not a URL at all, is refused unnamed
+    assert ":***@" in errors[0], errors[0]

@@ -238,3 +238,18 @@ def test_row_page_shows_the_dry_run_kinds_and_a_trimmed_pointer_linked_label(res
     viewer = Viewer(results)
     assert "HYBRID · BROAD-CAPPED · POINTER-LINKED" in get(viewer, "/runs/run-a/rows/0")
     assert "BROAD_QUANTIFIER_SCOPE_UNBOUND" in get(viewer, "/runs/run-a/rows/1")
+
+
+def test_control_characters_never_reach_a_page(tmp_path: Path) -> None:
+    run_dir = write_synthetic_run(tmp_path, "run-nul", 2)
+    rows_path = run_dir / "rows.jsonl"
+    rows = [json.loads(line) for line in rows_path.open()]
+    for r in rows:
+        r.update(question="nul\x00here\x07?", answer="an\x00swer [E1]")
+    rows_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    viewer = Viewer(tmp_path)
+    for path in ("/runs/run-nul", "/runs/run-nul/rows", "/runs/run-nul/rows/0"):
+        body = viewer.handle(path, {}).body
+        assert b"\x00" not in body and b"\x07" not in body, path
+        if path != "/runs/run-nul":  # the run page names no question
+            assert "nul\ufffdhere\ufffd?".encode() in body, path

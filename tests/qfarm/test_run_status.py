@@ -1,0 +1,142 @@
+"""Status tells the truth: a run's summary, the viewer and the API derive it from the rows
+and the producer's process; an eager run stopped by a signal says so, can be resumed, and
+an incomplete run exits non-zero."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.perf.viewer import write_synthetic_run
+from producer.reports import write_summary
+from producer.viewer.pages import Viewer
+
+REPO = Path(__file__).resolve().parents[2]
+QFARM = str(Path(sys.executable).parent / "qfarm")
+
+
+def _summary_status(run_dir: Path) -> tuple[str, str]:
+    text = write_summary(run_dir).read_text()
+    status = next(line for line in text.splitlines() if line.startswith("| status |"))
+    rows = next(line for line in text.splitlines() if line.startswith("| rows |"))
+    return status, rows
+
+
+@pytest.mark.parametrize("damage", ["missing", "empty", "garbage", "truncated"])
+def test_a_damaged_rows_file_is_not_complete(tmp_path: Path, damage: str):
+    run_dir = write_synthetic_run(tmp_path, "run-d", 2)  # status.json says complete
+    rows_path = run_dir / "rows.jsonl"
+    lines = rows_path.read_bytes().splitlines(keepends=True)
+    if damage == "missing":
+        rows_path.unlink()
+    elif damage == "empty":
+        rows_path.write_bytes(b"")
+    elif damage == "garbage":
+        rows_path.write_bytes(b"\x00\xffnot json\n{oops\n")
+    else:
+        rows_path.write_bytes(b"".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])
+    status, rows = _summary_status(run_dir)
+    kept = len(lines) - 1 if damage == "truncated" else 0
+    assert rows == f"| rows | {kept} of {len(lines)} expected |"
+    assert status == "| status | incomplete |"
+    assert json.loads(Viewer(tmp_path).progress("run-d").body)["status"] == "incomplete"
+
+
+def test_a_killed_eager_run_is_interrupted_not_running(tmp_path: Path):
+    run_dir = write_synthetic_run(tmp_path, "run-k", 2, status="running")
+    rows_path = run_dir / "rows.jsonl"
+    rows_path.write_bytes(b"".join(rows_path.read_bytes().splitlines(keepends=True)[:5]))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    status = json.loads((run_dir / "status.json").read_text())
+    status.update(pid=dead.pid, host=os.uname().nodename)
+    (run_dir / "status.json").write_text(json.dumps(status))
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["eager"] is True
+    assert _summary_status(run_dir)[0] == "| status | interrupted |"
+    assert json.loads(Viewer(tmp_path).progress("run-k").body)["status"] == "interrupted"
+    status.update(pid=os.getpid())  # the process that runs it is alive: still running
+    (run_dir / "status.json").write_text(json.dumps(status))
+    assert _summary_status(run_dir)[0] == "| status | running |"
+
+
+def test_an_incomplete_run_exits_non_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    from producer.api import RunResult
+    from producer.runs import read_manifest
+    from qfarm.commands.sweep import _report
+
+    run_dir = write_synthetic_run(tmp_path, "run-i", 2, status="incomplete")
+    result = RunResult(read_manifest(run_dir), run_dir, "incomplete", rows_written=10,
+                       summary=run_dir / "summary.md")
+    assert _report(result, detached=False) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["run run-i is incomplete: 2 of 12 jobs have no row; run them with: "
+                   "qfarm sweep --resume run-i --eager"]
+
+
+# ---------------------------------------------------------------- a real eager run, stopped
+
+
+@pytest.fixture(scope="module")
+def slow_sim():
+    from ops.sim.launch import start_simulator
+
+    with start_simulator(ttft_ms=400, tpot_ms=0, profile="clean") as sim:
+        yield sim.url
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_an_eager_run_stopped_by_a_signal_says_so_and_resumes(tmp_path, env, slow_sim, sig):
+    questions = tmp_path / "q.txt"
+    questions.write_text("".join(f"What is the river number {i} of Europe?\n" for i in range(12)))
+    run_env = {**env, "QFARM_LLM_ENDPOINTS": slow_sim, "QFARM_LLM_MAX_INFLIGHT_PER_ENDPOINT": "2",
+               "QFARM_RESULTS_DIR": str(tmp_path / "results")}
+    proc = subprocess.Popen([QFARM, "sweep", str(questions), "--modes", "quote", "--eager",
+                             "--quiet"], cwd=REPO, env=run_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    results = tmp_path / "results"
+    deadline = time.monotonic() + 120
+    run_dir = None
+    while time.monotonic() < deadline:  # wait for a few rows, then stop it mid-run
+        dirs = list(results.glob("*/rows.jsonl")) if results.exists() else []
+        if dirs and len(dirs[0].read_bytes().splitlines()) >= 2:
+            run_dir = dirs[0].parent
+            break
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    assert run_dir is not None, "no rows came"
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    rows_before = [json.loads(line) for line in (run_dir / "rows.jsonl").read_text().splitlines()
+                   if line.endswith("}")]
+    assert 0 < len(rows_before) < 12, err
+    if sig == signal.SIGKILL:
+        assert proc.returncode == -signal.SIGKILL
+        assert json.loads((run_dir / "status.json").read_text())["status"] == "running"
+    else:
+        assert proc.returncode == 130, err
+        assert "Traceback" not in err
+        assert f"qfarm sweep --resume {run_dir.name} --eager" in err
+        assert json.loads((run_dir / "status.json").read_text())["status"] == "interrupted"
+    report = subprocess.run([QFARM, "report", str(run_dir)], cwd=REPO, env=run_env,
+                            capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0, report.stderr
+    assert "| status | interrupted |" in (run_dir / "summary.md").read_text()
+
+    resumed = subprocess.run([QFARM, "sweep", "--resume", run_dir.name, "--eager", "--quiet"],
+                             cwd=REPO, env=run_env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    rows = [json.loads(line) for line in (run_dir / "rows.jsonl").read_text().splitlines()]
+    assert len(rows) == len({r["job_id"] for r in rows}) == 12
+    kept = {r["job_id"]: r["finished_at"] for r in rows}
+    assert all(kept[r["job_id"]] == r["finished_at"] for r in rows_before)  # not run again
+    assert json.loads((run_dir / "status.json").read_text())["status"] == "complete"
+    assert "| status | complete |" in (run_dir / "summary.md").read_text()
