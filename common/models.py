@@ -23,11 +23,23 @@ from pydantic import (
 from common.policy import Policy
 from common.urls import redact_urls
 from common.versions import ROW_SCHEMA_VERSION
-from common.vocab import ALL_MODES, Confidence, Intensity, Label, Mode, Verdict, ViolationKind
+from common.vocab import (
+    ALL_MODES,
+    Confidence,
+    ErrorKind,
+    Intensity,
+    Label,
+    Mode,
+    Verdict,
+    ViolationKind,
+    error_text,
+)
 
 # The vocabulary is defined in common.vocab; these records carry it, so importers
 # of a record can take its words from here too.
-__all__ = ["ALL_MODES", "Confidence", "Intensity", "Label", "Mode", "Verdict", "ViolationKind"]
+__all__ = [
+    "ALL_MODES", "Confidence", "ErrorKind", "Intensity", "Label", "Mode", "Verdict", "ViolationKind",
+]
 
 
 class Frozen(BaseModel):
@@ -265,10 +277,16 @@ class JobRecord(Frozen):
     cache_hit: bool = False
     cache_key: str | None = None  # set at retrieval when the result cache is in use
     error: str | None = None
+    error_kind: ErrorKind | None = None  # set with ``error``, by ``failed``
     worker: str | None = None
     started_at: float | None = None
     finished_at: float | None = None
     timings: Timings = Field(default_factory=Timings)
+
+    def failed(self, kind: ErrorKind, detail: str, **update: Any) -> JobRecord:
+        """This record ending in an error: ``error`` says the kind, then ``detail``."""
+        return self.model_copy(update={"error": error_text(kind, detail), "error_kind": kind,
+                                       **update})
 
 
 class Sampling(Frozen):
@@ -374,6 +392,7 @@ class Row(Frozen):
     cache_hit: bool = False
     attempts: int = 0
     error: str | None = None
+    error_kind: ErrorKind | None = None  # where the error came from; None without one
     timings: Timings = Field(default_factory=Timings)
     usage: Usage = Field(default_factory=Usage)
     worker: str | None = None
