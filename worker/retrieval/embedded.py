@@ -261,7 +261,7 @@ def read_meta(path: Path) -> dict[str, str] | None:
 class EmbeddedRetriever:
     """BM25 search over an index file; one read-only connection per thread."""
 
-    backend = Backend.EMBEDDED
+    backend: str = Backend.EMBEDDED
 
     def __init__(self, path: Path, *, dense_model: Path | None = None):
         self.path = path
