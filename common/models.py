@@ -25,6 +25,7 @@ from common.urls import redact_urls
 from common.versions import ROW_SCHEMA_VERSION
 from common.vocab import (
     ALL_MODES,
+    Backend,
     Confidence,
     ErrorKind,
     Intensity,
@@ -126,7 +127,7 @@ class Preflight(Frozen):
 
 class Retrieval(Frozen):
     evidence: tuple[Evidence, ...] = ()
-    backend: str = "embedded"
+    backend: str = Backend.EMBEDDED
     index_version: str | None = None
     retrieval_ms: float = 0.0
 
@@ -322,7 +323,7 @@ class Manifest(Frozen):
     # The server behind the endpoints when qfarm started it, e.g. "llama.cpp server
     # (llama-cpp-python 0.3.36), CPU, local"; None: endpoints configured by the operator.
     llm_server: str | None = None
-    retriever: str = "embedded"
+    retriever: str = Backend.EMBEDDED
     index_version: str | None = None
     corpus: str | None = None
     eager: bool = True
