@@ -48,7 +48,8 @@ run: install
 	$(BIN)/qfarm index
 	$(BIN)/qfarm sweep bench/questions/smoke.txt --modes quote,claim_lattice_pointer,claim_lattice -n 2 --eager
 
-# Lint, type-check common/, then the whole suite, slow tests included (they start Redis
+# Lint, type-check the product (common, worker, producer, qfarm, ops: pyproject.toml's
+# [tool.mypy] files), then the whole suite, slow tests included (they start Redis
 # workers, simulators, a search server), the dense stage's (its model is installed) and the
 # real model's (llama.cpp's server on the CPU: the contract suite's second server and a
 # 15-job smoke; its install compiles once, then comes from pip's wheel cache);

@@ -57,6 +57,12 @@ def profile_id_for_model(model: str) -> str:
     return DEFAULT_PROFILE_ID
 
 
+def check_samples(n: int) -> None:
+    """Refuse a sample count below 1 (``-n``; the API's ``n``), before anything starts."""
+    if n < 1:
+        raise InputError(f"-n {n}: the number of samples per question and mode must be at least 1")
+
+
 def expand_jobs(
     run_id: str,
     questions: Sequence[Question],
@@ -69,8 +75,7 @@ def expand_jobs(
     use_cache: bool = True,
 ) -> Iterator[Job]:
     """Yield question × mode × n jobs, lazily so 100k-job sweeps stay small in memory."""
-    if n < 1:
-        raise InputError(f"-n {n}: the number of samples must be at least 1")
+    check_samples(n)
     profile = profile_id_for_model(model)
     for q in questions:
         for mode in modes:

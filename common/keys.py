@@ -186,3 +186,14 @@ if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then
 end
 return 0
 """
+
+
+def write_row_call(run_id: str, job_id: str, row_json: str | bytes, *, failed: bool,
+                   counter_key: str) -> dict[str, list]:
+    """``WRITE_ROW_LUA``'s keys and args for one row (``script(**call)``); ``counter_key``
+    counts every attempt: the verify stage's for a worker, the restored rows' for a
+    producer putting rows back."""
+    return {
+        "keys": [rows_key(run_id), log_key(run_id), failed_key(run_id), counter_key],
+        "args": [job_id, row_json, "1" if failed else "0", ROW_TTL_S],
+    }

@@ -16,6 +16,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from common.vocab import Role
+
 SEP = "|"
 
 # Latency buckets of one LLM HTTP request, in seconds (upper bounds; +Inf is implied).
@@ -169,9 +171,9 @@ def role_of(queues: Iterable[str]) -> str:
     """A worker's role from the queues it consumes, named as the Procfile names them."""
     qs = set(queues)
     if qs == {"interactive"}:
-        return "interactive"
+        return Role.INTERACTIVE
     if qs == {"generate"}:
-        return "gpu"
+        return Role.GPU
     if qs and qs <= {"retrieve", "verify"}:
-        return "cpu"
-    return "mixed"
+        return Role.CPU
+    return Role.MIXED

@@ -23,11 +23,24 @@ from pydantic import (
 from common.policy import Policy
 from common.urls import redact_urls
 from common.versions import ROW_SCHEMA_VERSION
-from common.vocab import ALL_MODES, Confidence, Intensity, Label, Mode, Verdict, ViolationKind
+from common.vocab import (
+    ALL_MODES,
+    Backend,
+    Confidence,
+    ErrorKind,
+    Intensity,
+    Label,
+    Mode,
+    Verdict,
+    ViolationKind,
+    error_text,
+)
 
 # The vocabulary is defined in common.vocab; these records carry it, so importers
 # of a record can take its words from here too.
-__all__ = ["ALL_MODES", "Confidence", "Intensity", "Label", "Mode", "Verdict", "ViolationKind"]
+__all__ = [
+    "ALL_MODES", "Confidence", "ErrorKind", "Intensity", "Label", "Mode", "Verdict", "ViolationKind",
+]
 
 
 class Frozen(BaseModel):
@@ -114,7 +127,7 @@ class Preflight(Frozen):
 
 class Retrieval(Frozen):
     evidence: tuple[Evidence, ...] = ()
-    backend: str = "embedded"
+    backend: str = Backend.EMBEDDED
     index_version: str | None = None
     retrieval_ms: float = 0.0
 
@@ -265,10 +278,16 @@ class JobRecord(Frozen):
     cache_hit: bool = False
     cache_key: str | None = None  # set at retrieval when the result cache is in use
     error: str | None = None
+    error_kind: ErrorKind | None = None  # set with ``error``, by ``failed``
     worker: str | None = None
     started_at: float | None = None
     finished_at: float | None = None
     timings: Timings = Field(default_factory=Timings)
+
+    def failed(self, kind: ErrorKind, detail: str, **update: Any) -> JobRecord:
+        """This record ending in an error: ``error`` says the kind, then ``detail``."""
+        return self.model_copy(update={"error": error_text(kind, detail), "error_kind": kind,
+                                       **update})
 
 
 class Sampling(Frozen):
@@ -304,7 +323,7 @@ class Manifest(Frozen):
     # The server behind the endpoints when qfarm started it, e.g. "llama.cpp server
     # (llama-cpp-python 0.3.36), CPU, local"; None: endpoints configured by the operator.
     llm_server: str | None = None
-    retriever: str = "embedded"
+    retriever: str = Backend.EMBEDDED
     index_version: str | None = None
     corpus: str | None = None
     eager: bool = True
@@ -374,6 +393,7 @@ class Row(Frozen):
     cache_hit: bool = False
     attempts: int = 0
     error: str | None = None
+    error_kind: ErrorKind | None = None  # where the error came from; None without one
     timings: Timings = Field(default_factory=Timings)
     usage: Usage = Field(default_factory=Usage)
     worker: str | None = None

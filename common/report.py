@@ -31,7 +31,7 @@ from common.runstats import (
 )
 from common.stats import wilson_interval
 from common.text import replace_control_chars
-from common.vocab import LATTICE_MODES
+from common.vocab import LATTICE_MODES, RunStatus
 
 # --------------------------------------------------------------------------- formatting
 
@@ -159,7 +159,7 @@ def _header(
 
 def run_warnings(man: Manifest, stats: RunStats, status: str | None = None) -> list[str]:
     notes: list[str] = []
-    if status == "cancelled" and stats.rows < man.n_jobs:
+    if status == RunStatus.CANCELLED and stats.rows < man.n_jobs:
         notes.append(
             f"Run cancelled: {man.n_jobs - stats.rows} of {man.n_jobs} jobs were cancelled "
             "before they started and have no row (left out of every rate)."
@@ -482,7 +482,7 @@ def _errors(stats: RunStats) -> list[str]:
     n_errors = sum(e.errors for e in stats.endpoints.values())
     n_retried = sum(e.retried for e in stats.endpoints.values())
     out.append(
-        f"{n_errors} row(s) ended in an error ({stats.cancelled} cancelled); "
+        f"{n_errors} row(s) ended in an error; "
         f"{n_retried} row(s) needed more than one attempt."
     )
     rows = [
@@ -490,7 +490,6 @@ def _errors(stats: RunStats) -> list[str]:
             f"`{name}`",
             str(e.jobs),
             str(e.errors),
-            str(e.cancelled),
             str(e.retried),
             str(e.extra_attempts),
             fmt_ms(e.llm.quantile(0.5)),
@@ -502,7 +501,6 @@ def _errors(stats: RunStats) -> list[str]:
         "endpoint",
         "jobs",
         "errors",
-        "cancelled",
         "retried",
         "extra attempts",
         "LLM p50 ms",
@@ -510,8 +508,10 @@ def _errors(stats: RunStats) -> list[str]:
     ]
     out += [""] + md_table(header, rows)
     if stats.errors:
-        out += ["", "Most frequent errors:", ""]
-        out += [f"- {count} × {md_code(text)}" for text, count in stats.errors.most_common(10)]
+        out += ["", "Errors by kind:", ""]
+        out += [f"- {count} × {kind}" + (f", e.g. {md_code(stats.error_examples[kind])}"
+                                         if kind in stats.error_examples else "")
+                for kind, count in stats.errors.most_common()]
     return out
 
 

@@ -82,6 +82,7 @@ def build_row(record: JobRecord) -> Row:
         cache_hit=record.cache_hit,
         attempts=gen.attempts if gen else 0,
         error=record.error,
+        error_kind=record.error_kind,
         timings=record.timings,
         usage=gen.usage if gen else Usage(),
         worker=record.worker,

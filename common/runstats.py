@@ -5,7 +5,7 @@ plus bounded latency sketches. Memory grows with the number of questions and
 modes, never with the number of rows. Rows come as ``Row`` models or as the
 plain dicts read from ``rows.jsonl``.
 
-Rows with an ``error`` (including ``"cancelled"``) or without a verdict count
+Rows with an ``error`` or without a verdict count
 as errors, not as verdicts: every verdict rate's denominator is the rows that
 reached a verdict (``Tally.valid``).
 """
@@ -28,10 +28,12 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("verify_ms", "verify"),
     ("total_ms", "total"),
 )
-CANCELLED = "cancelled"
 REJECTED_KIND = ViolationKind.BROAD_QUANTIFIER_REJECTED
 MAX_DISTINCT = 50  # distinct error texts, hashes, models... kept before folding into "(other)"
 MAX_QUESTION_ROWS = 200
+# Error groups besides the ``ErrorKind`` members.
+NO_VERDICT = "(no verdict)"
+UNKNOWN_KIND = "(kind not recorded)"
 QUESTION_TEXT_CHARS = 90
 
 
@@ -137,7 +139,6 @@ class ModeStats:
         "prompt_tokens",
         "completion_tokens",
         "answerability",
-        "cancelled",
         "cache_hits",
         "labels",
         "pointers",
@@ -156,7 +157,6 @@ class ModeStats:
         self.prompt_tokens = Moments()
         self.completion_tokens = Moments()
         self.answerability: Counter[str] = Counter()
-        self.cancelled = 0
         self.cache_hits = 0
         self.labels: Counter[str] = Counter()
         self.pointers = Moments()  # distinct evidence ids cited per answer
@@ -205,10 +205,10 @@ class QuestionStats:
 
 
 class EndpointStats:
-    __slots__ = ("jobs", "errors", "retried", "extra_attempts", "cancelled", "llm")
+    __slots__ = ("jobs", "errors", "retried", "extra_attempts", "llm")
 
     def __init__(self) -> None:
-        self.jobs = self.errors = self.retried = self.extra_attempts = self.cancelled = 0
+        self.jobs = self.errors = self.retried = self.extra_attempts = 0
         self.llm = QuantileSketch()
 
 
@@ -225,8 +225,11 @@ class RunStats:
         self.stages = {key: QuantileSketch() for key, _ in STAGES}
         self.kinds_seen: dict[str, None] = {}
         self.would_fire_seen: dict[str, None] = {}
+        # Error rows by kind (``ErrorKind``; NO_VERDICT for a row with neither an error nor
+        # a verdict, UNKNOWN_KIND for one written before rows said their kind), and the
+        # first error text seen of each kind.
         self.errors: Counter[str] = Counter()
-        self.cancelled = 0
+        self.error_examples: dict[str, str] = {}
         self.cache_hits = 0
         self.first_started: float | None = None
         self.last_finished: float | None = None
@@ -254,7 +257,7 @@ class RunStats:
         m = self.modes.get(mode) or self.modes.setdefault(mode, ModeStats())
         m.tally.add(r, is_error, kinds)
         self._add_question(r, mode, is_error, kinds)
-        self._add_endpoint(r, error, is_error)
+        self._add_endpoint(r, is_error)
         timings = r.get("timings") or {}
         for key, _ in STAGES:
             if timings.get(key) is not None:
@@ -263,12 +266,10 @@ class RunStats:
             self.cache_hits += 1
             m.cache_hits += 1
         if is_error:
-            cancelled = error == CANCELLED
-            self.cancelled += cancelled
-            m.cancelled += cancelled
-            _bump(
-                self.errors, (str(error).splitlines() or [""])[0][:120] if error else "(no verdict)"
-            )
+            kind = str(r.get("error_kind") or UNKNOWN_KIND) if error else NO_VERDICT
+            self.errors[kind] += 1
+            if error and kind not in self.error_examples:
+                self.error_examples[kind] = (str(error).splitlines() or [""])[0][:120]
         else:
             self._add_verdict_row(r, m, kinds, timings)
         self._add_provenance(r)
@@ -333,7 +334,7 @@ class RunStats:
             q.profile_caps.add(int(r["claim_cap_profile"]))
         q.enforced = q.enforced or bool(r.get("claim_cap_enforced"))
 
-    def _add_endpoint(self, r: Mapping[str, Any], error: Any, is_error: bool) -> None:
+    def _add_endpoint(self, r: Mapping[str, Any], is_error: bool) -> None:
         name = str(r.get("endpoint") or "(none)")
         e = self.endpoints.get(name)
         if e is None:
@@ -347,7 +348,6 @@ class RunStats:
             e.extra_attempts += attempts - 1
         if is_error:
             e.errors += 1
-            e.cancelled += error == CANCELLED
         llm_ms = (r.get("timings") or {}).get("llm_ms")
         if llm_ms is not None:
             e.llm.add(float(llm_ms))

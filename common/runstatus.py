@@ -1,53 +1,73 @@
-"""A run's status as its rows and its producer say it.
+"""A run's status as its rows, its Redis counters and its producer say it.
 
 ``status.json`` records what the producer last knew (``running`` when it started,
 ``complete`` when it ended), but the record alone can lie: a run directory whose
 ``rows.jsonl`` was lost, emptied or cut short still says ``complete``, and an eager run
 whose process was killed says ``running`` forever. Every reader (``qfarm report``,
-``summary.md``, the viewer, the API) shows ``run_status(...)`` instead of the word.
+``qfarm status``, ``summary.md``, the viewer, the API) shows ``run_state(...)`` (or, for a
+run known only from its directory, ``run_status(...)``) instead of the word.
 """
 
 from __future__ import annotations
 
-# Words the producer writes and this module may answer. A distributed run's producer
-# also writes "enqueueing", "enqueue interrupted" and "detached: Redis unreachable".
-COMPLETE = "complete"
-INCOMPLETE = "incomplete"
-RUNNING = "running"
-INTERRUPTED = "interrupted"
-CANCELLED = "cancelled"
-FAILED = "failed"
-ENQUEUEING = "enqueueing"
-ENQUEUE_INTERRUPTED = "enqueue interrupted"
+from common.vocab import LIVE_RUN_STATUSES, RunStatus
 
-# Statuses that say a producer is still at work (its process may have died since).
-IN_PROGRESS = (RUNNING, ENQUEUEING)
+# Words status.json may hold that no later reading overrides.
+_SETTLED = frozenset(
+    {RunStatus.COMPLETE, RunStatus.INCOMPLETE, RunStatus.CANCELLED, RunStatus.FAILED}
+)
 
 
 def run_status(recorded: str | None, *, rows: int, n_jobs: int, eager: bool,
                producer_alive: bool | None) -> str:
-    """The status to show for a run.
+    """The status to show for a run known from its directory.
 
     ``rows``: distinct jobs with a readable row in ``rows.jsonl``; ``producer_alive``:
     whether the process that recorded the status still runs (None: cannot tell, e.g. it
     ran on another host). Only an eager run's process runs its jobs: a distributed run
     goes on in its workers whatever happened to the producer that enqueued it.
     """
-    if recorded == FAILED:
-        return FAILED
+    if recorded == RunStatus.FAILED:
+        return RunStatus.FAILED
     if n_jobs > 0 and rows >= n_jobs:
-        return COMPLETE
-    if recorded == CANCELLED:
-        return CANCELLED
-    if recorded == ENQUEUEING and producer_alive is False:
+        return RunStatus.COMPLETE
+    if recorded == RunStatus.CANCELLED:
+        return RunStatus.CANCELLED
+    if recorded == RunStatus.ENQUEUEING and producer_alive is False:
         # The producer died before every job was sent: nothing will send the rest.
-        return ENQUEUE_INTERRUPTED
-    if recorded in IN_PROGRESS or recorded is None:
+        return RunStatus.ENQUEUE_INTERRUPTED
+    if recorded in LIVE_RUN_STATUSES or recorded is None:
         if eager and producer_alive is False:
-            return INTERRUPTED
-        return recorded or INCOMPLETE
-    if recorded == COMPLETE:
+            return RunStatus.INTERRUPTED
+        return recorded or RunStatus.INCOMPLETE
+    if recorded == RunStatus.COMPLETE:
         # Recorded complete, but rows are missing: rows.jsonl lost, emptied, garbled or
         # cut short since.
-        return INCOMPLETE
+        return RunStatus.INCOMPLETE
     return recorded
+
+
+def run_state(recorded: str | None, *, done: int, total: int, cancelled: bool = False,
+              error: str | None = None, from_rows: bool = False, eager: bool = False,
+              producer_alive: bool | None = None) -> str:
+    """One word for a run, the same for the CLI, the HTTP API and the viewer.
+
+    ``recorded``: status.json's word (None when the run has no directory here); ``done``
+    of ``total`` jobs have a row; ``cancelled`` and ``error``: the run's cancel flag and
+    run-level error. ``from_rows``: the run is read from its directory alone (Redis has
+    let it go), ``done`` counted in ``rows.jsonl``: then, unless cancelled or failed, the
+    rows and the producer's process decide (``run_status``). Read from Redis, a run is
+    failed, cancelled, complete or running, unless status.json has settled it.
+    """
+    if from_rows and not error and not cancelled:
+        return run_status(recorded, rows=done, n_jobs=total, eager=eager,
+                          producer_alive=producer_alive)
+    if error:
+        return RunStatus.FAILED
+    if recorded in _SETTLED:
+        return RunStatus(recorded)
+    if cancelled:
+        return RunStatus.CANCELLED
+    if total and done >= total:
+        return RunStatus.COMPLETE
+    return recorded or RunStatus.RUNNING

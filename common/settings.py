@@ -7,7 +7,6 @@ the result down, so tests can set variables per test.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -24,6 +23,7 @@ from common.errors import ConfigError
 from common.questions import DEFAULT_MAX_QUESTION_CHARS
 from common.redis_urls import broker_url, redis_url_problem
 from common.urls import redact_url, redact_urls
+from common.vocab import Backend
 
 DEFAULT_MODEL = "adamo1139/Hermes-3-Llama-3.1-8B-FP8-Dynamic"
 API_KEYS_FORM = "URL=KEY,URL=KEY (e.g. http://gpu1:8000=KEY1,http://gpu2:8000=KEY2)"
@@ -110,7 +110,7 @@ class Settings(BaseSettings):
     # cap on an honoured Retry-After (absurd values: the cap)
     llm_retry_after_max_s: float = Field(default=60.0, ge=0)
     # retrieval
-    retriever: Literal["embedded", "elasticsearch", "opensearch"] = "embedded"
+    retriever: Backend = Backend.EMBEDDED
     index_path: Path | None = None  # embedded index file; default data_dir/index/default.sqlite
     # The opt-in dense stage (docs/retrieval.md, "Dense stage"): the default index is built
     # with passage vectors, and an index holding them is searched lexically + densely.

@@ -124,3 +124,78 @@ class Confidence(StrEnum):
     WEAK = "weak"
     MEDIUM = "medium"
     STRONG = "strong"
+
+
+class RunStatus(StrEnum):
+    """A run's state, as ``status.json`` records it and as readers show it.
+
+    ``common.runstatus`` derives the word to show from the record, the rows and the
+    producer's process; the CLI's exit codes and messages follow it (docs/reports.md,
+    'Run status').
+    """
+
+    ENQUEUEING = "enqueueing"
+    RUNNING = "running"
+    COMPLETE = "complete"
+    INCOMPLETE = "incomplete"
+    INTERRUPTED = "interrupted"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+    # The producer died before every job was sent: nothing will send the rest.
+    ENQUEUE_INTERRUPTED = "enqueue interrupted"
+    # A follower that lost Redis: the run goes on in its workers, unwatched.
+    DETACHED = "detached: Redis unreachable"
+    # A run the viewer lists from Redis whose manifest has expired.
+    LOST = "lost"
+
+
+# States in which a producer is still at work (its process may have died since).
+LIVE_RUN_STATUSES: frozenset[RunStatus] = frozenset({RunStatus.RUNNING, RunStatus.ENQUEUEING})
+
+
+class ErrorKind(StrEnum):
+    """Where a failed job's error came from; a row's ``error`` starts with it.
+
+    ``internal`` is a bug or an unusable cache entry or record, ``retrieval`` the search
+    backend, ``llm`` the model endpoint (after its retries). Reports group error rows by it.
+    """
+
+    INTERNAL = "internal"
+    RETRIEVAL = "retrieval"
+    LLM = "llm"
+
+
+def error_text(kind: ErrorKind, detail: str) -> str:
+    """A row's ``error``: its kind, then what happened."""
+    return f"{kind}: {detail}"
+
+
+class Backend(StrEnum):
+    """A retrieval backend (docs/retrieval.md): the embedded SQLite index or a search cluster."""
+
+    EMBEDDED = "embedded"
+    ELASTICSEARCH = "elasticsearch"
+    OPENSEARCH = "opensearch"
+
+
+class Role(StrEnum):
+    """A farm process's role: one line of the Procfile, one supervised program.
+
+    The worker roles consume queues (cpu: retrieve and verify; gpu: generate;
+    interactive: single questions); ``mixed`` labels a worker that consumes the queues of
+    more than one of them.
+    """
+
+    SIMULATOR = "simulator"
+    CPU = "cpu"
+    GPU = "gpu"
+    INTERACTIVE = "interactive"
+    API = "api"
+    FLOWER = "flower"
+    MIXED = "mixed"
+
+
+# The roles a farm runs, in the Procfile's order (``mixed`` is no process of its own).
+FARM_ROLES: tuple[Role, ...] = tuple(r for r in Role if r is not Role.MIXED)
+# The roles that are Celery workers.
+WORKER_ROLES: tuple[Role, ...] = (Role.CPU, Role.GPU, Role.INTERACTIVE)

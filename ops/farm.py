@@ -23,10 +23,12 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from common.vocab import FARM_ROLES, WORKER_ROLES, Role
+
 CONF = Path(__file__).resolve().parent / "supervisor" / "qfarm.conf"
 # The Procfile's roles, in its order; the config has one program for each.
-ROLES = ("simulator", "cpu", "gpu", "interactive", "api", "flower")
-DEFAULT_ROLES = ("cpu", "gpu", "interactive", "api")
+ROLES = FARM_ROLES
+DEFAULT_ROLES = (*WORKER_ROLES, Role.API)
 DEFAULTS = {
     # The Procfile's queues and concurrency.
     "FARM_CPU_QUEUES": "retrieve,verify",

@@ -36,7 +36,7 @@ import httpx
 
 from common import keys
 from common.errors import ConfigError, InputError, QfarmError
-from common.jobs import parse_modes
+from common.jobs import check_samples, parse_modes
 from common.models import ALL_MODES, Job, JobRecord, Manifest, Mode, Question, Row
 from common.policy import Policy
 from common.questions import (
@@ -47,6 +47,7 @@ from common.questions import (
     text_problem,
 )
 from common.settings import Settings, load_settings
+from common.vocab import Backend, RunStatus
 from producer import interrupts
 from producer.aggregator import Aggregator
 from producer.capacity import check_plan_fits
@@ -269,8 +270,7 @@ def run_sweep(
     settings = settings or load_settings()
     say = say or _say_to_log
     modes = parse_modes([str(m) for m in spec.modes])
-    if spec.n < 1:
-        raise InputError(f"-n {spec.n}: the number of samples must be at least 1")
+    check_samples(spec.n)
     questions = spec.question_set(settings.max_question_chars)
     if eager:
         return _run_eager(spec, questions, modes, settings, endpoints, on_progress, index_progress,
@@ -324,7 +324,7 @@ def _run_eager(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], setti
         )
         check_plan_fits(plan.manifest, settings)
         run_dir = create_run_dir(settings.results_dir, plan.manifest)
-        update_run_status(run_dir, status="running", started_at=time.time(), **this_process())
+        update_run_status(run_dir, status=RunStatus.RUNNING, started_at=time.time(), **this_process())
         return _execute_eager(plan, plan.jobs(), run_dir, settings, eps, retriever, on_progress,
                               serial=serial)
 
@@ -349,7 +349,7 @@ def resume_eager(
         raise InputError(f"run {run_id} is a distributed run: resume it without --eager "
                          f"(qfarm sweep --resume {run_id})")
     status = read_run_status(run_dir)
-    if status.get("status") == "running" and producer_alive(status):
+    if status.get("status") == RunStatus.RUNNING and producer_alive(status):
         raise InputError(f"run {run_id} is still running (process {status.get('pid')}); "
                          "stop it first or wait for it to end")
     questions, digest = load_questions(Path(manifest.question_file))
@@ -367,7 +367,7 @@ def resume_eager(
     retriever = open_local_retriever(settings, progress=False)
     with endpoints(settings) as eps:
         settings = eps.apply(settings)
-        update_run_status(run_dir, status="running", resumed_at=time.time(),
+        update_run_status(run_dir, status=RunStatus.RUNNING, resumed_at=time.time(),
                           resumed_jobs=len(missing), **this_process())
         return _execute_eager(plan, missing, run_dir, settings, eps, retriever, on_progress,
                               serial=serial)
@@ -412,8 +412,8 @@ def _execute_eager(plan: SweepPlan, jobs: Iterable[Job], run_dir: Path, settings
     agg.drain()
     error = store.progress(plan.manifest.run_id, plan.manifest.n_jobs).error
     if error:
-        update_run_status(run_dir, status="failed", error=error, rows=agg.written)
-        return RunResult(plan.manifest, run_dir, "failed", agg.written, error=error)
+        update_run_status(run_dir, status=RunStatus.FAILED, error=error, rows=agg.written)
+        return RunResult(plan.manifest, run_dir, RunStatus.FAILED, agg.written, error=error)
     return _finish(plan.manifest, run_dir, agg.written)
 
 
@@ -441,19 +441,19 @@ def _run_distributed(spec: SweepSpec, questions: QuestionSet, modes: list[Mode],
     store = ProducerStore(client)
     run_dir = create_run_dir(settings.results_dir, plan.manifest)
     store.put_manifest(plan.manifest)
-    update_run_status(run_dir, status="enqueueing", started_at=time.time(), **this_process())
+    update_run_status(run_dir, status=RunStatus.ENQUEUEING, started_at=time.time(), **this_process())
     t0 = time.perf_counter()
     try:
         sent = enqueue_counted(app, store, plan.jobs(), bundle_size=settings.bundle_size)
     except KeyboardInterrupt:
-        update_run_status(run_dir, status="enqueue interrupted")
-        return RunResult(plan.manifest, run_dir, "enqueue interrupted")
+        update_run_status(run_dir, status=RunStatus.ENQUEUE_INTERRUPTED)
+        return RunResult(plan.manifest, run_dir, RunStatus.ENQUEUE_INTERRUPTED)
     elapsed = time.perf_counter() - t0
-    update_run_status(run_dir, status="running", enqueued=sent)
+    update_run_status(run_dir, status=RunStatus.RUNNING, enqueued=sent)
     say(f"run {plan.manifest.run_id}: enqueued {sent} jobs in {elapsed:.2f}s "
         f"({sent / max(elapsed, 1e-9):,.0f} jobs/s)")
     if detach:
-        return RunResult(plan.manifest, run_dir, "running", enqueued=sent, enqueue_s=elapsed)
+        return RunResult(plan.manifest, run_dir, RunStatus.RUNNING, enqueued=sent, enqueue_s=elapsed)
     result = _follow(store, run_dir, plan.manifest, settings, on_progress, say,
                      reconcile=_reconciler(app, plan, store, settings.bundle_size, say))
     return dataclasses.replace(result, enqueued=sent, enqueue_s=elapsed)
@@ -548,9 +548,9 @@ def _follow(store: ProducerStore, run_dir: Path, manifest: Manifest, settings: S
     except KeyboardInterrupt:
         interrupts.handled()
         follower.release()
-        return RunResult(manifest, run_dir, "interrupted", _written(follower))
+        return RunResult(manifest, run_dir, RunStatus.INTERRUPTED, _written(follower))
     except RedisGone as exc:
-        status = "detached: Redis unreachable"
+        status = RunStatus.DETACHED
         update_run_status(run_dir, status=status)
         return RunResult(manifest, run_dir, status, _written(follower), error=str(exc))
     written = _written(follower)
@@ -559,8 +559,8 @@ def _follow(store: ProducerStore, run_dir: Path, manifest: Manifest, settings: S
         extra["rows_restored_to_redis"] = follower.restored
     if prog.error:
         follower.release()
-        update_run_status(run_dir, status="failed", error=prog.error, rows=written, **extra)
-        return RunResult(manifest, run_dir, "failed", written, error=prog.error)
+        update_run_status(run_dir, status=RunStatus.FAILED, error=prog.error, rows=written, **extra)
+        return RunResult(manifest, run_dir, RunStatus.FAILED, written, error=prog.error)
     try:
         return _finish(manifest, run_dir, written, cancelled=prog.cancelled, extra=extra)
     finally:
@@ -576,8 +576,8 @@ def _finish(manifest: Manifest, run_dir: Path, written: int, *, cancelled: bool 
     from producer.reports import write_summary  # matplotlib is slow to import
 
     total = manifest.n_jobs
-    state = ("complete" if written >= total else "cancelled" if cancelled
-             else "interrupted" if interrupted else "incomplete")
+    state = (RunStatus.COMPLETE if written >= total else RunStatus.CANCELLED if cancelled
+             else RunStatus.INTERRUPTED if interrupted else RunStatus.INCOMPLETE)
     # ``written`` counts distinct job ids: the run is complete when every planned job has a row.
     final = {"status": state, "finished_at": time.time(), "rows": written, **(extra or {})}
     # The summary first: whoever sees the final status (the API, the viewer) finds it.
@@ -808,7 +808,7 @@ def open_local_retriever(settings: Settings, *, progress: bool = True) -> Any:
     from worker.retrieval import ensure_default_index, open_retriever
     from worker.retrieval.embedded import EmbeddedRetriever, check_index_pages
 
-    if settings.retriever == "embedded" and settings.index_path is None:
+    if settings.retriever == Backend.EMBEDDED and settings.index_path is None:
         ensure_default_index(settings, progress=progress)
     retriever = open_retriever(settings)
     if isinstance(retriever, EmbeddedRetriever):

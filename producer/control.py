@@ -15,8 +15,9 @@ from typing import Any
 from common import keys
 from common.errors import InputError, ManifestError
 from common.models import Manifest
-from common.runstatus import run_status
+from common.runstatus import run_state
 from common.settings import Settings
+from common.vocab import RunStatus
 from producer.aggregator import file_rows
 from producer.runs import producer_alive, read_manifest, read_run_status, update_run_status
 from producer.store import ProducerStore
@@ -45,18 +46,6 @@ def cancel_run(store: ProducerStore, run_id: str, results_dir: Path) -> Cancelle
     return Cancelled(run_id, purged, prog.done, prog.total)
 
 
-def run_state(status: dict[str, Any], done: int, total: int, *, cancelled: bool,
-              error: str | None) -> str:
-    """One word for a run: failed, cancelled, complete or running (or status.json's word)."""
-    if error:
-        return "failed"
-    if status.get("status") in ("complete", "incomplete", "cancelled", "failed"):
-        return str(status["status"])
-    if cancelled:
-        return "cancelled"
-    return "complete" if total and done >= total else str(status.get("status") or "running")
-
-
 def describe_run(run_id: str, settings: Settings, store: ProducerStore | None) -> dict[str, Any]:
     """Manifest, status, progress per stage and an ETA, from Redis and/or the run directory."""
     run_dir = settings.results_dir / run_id
@@ -80,15 +69,14 @@ def describe_run(run_id: str, settings: Settings, store: ProducerStore | None) -
         # Counted in rows.jsonl, not copied from status.json (the file may have lost rows).
         done = len({job_id for job_id, _ in file_rows(run_dir / "rows.jsonl")}) if on_disk else 0
         failed, stages, cancelled, error = None, {}, "cancelled_at" in status, status.get("error")
-    state = run_state(status, done, total, cancelled=cancelled, error=error)
-    if not in_redis and not error and not cancelled:
-        recorded = status.get("status")
-        state = run_status(str(recorded) if recorded else None, rows=done, n_jobs=total,
-                           eager=manifest.eager, producer_alive=producer_alive(status))
+    recorded = status.get("status")
+    state = run_state(str(recorded) if recorded else None, done=done, total=total,
+                      cancelled=cancelled, error=error, from_rows=not in_redis,
+                      eager=manifest.eager, producer_alive=producer_alive(status))
     started = status.get("started_at") or manifest.created_at
     elapsed = max(time.time() - float(started), 1e-9)
     eta_s = None
-    if state == "running" and done:
+    if state == RunStatus.RUNNING and done:
         eta_s = round((total - done) / (done / elapsed), 1)
     return {
         "run_id": run_id,
@@ -163,7 +151,7 @@ def summary_data(run_dir: Path) -> dict[str, Any]:
         modes[name] = {
             "rows": t.rows, "errors": t.errors, "valid": t.valid, "verdicts": rates,
             "violation_kinds": dict(ms.kinds), "labels": dict(ms.labels),
-            "cancelled": ms.cancelled, "cache_hits": ms.cache_hits,
+            "cache_hits": ms.cache_hits,
             "latency_ms": {"p50": p50, "p95": p95},
         }
     return {
@@ -174,6 +162,7 @@ def summary_data(run_dir: Path) -> dict[str, Any]:
         "planned_jobs": manifest.n_jobs,
         "rows": stats.rows,
         "unreadable_lines": stats.unreadable,
-        "errors": dict(stats.errors.most_common(20)),
+        "errors": {kind: {"rows": count, "example": stats.error_examples.get(kind)}
+                   for kind, count in stats.errors.most_common()},
         "modes": modes,
     }

@@ -323,12 +323,6 @@ def check_floor(floor: float) -> None:
         )
 
 
-def write_compare(run_a: Path, run_b: Path, out_dir: Path, floor: float = 5.0) -> Path:
-    """Write ``compare.md`` and its delta plot into ``out_dir``; returns the markdown's path."""
-    check_floor(floor)
-    return write_comparison(compare_dirs(run_a, run_b, floor), out_dir)
-
-
 def compare_cycle(run_dirs: list[Path], floor: float = 5.0) -> CycleDecision:
     """The A/B/D decision over four run directories (any order: roles come from the policies)."""
     return decide_cycle([read_run(Path(d)) for d in run_dirs], floor=floor)

@@ -15,6 +15,7 @@ from common.errors import ConfigError
 from common.jobs import manifest_from_json
 from common.models import Manifest
 from common.urls import redact_url
+from common.vocab import Role
 
 
 def connect(url: str, *, timeout_s: float = 5.0) -> redis.Redis:
@@ -147,8 +148,6 @@ class ProducerStore:
         (rows hash, log, failure count); returns how many were missing."""
         script = self.client.register_script(keys.WRITE_ROW_LUA)
         rows_key = keys.rows_key(run_id)
-        row_keys = [rows_key, keys.log_key(run_id), keys.failed_key(run_id),
-                    keys.restored_key(run_id)]
         restored = 0
         part: list[tuple[str, bytes]] = []
 
@@ -160,8 +159,8 @@ class ProducerStore:
             pipe = self.client.pipeline(transaction=False)
             for job_id, raw in todo:
                 failed = bool(json.loads(raw).get("error"))
-                script(keys=row_keys, args=[job_id, raw.rstrip(b"\n"), "1" if failed else "0",
-                                            keys.ROW_TTL_S], client=pipe)
+                script(**keys.write_row_call(run_id, job_id, raw.rstrip(b"\n"), failed=failed,
+                                             counter_key=keys.restored_key(run_id)), client=pipe)
             return sum(bool(w) for w in pipe.execute()) if todo else 0
 
         for item in rows:
@@ -248,7 +247,7 @@ class ProducerStore:
             data = {k.decode(): v.decode(errors="replace") for k, v in fields.items()}
             gauges = {k: int(v) for k, v in data.items() if k not in ("role", "node", "queues")}
             out.append(LiveWorker(name=name.decode(), node=data.get("node", ""),
-                                  role=data.get("role", "mixed"),
+                                  role=data.get("role", Role.MIXED),
                                   queues=tuple(q for q in data.get("queues", "").split(",") if q),
                                   gauges=gauges))
         return out

@@ -19,7 +19,14 @@ from kombu.exceptions import OperationalError
 
 from common import keys
 from common.errors import InputError
-from common.jobs import bundle_label, bundles, expand_jobs, profile_id_for_model, ref_for
+from common.jobs import (
+    bundle_label,
+    bundles,
+    check_samples,
+    expand_jobs,
+    profile_id_for_model,
+    ref_for,
+)
 from common.models import Job, Manifest, Mode, Question
 from common.policy import Policy, governance_policy_hash, verifier_policy_hash
 from common.questions import DEFAULT_MAX_QUESTION_CHARS, digest_content, parse_questions
@@ -88,8 +95,7 @@ def make_manifest(
     keep_answers: bool = False,
     use_cache: bool = True,
 ) -> Manifest:
-    if n < 1:
-        raise InputError(f"-n {n}: the number of samples per question and mode must be at least 1")
+    check_samples(n)
     return Manifest(
         run_id=run_id,
         created_at=time.time(),

@@ -13,9 +13,10 @@ from pathlib import Path
 from common.errors import InputError, PolicyError
 from common.policy import LOCAL_CPU_POLICY, Policy, build_policy, parse_overrides
 from common.settings import Settings, results_dir_problem
+from common.vocab import Backend
 from producer.api import Endpoints, configured_endpoints
 
-BACKENDS = ("embedded", "elasticsearch", "opensearch")
+BACKENDS = tuple(b.value for b in Backend)  # plain strings: argparse shows their repr
 
 
 def add_retrieval_flags(p: argparse.ArgumentParser, *, many_backends: bool = False) -> None:

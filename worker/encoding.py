@@ -15,10 +15,11 @@ from pydantic_core import PydanticSerializationError
 
 from common.models import Row
 from common.text import replace_lone_surrogates, replace_lone_surrogates_in
+from common.vocab import ErrorKind, error_text
 
 log = logging.getLogger("qfarm.worker")
 
-CANNOT_SERIALISE = "internal: this job cannot be serialised"
+CANNOT_SERIALISE = error_text(ErrorKind.INTERNAL, "this job cannot be serialised")
 
 
 def unserialisable_error(exc: Exception) -> str:
@@ -47,16 +48,19 @@ def _valid_error_row(row: Row, exc: Exception) -> Row:
     error = row.error if row.error and row.error.startswith(CANNOT_SERIALISE) else None
     if error is None:
         error = "; ".join(e for e in (row.error, unserialisable_error(exc)) if e)
+    # A job that had failed already keeps that failure's kind (its error comes first).
+    kind = (row.error_kind if row.error else None) or ErrorKind.INTERNAL
     try:
         clean = Row.model_validate(replace_lone_surrogates_in(row.model_dump(mode="json")))
         # A failed job is not graded, whatever its verifier found.
-        clean = clean.model_copy(update={"grading": None, "gold": None, "error": error})
+        clean = clean.model_copy(update={"grading": None, "gold": None, "error": error,
+                                         "error_kind": kind})
         clean.model_dump_json()  # what else might not serialise: the bare row below then
         return clean
     except (ValueError, TypeError):
         return Row(
             run_id=row.run_id, job_id=row.job_id, question=replace_lone_surrogates(row.question),
             question_id=replace_lone_surrogates(row.question_id), mode=row.mode,
-            sample_index=row.sample_index, error=replace_lone_surrogates_in(error),
+            sample_index=row.sample_index, error=replace_lone_surrogates_in(error), error_kind=kind,
             worker=row.worker, started_at=row.started_at, finished_at=row.finished_at,
         )

@@ -39,6 +39,7 @@ from common.jobs import job_from_ref
 from common.models import Evidence, Job, JobRecord, JobRef, Row, Timings, Usage
 from common.policy import governance_policy_hash
 from common.text import replace_lone_surrogates
+from common.vocab import ErrorKind
 from worker import metrics, pipeline
 from worker.encoding import storable, unserialisable_error
 from worker.services import Services
@@ -110,10 +111,9 @@ def failed(record: JobRecord, exc: Exception) -> JobRecord:
     log.warning("job %s failed (%s: %s); it will be an error row", record.job.job_id,
                 type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG))
     if isinstance(exc, PydanticSerializationError):
-        error = unserialisable_error(exc)
-    else:
-        error = replace_lone_surrogates(f"internal: {type(exc).__name__}: {exc}")
-    return record.model_copy(update={"error": error})
+        return record.model_copy(update={"error": unserialisable_error(exc),
+                                         "error_kind": ErrorKind.INTERNAL})
+    return record.failed(ErrorKind.INTERNAL, replace_lone_surrogates(f"{type(exc).__name__}: {exc}"))
 
 
 def _send(send: Send, stage: keys.Stage, records: list[JobRecord], svc: Services) -> None:
@@ -193,7 +193,7 @@ def _with_cache_key(record: JobRecord, svc: Services) -> JobRecord:
     try:
         digest = _cache_digest(record.job, svc)
     except Exception as exc:  # an unusable retriever is a row with its error
-        return record.model_copy(update={"error": f"retrieval: {exc}"})
+        return record.failed(ErrorKind.RETRIEVAL, str(exc))
     return record.model_copy(update={"cache_key": digest})
 
 
@@ -241,7 +241,7 @@ def _safely_row(record: JobRecord, cached: dict) -> Row:
         return row_from_cache(cached, record)
     except Exception as exc:  # a cache entry from an older row schema: an error, not a crash
         log.exception("unusable cache entry for job %s", record.job.job_id)
-        return pipeline.finish(record.model_copy(update={"error": f"internal: cache entry: {exc}"}))
+        return pipeline.finish(record.failed(ErrorKind.INTERNAL, f"cache entry: {exc}"))
 
 
 def write_rows(rows: Sequence[Row], svc: Services, cache_keys: Sequence[str | None] = ()) -> int:
@@ -457,9 +457,8 @@ def internal_error_row(payload: dict, svc: Services, exc: BaseException) -> None
             record = pipeline.begin(job, worker=svc.worker_name)
         # The write is set-if-absent: a job that already has a row keeps it; one whose
         # row cannot be serialised is written with its text made valid (``write_rows``).
-        err = record.model_copy(update={
-            "error": replace_lone_surrogates(f"internal: {type(exc).__name__}: {exc}")
-        })
+        err = record.failed(ErrorKind.INTERNAL,
+                            replace_lone_surrogates(f"{type(exc).__name__}: {exc}"))
         write_rows([pipeline.finish(err)], svc)
     except REDIS_ERRORS:
         raise  # the row is not stored: the message must be redelivered, not acknowledged

@@ -34,6 +34,7 @@ from common.rows import build_row
 from common.sidecar import assess_answerability
 from common.text import replace_lone_surrogates
 from common.verify import verify_answer
+from common.vocab import ErrorKind
 from worker.retrieval.base import Retriever
 
 
@@ -119,7 +120,7 @@ def retrieval_stage(records: Sequence[JobRecord], retriever: Retriever) -> list[
         except QfarmError as exc:
             ms = _ms_since(t0)
             for i in members:
-                failed = records[i].model_copy(update={"error": f"retrieval: {exc}"})
+                failed = records[i].failed(ErrorKind.RETRIEVAL, str(exc))
                 out[i] = _with_timing(failed, retrieval_ms=ms)
             continue
         search_ms = _ms_since(t0)
@@ -201,7 +202,7 @@ def with_generation(record: JobRecord, result: Generation | ServiceError, t0: fl
             llm_ms=_ms_since(t0),
         )
         return _with_timing(
-            record.model_copy(update={"generation": failed, "error": f"llm: {result}"}),
+            record.failed(ErrorKind.LLM, str(result), generation=failed),
             llm_ms=failed.llm_ms,
         )
     # A model's text is sanitised where the worker receives it: one lone surrogate would

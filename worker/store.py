@@ -97,20 +97,9 @@ class WorkerStore:
 
     @staticmethod
     def _row_script_args(row: Row, row_json: str | None = None) -> dict[str, list]:
-        return {
-            "keys": [
-                keys.rows_key(row.run_id),
-                keys.log_key(row.run_id),
-                keys.failed_key(row.run_id),
-                keys.VERIFY.counter_key(row.run_id),
-            ],
-            "args": [
-                row.job_id,
-                row.model_dump_json() if row_json is None else row_json,
-                "1" if row.error else "0",
-                keys.ROW_TTL_S,
-            ],
-        }
+        return keys.write_row_call(
+            row.run_id, row.job_id, row.model_dump_json() if row_json is None else row_json,
+            failed=bool(row.error), counter_key=keys.VERIFY.counter_key(row.run_id))
 
     def get_cached_many(self, digests: Sequence[str]) -> list[dict | None]:
         if not digests:

@@ -42,7 +42,7 @@ def synthetic_row(run_id: str, k: int, n: int) -> dict[str, Any]:
     """Row ``k`` of a generated run, shaped like the rows a sweep writes (fields of ``Row``)."""
     per_q = len(MODES) * n
     q, mode, i = k // per_q, MODES[(k // n) % len(MODES)], k % n
-    error = "LLMError: endpoint timed out after 3 attempts" if k % 97 == 5 else None
+    error = "llm: endpoint timed out after 3 attempts" if k % 97 == 5 else None
     verdict = None if error else VERDICTS[(k * 7 + q) % 3]
     cited = 1 + k % 4
     return {
@@ -64,6 +64,7 @@ def synthetic_row(run_id: str, k: int, n: int) -> dict[str, Any]:
         "gold_in_claims": None, "gold_in_evidence": None,
         "verifier_policy_hash": HASHES[0], "governance_policy_hash": HASHES[1],
         "cache_hit": False, "attempts": 3 if error else 1, "error": error,
+        "error_kind": "llm" if error else None,
         "timings": {"queue_wait_ms": 4.0, "retrieval_ms": 3.0, "llm_ms": 120.0 + k % 50,
                     "ttft_ms": None, "verify_ms": 2.0, "total_ms": 130.0 + k % 50},
         "usage": {"prompt_tokens": 800, "completion_tokens": 60}, "worker": "eager",

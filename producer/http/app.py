@@ -34,6 +34,7 @@ from redis.exceptions import RedisError
 
 from common.errors import QfarmError
 from common.settings import Settings
+from common.vocab import ErrorKind, RunStatus, error_text
 from producer import control
 from producer.api import (
     AskContext,
@@ -93,7 +94,7 @@ class Followers:
                 self.errors[run_id] = str(exc)
                 log.warning("run %s: following stopped: %s", run_id, exc)
             except Exception as exc:  # a thread's crash must leave a trace for GET /v1/runs/{id}
-                self.errors[run_id] = f"internal: {type(exc).__name__}"
+                self.errors[run_id] = error_text(ErrorKind.INTERNAL, type(exc).__name__)
                 log.exception("run %s: following crashed", run_id)
 
         with self.lock:
@@ -113,7 +114,7 @@ class Followers:
         for run_dir in sorted(results.iterdir()) if results.is_dir() else []:
             if not (run_dir / "manifest.json").is_file():
                 continue
-            if read_run_status(run_dir).get("status") not in ("running", "interrupted"):
+            if read_run_status(run_dir).get("status") not in (RunStatus.RUNNING, RunStatus.INTERRUPTED):
                 continue
             try:
                 if read_manifest(run_dir).eager:
@@ -321,11 +322,11 @@ def _sweep_routes(app: FastAPI, farm: Farm, asker: Any, admin: Any) -> None:
         eps = await run_in_threadpool(farm.endpoints_once)
         result = await run_in_threadpool(run_sweep, spec, detach=True, settings=settings,
                                          endpoints=eps)
-        if result.status != "running":
+        if result.status != RunStatus.RUNNING:
             raise ApiError(503, f"run {result.run_id}: {result.status}; resume it with "
                                 f"POST /v1/runs/{result.run_id}/resume")
         farm.followers.start(result.run_id)
-        body = created_body(result.run_id, "running", result.manifest.n_jobs)
+        body = created_body(result.run_id, RunStatus.RUNNING, result.manifest.n_jobs)
         body["enqueued"] = result.enqueued
         return JSONResponse(body, status_code=201, headers={"Location": body["url"]})
 
@@ -388,7 +389,7 @@ def _run_routes(app: FastAPI, farm: Farm, asker: Any, admin: Any) -> None:
         """Set the cancel flag and purge the run's queued messages (`qfarm cancel`)."""
         check_run_id(run_id)
         done = control.cancel_run(farm.store, run_id, settings.results_dir)
-        return {"run_id": run_id, "state": "cancelled", "purged_messages": done.purged,
+        return {"run_id": run_id, "state": RunStatus.CANCELLED, "purged_messages": done.purged,
                 "done": done.done, "total": done.total}
 
     @app.post("/v1/runs/{run_id}/resume", tags=["runs"], dependencies=[admin], status_code=202,

@@ -23,6 +23,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from common import metrics as m
+from common.vocab import WORKER_ROLES, Role
 from producer.store import ProducerStore
 
 WINDOW_S = 60.0  # rows per second: over the last minute of scrapes
@@ -120,7 +121,7 @@ class FarmCollector(Collector):
                     breaker[(url, state)] = max(breaker.get((url, state), 0), value)
         workers = GaugeMetricFamily("qfarm_workers", "live Celery workers (nodes) by role",
                                     labels=["role"])
-        for role in ("cpu", "gpu", "interactive", "mixed"):
+        for role in (*WORKER_ROLES, Role.MIXED):
             workers.add_metric([role], len(nodes.get(role, ())))
         yield workers
         g = GaugeMetricFamily("qfarm_llm_inflight", "LLM requests in flight per endpoint "

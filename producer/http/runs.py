@@ -10,9 +10,9 @@ from typing import Any
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from common.errors import InputError
+from common.runstatus import run_state
 from common.settings import Settings
-from common.vocab import Verdict
-from producer.control import run_state
+from common.vocab import RunStatus, Verdict
 from producer.http.errors import ApiError
 from producer.http.requests import NDJSON, modes_of
 from producer.reports import iter_rows, parse_row
@@ -137,7 +137,8 @@ def redis_run_state(store: ProducerStore, run_id: str) -> str:
     manifest = store.manifest(run_id)
     total = manifest.n_jobs if manifest else 0
     prog = store.progress(run_id, total)
-    return run_state({}, prog.done, total, cancelled=prog.cancelled, error=prog.error)
+    return run_state(None, done=prog.done, total=total, cancelled=prog.cancelled,
+                     error=prog.error)
 
 
 def redis_rows_response(store: ProducerStore, run_id: str, start: int,
@@ -148,7 +149,7 @@ def redis_rows_response(store: ProducerStore, run_id: str, start: int,
         return StreamingResponse(stream_redis_rows(store, run_id, start, match),
                                  media_type=NDJSON)
     rows, pos, eof = page_redis_rows(store, run_id, start, match, limit)
-    done = eof and redis_run_state(store, run_id) != "running"
+    done = eof and redis_run_state(store, run_id) != RunStatus.RUNNING
     return JSONResponse({"rows": rows, "next_cursor": None if done else f"r{pos}",
                          "source": "redis"})
 

@@ -36,6 +36,7 @@ class RowEntry:
     intensity: str
     endpoint: str
     error: str
+    error_kind: str
 
 
 def _entry(offset: int, row: dict[str, Any]) -> RowEntry:
@@ -52,11 +53,12 @@ def _entry(offset: int, row: dict[str, Any]) -> RowEntry:
         intensity=str(row.get("quantifier_intensity") or ""),
         endpoint=str(row.get("endpoint") or ""),
         error=str(row.get("error") or ""),
+        error_kind=str(row.get("error_kind") or ""),
     )
 
 
 # Query parameter -> how an entry matches it. "error" matches "any" (has one) or a substring.
-FILTERS = ("mode", "verdict", "label", "kind", "intensity", "endpoint", "error", "q")
+FILTERS = ("mode", "verdict", "label", "kind", "intensity", "endpoint", "error", "error_kind", "q")
 
 
 def matches(e: RowEntry, f: dict[str, str]) -> bool:

@@ -26,8 +26,9 @@ from common.compare import compare_runs
 from common.errors import InputError, ManifestError
 from common.models import Manifest
 from common.report import GOLD_COLUMNS, fmt_ms, fmt_num, fmt_pct, fmt_time, gold_cells, run_warnings
-from common.runstats import STAGES
-from common.vocab import Verdict
+from common.runstats import NO_VERDICT, STAGES, UNKNOWN_KIND
+from common.runstatus import run_state
+from common.vocab import LIVE_RUN_STATUSES, RunStatus, Verdict
 from producer.reports import (
     DELTA_PLOT,
     LATENCY_PLOT,
@@ -54,7 +55,7 @@ from producer.viewer.reread import PassageSource, reread_row
 from producer.viewer.row import render_row
 
 PAGE_SIZE = 50
-LIVE_STATES = ("running", "enqueueing")
+LIVE_STATES = LIVE_RUN_STATUSES
 PLOTS = (STRICT_PLOT, LATENCY_PLOT, DELTA_PLOT)
 STATIC = {"viewer.css": "text/css; charset=utf-8", "viewer.js": "text/javascript; charset=utf-8"}
 REDIS_BADGE = ' <span class="badge redis" title="no run directory here yet">in Redis</span>'
@@ -63,12 +64,17 @@ REDIS_BADGE = ' <span class="badge redis" title="no run directory here yet">in R
 def redis_status(p: Progress) -> str:
     """A Redis-only run's state, in the words of ``status.json``."""
     if not p.has_manifest:
-        return "lost"
-    if p.error:
-        return "failed"
-    if p.cancelled:
-        return "cancelled"
-    return "complete" if p.done >= p.total else "running"
+        return RunStatus.LOST
+    return run_state(None, done=p.done, total=p.total, cancelled=p.cancelled, error=p.error)
+
+
+def _error_filter(kind: str) -> dict[str, str]:
+    """The rows filter for one group of the error table (``RunStats.errors``)."""
+    if kind == NO_VERDICT:
+        return {"verdict": "none"}
+    if kind == UNKNOWN_KIND:
+        return {"error": "any"}
+    return {"error_kind": kind}
 
 
 def _finished(state: str, status: Mapping[str, Any], last_row_at: float | None) -> float | None:
@@ -388,9 +394,10 @@ class Viewer:
                _table(["endpoint", "jobs", "errors", "retried", "extra attempts",
                        "LLM p50 ms", "LLM p95 ms"], rows)]
         if stats.errors:
-            out.append(_table(["error", "rows"], (
-                [h(text), _rows_link(run_id, c, error=text if text != "(no verdict)" else "any")]
-                for text, c in stats.errors.most_common())))
+            out.append(_table(["error kind", "rows", "e.g."], (
+                [h(kind), _rows_link(run_id, c, **_error_filter(kind)),
+                 h(stats.error_examples.get(kind, ""))]
+                for kind, c in stats.errors.most_common())))
         return out
 
     def _timing_section(self, stats: Any) -> list[str]:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from common.errors import ConfigError, RetrievalError
 from common.settings import Settings, load_settings
+from common.vocab import Backend
 
 if TYPE_CHECKING:  # the retrieval backends are imported only by the commands that use them
     from worker.retrieval.ingest import CorpusSource, IngestReport
@@ -42,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--backend",
-        choices=("embedded", "elasticsearch", "opensearch"),
+        choices=[b.value for b in Backend],
         help="where to index (default: QFARM_RETRIEVER)",
     )
     p.add_argument(
@@ -142,7 +143,7 @@ def _build(settings: Settings, args: argparse.Namespace) -> IngestReport:
 
     source = CorpusSource.resolve(args.corpus)
     progress = not args.no_progress and sys.stderr.isatty()
-    if settings.retriever == "embedded":
+    if settings.retriever == Backend.EMBEDDED:
         encoder = None
         if settings.dense:
             from worker.retrieval.dense import open_encoder

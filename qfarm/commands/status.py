@@ -6,7 +6,9 @@ import argparse
 import time
 
 from common.errors import InputError, ManifestError
+from common.runstatus import run_state
 from common.settings import load_settings
+from common.vocab import RunStatus
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,15 +30,14 @@ def run(args: argparse.Namespace) -> int:
         try:
             manifest = store.manifest(run_id)
         except ManifestError as exc:
-            print(f"{run_id}  failed    {exc}")
+            print(f"{run_id}  {RunStatus.FAILED:9s} {exc}")
             continue
         if manifest is None:
             raise InputError(f"run {run_id}: not found in Redis ({redact_url(settings.redis_url)})")
         prog = store.progress(run_id, manifest.n_jobs)
         age = time.time() - manifest.created_at
-        state = "cancelled" if prog.cancelled else ("complete" if prog.done >= prog.total else "running")
-        if prog.error:
-            state = "failed"
+        state = run_state(None, done=prog.done, total=prog.total, cancelled=prog.cancelled,
+                          error=prog.error)
         stages = " ".join(f"{k}={v}" for k, v in prog.stages.items())
         print(f"{run_id}  {state:9s} {prog.done}/{prog.total} rows  failed={prog.failed}  "
               f"stages: {stages}  modes={','.join(m.value for m in manifest.modes)}  "

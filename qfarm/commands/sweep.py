@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from common.errors import InputError
-from common.jobs import parse_modes
+from common.jobs import check_samples, parse_modes
 from common.models import ALL_MODES
 from common.settings import load_settings
+from common.vocab import RunStatus
 from producer.api import QuestionSet, RunResult, SweepSpec, follow_run, resume_eager, run_sweep
 from qfarm import runtime
 
@@ -70,8 +71,7 @@ def _sweep(args: argparse.Namespace, settings, bar: _ProgressBar) -> RunResult:
     # Validate the cheap things first: nothing starts for a typo.
     modes = parse_modes(args.modes)
     policy = runtime.policy_from_args(args)
-    if args.n < 1:
-        raise InputError(f"-n {args.n}: the number of samples must be at least 1")
+    check_samples(args.n)
     if args.serial and not args.eager:
         raise InputError("--serial runs jobs one at a time in this process: use it with --eager")
     if args.local_model and not args.eager:
@@ -89,34 +89,34 @@ def _sweep(args: argparse.Namespace, settings, bar: _ProgressBar) -> RunResult:
 
 def _report(result: RunResult, *, detached: bool) -> int:
     run_id = result.run_id
-    if result.status == "enqueue interrupted":
+    if result.status == RunStatus.ENQUEUE_INTERRUPTED:
         _err(f"\ninterrupted while enqueueing run {run_id}; send the rest with: "
              f"qfarm sweep --resume {run_id}")
         return 130
-    if result.status == "running" and detached:
+    if result.status == RunStatus.RUNNING and detached:
         _err(f"detached; follow with: qfarm sweep --attach {run_id}")
         return 0
-    if result.status == "interrupted" and result.manifest.eager:
+    if result.status == RunStatus.INTERRUPTED and result.manifest.eager:
         _err(f"\ninterrupted: run {run_id} stopped with {result.rows_written} of "
              f"{result.manifest.n_jobs} jobs done (rows: {result.rows_path}); run the rest "
              f"with: qfarm sweep --resume {run_id} --eager")
         return 130
-    if result.status == "interrupted":
+    if result.status == RunStatus.INTERRUPTED:
         _err(f"\ndetached; the run goes on. Re-attach with: qfarm sweep --attach {run_id}"
              f"  (cancel with: qfarm cancel {run_id})")
         return 130
-    if result.status == "detached: Redis unreachable":
+    if result.status == RunStatus.DETACHED:
         _err(f"\nrun {run_id}: {result.error}; detached (workers carry on once Redis is back). "
              f"Re-attach with: qfarm sweep --attach {run_id}")
         return 1
-    if result.status == "failed":
+    if result.status == RunStatus.FAILED:
         _err(f"run {run_id} failed: {result.error}")
         return 1
-    if result.status == "cancelled":
+    if result.status == RunStatus.CANCELLED:
         _err(f"run {run_id} was cancelled: {result.jobs_without_row} jobs have no row")
     print(f"rows:    {result.rows_path}  ({result.rows_written}/{result.manifest.n_jobs} jobs)")
     print(f"summary: {result.summary}")
-    if result.status == "incomplete":
+    if result.status == RunStatus.INCOMPLETE:
         how = (f"qfarm sweep --resume {run_id} --eager" if result.manifest.eager
                else f"qfarm sweep --resume {run_id}")
         _err(f"run {run_id} is incomplete: {result.jobs_without_row} of "

@@ -114,7 +114,7 @@ ROW_KEYS = [
     "endpoint", "simulated", "llm_server", "retriever", "index_version", "evidence_ids", "top_doc_titles",
     "top_scores", "evidence_passage_ids", "answerability", "gold_in_claims", "gold_in_evidence", "gold_evidence_rank",
     "article_in_evidence", "article_rank", "verifier_policy_hash", "governance_policy_hash",
-    "cache_hit", "attempts", "error", "timings", "usage", "worker", "started_at", "finished_at",
+    "cache_hit", "attempts", "error", "error_kind", "timings", "usage", "worker", "started_at", "finished_at",
     "answer", "finish_reason", "truncated", "max_tokens_effective",
 ]
 

@@ -135,14 +135,16 @@ def synthetic_rows() -> list[dict[str, Any]]:
     valid = 0
     for (q, i), v in CPL.items():
         if v is None:
-            cancelled = i == 1
+            internal = i == 1  # failed before it reached an endpoint
             rows.append(
                 make_row(
                     q, "claim_lattice_pointer", i, None,
-                    error="cancelled" if cancelled else "HTTP 500 from http://gpu2:8000",
-                    endpoint=None if cancelled else "http://gpu2:8000",
-                    attempts=0 if cancelled else 4,
-                    timings={} if cancelled else {"total_ms": 9_000.0, "llm_ms": 8_000.0},
+                    error="internal: cache entry: boom" if internal
+                    else "llm: HTTP 500 from http://gpu2:8000",
+                    error_kind="internal" if internal else "llm",
+                    endpoint=None if internal else "http://gpu2:8000",
+                    attempts=0 if internal else 4,
+                    timings={} if internal else {"total_ms": 9_000.0, "llm_ms": 8_000.0},
                 )
             )  # fmt: skip
             continue
@@ -251,7 +253,7 @@ def test_mode_table(summary: str) -> None:
     assert quote["mean ratio"] == "0.850"
     assert (quote["p50 ms"], quote["p95 ms"]) == ("550", "955")  # 100..1000 ms
     assert (quote["prompt tok/job"], quote["completion tok/job"]) == ("100.0", "10.0")
-    # Error rows (one HTTP 500, one cancelled) are errors, not verdicts.
+    # Error rows (one HTTP 500, one internal error) are errors, not verdicts.
     assert [cpl[k] for k in ("jobs", "S", "H", "U", "errors")] == ["10", "4", "2", "2", "2"]
     assert cpl["strict-rate"] == "50.0% [21.5–78.5]"  # Wilson 4/8
     assert cpl["UNGROUNDED rate"] == "25.0% [7.1–59.1]"  # Wilson 2/8
@@ -350,22 +352,23 @@ def test_quantifier_table(summary: str) -> None:
 
 def test_errors_and_retries(summary: str) -> None:
     assert (
-        "2 row(s) ended in an error (1 cancelled); 3 row(s) needed more than one attempt."
-        in summary
+        "2 row(s) ended in an error; 3 row(s) needed more than one attempt." in summary
     )
     rows = by(table(summary, "## Errors and retries"), "endpoint")
-    cols = ("jobs", "errors", "cancelled", "retried", "extra attempts")
-    assert tuple(rows["`http://gpu1:8000`"][c] for c in cols) == ("20", "0", "0", "2", "2")
-    assert tuple(rows["`http://gpu2:8000`"][c] for c in cols) == ("9", "1", "0", "1", "3")
-    assert tuple(rows["`(none)`"][c] for c in cols) == ("1", "1", "1", "0", "0")
+    cols = ("jobs", "errors", "retried", "extra attempts")
+    assert tuple(rows["`http://gpu1:8000`"][c] for c in cols) == ("20", "0", "2", "2")
+    assert tuple(rows["`http://gpu2:8000`"][c] for c in cols) == ("9", "1", "1", "3")
+    assert tuple(rows["`(none)`"][c] for c in cols) == ("1", "1", "0", "0")
+    assert "cancelled" not in rows["`(none)`"]  # no row is ever written for a cancelled job
     gpu1_llm = sorted([50.0 * k for k in range(1, 11)] + [25.0] * 10)
     assert rows["`http://gpu1:8000`"]["LLM p50 ms"] == fmt_ms(percentile(gpu1_llm, 50))
     assert rows["`http://gpu1:8000`"]["LLM p95 ms"] == fmt_ms(percentile(gpu1_llm, 95))
     gpu2_llm = sorted([50.0 * k for k in range(1, 9)] + [8_000.0])
     assert rows["`http://gpu2:8000`"]["LLM p95 ms"] == fmt_ms(percentile(gpu2_llm, 95))
     assert rows["`(none)`"]["LLM p50 ms"] == "—"
-    assert "- 1 × `HTTP 500 from http://gpu2:8000`" in summary
-    assert "- 1 × `cancelled`" in summary
+    # Grouped by the rows' error kind, each with its first error's text.
+    assert "- 1 × llm, e.g. `llm: HTTP 500 from http://gpu2:8000`" in summary
+    assert "- 1 × internal, e.g. `internal: cache entry: boom`" in summary
 
 
 def test_stage_timings(summary: str) -> None:
@@ -585,4 +588,4 @@ def test_question_html_and_control_characters_stay_text() -> None:
     assert not any("<script" in line for line in outside_code)
     assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; before\ufffdafter\ufffd[31m?" in text
     assert "`<b>` bold?" in text  # a code span is shown verbatim already
-    assert f"- 1 × ```server said ``{xss}`` before\ufffdafter\ufffd[31m```" in text
+    assert f"- 1 × (kind not recorded), e.g. ```server said ``{xss}`` before\ufffdafter\ufffd[31m```" in text

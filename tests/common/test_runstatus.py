@@ -31,3 +31,29 @@ from common.runstatus import run_status
 )
 def test_run_status(recorded, rows, eager, alive, expected):
     assert run_status(recorded, rows=rows, n_jobs=8, eager=eager, producer_alive=alive) == expected
+
+
+@pytest.mark.parametrize(
+    ("recorded", "done", "cancelled", "error", "from_rows", "alive", "expected"),
+    [
+        # Read from Redis: the run error, status.json's settled word, the cancel flag, the rows.
+        (None, 3, False, None, False, None, "running"),
+        (None, 8, False, None, False, None, "complete"),
+        (None, 8, True, None, False, None, "cancelled"),
+        (None, 3, True, "boom", False, None, "failed"),
+        ("incomplete", 3, False, None, False, None, "incomplete"),  # the producer settled it
+        ("running", 3, False, None, False, False, "running"),  # workers go on
+        ("enqueueing", 3, False, None, False, None, "enqueueing"),
+        # Read from the run directory alone: the rows and the producer's process decide.
+        ("running", 3, False, None, True, False, "interrupted"),
+        ("complete", 5, False, None, True, None, "incomplete"),
+        ("running", 3, True, None, True, False, "cancelled"),
+        ("running", 3, False, "boom", True, False, "failed"),
+    ],
+)
+def test_run_state(recorded, done, cancelled, error, from_rows, alive, expected):
+    from common.runstatus import run_state
+
+    got = run_state(recorded, done=done, total=8, cancelled=cancelled, error=error,
+                    from_rows=from_rows, eager=True, producer_alive=alive)
+    assert got == expected

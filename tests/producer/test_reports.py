@@ -18,9 +18,11 @@ from common.report import render_stats
 from producer.reports import (
     LATENCY_PLOT,
     STRICT_PLOT,
+    check_floor,
+    compare_dirs,
     read_stats,
     resolve_run,
-    write_compare,
+    write_comparison,
     write_summary,
 )
 from qfarm.cli import main
@@ -189,7 +191,8 @@ def test_resolve_run(tmp_path: Path) -> None:
         resolve_run(str(tmp_path / "plain"), tmp_path)
 
 
-def test_write_compare(tmp_path: Path) -> None:
+def test_write_comparison(tmp_path: Path) -> None:
+    """What ``qfarm compare A B`` writes: the floor checked, compare.md and its delta plot."""
     a = write_run(tmp_path, "A", n_questions=40, strict_every=3)
     b = write_run(
         tmp_path,
@@ -199,7 +202,7 @@ def test_write_compare(tmp_path: Path) -> None:
         policy=build_policy({"quantifier_reminder_enabled": True}),
     )
     out = tmp_path / "cmp"
-    path = write_compare(a, b, out, floor=5.0)
+    path = write_comparison(compare_dirs(a, b, 5.0), out)
     text = path.read_text()
     assert path == out / "compare.md"
     assert (out / "compare_deltas.png").read_bytes()[:8] == PNG_MAGIC
@@ -207,7 +210,7 @@ def test_write_compare(tmp_path: Path) -> None:
     assert "- `quantifier_reminder_enabled`: false → true" in text
     assert "BETTER: `quote` strict-rate" in text
     with pytest.raises(InputError, match="floor"):
-        write_compare(a, b, out, floor=-2)
+        check_floor(-2)
 
 
 def test_cli_report_and_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

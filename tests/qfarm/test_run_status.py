@@ -140,3 +140,74 @@ def test_an_eager_run_stopped_by_a_signal_says_so_and_resumes(tmp_path, env, slo
     assert all(kept[r["job_id"]] == r["finished_at"] for r in rows_before)  # not run again
     assert json.loads((run_dir / "status.json").read_text())["status"] == "complete"
     assert "| status | complete |" in (run_dir / "summary.md").read_text()
+
+
+def test_one_function_words_a_run_for_the_cli_the_api_and_the_viewer():
+    """``qfarm status``, the HTTP API (``producer.control.describe_run`` and the rows
+    cursor) and the viewer all call ``common.runstatus.run_state``: none keeps a copy."""
+    from common import runstatus
+    from producer import control
+    from producer.http import runs
+    from producer.viewer import pages
+    from qfarm.commands import status
+
+    for caller in (control, runs, pages, status):
+        assert caller.run_state is runstatus.run_state, caller.__name__
+
+
+@pytest.mark.parametrize(("done", "cancelled", "error", "expected"), [
+    (3, False, None, "running"),
+    (20, False, None, "complete"),
+    (3, True, None, "cancelled"),
+    (20, True, None, "cancelled"),  # a run cancelled once every job had its row
+    (3, False, "worker: manifest unreadable", "failed"),
+    (3, True, "worker: manifest unreadable", "failed"),
+])
+def test_a_redis_run_has_the_same_word_in_the_cli_the_api_and_the_viewer(
+    tmp_path, monkeypatch, capsys, done, cancelled, error, expected
+):
+    import fakeredis
+
+    import producer.store
+    import worker.celery_app
+    import worker.llm.gateway
+    from common import keys
+    from common.models import Mode
+    from common.policy import Policy
+    from common.settings import Settings
+    from producer.control import describe_run
+    from producer.store import ProducerStore
+    from producer.sweep import make_manifest
+    from producer.viewer.pages import redis_status
+    from qfarm.cli import main
+
+    client = fakeredis.FakeRedis()
+    store = ProducerStore(client)
+    m = make_manifest(
+        run_id="run-r", question_file="<test>", question_file_digest="d", n_questions=5,
+        modes=[Mode.QUOTE, Mode.CLAIM_LATTICE], n=2, policy=Policy(), model="m", endpoints=[],
+        simulated=True, retriever="embedded", index_version=None, corpus=None, eager=False,
+    )  # 20 jobs
+    store.put_manifest(m)
+    for i in range(done):
+        client.hset(keys.rows_key("run-r"), f"j{i}", "{}")
+    if cancelled:
+        store.set_cancelled("run-r", time.time())
+    if error:
+        client.set(keys.error_key("run-r"), error)
+
+    api = describe_run("run-r", Settings(results_dir=tmp_path), store)["state"]
+    viewer = redis_status(store.progress("run-r", m.n_jobs))
+
+    class NoWorkers:  # `qfarm status` asks Celery which workers answer: none here
+        class control:  # noqa: N801
+            @staticmethod
+            def inspect(timeout):
+                return type("I", (), {"active_queues": staticmethod(lambda: {})})()
+
+    monkeypatch.setattr(producer.store, "connect", lambda url: client)
+    monkeypatch.setattr(worker.celery_app, "configure_app", lambda settings: NoWorkers)
+    monkeypatch.setattr(worker.llm.gateway, "endpoint_report", lambda settings: [])
+    assert main(["status", "run-r"]) == 0
+    cli = capsys.readouterr().out.split()[1]
+    assert (cli, api, viewer) == (expected, expected, expected)

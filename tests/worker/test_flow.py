@@ -7,6 +7,7 @@ import json
 import fakeredis
 import pytest
 
+from common import keys
 from common.jobs import expand_jobs, ref_for
 from common.models import Generation, Mode, Question
 from common.policy import Policy
@@ -99,6 +100,52 @@ def test_an_unexpected_exception_becomes_an_error_row(eager):
     (raw,) = list(store.read_rows("r", 0))
     assert b'"error":"internal: ValueError: index file is corrupt"' in raw
     assert store.progress("r", 1).failed == 1
+    assert json.loads(raw)["error_kind"] == "internal"
+
+
+class DownRetriever(BrokenRetriever):
+    """A search backend that fails the way a backend does (``RetrievalError``)."""
+
+    def search_many(self, queries, *, top_k, title_boost):
+        from common.errors import RetrievalError
+
+        raise RetrievalError("search cluster unreachable")
+
+
+def test_each_stage_names_the_kind_of_its_error_rows(eager):
+    """A retrieval failure, an LLM failure and a bug: each row says where it came from
+    (``error_kind``) and its ``error`` text still starts with that kind."""
+    from common.errors import LLMConnectError
+    from worker import tasks
+
+    svc, store, gateway = eager
+    good = svc.retriever
+    svc._retriever = DownRetriever()
+    tasks.retrieve.apply_async(args=[[a_ref()[1]]])
+    (raw,) = list(store.read_rows("r", 0))
+    row = json.loads(raw)
+    assert (row["error_kind"], row["error"]) == ("retrieval", "retrieval: search cluster unreachable")
+
+    svc._retriever = good
+    store.client.delete(keys.rows_key("r"), keys.log_key("r"))  # the job may run again
+    gateway.generate_many = lambda items: [
+        LLMConnectError("connection refused", endpoint="http://gpu1:8000", attempts=3)
+        for _ in items]
+    tasks.retrieve.apply_async(args=[[a_ref()[1]]])
+    (raw,) = list(store.read_rows("r", 0))
+    row = json.loads(raw)
+    assert row["error_kind"] == "llm" and row["error"].startswith("llm: connection refused")
+    assert row["endpoint"] == "http://gpu1:8000" and row["attempts"] == 3
+
+
+def test_a_row_without_an_error_has_no_error_kind(eager):
+    from worker import tasks
+
+    _, store, _ = eager
+    tasks.retrieve.apply_async(args=[[a_ref()[1]]])
+    (raw,) = list(store.read_rows("r", 0))
+    row = json.loads(raw)
+    assert row["error"] is None and row["error_kind"] is None
 
 
 def test_a_cancelled_run_starts_nothing(eager):
@@ -374,6 +421,7 @@ def test_a_question_that_cannot_be_serialised_fails_only_its_own_jobs(eager, cap
         if "Napoleon" in job.question.text:
             assert row["question"] == "Who was \ufffd Napoleon?"
             assert "cannot be serialised" in row["error"] and "surrogate" in row["error"], row["error"]
+            assert row["error_kind"] == "internal"
         else:
             assert row["error"] is None and row["verdict"]
     assert store.progress("p", 4).failed == 2
@@ -391,5 +439,24 @@ def test_a_single_query_that_cannot_be_serialised_is_its_error_row(eager, caplog
     tasks.run_job.apply_async(args=[[ref]])
     (row,) = map(json.loads, store.read_rows("i", 0))
     assert "cannot be serialised" in row["error"] and gateway.calls == 0
+    assert row["error_kind"] == "internal"
     assert store.client.get(keys.detail_key("i", job.job_id)) is None
     assert "failed unexpectedly" not in caplog.text
+
+
+def test_a_row_that_cannot_be_serialised_keeps_the_kind_of_its_first_error():
+    """``storable``: a row that failed already (here at the model) keeps that kind, its
+    error text first; one that had not failed becomes an internal error."""
+    from common.models import ErrorKind, Row
+    from worker.encoding import storable
+
+    bad = {"run_id": "r", "job_id": "j", "question": "Who was \ud800?", "question_id": "q",
+           "mode": Mode.QUOTE, "sample_index": 0}
+    _, text = storable(Row(**bad, error="llm: down", error_kind=ErrorKind.LLM))
+    row = json.loads(text)
+    assert row["error_kind"] == "llm"
+    assert row["error"].startswith("llm: down; internal: this job cannot be serialised")
+    _, text = storable(Row(**bad))
+    row = json.loads(text)
+    assert row["error_kind"] == "internal"
+    assert row["error"].startswith("internal: this job cannot be serialised")

@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import ssl
 import threading
-from collections.abc import AsyncIterator, Awaitable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from concurrent.futures import Future
 from typing import Any, Literal, Protocol, TypeVar
 from urllib.parse import urlsplit
@@ -288,8 +288,3 @@ class HttpxTransport:
 
     async def close(self) -> None:
         await self._client.aclose()
-
-
-async def gather_settled(aws: list[Awaitable[T]]) -> list[T | BaseException]:
-    """``asyncio.gather(..., return_exceptions=True)`` with a precise type."""
-    return list(await asyncio.gather(*aws, return_exceptions=True))

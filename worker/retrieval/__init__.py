@@ -14,13 +14,14 @@ from pathlib import Path
 
 from common.errors import ConfigError
 from common.settings import Settings
+from common.vocab import Backend
 from worker.retrieval.base import Retriever
 
 
 def open_retriever(settings: Settings) -> Retriever:
     """The retriever ``settings.retriever`` names; cluster backends connect lazily."""
     backend = settings.retriever
-    if backend == "embedded":
+    if backend == Backend.EMBEDDED:
         from worker.retrieval.embedded import EmbeddedRetriever
 
         retriever = EmbeddedRetriever(settings.embedded_index_path(), dense_model=settings.dense_model)
@@ -31,16 +32,16 @@ def open_retriever(settings: Settings) -> Retriever:
             f"QFARM_DENSE=1: the dense stage is for the embedded index only, not {backend}; "
             "unset QFARM_DENSE or set QFARM_RETRIEVER=embedded (docs/retrieval.md, 'Dense stage')"
         )
-    if backend == "elasticsearch":
+    if backend == Backend.ELASTICSEARCH:
         from worker.retrieval.elasticsearch import open_elasticsearch
 
         return open_elasticsearch(settings)
-    if backend == "opensearch":
+    if backend == Backend.OPENSEARCH:
         from worker.retrieval.opensearch import open_opensearch
 
         return open_opensearch(settings)
     raise ConfigError(
-        f"QFARM_RETRIEVER: unknown backend {backend!r}; use embedded, elasticsearch or opensearch"
+        f"QFARM_RETRIEVER: unknown backend {backend!r}; use " + ", ".join(Backend)
     )
 
 

@@ -18,7 +18,7 @@ from common.models import Evidence
 class Retriever(Protocol):
     """What the pipeline needs from a search backend."""
 
-    backend: str  # "embedded" | "elasticsearch" | "opensearch"
+    backend: str  # a Backend
 
     def search(
         self,

@@ -44,7 +44,6 @@ INSTALL_HINT = (
 )
 MAX_TOKENS = 256  # the model's max_seq_length (its sentence_bert_config.json)
 BATCH = 32  # passages per forward pass when encoding a corpus
-VECTOR_DTYPE = "<f4"  # how a vector is stored in the index: little-endian float32
 
 
 def locate_model(explicit: Path | None = None) -> Path:

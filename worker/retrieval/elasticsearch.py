@@ -22,6 +22,7 @@ from typing import Any
 
 from common.errors import ConfigError, RetrievalError
 from common.settings import Settings
+from common.vocab import Backend
 from worker.retrieval.cluster import RETRY_ON_STATUS, ClientErrors, ClusterRetriever, cluster_hosts
 
 # Import names of the official client, in order of preference: the package
@@ -121,7 +122,7 @@ def open_elasticsearch(settings: Settings) -> ClusterRetriever:
     )
     return ClusterRetriever(
         client,
-        backend="elasticsearch",
+        backend=Backend.ELASTICSEARCH,
         url=settings.es_url,
         alias=settings.es_index,
         errors=errors,

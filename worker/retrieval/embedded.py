@@ -60,6 +60,7 @@ from common.search_query import (
     rerank_order,
     served_index_version,
 )
+from common.vocab import Backend
 
 if TYPE_CHECKING:  # NumPy and the encoder load only for an index built with --dense
     from worker.retrieval.dense import DenseEncoder
@@ -260,7 +261,7 @@ def read_meta(path: Path) -> dict[str, str] | None:
 class EmbeddedRetriever:
     """BM25 search over an index file; one read-only connection per thread."""
 
-    backend = "embedded"
+    backend: str = Backend.EMBEDDED
 
     def __init__(self, path: Path, *, dense_model: Path | None = None):
         self.path = path

@@ -28,6 +28,7 @@ from common.errors import InputError, RetrievalError
 from common.search_query import MAPPING_VERSION, index_body, versioned_index_name
 from common.settings import Settings
 from common.versions import CHUNKER_VERSION
+from common.vocab import Backend
 from worker.retrieval.cluster import ClusterRetriever
 from worker.retrieval.corpus_file import CorpusReader, CorpusSource
 from worker.retrieval.default_corpus import DEFAULT_CORPUS_LABEL
@@ -185,7 +186,7 @@ def _build_embedded_locked(
 ) -> IngestReport:
     t0 = time.perf_counter()
     version = source.index_version_with(dense=encoder is not None)
-    report = IngestReport("embedded", str(dest), version, source.label, source.digest())
+    report = IngestReport(Backend.EMBEDDED, str(dest), version, source.label, source.digest())
     current = read_meta(dest)
     if not force and current and current.get("index_version") in _up_to_date(source, encoder is not None):
         report.index_version = str(current["index_version"])

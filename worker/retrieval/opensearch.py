@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from common.settings import Settings
+from common.vocab import Backend
 from worker.retrieval.cluster import RETRY_ON_STATUS, ClientErrors, ClusterRetriever, cluster_hosts
 
 
@@ -51,7 +52,7 @@ def open_opensearch(settings: Settings) -> ClusterRetriever:
     )
     return ClusterRetriever(
         client,
-        backend="opensearch",
+        backend=Backend.OPENSEARCH,
         url=settings.es_url,
         alias=settings.es_index,
         errors=errors,

@@ -93,6 +93,21 @@ def test_run_page_shows_plots_once_drawn(results: Path) -> None:
     assert png.content_type == "image/png" and png.body.startswith(b"\x89PNG")
 
 
+def test_run_page_groups_errors_by_kind_and_links_to_those_rows(results: Path) -> None:
+    """The error table has one line per ``error_kind`` (with one error's text), not one
+    per error text, and its count opens exactly the rows of that kind."""
+    viewer = Viewer(results)
+    rows = [json.loads(line) for line in (results / "run-a" / "rows.jsonl").open()]
+    expected = sum(1 for r in rows if r["error_kind"] == "llm")
+    assert expected
+    html = get(viewer, "/runs/run-a")
+    assert "<th>error kind</th>" in html and "llm: endpoint timed out after 3 attempts" in html
+    (url,) = [u for t, u in parse(html.encode()).links if "error_kind=llm" in u]
+    assert url == "/runs/run-a/rows?error_kind=llm"
+    page = get(viewer, "/runs/run-a/rows", error_kind="llm")
+    assert f"<span id=matched>{expected}</span>" in page
+
+
 def test_rows_filters_and_pages_match_a_plain_scan(results: Path) -> None:
     viewer = Viewer(results)
     rows = [json.loads(line) for line in (results / "run-a" / "rows.jsonl").open()]
