@@ -50,7 +50,10 @@ class Settings(BaseSettings):
 
     # where things live
     data_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "qfarm")
-    results_dir: Path = Path("bench/results")
+    # Run directories go under ./qfarm-runs of the current directory, as inspect_ai writes
+    # ./logs: a sweep started anywhere writes beside where it was started, never into a
+    # checkout's bench/ tree (QFARM_RESULTS_DIR or --out choose another place).
+    results_dir: Path = Path("qfarm-runs")
     # Redis / Celery: one URL both redis-py and Celery's broker read alike (common/redis_urls.py)
     redis_url: str = "redis://127.0.0.1:6379/0"
     visibility_timeout_s: int = Field(default=3600, ge=1)

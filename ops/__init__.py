@@ -1,1 +1,2 @@
-"""Operations: the vLLM-compatible simulator and deployment files."""
+"""Beside the farm: the simulator (a feature of the product, `ops.sim`), the local model's
+launcher, and deployment files."""

@@ -17,6 +17,7 @@ from producer import interrupts
 
 COMMANDS = (
     "sweep",
+    "sets",
     "ask",
     "index",
     "search",

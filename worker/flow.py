@@ -176,7 +176,8 @@ def row_from_cache(cached: dict, record: JobRecord) -> Row:
         question_scope=job.question.scope,
         sample_index=job.sample_index,
         cache_hit=True,
-        answerability=None,  # the sidecar does not run on the cache-hit path (SPEC §8)
+        # The sidecar does not run on the cache-hit path: the cached verdict is re-issued as it was.
+        answerability=None,
         attempts=0,
         usage=Usage().model_dump(),
         error=None,

@@ -7,7 +7,7 @@ all-MiniLM-L6-v2 vectors, the lexical and dense top 30 fused by reciprocal
 rank). For each question file with answers: recall@8, article hit@8 and MRR
 of the three (``qfarm eval-retrieval``'s figures), then the p50 of the three
 searches interleaved on the same questions, and the ratios against the naive
-p50 (issue 12's latency bar is lexical <= 1.5x naive; the dense stage is
+p50 (the latency bar is lexical <= 1.5x naive; the dense stage is
 opt-in because it is far above it). The indexes are built once under
 ``$QFARM_DATA_DIR/bench-dense/`` (encoding the corpus takes minutes on two
 cores; the build's passages/s is printed when it runs).

@@ -1,4 +1,4 @@
-"""Enqueue rate, Redis memory per pending job, producer and aggregator peak RSS (issue 3).
+"""Enqueue rate, Redis memory per pending job, producer and aggregator peak RSS.
 
 * enqueue rate: 100k jobs through ``producer.sweep.enqueue_jobs`` (kombu publish
   batches, bundles of ``QFARM_BUNDLE_SIZE`` jobs a message as ``qfarm sweep``

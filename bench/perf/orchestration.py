@@ -1,4 +1,4 @@
-"""Orchestration overhead of the distributed pipeline (issue 3).
+"""Orchestration overhead of the distributed pipeline.
 
 Baseline: bare Celery no-op tasks through the same Redis and the same worker
 processes. Measured: a sweep through the full pipeline (retrieve → generate →

@@ -224,7 +224,7 @@ def drive_async(
 
 def real_questions(n_jobs: int, modes: Sequence[Mode]) -> tuple[QuestionSet, int]:
     """Questions of ``bench/questions/general.jsonl`` and ``n`` so that questions x modes x n
-    is ``n_jobs`` or a few more (1,976 = 152 x 1 x 13: the issue's quote prompts)."""
+    is ``n_jobs`` or a few more (1,976 = 152 x 1 x 13: the table's quote prompts)."""
     from bench.perf.farmkit import REPO
 
     every = QuestionSet.from_file(REPO / "bench/questions/general.jsonl")
@@ -378,7 +378,7 @@ def ideal_rps(specs: Sequence[EndpointSpec], mean_output_tokens: float) -> float
 
 
 def ideal_rps_issue_formula(specs: Sequence[EndpointSpec], mean_output_tokens: float) -> float:
-    """Issue 5's wording, TTFT + tokens × tpot: one token-time longer, so a lower ideal."""
+    """The looser ideal, TTFT + tokens × tpot: one token-time longer, so a lower ideal."""
     return sum(s.max_num_seqs / s.latency.mean_service_s(mean_output_tokens + 1) for s in specs)
 
 
@@ -408,9 +408,9 @@ def run(driver: Driver, urls: Sequence[str], items: Sequence[Item], conc: int, l
     return result
 
 
-# --------------------------------------------------------------------------- issue 14's table
+# --------------------------------------------------------------------------- the saturation table
 
-# The issue's endpoints: 64 slots, a fixed 250 ms per request, so 256 requests/s each.
+# The table's endpoints: 64 slots, a fixed 250 ms per request, so 256 requests/s each.
 TABLE_ENDPOINT = EndpointSpec(64, LatencyModel(ttft_ms=(250.0, 250.0), tpot_ms=(0.0, 0.0)))
 TABLE_ROWS = [  # (client, driver, endpoints)
     ("qfarm --eager", "eager", 1),
@@ -503,7 +503,7 @@ def span(values: Sequence[float], fmt: str) -> str:
 
 
 def print_table(jobs: int, repeat: int, only: Sequence[str] = ()) -> None:
-    """Every row of the issue's table for qfarm, ``repeat`` times each; ranges printed."""
+    """Every row of the saturation table for qfarm, ``repeat`` times each; ranges printed."""
     from bench.perf.farmkit import exit_on_sigterm
 
     exit_on_sigterm()
@@ -556,7 +556,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--driver", choices=sorted(DRIVERS), default="thread-pool")
     p.add_argument("--quick", action="store_true", help="300 jobs, 200 per comparison, 8 serial")
     p.add_argument("--table", action="store_true",
-                   help="issue 14's table: eager, distributed, gateway alone at 1 and 2 endpoints")
+                   help="the saturation table: eager, distributed, gateway alone at 1 and 2 endpoints")
     p.add_argument("--table-jobs", type=int, default=1976, help="jobs per table run (default 1976)")
     p.add_argument("--repeat", type=int, default=2, help="runs per table row (default 2)")
     p.add_argument("--only", default="", help="table: only these drivers (comma list)")
@@ -596,7 +596,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         ratio = report(main_run, specs, urls)
         loose = main_run.rps / ideal_rps_issue_formula(specs, main_run.mean_output_tokens)
-        print(f"  (with the issue's TTFT + tokens x tpot ideal the ratio would read {loose:.3f}; "
+        print(f"  (with the looser TTFT + tokens x tpot ideal the ratio would read {loose:.3f}; "
               "steady_ratio leaves out the final drain, when fewer jobs remain than slots)")  # fmt: skip
 
         serial = run(

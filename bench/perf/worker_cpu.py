@@ -1,4 +1,4 @@
-"""Worker CPU per job, by stage (issue 14: retrieval + prompt + verification + messaging).
+"""Worker CPU per job, by stage (retrieval + prompt + verification + messaging).
 
 Two measurements in one run, over the same sweep (the general question set, every
 mode, ``-n`` samples, cache off):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A plain `pip install .` (no extras) into a fresh venv must run an eager sweep: eager mode
-# is a product feature, so everything it imports has to be a runtime dependency.
+# is a product feature, so everything it imports has to be a runtime dependency. The question
+# sets ship with it, and bench/'s benchmarks do not.
 # Uses pip's cache and the embedded index under QFARM_DATA_DIR (built if missing).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -21,6 +22,29 @@ if [ "$rows" -ne 2 ]; then
   exit 1
 fi
 echo "check-install: a no-extras install ran an eager sweep ($rows rows)"
+# The question sets ship as package data: a shipped set is swept by name from a folder with
+# no checkout, and its run lands in ./qfarm-runs there (the default results directory).
+# bench/ (the benchmarks) is not installed.
+if "$tmp/venv/bin/python" -c 'import bench' 2>/dev/null; then
+  echo "check-install: the benchmarks (bench) were installed; they must not ship" >&2
+  exit 1
+fi
+"$tmp/venv/bin/qfarm" sets > "$tmp/sets.txt"
+expected=$(awk '$1 == "smoke" {print $2}' "$tmp/sets.txt")
+if [ -z "$expected" ]; then
+  cat "$tmp/sets.txt" >&2
+  echo "check-install: qfarm sets does not list the shipped set 'smoke'" >&2
+  exit 1
+fi
+mkdir "$tmp/elsewhere"
+(cd "$tmp/elsewhere" && env -u QFARM_INDEX_PATH -u QFARM_LLM_ENDPOINTS -u QFARM_RETRIEVER -u QFARM_RESULTS_DIR \
+  "$tmp/venv/bin/qfarm" sweep smoke --eager -n 1 --modes quote --quiet)
+rows=$(cat "$tmp"/elsewhere/qfarm-runs/*/rows.jsonl | wc -l)
+if [ "$rows" -ne "$expected" ]; then
+  echo "check-install: expected $expected rows in ./qfarm-runs from 'qfarm sweep smoke', got $rows" >&2
+  exit 1
+fi
+echo "check-install: 'qfarm sweep smoke' ran the shipped set into ./qfarm-runs ($rows rows); bench is not installed"
 # The Procfile's api line needs nothing more: qfarm serve answers /healthz.
 port=$("$tmp/venv/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 env QFARM_RESULTS_DIR="$tmp/results" "$tmp/venv/bin/qfarm" serve --eager --port "$port" > "$tmp/serve.log" 2>&1 &

@@ -1,4 +1,5 @@
-"""A vLLM-compatible HTTP server that answers from the prompt's evidence.
+"""The simulator, a feature of the product: a vLLM-compatible HTTP server that answers
+from the prompt's evidence (`qfarm sim`; an eager sweep with no endpoint starts one).
 
 What it imitates and why: docs/architecture.md, 'The simulator'.
 

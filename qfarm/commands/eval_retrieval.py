@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import InputError
-from qfarm import runtime
+from qfarm import question_sets, runtime
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="measure retrieval recall@k, article hit@k, MRR and latency on a question file",
         description="Search every question of FILE and judge the evidence against its gold answers.",
     )
-    p.add_argument("file", type=Path, help="JSONL question file with `answers` (and optional `title`)")
+    p.add_argument("file", type=Path, help="JSONL question file with `answers` (and optional `title`), or a shipped set's name")
     runtime.add_retrieval_flags(p, many_backends=True)
     p.add_argument(
         "--out",
@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from worker.retrieval.evaluate import evaluate
 
     runtime.check_retrieval_flags(args)
+    args.file = question_sets.resolve(args.file)
     try:
         content = args.file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "run",
         metavar="RUN",
         help="a run directory, or a run id (or unique prefix) "
-        "under QFARM_RESULTS_DIR (default bench/results)",
+        "under QFARM_RESULTS_DIR (default ./qfarm-runs)",
     )
     p.add_argument(
         "--results-dir",

@@ -17,7 +17,7 @@ from common.models import ALL_MODES
 from common.settings import load_settings
 from common.vocab import RunStatus
 from producer.api import QuestionSet, RunResult, SweepSpec, follow_run, resume_eager, run_sweep
-from qfarm import runtime
+from qfarm import question_sets, runtime
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -25,13 +25,13 @@ if TYPE_CHECKING:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sweep", help="run a sweep of question × mode × n jobs")
-    p.add_argument("questions", nargs="?", type=Path, help="question file (.txt or .jsonl)")
+    p.add_argument("questions", nargs="?", type=Path, help="question file (.txt or .jsonl), or a shipped set's name (qfarm sets)")
     p.add_argument("--modes", default=",".join(m.value for m in ALL_MODES))
     p.add_argument("-n", type=int, default=1, help="samples per question and mode")
     p.add_argument("--eager", action="store_true", help="run in this process (no Redis, no workers)")
     p.add_argument("--serial", action="store_true",
                    help="with --eager: one job at a time, every stage inline (for debugging)")
-    p.add_argument("--out", type=runtime.results_dir_arg, default=None, help="results directory (default bench/results)")
+    p.add_argument("--out", type=runtime.results_dir_arg, default=None, help="results directory (default QFARM_RESULTS_DIR, ./qfarm-runs)")
     p.add_argument("--keep-answers", action="store_true", help="store the answer text in rows")
     p.add_argument("--burn", action="store_true", help="bypass the result cache")
     p.add_argument("--resume", metavar="RUN_ID",
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _sweep(args: argparse.Namespace, settings, bar: _ProgressBar) -> RunResult:
     if args.questions is None:
-        raise InputError("give a question file, e.g. qfarm sweep bench/questions/smoke.txt --eager")
+        raise InputError("give a question file or a shipped set, e.g. qfarm sweep smoke --eager")
     # Validate the cheap things first: nothing starts for a typo.
     modes = parse_modes(args.modes)
     policy = runtime.policy_from_args(args)
@@ -79,7 +79,7 @@ def _sweep(args: argparse.Namespace, settings, bar: _ProgressBar) -> RunResult:
             "--local-model starts the server for this process only: use it with --eager, or "
             "start it with `qfarm local-model` and give the workers the variables it prints"
         )
-    spec = SweepSpec(questions=QuestionSet.from_file(args.questions), modes=modes, n=args.n,
+    spec = SweepSpec(questions=QuestionSet.from_file(question_sets.resolve(args.questions)), modes=modes, n=args.n,
                      policy=policy, keep_answers=args.keep_answers, use_cache=not args.burn)
     return run_sweep(spec, eager=args.eager, detach=args.detach, settings=settings, serial=args.serial,
                      on_progress=bar.show, say=bar.say, index_progress=not args.quiet,

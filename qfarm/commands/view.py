@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         nargs="?",
         type=Path,
         default=None,
-        help="directory of run directories (default: QFARM_RESULTS_DIR, bench/results)",
+        help="directory of run directories (default: QFARM_RESULTS_DIR, ./qfarm-runs)",
     )
     p.add_argument("--port", type=runtime.port_arg, default=8765, help="port to listen on (default 8765)")
     p.add_argument(
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     results_dir = args.results_dir or settings.results_dir
     if not results_dir.is_dir():
         raise InputError(f"{results_dir}: no such results directory; give one, e.g. "
-                         "`qfarm view bench/results`")
+                         "`qfarm view qfarm-runs`")
     try:
         server = make_server(
             results_dir, args.host, args.port,

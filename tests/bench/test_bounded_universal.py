@@ -1,4 +1,4 @@
-"""The bounded-universal fixture set: questions reject-broad must never refuse (issue 18)."""
+"""The bounded-universal fixture set: questions reject-broad must never refuse."""
 
 from __future__ import annotations
 

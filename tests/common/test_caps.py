@@ -1,4 +1,4 @@
-"""Issue 18's cap rules: what rows report as the guard's cap, the profile table's cap,
+"""The quantifier cap rules: what rows report as the guard's cap, the profile table's cap,
 and how the profile table folds into the governance hash."""
 
 from __future__ import annotations

@@ -242,7 +242,7 @@ def test_floor_is_a_parameter() -> None:
         compare_runs(manifest("A"), a, manifest("B"), b, floor=-1)
 
 
-# --------------------------------------------------------------------------- issue 18
+# ------------------------------------------------- quantifier rungs and claim counts
 
 CLAIMS = next(m for m in METRICS if m.key == "claims")
 

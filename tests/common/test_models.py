@@ -61,11 +61,11 @@ def test_job_record_round_trips_through_json():
     assert JobRecord.model_validate(json.loads(wire)) == record
 
 
-def test_row_round_trips_and_has_every_spec_field():
+def test_row_round_trips_and_has_every_documented_field():
     row = build_row(a_record())
     again = type(row).model_validate_json(row.model_dump_json())
     assert again == row
-    spec_fields = (
+    documented_fields = (
         "run_id job_id question question_id mode sample_index verdict label ratio n_claims "
         "n_verified violation_kinds format_collapsed answer_brackets answer_pointer_count "
         "answer_chars_with_brackets raw_meaningful_line_count quantifier_intensity "
@@ -75,7 +75,7 @@ def test_row_round_trips_and_has_every_spec_field():
         "worker started_at finished_at"
     ).split()
     dumped = row.model_dump(mode="json")
-    assert set(spec_fields) <= set(dumped)
+    assert set(documented_fields) <= set(dumped)
     assert set(dumped["timings"]) == {
         "queue_wait_ms", "retrieval_ms", "llm_ms", "ttft_ms", "verify_ms", "total_ms"
     }

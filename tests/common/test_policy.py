@@ -61,7 +61,7 @@ def test_every_field_has_a_flip_and_a_hash_list() -> None:
     assert not set(VERIFIER_FIELDS) & set(GOVERNANCE_ONLY_FIELDS)
 
 
-def test_spec_defaults() -> None:
+def test_documented_defaults() -> None:
     p = Policy()
     assert (p.top_k, p.claim_lattice_max_claims_per_answer, p.min_claim_content_tokens) == (
         8,

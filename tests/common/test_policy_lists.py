@@ -1,4 +1,4 @@
-"""List-valued policy keys take a comma list as well as JSON (issue 18)."""
+"""List-valued policy keys take a comma list as well as JSON."""
 
 from __future__ import annotations
 

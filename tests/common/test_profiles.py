@@ -37,7 +37,7 @@ COUNTED = ("SMALL_NUM_EXPLICIT", "COMPARATIVE_BOUND")
 
 
 @pytest.mark.parametrize("intensity", list(PROFILE_TABLE))
-def test_every_rung_in_every_profile_matches_the_spec(intensity: str) -> None:
+def test_every_rung_in_every_profile_matches_the_profile_table(intensity: str) -> None:
     hermes, default, small = PROFILE_TABLE[intensity]
     assert cap_for_intensity(intensity, HERMES_3_8B_PROFILE_ID, None, None) == hermes
     assert cap_for_intensity(intensity, DEFAULT_PROFILE_ID, None, None) == default

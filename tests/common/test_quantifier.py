@@ -373,8 +373,8 @@ def test_a_singular_member_of_a_band_is_a_bounded_set() -> None:
     assert info.intensity == "ALL" and info.scope_bound_hint == "bounded"
 
 
-# Issue 18: surfaces that used to fall to the wrong rung, each classified as the design says.
-ISSUE_18_SURFACES: list[tuple[str, str, int | None]] = [
+# Surfaces that used to fall to the wrong rung, each classified as the design says.
+MISCLASSIFIED_SURFACES: list[tuple[str, str, int | None]] = [
     ("What do a third of people eat for breakfast?", "PROPORTIONAL", None),
     ("Who got the lion's share of the inheritance?", "PROPORTIONAL", None),
     ("What makes up the bulk of the Roman army?", "PROPORTIONAL", None),
@@ -408,7 +408,7 @@ ISSUE_18_SURFACES: list[tuple[str, str, int | None]] = [
 ]
 
 
-@pytest.mark.parametrize(("question", "rung", "count"), ISSUE_18_SURFACES)
+@pytest.mark.parametrize(("question", "rung", "count"), MISCLASSIFIED_SURFACES)
 def test_issue_18_surfaces_reach_their_rung(question: str, rung: str, count: int | None) -> None:
     result = classify_question_quantifier(question)
     assert (result.intensity, result.explicit_count) == (rung, count)

@@ -460,7 +460,7 @@ def test_question_table_is_bounded() -> None:
     assert all(f"`q{k:04d}`" in shown_ids for k in range(0, n_questions, 7))
 
 
-# --------------------------------------------------------------------------- issue 18
+# -------------------------------------------- grounding labels, caps and reject-broad
 
 
 def labelled_rows() -> list[dict[str, Any]]:

@@ -276,7 +276,7 @@ def test_qualifiers_like_well_known_are_not_subject_tokens() -> None:
     assert subject_tokens_for("Which influential works by Kafka are remembered?") == ["kafka"]
 
 
-# --------------------------------------------------------------------------- issue 18
+# ---------------------------------------------- the seed case: a list of song titles
 
 SEED = make_ev(
     2,

@@ -1,5 +1,5 @@
 """The verifier of docs/grounding.md, 'Verification': each violation kind fires on a minimal answer and not on a
-near miss; the verdict and label of each; the hand-written answers of issue 2."""
+near miss; the verdict and label of each; hand-written answers of each shape."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def outcome(v: Verification) -> tuple[Verdict, Label]:
     return v.verdict, v.label
 
 
-# --------------------------------------------------------------------------- issue 2 basics
+# --------------------------------------------------------------------------- basics
 
 
 def test_clean_pointer_answer_is_strict_and_evidence_warranted() -> None:

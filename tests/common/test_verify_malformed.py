@@ -1,4 +1,4 @@
-"""Malformed model output never makes the verifier raise, in any mode (issue 4)."""
+"""Malformed model output never makes the verifier raise, in any mode."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_two_followers_of_one_run_write_each_row_once(redis_server, farm_on, tmp_path, kit):
-    """Issue 11.4: a second `--attach` while the sweep followed wrote every row twice."""
+    """A failure seen once: a second `--attach` while the sweep followed wrote every row twice."""
     farm = farm_on(redis_server)
     n = 5  # 150 jobs
     planned = kit.planned_ids(n)

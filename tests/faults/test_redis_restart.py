@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 def test_restart_without_persistence_then_resume_gives_each_job_exactly_one_row(
     redis_server, farm_on, tmp_path, kit, simulator
 ):
-    """Issue 11.1: rows.jsonl had 304 lines but 264 distinct ids after such a resume."""
+    """A failure seen once: rows.jsonl had 304 lines but 264 distinct ids after such a resume."""
     farm = farm_on(redis_server)
     n = 8  # 10 questions x 3 modes x 8 = 240 jobs
     planned = kit.planned_ids(n)
@@ -61,7 +61,7 @@ def resent_jobs(stderr: str) -> int:
 def test_redis_restart_under_a_followed_sweep_loses_and_doubles_nothing(
     request, farm_on, tmp_path, kit, server, kill
 ):
-    """Issue 11.2/11.3: with appendonly, 88 and 96 of 304 jobs were lost and the following
+    """A failure seen once: with appendonly, 88 and 96 of 304 jobs were lost and the following
     sweep died with a traceback. Workers and the follower ride the restart out; after a
     restart without persistence the follower puts back what Redis lost (manifest, rows
     from rows.jsonl) and re-sends the jobs with neither a row nor a message, no --attach."""

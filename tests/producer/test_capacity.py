@@ -1,4 +1,4 @@
-"""A sweep too big for the farm is refused before its first message (issue 11.7)."""
+"""A sweep too big for the farm is refused before its first message."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Distributed sweeps through real Redis and real `celery worker` processes (issue 3)."""
+"""Distributed sweeps through real Redis and real `celery worker` processes."""
 
 from __future__ import annotations
 

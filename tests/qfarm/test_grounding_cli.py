@@ -1,4 +1,4 @@
-"""Issue 18 at the command line: the preflight lines of `qfarm ask` and the reject-broad
+"""Grounding at the command line: the preflight lines of `qfarm ask` and the reject-broad
 false-positive rate of a sweep over the bounded-universal set (eager, simulator, embedded index)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A cached row re-issued for another run carries that run's question scope (issue 18)."""
+"""A cached row re-issued for another run carries that run's question scope."""
 
 from __future__ import annotations
 

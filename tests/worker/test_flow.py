@@ -300,7 +300,7 @@ def test_a_bundle_carries_each_evidence_list_once_and_reads_back_equal(eager):
 
 
 def test_a_failed_hand_off_to_the_next_stage_leaves_the_message_for_redelivery(eager, monkeypatch):
-    """Issue 11.2: kombu's OperationalError on the publish was taken for a bug, an error
+    """A failure seen once: kombu's OperationalError on the publish was taken for a bug, an error
     row was attempted and the message acknowledged; now the message is requeued."""
     from celery.exceptions import Reject
     from kombu.exceptions import OperationalError
@@ -351,7 +351,7 @@ class SurrogateForOne(Canned):
 
 
 def test_a_lone_surrogate_in_one_reply_fails_nothing(eager, capsys):
-    """Issue 11.5: a reply with "\\ud800" made all 8 jobs of its bundle
+    """A failure seen once: a reply with "\\ud800" made all 8 jobs of its bundle
     `internal: PydanticSerializationError`, and eager mode printed a traceback."""
     from worker import tasks
 
@@ -388,7 +388,7 @@ def test_a_record_that_cannot_be_sent_is_that_jobs_error_row_only(eager):
 
 
 def test_a_manifest_workers_cannot_read_is_a_run_level_error(eager):
-    """Issue 11.6: `title_boost=inf` went into the manifest as null; every job then failed
+    """A failure seen once: `title_boost=inf` went into the manifest as null; every job then failed
     to load, no row was written and the producer re-sent the jobs forever."""
     from common import keys
     from worker import tasks

@@ -1,4 +1,4 @@
-"""The gateway against vLLM 0.33's contract (issue 15), replayed with httpx.MockTransport.
+"""The gateway against vLLM 0.33's contract, replayed with httpx.MockTransport.
 
 Each reply below is shaped as vLLM 0.33 sends it (see docs/llm.md, "The vLLM contract"):
 error events inside a 200 stream, ``abort``/``length`` finishes, the queue-full 503, a 501,
@@ -369,7 +369,7 @@ def test_a_batch_size_above_vllms_prompt_list_cap_is_refused_naming_the_setting(
         load_settings(llm_batch_size=MAX_COMPLETION_PROMPTS + 1)
 
 
-# --------------------------------------------------------------------------- issue 11 item 11
+# ---------------------------------------------------------- absurd Retry-After values
 
 
 @pytest.mark.parametrize("value", ["1000000000", "inf", "1e308", "Infinity"])

@@ -1,4 +1,4 @@
-"""The gateway over real HTTP against simulator subprocesses (issue 5's checklist)."""
+"""The gateway over real HTTP against simulator subprocesses: admission, retries, failover, health."""
 
 from __future__ import annotations
 

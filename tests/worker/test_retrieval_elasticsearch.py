@@ -159,7 +159,7 @@ def test_unreachable_cluster_is_a_clear_error(tmp_path: Path) -> None:
         r.close()
 
 
-# ---------------------------------------------------------------- client majors (issue 15)
+# ---------------------------------------------------------------- client majors (8.x and 9.x)
 # The shim, told a version, answers as that Elasticsearch; as a real 8.x server
 # it refuses the 9.x client's ``compatible-with=9`` media types. The 9.x client
 # is the project's dependency; the 8.x client (``elasticsearch8``) needs another

@@ -72,7 +72,7 @@ def test_a_title_the_question_names_comes_near_the_top(
 def test_short_titles_holding_one_question_word_do_not_outrank_the_answer(
     retriever: EmbeddedRetriever,
 ) -> None:
-    # Issue 12: per-field scores added put "Atlas Mountains" and other short titles
+    # The per-field ranking (v1, CHANGELOG.md) added per-field scores and put "Atlas Mountains" and other short titles
     # holding one question word above the passage that answers. Mount Kenya may come
     # first: its first sentence is "the second highest mountain in Africa", which
     # words alone cannot tell from "the highest" (stage 2's first-sentence factor).
