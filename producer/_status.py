@@ -37,7 +37,7 @@ def farm_status(settings: Settings, run_id: str | None = None, limit: int = 10) 
     from common.urls import redact_url
     from producer.store import ProducerStore, connect
     from worker.celery_app import configure_app
-    from worker.llm.gateway import endpoint_report
+    from worker.llm.pool import endpoint_report
 
     store = ProducerStore(connect(settings.redis_url))
     runs = []
