@@ -26,7 +26,7 @@ from typing import Any
 from common.models import Manifest
 from common.policy import Policy, governance_policy_hash, verifier_policy_hash
 from producer.reports import read_stats
-from producer.viewer.pages import Viewer
+from producer.viewer.router import Viewer
 
 MODES = ("quote", "claim_lattice_pointer", "claim_lattice")
 VERDICTS = ("STRICT", "HYBRID", "UNGROUNDED")

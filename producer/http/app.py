@@ -174,7 +174,7 @@ def create_app(settings: Settings, *, eager: bool = False,
                endpoints: EndpointsFor = configured_endpoints) -> FastAPI:
     """The ASGI app. ``eager`` runs questions and sweeps in this process (no Redis, no
     workers: tests and demos); otherwise they go through Redis to the workers."""
-    from producer.viewer.pages import Viewer
+    from producer.viewer.router import Viewer
 
     farm = Farm(settings, eager=eager, endpoints=endpoints)
 

@@ -31,6 +31,10 @@ MEANINGS: dict[ViolationKind, str] = {
 }
 
 
+# Beside a run read from Redis: it has no directory in the results directory (yet).
+REDIS_BADGE = ' <span class="badge redis" title="no run directory here yet">in Redis</span>'
+
+
 @dataclass(frozen=True)
 class Response:
     status: int

@@ -14,7 +14,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
 from producer.http import auth
-from producer.viewer.pages import Viewer
+from producer.viewer.router import Viewer
 
 
 def make_server(

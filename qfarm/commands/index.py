@@ -18,12 +18,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from common.errors import ConfigError, RetrievalError
 from common.settings import Settings, load_settings
 from common.vocab import Backend
 
 if TYPE_CHECKING:  # the retrieval backends are imported only by the commands that use them
-    from worker.retrieval.ingest import CorpusSource, IngestReport
+    from worker.retrieval.ingest import IngestReport
 
 ISSUES_SHOWN = 10
 
@@ -102,19 +101,9 @@ def _print_table(rows: dict[str, Any]) -> None:
 
 
 def _check(settings: Settings, corpus: str | None, as_json: bool) -> int:
-    from worker.retrieval import open_retriever
-    from worker.retrieval.ingest import CorpusSource
+    from producer.api import index_info
 
-    retriever = open_retriever(settings)
-    try:
-        info = retriever.describe()
-        # What rows of searches now record: the ranking is today's, whatever the build's.
-        info["searched_as"] = retriever.index_version()
-    finally:
-        retriever.close()
-    if corpus is not None and info.get("corpus") == CorpusSource.resolve(corpus).label:
-        expected = CorpusSource.resolve(corpus).index_version
-        info["up_to_date"] = info.get("index_version") == expected
+    info = index_info(settings, corpus)
     if as_json:
         print(json.dumps(info, indent=2, default=str))
     else:
@@ -139,56 +128,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _build(settings: Settings, args: argparse.Namespace) -> IngestReport:
     """Index the corpus on the configured backend; the served index switches only when complete."""
-    from worker.retrieval.ingest import CorpusSource, build_embedded_index
+    from producer.api import build_index
 
-    source = CorpusSource.resolve(args.corpus)
-    progress = not args.no_progress and sys.stderr.isatty()
-    if settings.retriever == Backend.EMBEDDED:
-        encoder = None
-        if settings.dense:
-            from worker.retrieval.dense import open_encoder
-
-            encoder = open_encoder(settings.dense_model)
-        return build_embedded_index(
-            source,
-            settings.embedded_index_path(),
-            progress=progress,
-            max_errors=args.max_errors,
-            force=args.force,
-            encoder=encoder,
-        )
-    if settings.dense:
-        raise ConfigError(
-            f"--dense / QFARM_DENSE: the dense stage is for the embedded index only, not "
-            f"{settings.retriever}; drop --dense or use --backend embedded"
-        )
-    return _build_cluster(settings, args, source, progress=progress)
-
-
-def _build_cluster(
-    settings: Settings, args: argparse.Namespace, source: CorpusSource, *, progress: bool
-) -> IngestReport:
-    """Elasticsearch/OpenSearch: a new versioned index, then the alias moves to it."""
-    from worker.retrieval import open_retriever
-    from worker.retrieval.cluster import ClusterRetriever
-    from worker.retrieval.ingest import build_cluster_index
-
-    retriever = open_retriever(settings)
-    if not isinstance(retriever, ClusterRetriever):  # pragma: no cover - guarded by settings
-        raise RetrievalError(f"backend {settings.retriever} cannot be built by qfarm index")
-    try:
-        return build_cluster_index(
-            retriever,
-            source,
-            progress=progress,
-            max_errors=args.max_errors,
-            force=args.force,
-            shards=settings.es_shards,
-            replicas=settings.es_replicas,
-            prune=args.prune,
-        )
-    finally:
-        retriever.close()
+    return build_index(settings, args.corpus, progress=not args.no_progress and sys.stderr.isatty(),
+                       max_errors=args.max_errors, force=args.force, prune=args.prune)
 
 
 def _warn_skipped(report: IngestReport) -> None:

@@ -5,10 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from common.errors import InputError, ManifestError
-from common.runstatus import run_state
 from common.settings import load_settings
-from common.vocab import RunStatus
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,45 +16,28 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from common.urls import redact_url
-    from producer.store import ProducerStore, connect
-    from worker.celery_app import configure_app
+    from producer.api import farm_status
 
-    settings = load_settings()
-    store = ProducerStore(connect(settings.redis_url))
-    run_ids = [args.run_id] if args.run_id else store.run_ids(args.limit)
-    for run_id in run_ids:
-        try:
-            manifest = store.manifest(run_id)
-        except ManifestError as exc:
-            print(f"{run_id}  {RunStatus.FAILED:9s} {exc}")
+    status = farm_status(load_settings(), args.run_id, args.limit)
+    for r in status.runs:
+        if r.manifest is None or r.progress is None:
+            print(f"{r.run_id}  failed    {r.error}")
             continue
-        if manifest is None:
-            raise InputError(f"run {run_id}: not found in Redis ({redact_url(settings.redis_url)})")
-        prog = store.progress(run_id, manifest.n_jobs)
-        age = time.time() - manifest.created_at
-        state = run_state(None, done=prog.done, total=prog.total, cancelled=prog.cancelled,
-                          error=prog.error)
+        prog = r.progress
+        age = time.time() - r.manifest.created_at
         stages = " ".join(f"{k}={v}" for k, v in prog.stages.items())
-        print(f"{run_id}  {state:9s} {prog.done}/{prog.total} rows  failed={prog.failed}  "
-              f"stages: {stages}  modes={','.join(m.value for m in manifest.modes)}  "
+        print(f"{r.run_id}  {r.state:9s} {prog.done}/{prog.total} rows  failed={prog.failed}  "
+              f"stages: {stages}  modes={','.join(m.value for m in r.manifest.modes)}  "
               f"age={age / 60:.1f} min")
         if prog.error:
             print(f"  error: {prog.error}")
-    if not run_ids:
+    if not status.runs:
         print("no runs in Redis")
-    lengths = store.queue_lengths()
-    # Sweep messages are bundles of up to QFARM_BUNDLE_SIZE jobs; counting jobs would mean
-    # reading every message, so this counts messages.
-    print("queued messages: " + "  ".join(f"{q}={n}" for q, n in lengths.items())
-          + f"  (sweep messages carry up to {settings.bundle_size} jobs each)")
-    from worker.llm.gateway import endpoint_report
-
-    print("\n".join(endpoint_report(settings)))
-    app = configure_app(settings)
-    replies = app.control.inspect(timeout=1.0).active_queues() or {}
-    if not replies:
+    print("queued messages: " + "  ".join(f"{q}={n}" for q, n in status.queued_messages.items())
+          + f"  (sweep messages carry up to {status.bundle_size} jobs each)")
+    print("\n".join(status.endpoints))
+    if not status.workers:
         print("workers: none answered (start one: celery -A worker worker -Q retrieve,verify)")
-    for name, queues in sorted(replies.items()):
-        print(f"worker {name}: " + ",".join(q["name"] for q in queues))
+    for name, queues in status.workers.items():
+        print(f"worker {name}: " + ",".join(queues))
     return 0

@@ -36,7 +36,7 @@ from ops.sim.launch import start_simulator
 from worker.llm import open_gateway
 from worker.llm.balancer import Balancer
 from worker.llm.client import FINISHED_OK, LLMClient, Target
-from worker.llm.gateway import HealthPoller
+from worker.llm.health import HealthPoller
 
 pytestmark = pytest.mark.slow
 WINDOW = 2048  # the simulator's max_model_len; the local server's --n_ctx (its default)
@@ -115,7 +115,7 @@ def test_the_gateway_recognises_a_one_slot_server(server: Server) -> None:
 
 
 def test_status_reports_health_server_and_window(server: Server) -> None:
-    from worker.llm.gateway import endpoint_report
+    from worker.llm.pool import endpoint_report
 
     (line,) = endpoint_report(Settings(llm_endpoints=server.url, model=server.model,
                                        llm_context_window=WINDOW), timeout_s=30)  # fmt: skip

@@ -16,7 +16,7 @@ import pytest
 
 from bench.perf.viewer import write_synthetic_run
 from producer.reports import write_summary
-from producer.viewer.pages import Viewer
+from producer.viewer.router import Viewer
 
 REPO = Path(__file__).resolve().parents[2]
 QFARM = str(Path(sys.executable).parent / "qfarm")
@@ -46,7 +46,7 @@ def test_a_damaged_rows_file_is_not_complete(tmp_path: Path, damage: str):
     kept = len(lines) - 1 if damage == "truncated" else 0
     assert rows == f"| rows | {kept} of {len(lines)} expected |"
     assert status == "| status | incomplete |"
-    assert json.loads(Viewer(tmp_path).progress("run-d").body)["status"] == "incomplete"
+    assert json.loads(Viewer(tmp_path).handle("/api/progress", {"run": "run-d"}).body)["status"] == "incomplete"
 
 
 def test_a_killed_eager_run_is_interrupted_not_running(tmp_path: Path):
@@ -61,7 +61,7 @@ def test_a_killed_eager_run_is_interrupted_not_running(tmp_path: Path):
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["eager"] is True
     assert _summary_status(run_dir)[0] == "| status | interrupted |"
-    assert json.loads(Viewer(tmp_path).progress("run-k").body)["status"] == "interrupted"
+    assert json.loads(Viewer(tmp_path).handle("/api/progress", {"run": "run-k"}).body)["status"] == "interrupted"
     status.update(pid=os.getpid())  # the process that runs it is alive: still running
     (run_dir / "status.json").write_text(json.dumps(status))
     assert _summary_status(run_dir)[0] == "| status | running |"

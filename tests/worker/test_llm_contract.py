@@ -33,7 +33,9 @@ from common.settings import Settings, load_settings
 from worker.llm import Gateway
 from worker.llm.balancer import Balancer
 from worker.llm.client import ContextOverflowError, LLMClient, Target, parse_prometheus
-from worker.llm.gateway import MAX_COMPLETION_PROMPTS, HealthPoller, estimate_tokens
+from worker.llm.dispatch import MAX_COMPLETION_PROMPTS
+from worker.llm.health import HealthPoller
+from worker.llm.replies import estimate_tokens
 from worker.llm.retry import is_transient_status, parse_retry_after
 
 URL = "http://gpu1:8000"

@@ -18,7 +18,7 @@ from common.models import Sampling
 from ops.sim import behaviour
 from ops.sim.launch import SimulatorHandle, start_simulator
 from worker.llm import open_gateway
-from worker.llm.gateway import endpoint_report
+from worker.llm.pool import endpoint_report
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_llm_gateway import generation_requests, settings_for  # noqa: E402

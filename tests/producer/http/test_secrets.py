@@ -96,7 +96,7 @@ def test_an_endpoint_password_reaches_no_file_response_or_error(make_settings, s
 
     from common.errors import ConfigError
     from producer.http.app import create_app
-    from worker.llm.gateway import build_targets
+    from worker.llm.pool import build_targets
 
     authed = sim_url.replace("http://", f"http://alice:{ENDPOINT_PASSWORD}@")
     settings = make_settings(llm_endpoints=authed, api_tokens=TOKENS)

@@ -12,7 +12,9 @@ import pytest
 from bench.perf.viewer import synthetic_row, write_synthetic_run
 from common.models import ViolationKind
 from producer.reports import read_stats, write_summary
-from producer.viewer.pages import MEANINGS, PAGE_SIZE, Viewer
+from producer.viewer.html import MEANINGS
+from producer.viewer.pages.rows import PAGE_SIZE
+from producer.viewer.router import Viewer
 
 XSS = "<script>alert(1)</script>"
 

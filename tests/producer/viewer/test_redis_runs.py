@@ -13,7 +13,7 @@ import redis
 
 from common.models import Row
 from producer.store import ProducerStore
-from producer.viewer.pages import Viewer
+from producer.viewer.router import Viewer
 from worker.store import WorkerStore
 
 RUN = "20260102-000000-redis1"

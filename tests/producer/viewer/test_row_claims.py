@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from common.models import Evidence
-from producer.viewer.pages import Viewer
+from producer.viewer.router import Viewer
 
 PARIS_SPAN = "The Seine flows through Paris and into the English Channel"
 

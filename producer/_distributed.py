@@ -1,0 +1,61 @@
+"""Distributed runs: plan, check, enqueue a sweep's jobs on Redis and follow it."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from common.models import Mode
+from common.settings import Settings
+from common.vocab import RunStatus
+from producer._follow import follow_to_end, reconciler
+from producer._services import (
+    corpus_label,
+    enqueue_counted,
+    open_local_retriever,
+    require_endpoints_for_workers,
+    run_manifest,
+)
+from producer._types import EndpointsFor, OnProgress, QuestionSet, RunResult, Say, SweepSpec
+from producer.capacity import check_plan_fits
+from producer.runs import create_run_dir, this_process, update_run_status
+from producer.store import ProducerStore, connect
+from producer.sweep import SweepPlan
+
+
+def run_distributed(spec: SweepSpec, questions: QuestionSet, modes: list[Mode],
+                     settings: Settings, endpoints: EndpointsFor, on_progress: OnProgress | None,
+                     say: Say, *, detach: bool, index_progress: bool) -> RunResult:
+    from worker.celery_app import configure_app  # Celery is slow to import
+
+    require_endpoints_for_workers(settings)
+    client = connect(settings.redis_url)
+    retriever = open_local_retriever(settings, progress=index_progress)
+    with endpoints(settings) as eps:
+        pass  # the workers call the endpoints; this only checks they answer
+    plan = SweepPlan(
+        manifest=run_manifest(spec, questions, modes, settings, eps, retriever, eager=False,
+                           corpus=corpus_label(retriever)),
+        questions=questions.questions,
+    )
+    check_plan_fits(plan.manifest, settings, client)
+    app = configure_app(settings)
+    store = ProducerStore(client)
+    run_dir = create_run_dir(settings.results_dir, plan.manifest)
+    store.put_manifest(plan.manifest)
+    update_run_status(run_dir, status=RunStatus.ENQUEUEING, started_at=time.time(), **this_process())
+    t0 = time.perf_counter()
+    try:
+        sent = enqueue_counted(app, store, plan.jobs(), bundle_size=settings.bundle_size)
+    except KeyboardInterrupt:
+        update_run_status(run_dir, status=RunStatus.ENQUEUE_INTERRUPTED)
+        return RunResult(plan.manifest, run_dir, RunStatus.ENQUEUE_INTERRUPTED)
+    elapsed = time.perf_counter() - t0
+    update_run_status(run_dir, status=RunStatus.RUNNING, enqueued=sent)
+    say(f"run {plan.manifest.run_id}: enqueued {sent} jobs in {elapsed:.2f}s "
+        f"({sent / max(elapsed, 1e-9):,.0f} jobs/s)")
+    if detach:
+        return RunResult(plan.manifest, run_dir, RunStatus.RUNNING, enqueued=sent, enqueue_s=elapsed)
+    result = follow_to_end(store, run_dir, plan.manifest, settings, on_progress, say,
+                     reconcile=reconciler(app, plan, store, settings.bundle_size, say))
+    return dataclasses.replace(result, enqueued=sent, enqueue_s=elapsed)

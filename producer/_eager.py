@@ -1,0 +1,153 @@
+"""Eager runs: every job in this process (the stages concurrently through the in-process
+runner, or one job at a time through Celery's eager mode), and resuming one."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from common.errors import InputError
+from common.models import Job, Mode
+from common.settings import Settings, load_settings
+from common.vocab import RunStatus
+from producer import interrupts
+from producer._follow import finish_run
+from producer._services import (
+    corpus_label,
+    eager_services,
+    import_plotting,
+    open_local_retriever,
+    run_manifest,
+)
+from producer._types import (
+    Endpoints,
+    EndpointsFor,
+    OnProgress,
+    QuestionSet,
+    RunResult,
+    SweepSpec,
+    configured_endpoints,
+)
+from producer.aggregator import Aggregator
+from producer.capacity import check_plan_fits
+from producer.runs import (
+    create_run_dir,
+    producer_alive,
+    read_manifest,
+    read_run_status,
+    this_process,
+    update_run_status,
+)
+from producer.sweep import SweepPlan, enqueue_jobs, load_questions
+
+
+def run_eager(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], settings: Settings,
+               endpoints: EndpointsFor, on_progress: OnProgress | None,
+               index_progress: bool, *, serial: bool = False) -> RunResult:
+    # matplotlib takes about a second to import, and only the summary at the end needs it:
+    # imported now, beside the run (which leaves the GIL free most of the time), not after.
+    threading.Thread(target=import_plotting, name="qfarm-import-plotting", daemon=True).start()
+    retriever = open_local_retriever(settings, progress=index_progress)
+    with endpoints(settings) as eps:
+        settings = eps.apply(settings)
+        plan = SweepPlan(
+            manifest=run_manifest(spec, questions, modes, settings, eps, retriever, eager=True,
+                               corpus=corpus_label(retriever)),
+            questions=questions.questions,
+        )
+        check_plan_fits(plan.manifest, settings)
+        run_dir = create_run_dir(settings.results_dir, plan.manifest)
+        update_run_status(run_dir, status=RunStatus.RUNNING, started_at=time.time(), **this_process())
+        return _execute_eager(plan, plan.jobs(), run_dir, settings, eps, retriever, on_progress,
+                              serial=serial)
+
+
+def resume_eager(
+    run_id: str,
+    *,
+    settings: Settings | None = None,
+    on_progress: OnProgress | None = None,
+    endpoints: EndpointsFor = configured_endpoints,
+    serial: bool = False,
+) -> RunResult:
+    """Run, in this process, the jobs of an eager run that have no row in its rows.jsonl
+    (``qfarm sweep --resume RUN --eager``): an interrupted or killed eager run's rows are
+    valid, and its job ids are fixed by its manifest and question file."""
+    from producer.aggregator import cut_partial_line, file_rows
+
+    settings = settings or load_settings()
+    run_dir = settings.results_dir / run_id
+    manifest = read_manifest(run_dir)
+    if not manifest.eager:
+        raise InputError(f"run {run_id} is a distributed run: resume it without --eager "
+                         f"(qfarm sweep --resume {run_id})")
+    status = read_run_status(run_dir)
+    if status.get("status") == RunStatus.RUNNING and producer_alive(status):
+        raise InputError(f"run {run_id} is still running (process {status.get('pid')}); "
+                         "stop it first or wait for it to end")
+    questions, digest = load_questions(Path(manifest.question_file))
+    if digest != manifest.question_file_digest:
+        raise InputError(
+            f"{manifest.question_file}: changed since run {run_id} started "
+            f"({digest} != {manifest.question_file_digest}); restore it or start a new sweep"
+        )
+    plan = SweepPlan(manifest=manifest, questions=questions)
+    rows_path = run_dir / "rows.jsonl"
+    cut_partial_line(rows_path)  # a line the killed process was writing: its job runs again
+    have = {job_id for job_id, _ in file_rows(rows_path)}
+    missing = [job for job in plan.jobs() if job.job_id not in have]
+    threading.Thread(target=import_plotting, name="qfarm-import-plotting", daemon=True).start()
+    retriever = open_local_retriever(settings, progress=False)
+    with endpoints(settings) as eps:
+        settings = eps.apply(settings)
+        update_run_status(run_dir, status=RunStatus.RUNNING, resumed_at=time.time(),
+                          resumed_jobs=len(missing), **this_process())
+        return _execute_eager(plan, missing, run_dir, settings, eps, retriever, on_progress,
+                              serial=serial)
+
+
+def _execute_eager(plan: SweepPlan, jobs: Iterable[Job], run_dir: Path, settings: Settings,
+                   eps: Endpoints, retriever: Any, on_progress: OnProgress | None, *,
+                   serial: bool) -> RunResult:
+    """Run ``jobs`` in this process, appending their rows to the run's rows.jsonl. A Ctrl-C
+    (or SIGTERM, for the command line) ends the run as interrupted with its rows so far."""
+    from worker.celery_app import app  # imported late: Celery is slow to import
+
+    svc, store = eager_services(settings, retriever)
+    store.put_manifest(plan.manifest)
+    agg = Aggregator(store, plan.manifest.run_id, run_dir / "rows.jsonl")
+
+    def tick() -> None:
+        agg.drain()
+        if on_progress:
+            on_progress(store.progress(plan.manifest.run_id, plan.manifest.n_jobs))
+
+    try:
+        try:
+            if serial:
+                for job in jobs:
+                    enqueue_jobs(app, [job])  # Celery eager mode: runs every stage inline
+                    tick()
+            else:
+                from worker.runner import InProcessRunner
+
+                # As many jobs in flight as the endpoints take from one process.
+                inflight = len(eps.urls) * max(1, settings.llm_max_inflight_per_endpoint)
+                InProcessRunner(svc, max_inflight=inflight, bundle_size=settings.bundle_size).run(
+                    jobs, tick=tick
+                )
+        finally:
+            svc.close()
+    except KeyboardInterrupt:
+        interrupts.handled()
+        agg.drain()
+        return finish_run(plan.manifest, run_dir, agg.written, interrupted=True)
+    agg.drain()
+    error = store.progress(plan.manifest.run_id, plan.manifest.n_jobs).error
+    if error:
+        update_run_status(run_dir, status=RunStatus.FAILED, error=error, rows=agg.written)
+        return RunResult(plan.manifest, run_dir, RunStatus.FAILED, agg.written, error=error)
+    return finish_run(plan.manifest, run_dir, agg.written)

@@ -1,0 +1,156 @@
+"""Following a distributed run until every job has a row, again after a restart
+(``qfarm sweep --attach`` / ``--resume``), and writing how a run ended."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from common.errors import InputError
+from common.models import Manifest
+from common.settings import Settings, load_settings
+from common.vocab import RunStatus
+from producer import interrupts
+from producer._services import enqueue_counted, require_endpoints_for_workers, say_to_log
+from producer._types import OnProgress, RunResult, Say
+from producer.aggregator import Aggregator
+from producer.lease import FollowerLease
+from producer.runs import read_manifest, read_run_status, update_run_status
+from producer.store import ProducerStore, connect
+from producer.sweep import (
+    Follower,
+    RedisGone,
+    SweepPlan,
+    load_questions,
+    missing_jobs,
+    reconcile_run,
+)
+
+
+def follow_run(
+    run_id: str,
+    *,
+    resend_missing: bool = False,
+    settings: Settings | None = None,
+    on_progress: OnProgress | None = None,
+    say: Say | None = None,
+) -> RunResult:
+    """Follow a distributed run again (``qfarm sweep --attach``); with ``resend_missing``
+    (``--resume``) first put back rows Redis lost and re-send the jobs without a row."""
+    from worker.celery_app import configure_app  # Celery is slow to import
+
+    settings = settings or load_settings()
+    say = say or say_to_log
+    run_dir = settings.results_dir / run_id
+    if not (run_dir / "manifest.json").exists():
+        raise InputError(f"run {run_id}: no {run_dir}/manifest.json; pass --out with the results dir")
+    manifest = read_manifest(run_dir)
+    if manifest.eager:
+        raise InputError(f"run {run_id} was an eager run: resume it in this process with "
+                         f"qfarm sweep --resume {run_id} --eager")
+    store = ProducerStore(connect(settings.redis_url))
+    if not store.has_manifest(run_id):
+        store.put_manifest(manifest)  # Redis lost it (restart): restore before re-enqueueing
+    app = configure_app(settings)
+    plan = None
+    try:
+        questions, digest = load_questions(Path(manifest.question_file), settings.max_question_chars)
+        if digest != manifest.question_file_digest:
+            raise InputError(
+                f"{manifest.question_file}: changed since run {run_id} started "
+                f"({digest} != {manifest.question_file_digest}); restore it or start a new sweep"
+            )
+        plan = SweepPlan(manifest=manifest, questions=questions)
+    except InputError:
+        if resend_missing:
+            raise
+        say(f"warning: {manifest.question_file} is gone or changed; following run {run_id} "
+            "without re-sending lost jobs")
+    lease = FollowerLease(store.client, run_id)
+    recovered = None
+    if resend_missing:
+        assert plan is not None  # a missing question file raised above
+        require_endpoints_for_workers(settings)
+        recovered = _recover(store, run_dir, manifest, lease, say)
+        sent = enqueue_counted(app, store, missing_jobs(plan, store), bundle_size=settings.bundle_size)
+        say(f"run {run_id}: re-enqueued {sent} jobs without a row")
+    reconcile = reconciler(app, plan, store, settings.bundle_size, say) if plan else None
+    return follow_to_end(store, run_dir, manifest, settings, on_progress, say, reconcile=reconcile,
+                   recovered=recovered, lease=lease)
+
+
+def _recover(store: ProducerStore, run_dir: Path, manifest: Manifest, lease: FollowerLease,
+             say: Say) -> dict[str, int]:
+    """Before re-sending jobs: rows only in rows.jsonl go back to Redis (it lost them in a
+    restart), rows only in Redis go into rows.jsonl (if no other follower drains the run)."""
+    agg = Aggregator(store, manifest.run_id, run_dir / "rows.jsonl")
+    from_file = agg.restore_to_redis()
+    from_redis = agg.drain() if lease.hold() else 0
+    say(f"run {manifest.run_id}: recovered {from_file} rows from rows.jsonl and "
+        f"{from_redis} from Redis")
+    return {"rows_recovered_from_file": from_file, "rows_recovered_from_redis": from_redis}
+
+
+def reconciler(app: Any, plan: SweepPlan, store: ProducerStore, bundle_size: int,
+                say: Say) -> Callable[[], int]:
+    def reconcile() -> int:
+        sent = reconcile_run(app, plan, store, bundle_size=bundle_size)
+        if sent:
+            say(f"\nrun {plan.manifest.run_id}: {sent} jobs had no row and no message left "
+                "(lost with a killed worker or a Redis restart); re-enqueued them")
+        return sent
+
+    return reconcile
+
+
+def follow_to_end(store: ProducerStore, run_dir: Path, manifest: Manifest, settings: Settings,
+            on_progress: OnProgress | None, say: Say, *, reconcile: Callable[[], int] | None,
+            recovered: dict[str, int] | None = None,
+            lease: FollowerLease | None = None) -> RunResult:
+    run_id = manifest.run_id
+    follower = Follower(store, manifest, run_dir / "rows.jsonl",
+                        lease=lease or FollowerLease(store.client, run_id), reconcile=reconcile,
+                        say=say, reconnect_s=settings.redis_reconnect_s)
+    try:
+        prog = follower.run(on_progress=on_progress)
+    except KeyboardInterrupt:
+        interrupts.handled()
+        follower.release()
+        return RunResult(manifest, run_dir, RunStatus.INTERRUPTED, _written(follower))
+    except RedisGone as exc:
+        status = RunStatus.DETACHED
+        update_run_status(run_dir, status=status)
+        return RunResult(manifest, run_dir, status, _written(follower), error=str(exc))
+    written = _written(follower)
+    extra: dict[str, object] = dict(recovered or {})
+    if follower.restored:
+        extra["rows_restored_to_redis"] = follower.restored
+    if prog.error:
+        follower.release()
+        update_run_status(run_dir, status=RunStatus.FAILED, error=prog.error, rows=written, **extra)
+        return RunResult(manifest, run_dir, RunStatus.FAILED, written, error=prog.error)
+    try:
+        return finish_run(manifest, run_dir, written, cancelled=prog.cancelled, extra=extra)
+    finally:
+        follower.release()
+
+
+def _written(follower: Follower) -> int:
+    return follower.aggregator.written if follower.aggregator else 0
+
+
+def finish_run(manifest: Manifest, run_dir: Path, written: int, *, cancelled: bool = False,
+            interrupted: bool = False, extra: dict[str, object] | None = None) -> RunResult:
+    from producer.reports import write_summary  # matplotlib is slow to import
+
+    total = manifest.n_jobs
+    state = (RunStatus.COMPLETE if written >= total else RunStatus.CANCELLED if cancelled
+             else RunStatus.INTERRUPTED if interrupted else RunStatus.INCOMPLETE)
+    # ``written`` counts distinct job ids: the run is complete when every planned job has a row.
+    final = {"status": state, "finished_at": time.time(), "rows": written, **(extra or {})}
+    # The summary first: whoever sees the final status (the API, the viewer) finds it.
+    summary = write_summary(run_dir, status={**read_run_status(run_dir), **final})
+    update_run_status(run_dir, **final)
+    return RunResult(manifest, run_dir, state, written, summary=summary)

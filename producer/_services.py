@@ -1,0 +1,115 @@
+"""What the eager, distributed and asking paths share: the run's manifest, the local
+retriever, in-process services for eager runs and counted enqueueing."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from common import keys
+from common.errors import ConfigError
+from common.models import Job, Manifest, Mode
+from common.settings import Settings
+from common.vocab import Backend
+from producer._types import Endpoints, QuestionSet, SweepSpec
+from producer.runs import new_run_id
+from producer.store import ProducerStore
+from producer.sweep import enqueue_jobs, make_manifest
+
+log = logging.getLogger("qfarm.producer")
+
+
+def say_to_log(line: str) -> None:
+    log.info("%s", line)
+
+
+def run_manifest(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], settings: Settings,
+              eps: Endpoints, retriever: Any, *, eager: bool, run_id: str | None = None,
+              corpus: str | None = None) -> Manifest:
+    return make_manifest(
+        run_id=run_id or new_run_id(),
+        question_file=questions.source,
+        question_file_digest=questions.digest,
+        n_questions=len(questions.questions),
+        modes=modes,
+        n=spec.n,
+        policy=spec.policy,
+        model=settings.model,
+        endpoints=eps.urls,
+        simulated=eps.simulated,
+        llm_server=eps.server,
+        retriever=retriever.backend,
+        index_version=retriever.index_version(),
+        corpus=corpus,
+        eager=eager,
+        keep_answers=spec.keep_answers,
+        use_cache=spec.use_cache,
+    )
+
+
+def corpus_label(retriever: Any) -> str:
+    describe: dict[str, Any] = getattr(retriever, "describe", lambda: {})()
+    return str(describe.get("corpus") or describe.get("index") or "default")
+
+
+def open_local_retriever(settings: Settings, *, progress: bool = True) -> Any:
+    """The retriever this process will use; builds the embedded default index if needed.
+
+    An embedded index with a damaged page is refused here, before any job runs.
+    """
+    from worker.retrieval import ensure_default_index, open_retriever
+    from worker.retrieval.embedded import EmbeddedRetriever, check_index_pages
+
+    if settings.retriever == Backend.EMBEDDED and settings.index_path is None:
+        ensure_default_index(settings, progress=progress)
+    retriever = open_retriever(settings)
+    if isinstance(retriever, EmbeddedRetriever):
+        check_index_pages(retriever.path, retriever.describe().get("corpus"))
+    return retriever
+
+
+def eager_services(settings: Settings, retriever: Any) -> tuple[Any, ProducerStore]:
+    """In-process services for eager runs: Celery eager mode and an in-memory Redis."""
+    import fakeredis  # only eager runs need it
+
+    from worker.celery_app import configure_app
+    from worker.services import Services, install_services
+    from worker.store import WorkerStore
+
+    client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    configure_app(settings, eager=True)
+    svc = Services(settings=settings, store=WorkerStore(client), worker_name="eager",
+                   retriever_factory=lambda: retriever)
+    install_services(svc)
+    return svc, ProducerStore(client)
+
+
+def require_endpoints_for_workers(settings: Settings) -> None:
+    if not settings.endpoints:
+        raise ConfigError(
+            "QFARM_LLM_ENDPOINTS is not set: distributed runs need the workers' LLM endpoints "
+            "(e.g. QFARM_LLM_ENDPOINTS=http://gpu1:8000; start a simulator with `qfarm sim --port 8000`), "
+            "or run with --eager"
+        )
+
+
+def enqueue_counted(app: Any, store: ProducerStore, jobs: Iterable[Job], *,
+                    stage: keys.Stage = keys.RETRIEVE, bundle_size: int = 1) -> int:
+    """``enqueue_jobs``, adding the jobs sent per mode to the operator counters (/metrics)."""
+    per_mode: Counter[str] = Counter()
+
+    def counted() -> Iterator[Job]:
+        for job in jobs:
+            per_mode[job.mode.value] += 1
+            yield job
+
+    try:
+        return enqueue_jobs(app, counted(), stage=stage, bundle_size=bundle_size)
+    finally:
+        store.count_enqueued(per_mode)
+
+
+def import_plotting() -> None:
+    import matplotlib.figure  # noqa: F401  (the import is the point)

@@ -1,0 +1,17 @@
+"""The JSON progress probe (``/api/progress?run=RUN``) the live progress bars poll."""
+
+from __future__ import annotations
+
+import json
+
+from producer.viewer.html import Response
+from producer.viewer.source import RunSource
+
+
+def progress(src: RunSource, run_id: str) -> Response:
+    """JSON for the live progress bars: rows written of jobs, and the run's state."""
+    manifest, status, rr = src.run(run_id)
+    rows = int(status["rows"]) if status.get("source") == "redis" else rr.stats.rows
+    data = {"run": run_id, "rows": rows, "jobs": manifest.n_jobs,
+            "status": status.get("status") or ""}
+    return Response(200, "application/json", json.dumps(data).encode())

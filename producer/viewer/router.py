@@ -1,0 +1,102 @@
+"""The viewer's router: ``Viewer.handle`` maps a request path and query to one page
+(``producer.viewer.pages``) and turns a missing run, bad input or a lost Redis into an
+error page.
+
+Every value from a manifest or a row is escaped (row text is model output).
+Runs are read through ``producer.reports`` and ``producer.viewer.index``, the
+same reader as ``qfarm report``; numbers are rendered with ``common.report``'s
+formatters and compared with ``common.compare``.
+
+A run is read from its directory when it has one, else from Redis (a run in
+progress whose follower has written nothing yet, or one followed on another
+host). Redis is optional (``producer.viewer.live``): without it the pages show
+the results directory and one line saying Redis is not there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+
+from common.errors import InputError
+from producer.reports import DELTA_PLOT, LATENCY_PLOT, STRICT_PLOT
+from producer.store import ProducerStore
+from producer.viewer.html import NotFound, Response, h
+from producer.viewer.html import page as _page
+from producer.viewer.live import REDIS_ERRORS
+from producer.viewer.pages import compare, progress, row, rows, run, runs
+from producer.viewer.reread import PassageSource
+from producer.viewer.source import RunSource
+
+PLOTS = (STRICT_PLOT, LATENCY_PLOT, DELTA_PLOT)
+STATIC = {"viewer.css": "text/css; charset=utf-8", "viewer.js": "text/javascript; charset=utf-8"}
+
+
+class Viewer:
+    """The viewer over one results directory and, optionally, Redis; ``handle`` serves one request.
+
+    ``store`` is a Redis store the caller already has (``qfarm serve``), ``redis_url``
+    one to connect to lazily (``qfarm view``); with neither, Redis is not read.
+    ``index_path`` is the embedded index the row page reads passages from, or
+    ``passages`` a source of them (tests).
+    """
+
+    def __init__(
+        self,
+        results_dir: Path,
+        store: ProducerStore | None = None,
+        *,
+        redis_url: str | None = None,
+        index_path: Path | None = None,
+        passages: PassageSource | None = None,
+    ) -> None:
+        self.source = RunSource(results_dir, store, redis_url=redis_url, index_path=index_path,
+                                passages=passages)
+
+    @property
+    def results_dir(self) -> Path:
+        return self.source.results_dir
+
+    @property
+    def index_path(self) -> Path | None:
+        return self.source.index_path
+
+    def handle(self, path: str, query: Mapping[str, str]) -> Response:
+        parts = [p for p in path.split("/") if p]
+        try:
+            return self._route(parts, query)
+        except NotFound as exc:
+            return _page("not found", f"<h1>Not found</h1><p>{h(exc)}</p>", status=404)
+        except InputError as exc:
+            return _page("bad request", f"<h1>Bad request</h1><p>{h(exc)}</p>", status=400)
+        except REDIS_ERRORS as exc:  # Redis went away while a page of a Redis-only run was read
+            self.source.redis.failed(exc)
+            note = h(self.source.redis.note)
+            return _page("Redis unavailable", f"<h1>Redis unavailable</h1><p>{note}"
+                         '</p><p><a href="/">runs on disk</a></p>', status=503)
+
+    def _route(self, parts: list[str], q: Mapping[str, str]) -> Response:
+        match parts:
+            case []:
+                return runs.runs_page(self.source)
+            case ["static", name] if name in STATIC:
+                data = resources.files("producer.viewer").joinpath("static", name).read_bytes()
+                return Response(200, STATIC[name], data)
+            case ["api", "progress"]:
+                return progress.progress(self.source, q.get("run", ""))
+            case ["compare"]:
+                return compare.compare_page(self.source, q.get("a", ""), q.get("b", ""),
+                                            q.get("floor", "5"))
+            case ["runs", run_id]:
+                return run.run_page(self.source, run_id)
+            case ["runs", run_id, "rows"]:
+                return rows.rows_page(self.source, run_id, q)
+            case ["runs", run_id, "rows", pos] if pos.isdigit():
+                return row.row_page(self.source, run_id, int(pos))
+            case ["runs", run_id, "files", name] if name in PLOTS:
+                path = self.source.run_dir(run_id) / name
+                if not path.is_file():
+                    raise NotFound(f"{run_id} has no {name}; run `qfarm report {run_id}`")
+                return Response(200, "image/png", path.read_bytes())
+        raise NotFound("/" + "/".join(parts))
