@@ -143,15 +143,14 @@ def test_an_eager_run_stopped_by_a_signal_says_so_and_resumes(tmp_path, env, slo
 
 
 def test_one_function_words_a_run_for_the_cli_the_api_and_the_viewer():
-    """``qfarm status``, the HTTP API (``producer.control.describe_run`` and the rows
-    cursor) and the viewer all call ``common.runstatus.run_state``: none keeps a copy."""
+    """``qfarm status`` (``producer._status``), the HTTP API (``producer.control.describe_run``
+    and the rows cursor) and the viewer (``producer.viewer.source``) all call ``common.runstatus.run_state``: none keeps a copy."""
     from common import runstatus
-    from producer import control
+    from producer import _status, control
     from producer.http import runs
-    from producer.viewer import pages
-    from qfarm.commands import status
+    from producer.viewer import source
 
-    for caller in (control, runs, pages, status):
+    for caller in (control, runs, source, _status):
         assert caller.run_state is runstatus.run_state, caller.__name__
 
 
@@ -170,7 +169,7 @@ def test_a_redis_run_has_the_same_word_in_the_cli_the_api_and_the_viewer(
 
     import producer.store
     import worker.celery_app
-    import worker.llm.gateway
+    import worker.llm.pool
     from common import keys
     from common.models import Mode
     from common.policy import Policy
@@ -178,7 +177,7 @@ def test_a_redis_run_has_the_same_word_in_the_cli_the_api_and_the_viewer(
     from producer.control import describe_run
     from producer.store import ProducerStore
     from producer.sweep import make_manifest
-    from producer.viewer.pages import redis_status
+    from producer.viewer.source import redis_status
     from qfarm.cli import main
 
     client = fakeredis.FakeRedis()
@@ -207,7 +206,7 @@ def test_a_redis_run_has_the_same_word_in_the_cli_the_api_and_the_viewer(
 
     monkeypatch.setattr(producer.store, "connect", lambda url: client)
     monkeypatch.setattr(worker.celery_app, "configure_app", lambda settings: NoWorkers)
-    monkeypatch.setattr(worker.llm.gateway, "endpoint_report", lambda settings: [])
+    monkeypatch.setattr(worker.llm.pool, "endpoint_report", lambda settings: [])
     assert main(["status", "run-r"]) == 0
     cli = capsys.readouterr().out.split()[1]
     assert (cli, api, viewer) == (expected, expected, expected)
