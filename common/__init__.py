@@ -1,4 +1,13 @@
-"""Pure domain logic of qfarm: models, policy, prompts, verification, reports.
+"""Pure domain logic of qfarm: the contracts at the top, one subpackage per concern.
+
+At the top, what every process agrees on: the vocabulary (``vocab``), the error tree
+(``errors``), records that cross processes (``models``, ``jobs``), the run's policy
+and model profiles (``policy``, ``profiles``), settings, Redis keys, metric names,
+question files, version stamps, URL and text hygiene, a run's status. Below it, by
+what the farm does: ``grounding/`` (from a question's quantifier to a verified row),
+``retrieval/`` (passages, query bodies and ranking, retrieval figures) and
+``reporting/`` (run statistics, summaries, comparisons). Top-level modules import no
+subpackage; subpackages import the top.
 
 Nothing in this package performs I/O or imports Celery, Redis, httpx or a
 search client; every function is deterministic and unit-testable.

@@ -2,8 +2,8 @@
 
 Every value from a manifest or a row is escaped (row text is model output).
 Runs are read through ``producer.reports`` and ``producer.viewer.index``, the
-same reader as ``qfarm report``; numbers are rendered with ``common.report``'s
-formatters and compared with ``common.compare``.
+same reader as ``qfarm report``; numbers are rendered with ``common.reporting.report``'s
+formatters and compared with ``common.reporting.compare``.
 
 A run is read from its directory when it has one, else from Redis (a run in
 progress whose follower has written nothing yet, or one followed on another
@@ -22,11 +22,19 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from common.compare import compare_runs
 from common.errors import InputError, ManifestError
 from common.models import Manifest
-from common.report import GOLD_COLUMNS, fmt_ms, fmt_num, fmt_pct, fmt_time, gold_cells, run_warnings
-from common.runstats import STAGES
+from common.reporting.compare import compare_runs
+from common.reporting.report import (
+    GOLD_COLUMNS,
+    fmt_ms,
+    fmt_num,
+    fmt_pct,
+    fmt_time,
+    gold_cells,
+    run_warnings,
+)
+from common.reporting.runstats import STAGES
 from common.vocab import Verdict
 from producer.reports import (
     DELTA_PLOT,

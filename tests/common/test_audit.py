@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from common.audit import format_latency, render_audit_block, render_audit_line, render_claims
+from common.grounding.preflight import rejected_verification, run_preflight
+from common.grounding.verify import verify_answer
 from common.models import (
     Claim,
     Evidence,
@@ -18,8 +19,12 @@ from common.models import (
     ViolationKind,
 )
 from common.policy import build_policy
-from common.preflight import rejected_verification, run_preflight
-from common.verify import verify_answer
+from common.reporting.audit import (
+    format_latency,
+    render_audit_block,
+    render_audit_line,
+    render_claims,
+)
 
 
 def make_record(mode: Mode = Mode.CLAIM_LATTICE_POINTER, **fields: object) -> JobRecord:

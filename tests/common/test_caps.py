@@ -8,11 +8,11 @@ from types import MappingProxyType
 import pytest
 
 import common.profiles as profiles
+from common.grounding.preflight import run_preflight
+from common.grounding.rows import build_row
 from common.jobs import expand_jobs
 from common.models import JobRecord, Mode, Question
 from common.policy import Policy, build_policy, governance_policy_hash, verifier_policy_hash
-from common.preflight import run_preflight
-from common.rows import build_row
 
 POINTER = Mode.CLAIM_LATTICE_POINTER
 HERMES = "adamo1139/Hermes-3-Llama-3.1-8B-FP8-Dynamic"

@@ -6,12 +6,18 @@ from typing import Any
 
 import pytest
 
-from common.compare import METRICS, classify_delta, compare_metric, compare_runs, render_compare
 from common.errors import InputError
 from common.models import Manifest
-from common.phase import cycle_lines, decide_cycle, phase_line, render_cycle
 from common.policy import Policy, build_policy, governance_policy_hash, verifier_policy_hash
-from common.runstats import RunStats, accumulate
+from common.reporting.compare import (
+    METRICS,
+    classify_delta,
+    compare_metric,
+    compare_runs,
+    render_compare,
+)
+from common.reporting.phase import cycle_lines, decide_cycle, phase_line, render_cycle
+from common.reporting.runstats import RunStats, accumulate
 
 STRICT = next(m for m in METRICS if m.key == "strict")
 UNGROUNDED = next(m for m in METRICS if m.key == "ungrounded")

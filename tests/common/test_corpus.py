@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from common.corpus import (
+from common.errors import InputError
+from common.retrieval.corpus import (
     CorpusIssue,
     Document,
     document_from_record,
@@ -12,7 +13,6 @@ from common.corpus import (
     parse_jsonl_line,
     sniff_format,
 )
-from common.errors import InputError
 
 
 def test_jsonl_record_becomes_a_document() -> None:

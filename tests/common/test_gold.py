@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from common.gold import match_gold, normalize_tokens
+from common.grounding.gold import match_gold, normalize_tokens
 from common.models import Claim, Evidence
 
 

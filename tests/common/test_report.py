@@ -8,9 +8,9 @@ import pytest
 
 from common.models import Manifest, Row
 from common.policy import build_policy, governance_policy_hash, verifier_policy_hash
-from common.report import fmt_ms, render_summary
-from common.runstats import MAX_QUESTION_ROWS
-from common.stats import percentile
+from common.reporting.report import fmt_ms, render_summary
+from common.reporting.runstats import MAX_QUESTION_ROWS
+from common.reporting.stats import percentile
 
 MODES = ("quote", "claim_lattice_pointer", "claim_lattice")
 POLICY = build_policy({"quantifier_reminder_enabled": True})

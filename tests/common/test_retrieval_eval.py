@@ -6,7 +6,7 @@ import json
 
 from common.models import Evidence, Question
 from common.questions import parse_questions
-from common.retrieval_eval import judge, misses, percentile_pair, summarize, titles_by_id
+from common.retrieval.evaluation import judge, misses, percentile_pair, summarize, titles_by_id
 
 
 def ev(rank: int, title: str, text: str) -> Evidence:

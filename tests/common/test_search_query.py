@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from common import search_query as sq
+from common.retrieval import ranking as sq
 from common.versions import CHUNKER_VERSION
 
 

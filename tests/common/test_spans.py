@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from common.grounding.verify import verify_answer
+from common.grounding.verify.spans import claim_spans, word_tokens
+from common.grounding.verify.text import tokens
 from common.models import Claim, Evidence
 from common.policy import build_policy
-from common.verify import verify_answer
-from common.verify.spans import claim_spans, word_tokens
-from common.verify.text import tokens
 from common.vocab import Mode
 
 TEXT = ("The Seine is a river in northern France. The Seine flows through Paris and into the "

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from common.grounding.preflight import run_preflight
+from common.grounding.verify import verify_answer
+from common.grounding.verify.verdict import display_label
 from common.models import Evidence, Label, Mode, Verdict, Verification, ViolationKind
 from common.policy import Policy, build_policy
-from common.preflight import run_preflight
-from common.verify import verify_answer
-from common.verify.verdict import display_label
 
 K = ViolationKind
 POINTER = Mode.CLAIM_LATTICE_POINTER

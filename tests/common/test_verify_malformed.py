@@ -7,10 +7,10 @@ import random
 
 import pytest
 
+from common.grounding.preflight import run_preflight
+from common.grounding.verify import verify_answer
 from common.models import Evidence, Label, Mode, Verdict, Verification
 from common.policy import Policy, build_policy
-from common.preflight import run_preflight
-from common.verify import verify_answer
 
 EVIDENCE = tuple(
     Evidence(

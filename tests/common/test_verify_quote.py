@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from common.grounding.verify import verify_answer
+from common.grounding.verify.claims import extract_quotes
+from common.grounding.verify.quote import best_window_overlap, match_quote
 from common.models import Evidence, Label, Mode, Verdict, ViolationKind
 from common.policy import Policy
-from common.verify import verify_answer
-from common.verify.claims import extract_quotes
-from common.verify.quote import best_window_overlap, match_quote
 
 K = ViolationKind
 
@@ -193,7 +193,7 @@ def test_match_quote_reports_the_block_it_matched() -> None:
     ],
 )
 def test_quote_spans(line: str, quotes: list[str]) -> None:
-    from common.verify.claims import quote_spans
+    from common.grounding.verify.claims import quote_spans
 
     assert [line[s:e] for s, e in quote_spans(line)] == quotes
 

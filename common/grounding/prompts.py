@@ -113,7 +113,7 @@ def build_prompt(
     preflight: Preflight | None = None,
 ) -> BuiltPrompt:
     """Render the full ChatML prompt for one job."""
-    from common.reminders import render_quantifier_reminder  # avoids a cycle
+    from common.grounding.reminders import render_quantifier_reminder  # avoids a cycle
 
     blocks = select_evidence(evidence, policy.context_chars(mode.value))
     turns = [

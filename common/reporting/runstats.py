@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from common.models import Row
-from common.stats import Moments, QuantileSketch
+from common.reporting.stats import Moments, QuantileSketch
 from common.vocab import Verdict, ViolationKind
 
 STAGES: tuple[tuple[str, str], ...] = (

@@ -28,6 +28,7 @@ Decisions where the rules left room:
 
 from __future__ import annotations
 
+from common.grounding.quantifier import classify_question_quantifier
 from common.models import (
     Intensity,
     Label,
@@ -40,7 +41,6 @@ from common.models import (
 )
 from common.policy import Policy
 from common.profiles import cap_for_intensity
-from common.quantifier import classify_question_quantifier
 from common.vocab import COUNTED_INTENSITIES
 
 REJECTABLE_INTENSITIES: frozenset[Intensity] = frozenset(

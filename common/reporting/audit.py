@@ -31,8 +31,8 @@ Decisions where the rules left room:
 
 from __future__ import annotations
 
+from common.grounding.verify.verdict import display_label, render_tails
 from common.models import Claim, JobRecord, Preflight
-from common.verify.verdict import display_label, render_tails
 
 SEP = " · "
 MAX_CLAIM_CHARS = 160

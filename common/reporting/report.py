@@ -1,7 +1,7 @@
 """The run summary (``summary.md``), rendered from a manifest and a stream of rows.
 
 Rendering is pure: ``render_summary`` makes one streaming pass over the rows
-into ``common.runstats.RunStats`` (bounded memory: a 100k-row file renders in
+into ``common.reporting.runstats.RunStats`` (bounded memory: a 100k-row file renders in
 a few MB) and turns it into markdown. Eager and distributed runs render the
 same way because both write the same rows.
 
@@ -20,7 +20,7 @@ from typing import Any
 
 from common.models import Label, Manifest, Row
 from common.policy import Policy
-from common.runstats import (
+from common.reporting.runstats import (
     MAX_QUESTION_ROWS,
     STAGES,
     ModeStats,
@@ -29,7 +29,7 @@ from common.runstats import (
     Tally,
     accumulate,
 )
-from common.stats import wilson_interval
+from common.reporting.stats import wilson_interval
 from common.text import replace_control_chars
 from common.vocab import LATTICE_MODES
 

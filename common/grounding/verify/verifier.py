@@ -54,6 +54,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from common.grounding.preflight import rejected_verification, run_preflight
+from common.grounding.verify.checks import CheckContext, check_claim, check_quote
+from common.grounding.verify.claims import (
+    Extraction,
+    RawClaim,
+    bracket_diagnostics,
+    extract_json_claims,
+    extract_pointer_claims,
+    extract_quotes,
+)
+from common.grounding.verify.quote import LAYERS, MIN_QUOTE_TOKENS
+from common.grounding.verify.text import content_tokens, normalize, tokens
+from common.grounding.verify.verdict import decide_label, decide_verdict, render_tails
 from common.models import (
     Claim,
     Evidence,
@@ -63,20 +76,7 @@ from common.models import (
     ViolationKind,
 )
 from common.policy import Policy
-from common.preflight import rejected_verification, run_preflight
 from common.profiles import DEFAULT_PROFILE_ID
-from common.verify.checks import CheckContext, check_claim, check_quote
-from common.verify.claims import (
-    Extraction,
-    RawClaim,
-    bracket_diagnostics,
-    extract_json_claims,
-    extract_pointer_claims,
-    extract_quotes,
-)
-from common.verify.quote import LAYERS, MIN_QUOTE_TOKENS
-from common.verify.text import content_tokens, normalize, tokens
-from common.verify.verdict import decide_label, decide_verdict, render_tails
 from common.vocab import LATTICE_MODES
 
 K = ViolationKind

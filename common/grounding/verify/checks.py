@@ -28,11 +28,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from common.models import Claim, Evidence, ViolationKind
-from common.policy import Policy
-from common.verify.claims import RawClaim
-from common.verify.quote import match_quote
-from common.verify.text import (
+from common.grounding.verify.claims import RawClaim
+from common.grounding.verify.quote import match_quote
+from common.grounding.verify.text import (
     STOP_WORDS,
     BlockAnalysis,
     analyze_block,
@@ -41,6 +39,8 @@ from common.verify.text import (
     joined,
     tokens,
 )
+from common.models import Claim, Evidence, ViolationKind
+from common.policy import Policy
 
 ANCHOR_RUN = 4
 K = ViolationKind

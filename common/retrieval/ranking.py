@@ -31,7 +31,7 @@ from common.versions import CHUNKER_VERSION
 
 # English function words plus the words questions are made of ("who", "tell me
 # about", "describe"): they match nearly every passage and only add noise.
-# Not the verifier's STOP_WORDS (common/verify/text.py): that set decides which
+# Not the verifier's STOP_WORDS (common/grounding/verify/text.py): that set decides which
 # words of a claim must be found in evidence, this one which words of a question
 # are worth searching for; each is tuned, and measured, for its own job.
 QUERY_STOP_WORDS = frozenset(

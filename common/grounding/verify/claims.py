@@ -47,8 +47,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from common.grounding.verify.text import tokens
 from common.models import ViolationKind
-from common.verify.text import tokens
 
 MEANINGFUL_LINE_CHARS = 20
 

@@ -5,7 +5,7 @@ The rules: docs/grounding.md, 'Answerability sidecar'.
 Read-only and byte-deterministic: no model calls, no writes, never changes the
 answer or the verdict. It returns None unless all three clauses fire:
 
-* A, denial: the grammar of ``common/denials.py`` (version
+* A, denial: the grammar of ``common/grounding/denials.py`` (version
   ``DENIAL_PATTERNS_VERSION``) reads a denial of the answer in the
   casefolded, whitespace-normalized answer; a denial of a detail of another
   kind than the question asks for ("the release dates are not mentioned" for
@@ -67,11 +67,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from common import denials
+from common.grounding import denials
+from common.grounding.quantifier import classify_question_quantifier
+from common.grounding.verify.text import STOP_WORDS, joined, tokens
 from common.models import Answerability, CandidateSpan, Confidence, Evidence, QuantifierInfo
 from common.policy import Policy
-from common.quantifier import classify_question_quantifier
-from common.verify.text import STOP_WORDS, joined, tokens
 from common.versions import DENIAL_PATTERNS_VERSION, EXTRACTION_CUES_VERSION
 from common.vocab import BROAD_INTENSITIES
 
