@@ -12,3 +12,25 @@ subpackage; subpackages import the top.
 Nothing in this package performs I/O or imports Celery, Redis, httpx or a
 search client; every function is deterministic and unit-testable.
 """
+
+# The public submodules (tests/test_public_surface.py pins them). The contracts and the three
+# concerns; redis_urls is settings' own.
+__all__ = [
+    "errors",
+    "grounding",
+    "jobs",
+    "keys",
+    "metrics",
+    "models",
+    "policy",
+    "profiles",
+    "questions",
+    "reporting",
+    "retrieval",
+    "runstatus",
+    "settings",
+    "text",
+    "urls",
+    "versions",
+    "vocab",
+]

@@ -1,1 +1,5 @@
 """Operations: the vLLM-compatible simulator and deployment files."""
+
+# The public submodules (tests/test_public_surface.py pins them). farm (the supervisord
+# driver) runs as ``python -m ops.farm``, not imported.
+__all__ = ["local", "sim"]

@@ -6,3 +6,7 @@ verifier (``verify/``), the answerability sidecar and its denial grammar, gold-a
 matching, the JSON schema of the claim_lattice answer, and the finished job's ``Row``.
 The rules: docs/grounding.md.
 """
+
+# The public submodules (tests/test_public_surface.py pins them). denials (the sidecar's
+# grammar) and reminders (a prompt turn) serve this package only.
+__all__ = ["gold", "preflight", "prompts", "quantifier", "rows", "schemas", "sidecar", "verify"]

@@ -6,3 +6,6 @@ and the phase decisions read from it (``phase``), and the audit line ``qfarm ask
 prints (``audit``). Reading files is ``producer/reports.py``'s job.
 The rules: docs/reports.md.
 """
+
+# The public submodules (tests/test_public_surface.py pins them).
+__all__ = ["audit", "compare", "phase", "report", "runstats", "stats"]

@@ -6,3 +6,6 @@ Corpus records parsed into documents (``corpus``), documents cut into passages
 backends that send these bodies and hold the indexes are in ``worker/retrieval/``.
 The rules: docs/retrieval.md.
 """
+
+# The public submodules (tests/test_public_surface.py pins them).
+__all__ = ["chunking", "corpus", "evaluation", "ranking"]
