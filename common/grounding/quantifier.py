@@ -7,7 +7,7 @@ lexical markers, matched case-insensitively on word boundaries after NFKC and
 quote folding. When several rungs match, the highest in ``PRIORITY`` wins.
 
 Decisions where the rules left room (each one has a test in
-``tests/common/test_quantifier.py``):
+``tests/common/grounding/test_quantifier.py``):
 
 * Word boundaries everywhere: "overall", "mostly", "Germany", "someone" carry
   no marker. Hyphenated compounds are not quantifiers either ("all-time",

@@ -1,4 +1,5 @@
-"""Query terms, index mappings and query bodies shared by every retrieval backend.
+"""How passages are ranked for a question: query terms, the rerank, rank fusion, and the
+index mappings and query bodies every retrieval backend sends.
 
 Pure: builds strings and dicts; the backends in ``worker.retrieval`` send them.
 One ranking shape everywhere (``RANKING_VERSION``): BM25F, title and text

@@ -189,7 +189,7 @@ def test_index_names_and_alias_switch() -> None:
 
 def test_ops_template_file_matches_the_generated_mapping() -> None:
     """ops/search/passages-template.json is what operators install; it must not drift."""
-    path = Path(__file__).resolve().parents[2] / "ops" / "search" / "passages-template.json"
+    path = Path(__file__).resolve().parents[3] / "ops" / "search" / "passages-template.json"
     on_disk = json.loads(path.read_text(encoding="utf-8"))
     assert on_disk == sq.index_template_body("qfarm-passages", shards=1, replicas=1)
 
