@@ -207,7 +207,7 @@ class InProcessRunner:
             if nxt is None:
                 raise RuntimeError("the model's link is the last: nothing writes the row")
             flow.through(nxt, [record], self._svc, lambda s, rs: sent.append((s, rs)))
-            rest, records = self._walk(sent)
+            rest, _ = self._walk(sent)
             if rest is not None:
                 raise RuntimeError("a second model link: the in-process runner runs one")
         except Exception as exc:
