@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from common.preflight import run_preflight
+from common.grounding.preflight import run_preflight
 from common.settings import Settings
 from common.vocab import Mode
 from producer.runs import read_manifest
@@ -232,9 +232,9 @@ def reread_rows(run_dir: Path, index_path: Path | None = None) -> Iterator[tuple
 def fixture_lines(run_dir: Path, wanted: Sequence[tuple[str, ...]]) -> Iterator[str]:
     """Rows as regression cases: question, mode, the blocks the model was shown, its answer
     and what the current code makes of them (``expected``, to be read and confirmed)."""
-    from common.preflight import run_preflight as preflight
-    from common.sidecar import assess_answerability
-    from common.verify import verify_answer
+    from common.grounding.preflight import run_preflight as preflight
+    from common.grounding.sidecar import assess_answerability
+    from common.grounding.verify import verify_answer
     from worker.retrieval.embedded import EmbeddedRetriever
 
     manifest = read_manifest(run_dir)

@@ -1,5 +1,36 @@
-"""Pure domain logic of qfarm: models, policy, prompts, verification, reports.
+"""Pure domain logic of qfarm: the contracts at the top, one subpackage per concern.
+
+At the top, what every process agrees on: the vocabulary (``vocab``), the error tree
+(``errors``), records that cross processes (``models``, ``jobs``), the run's policy
+and model profiles (``policy``, ``profiles``), settings, Redis keys, metric names,
+question files, version stamps, URL and text hygiene, a run's status. Below it, by
+what the farm does: ``grounding/`` (from a question's quantifier to a verified row),
+``retrieval/`` (passages, query bodies and ranking, retrieval figures) and
+``reporting/`` (run statistics, summaries, comparisons). Top-level modules import no
+subpackage; subpackages import the top.
 
 Nothing in this package performs I/O or imports Celery, Redis, httpx or a
 search client; every function is deterministic and unit-testable.
 """
+
+# The public submodules (tests/test_public_surface.py pins them). The contracts and the three
+# concerns; redis_urls is settings' own.
+__all__ = [
+    "errors",
+    "grounding",
+    "jobs",
+    "keys",
+    "metrics",
+    "models",
+    "policy",
+    "profiles",
+    "questions",
+    "reporting",
+    "retrieval",
+    "runstatus",
+    "settings",
+    "text",
+    "urls",
+    "versions",
+    "vocab",
+]

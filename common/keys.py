@@ -71,7 +71,8 @@ VERIFY = Stage("verify", "qfarm.verify")
 # All stages of one job in one task, so a single query never waits behind a sweep.
 INTERACTIVE = Stage("interactive", "qfarm.run_job")
 
-SWEEP_STAGES = (RETRIEVE, GENERATE, VERIFY)  # a sweep's jobs pass these in order
+# A sweep's jobs pass these in order; worker/stages.py gives each its step.
+SWEEP_STAGES = (RETRIEVE, GENERATE, VERIFY)
 STAGES = (INTERACTIVE, *SWEEP_STAGES)
 QUEUES = tuple(stage.queue for stage in STAGES)
 

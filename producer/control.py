@@ -131,7 +131,7 @@ def list_runs(settings: Settings, store: ProducerStore | None, *, offset: int,
 def summary_data(run_dir: Path) -> dict[str, Any]:
     """The summary's main figures as JSON: per mode, verdict counts and rates with 95%
     Wilson intervals, violation kinds, labels, errors, cache hits and latency quantiles."""
-    from common.stats import wilson_interval
+    from common.reporting.stats import wilson_interval
     from producer.reports import read_run
 
     manifest, stats = read_run(run_dir)

@@ -1,7 +1,7 @@
 """Reports on disk: ``summary.md`` and ``compare.md`` with their PNG plots.
 
-The I/O edge around the pure renderers in ``common.report`` and
-``common.compare``: read ``manifest.json``, stream ``rows.jsonl`` line by line
+The I/O edge around the pure renderers in ``common.reporting.report`` and
+``common.reporting.compare``: read ``manifest.json``, stream ``rows.jsonl`` line by line
 (never loading it whole), draw plots with matplotlib's Agg canvas (no display,
 no pyplot global state) and write markdown atomically. A plot that fails to
 draw is logged and left out; the markdown is still written.
@@ -17,14 +17,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from common.compare import Comparison, compare_runs, render_compare
 from common.errors import InputError
 from common.models import Manifest
-from common.phase import CycleDecision, decide_cycle, render_cycle
-from common.report import render_stats
-from common.runstats import RunStats
+from common.reporting.compare import Comparison, compare_runs, render_compare
+from common.reporting.phase import CycleDecision, decide_cycle, render_cycle
+from common.reporting.report import render_stats
+from common.reporting.runstats import RunStats
+from common.reporting.stats import wilson_interval
 from common.runstatus import run_status
-from common.stats import wilson_interval
 from producer.runs import producer_alive, read_manifest, read_run_status
 
 if TYPE_CHECKING:

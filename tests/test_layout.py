@@ -1,12 +1,38 @@
-"""The product's packages never import bench/ (question sets, results, benchmarks only)."""
+"""The import rules of docs/architecture.md, 'The folders': which folder may import which.
+
+Each product area may import only the areas listed for it (and itself); ``common/`` and its
+subpackages import no I/O library; nothing in the product imports bench/ (question sets,
+results, benchmarks only).
+"""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 PRODUCT = ("common", "worker", "producer", "ops", "qfarm")
+COMMON = ("common", "common.grounding", "common.retrieval", "common.reporting")
+
+# area: the other areas it may import. An area is a top-level folder, or one of common/'s
+# subpackages (common/ itself being its top-level modules, the contracts).
+MAY_IMPORT: dict[str, set[str]] = {
+    "common": set(),
+    "common.grounding": {"common"},
+    "common.retrieval": {"common", "common.grounding"},
+    "common.reporting": {"common", "common.grounding"},
+    "worker": set(COMMON),
+    "ops": set(COMMON),
+    "producer": {*COMMON, "worker"},
+    "qfarm": {*COMMON, "worker", "producer", "ops"},
+}
+# Libraries that do I/O or talk to a service: common/ is pure, so none of them there.
+IMPURE = {
+    "aiohttp", "celery", "elasticsearch", "fastapi", "httpx", "kombu", "opensearchpy",
+    "redis", "requests", "socket", "sqlite3", "subprocess", "urllib3", "uvicorn",
+}  # fmt: skip
 
 
 def _imports(path: Path) -> list[str]:
@@ -16,14 +42,60 @@ def _imports(path: Path) -> list[str]:
             names += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.append(node.module)
+            if node.module == "common":  # from common import keys: the module is common.keys
+                names += [f"common.{a.name}" for a in node.names]
     return names
+
+
+def _area(module: str) -> str:
+    parts = module.split(".")
+    if parts[0] == "common" and len(parts) > 1 and f"common.{parts[1]}" in COMMON:
+        return f"common.{parts[1]}"
+    return parts[0]
+
+
+def _module(path: Path) -> str:
+    return ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+
+
+def _files(package: str) -> list[Path]:
+    return sorted((REPO / package).rglob("*.py"))
+
+
+def test_every_area_has_a_rule() -> None:
+    areas = {_area(_module(path)) for package in PRODUCT for path in _files(package)}
+    assert areas == set(MAY_IMPORT)
+
+
+@pytest.mark.parametrize("package", PRODUCT)
+def test_areas_import_only_what_their_rule_allows(package: str) -> None:
+    offenders = []
+    for path in _files(package):
+        area = _area(_module(path))
+        for name in _imports(path):
+            if name.split(".")[0] not in (*PRODUCT, "bench"):
+                continue
+            target = _area(name)
+            if target != area and target not in MAY_IMPORT[area]:
+                offenders.append(f"{path.relative_to(REPO)}: {name} ({area} may not import {target})")
+    assert offenders == []
+
+
+def test_common_imports_no_io_library() -> None:
+    offenders = [
+        f"{path.relative_to(REPO)}: {name}"
+        for path in _files("common")
+        for name in _imports(path)
+        if name.split(".")[0] in IMPURE
+    ]
+    assert offenders == []
 
 
 def test_product_does_not_import_bench() -> None:
     offenders = [
         f"{path.relative_to(REPO)}: {name}"
         for package in PRODUCT
-        for path in sorted((REPO / package).rglob("*.py"))
+        for path in _files(package)
         for name in _imports(path)
         if name == "bench" or name.startswith("bench.")
     ]

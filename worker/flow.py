@@ -40,7 +40,7 @@ from common.models import Evidence, Job, JobRecord, JobRef, Row, Timings, Usage
 from common.policy import governance_policy_hash
 from common.text import replace_lone_surrogates
 from common.vocab import ErrorKind
-from worker import metrics, pipeline
+from worker import metrics, pipeline, stages
 from worker.encoding import storable, unserialisable_error
 from worker.services import Services
 
@@ -265,19 +265,75 @@ def write_rows(rows: Sequence[Row], svc: Services, cache_keys: Sequence[str | No
     return sum(wrote)
 
 
-def handle_retrieve(ref_data: list[dict], svc: Services, send: Send) -> None:
-    jobs = _live(_each(ref_data, svc, lambda d: _load_job(d, svc)), lambda j: j, svc, keys.RETRIEVE)
-    if not jobs:
+def handle_stage(stage: keys.Stage, payload: str | list[dict], svc: Services, send: Send) -> None:
+    """A sweep stage's task body (``worker.stages.CHAIN``): enter, step, leave.
+
+    The first link takes job refs (``payload`` a list of dicts) and loads, preflights
+    and serves cache hits before its step; later links take the records the previous
+    one sent (``dump_records``' string).
+    """
+    step = stages.step_for(stage)
+    if step is not stages.CHAIN[0]:
+        through(step, load_records(payload, svc), svc, send)  # type: ignore[arg-type]
         return
+    records, rows = enter_first(payload, svc)  # type: ignore[arg-type]
+    if records is not None:
+        leave(step, run_step(step, records, svc), rows, svc, send)
+
+
+def enter_first(refs: list[dict], svc: Services) -> tuple[list[JobRecord] | None, list[Row]]:
+    """The first link's entry: load the jobs, check them in, preflight and the cache. Returns
+    the records for its step and the rows of jobs that end here (None: nothing to do)."""
+    stage = stages.CHAIN[0].stage
+    jobs = _live(_each(refs, svc, lambda d: _load_job(d, svc)), lambda j: j, svc, stage)
+    if not jobs:
+        return None, []
     records, done = _start_many(jobs, svc)
-    rows = [row for _, row in done]
+    return records, [row for _, row in done]
+
+
+def through(step: stages.Step, records: list[JobRecord], svc: Services, send: Send) -> None:
+    """A later link whole: entry check, step, rows or the next link (also the runner's)."""
+    leave(step, run_step(step, enter(records, step, svc), svc), [], svc, send)
+
+
+def enter(records: list[JobRecord], step: stages.Step, svc: Services) -> list[JobRecord]:
+    """A later link's entry check (cancelled run, job already has a row), also the
+    in-process runner's (worker/runner.py)."""
+    if not step.checks_entry or not records:
+        return records
+    return _live(records, lambda r: r.job, svc, step.stage)
+
+
+def run_step(step: stages.Step, records: list[JobRecord], svc: Services) -> list[JobRecord]:
+    """The link's step on a bundle; a job that breaks it fails alone."""
+    if not records:
+        return records
+    return _safely_many(records, lambda rs: step.run(rs, svc))
+
+
+def leave(
+    step: stages.Step, records: list[JobRecord], rows: list[Row], svc: Services, send: Send
+) -> None:
+    """What leaves a link: the rows of jobs that end here, the rest to the next link."""
+    nxt = stages.after(step)
+    if nxt is None:  # the last link: every job's row (fresh results go into the cache)
+        rows += [pipeline.finish(r) for r in records]
+        write_rows(rows, svc, [None] * (len(rows) - len(records)) + [r.cache_key for r in records])
+        return
+    if step.ends_failed:
+        rows += [pipeline.finish(r) for r in records if r.error]
+        write_rows(rows, svc)
+        records = [r for r in records if not r.error]
+    elif rows:
+        write_rows(rows, svc)
     if records:
-        records = _safely_many(records, lambda rs: pipeline.retrieval_stage(rs, svc.retriever))
-    rows += [pipeline.finish(r) for r in records if r.error]
-    write_rows(rows, svc)
-    forward = [r for r in records if not r.error]
-    if forward:
-        _send(send, keys.GENERATE, forward, svc)
+        _send(send, nxt.stage, records, svc)
+
+
+def handle_retrieve(ref_data: list[dict], svc: Services, send: Send) -> None:
+    """The first link's task body (also the in-process runner's first step)."""
+    handle_stage(stages.CHAIN[0].stage, ref_data, svc, send)
 
 
 # Records travel between stages as one JSON string (``dump_records``): pydantic's Rust
@@ -377,30 +433,6 @@ def _items_with_evidence(bundle: dict) -> list[dict]:
     return records
 
 
-def enter_generate(records: list[JobRecord], svc: Services) -> list[JobRecord]:
-    """The generate stage's entry check (cancelled run, job already has a row), also used
-    by the in-process runner (worker/runner.py)."""
-    return _live(records, lambda r: r.job, svc, keys.GENERATE)
-
-
-def handle_generate(record_data: str, svc: Services, send: Send) -> None:
-    records = enter_generate(load_records(record_data, svc), svc)
-    if records:
-        records = _safely_many(records, lambda rs: pipeline.generation_stage(rs, svc.gateway))
-        _send(send, keys.VERIFY, records, svc)
-
-
-def handle_verify(record_data: str, svc: Services) -> None:
-    verify_and_write(load_records(record_data, svc), svc)
-
-
-def verify_and_write(records: Sequence[JobRecord], svc: Services) -> None:
-    """The verify stage: verification, sidecar, rows (also the in-process runner's)."""
-    # No pre-check: verification is cheap and the row write is set-if-absent anyway.
-    records = [_safely(r, pipeline.verification_stage) for r in records]
-    write_rows([pipeline.finish(r) for r in records], svc, [r.cache_key for r in records])
-
-
 def _safely_many(
     records: list[JobRecord], step: Callable[[list[JobRecord]], list[JobRecord]]
 ) -> list[JobRecord]:
@@ -426,10 +458,10 @@ def handle_job(ref_data: dict, svc: Services) -> None:
     if done:
         ((record, row),) = done
     else:
-        # The sweep stages' own steps, on a bundle of one.
-        (record,) = _safely_many(todo, lambda rs: pipeline.retrieval_stage(rs, svc.retriever))
-        (record,) = _safely_many([record], lambda rs: pipeline.generation_stage(rs, svc.gateway))
-        record = _safely(record, pipeline.verification_stage)
+        # The sweep chain's own steps, on a bundle of one.
+        for step in stages.CHAIN:
+            todo = run_step(step, todo, svc)
+        (record,) = todo
         row = pipeline.finish(record)
     record = record.model_copy(
         update={"cache_hit": row.cache_hit, "timings": row.timings, "finished_at": row.finished_at}

@@ -15,7 +15,12 @@ from typing import Protocol
 
 from common import profiles
 from common.errors import QfarmError, ServiceError
-from common.gold import match_gold
+from common.grounding.gold import match_gold
+from common.grounding.preflight import rejected_verification, run_preflight
+from common.grounding.prompts import STOP, build_prompt
+from common.grounding.rows import build_row
+from common.grounding.sidecar import assess_answerability
+from common.grounding.verify import verify_answer
 from common.models import (
     Evidence,
     Generation,
@@ -27,13 +32,8 @@ from common.models import (
     Sampling,
     Timings,
 )
-from common.preflight import rejected_verification, run_preflight
-from common.prompts import STOP, build_prompt
-from common.retrieval_eval import judge
-from common.rows import build_row
-from common.sidecar import assess_answerability
+from common.retrieval.evaluation import judge
 from common.text import replace_lone_surrogates
-from common.verify import verify_answer
 from common.vocab import ErrorKind
 from worker.retrieval.base import Retriever
 
@@ -148,7 +148,7 @@ def _fit_evidence(
 def sampling_for(job: Job) -> Sampling:
     response_format = None
     if job.policy.structured_output and job.mode.value == "claim_lattice":
-        from common.schemas import claim_lattice_response_format
+        from common.grounding.schemas import claim_lattice_response_format
 
         response_format = claim_lattice_response_format()
     return Sampling(

@@ -4,12 +4,15 @@ Eager runs (``qfarm sweep --eager``, ``qfarm ask --eager``, ``run_sweep(...,
 eager=True)``) have no broker and no workers, but the GPU still wants
 ``QFARM_LLM_MAX_INFLIGHT_PER_ENDPOINT`` requests in flight per endpoint. So:
 
-* the CPU stages run in a small thread pool, through the queue handlers'
-  own functions: ``flow.handle_retrieve`` (entry check, preflight, cache,
-  retrieval, prompt; rows for jobs that end there) and ``flow.verify_and_write``
-  (verification, sidecar, the row write);
-* the LLM call is handed to the async gateway without blocking a thread
-  (``Gateway.submit``); its completion queues the job's verification;
+* it walks the same chain as the Celery tasks (``worker.stages.CHAIN``), its CPU
+  links in a small thread pool through the queue handlers' own functions
+  (``flow.handle_retrieve`` for the first: entry check, preflight, cache,
+  retrieval; ``flow.through``/``flow.leave`` for the others: their step, rows for
+  jobs that end there);
+* the model's link (``calls_model``) is handed to the async gateway without
+  blocking a thread (``Gateway.submit``, with ``pipeline.generation_request`` and
+  ``with_generation``, the halves of ``generation_stage``); its completion queues
+  the links after it (verification, sidecar, the row write);
 * at most twice ``max_inflight`` (the sum of the endpoints' in-flight caps)
   jobs are between admission and the end of their LLM call: the gateway
   keeps its cap in flight and the rest queued, and a row is written as each
@@ -35,7 +38,7 @@ from common import keys
 from common.errors import ServiceError
 from common.jobs import bundles, ref_for
 from common.models import Job, JobRecord
-from worker import flow, pipeline
+from worker import flow, pipeline, stages
 from worker.services import Services
 
 log = logging.getLogger("qfarm.worker")
@@ -133,31 +136,28 @@ class InProcessRunner:
             held.release_all()
 
     def _retrieve_bundle(self, jobs: list[Job], held: _Held) -> None:
-        forwarded: list[JobRecord] = []
-
-        def send(stage: keys.Stage, records: list[JobRecord]) -> None:
-            assert stage == keys.GENERATE
-            forwarded.extend(records)
-
         refs = [ref_for(job).model_dump(mode="json", exclude_none=True) for job in jobs]
+        sent: list[tuple[keys.Stage, list[JobRecord]]] = []
         try:
-            flow.handle_retrieve(refs, self._svc, send)
+            flow.handle_retrieve(refs, self._svc, lambda stage, rs: sent.append((stage, rs)))
         except Exception as exc:  # the serial path's _guarded: a bug is the jobs' error rows
             log.error("bundle failed unexpectedly (%s: %s)", type(exc).__name__, exc)
             flow.internal_error_rows(refs, self._svc, exc)
-        records = flow.enter_generate(forwarded, self._svc) if forwarded else []
-        asks = [(r, pipeline.generation_request(r)) for r in records]
+        step, records = self._walk(sent)
         # The rest ended here (row written, or skipped): their slots are free.
         held.release_all(keep=[r.job.job_id for r in records])
+        if step is None or not records:
+            return
+        asks = [(r, pipeline.generation_request(r)) for r in records]
         for record, req in asks:
-            if req is None:  # nothing to ask: straight to verification, which writes its row
-                self._submit(self._verify, record)
+            if req is None:  # nothing to ask: straight on past the model, to its row
+                self._submit(functools.partial(self._past_model, step), record)
                 held.release(record.job.job_id)
-        sent = [(r, req) for r, req in asks if req is not None]
-        if not sent:
+        sent_asks = [(r, req) for r, req in asks if req is not None]
+        if not sent_asks:
             return
         t0 = time.perf_counter()
-        requests = [req for _, req in sent]
+        requests = [req for _, req in sent_asks]
         gateway = self._svc.gateway
         submit_many = getattr(gateway, "submit_many", None)
         futures: list[Future[Any]]
@@ -166,14 +166,32 @@ class InProcessRunner:
         else:  # a gateway without futures (tests' canned ones): a pool thread waits instead
             pool = self._pool_or_fail()
             futures = [pool.submit(gateway.generate_many, [r]) for r in requests]
-        for (record, _), future in zip(sent, futures, strict=True):
-            future.add_done_callback(functools.partial(self._generated, record, t0))
+        for (record, _), future in zip(sent_asks, futures, strict=True):
+            future.add_done_callback(functools.partial(self._generated, step, record, t0))
             held.hand_over(record.job.job_id)  # its slot and its row are the callback's now
 
-    def _generated(self, record: JobRecord, t0: float, future: Future[Any]) -> None:
-        """On the gateway's loop: queue the verification, free the slot. Nothing slow here."""
+    def _walk(
+        self, sent: list[tuple[keys.Stage, list[JobRecord]]]
+    ) -> tuple[stages.Step | None, list[JobRecord]]:
+        """Carry what a link sent through the chain's next links, here and now, up to the
+        model's link: returns it and the records that passed its entry check (None: the
+        chain ended, every row written)."""
+        while sent:
+            stage = sent[0][0]
+            records = [r for _, rs in sent for r in rs]
+            step = stages.step_for(stage)
+            if step.calls_model:
+                return step, flow.enter(records, step, self._svc)
+            nxt: list[tuple[keys.Stage, list[JobRecord]]] = []
+            flow.through(step, records, self._svc, lambda s, rs: nxt.append((s, rs)))  # noqa: B023
+            sent = nxt
+        return None, []
+
+    def _generated(self, step: stages.Step, record: JobRecord, t0: float,
+                   future: Future[Any]) -> None:  # fmt: skip
+        """On the gateway's loop: queue the rest of the chain, free the slot. Nothing slow here."""
         try:
-            self._submit(self._verify, _answered(record, t0, future))
+            self._submit(functools.partial(self._past_model, step), _answered(record, t0, future))
         except Exception as exc:  # the pool is gone (or a bug): this job's row is written here
             log.error("job %s failed unexpectedly (%s: %s)", record.job.job_id,
                       type(exc).__name__, exc)  # fmt: skip
@@ -181,9 +199,17 @@ class InProcessRunner:
         finally:
             self._slots.release()
 
-    def _verify(self, record: JobRecord) -> None:
+    def _past_model(self, step: stages.Step, record: JobRecord) -> None:
+        """A job past the model's link: the links after it, to its row (on a pool thread)."""
         try:
-            flow.verify_and_write([record], self._svc)
+            sent: list[tuple[keys.Stage, list[JobRecord]]] = []
+            nxt = stages.after(step)
+            if nxt is None:
+                raise RuntimeError("the model's link is the last: nothing writes the row")
+            flow.through(nxt, [record], self._svc, lambda s, rs: sent.append((s, rs)))
+            rest, _ = self._walk(sent)
+            if rest is not None:
+                raise RuntimeError("a second model link: the in-process runner runs one")
         except Exception as exc:
             log.error("job %s failed unexpectedly (%s: %s)", record.job.job_id,
                       type(exc).__name__, exc)  # fmt: skip

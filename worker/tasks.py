@@ -1,4 +1,5 @@
-"""Thin Celery tasks: take a bundle of jobs, call worker.flow, dispatch the next stage.
+"""Thin Celery tasks: one per link of worker.stages.CHAIN (a bundle of jobs through
+worker.flow, then the next link's queue), and the interactive one.
 
 A broker/row-store failure sends the bundle's message back for redelivery (jobs
 that already have a row are skipped); LLM retries live in the gateway alone (one
@@ -11,14 +12,15 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from celery import signals
 from celery.exceptions import Reject
 
 from common.jobs import bundle_label
-from common.keys import GENERATE, INTERACTIVE, RETRIEVE, VERIFY, Stage
+from common.keys import INTERACTIVE, Stage
 from common.models import JobRecord
-from worker import flow, metrics
+from worker import flow, metrics, stages
 from worker.celery_app import app
 from worker.flow import REDIS_ERRORS
 from worker.services import Services, get_services
@@ -70,19 +72,19 @@ def _guarded(payloads: str | list[dict], body: Callable[[Services], None]) -> No
 # refs; later stages take their bundle's records as one JSON string (flow.dump_records).
 
 
-@app.task(name=RETRIEVE.task, **TASK_OPTIONS)
-def retrieve(refs: list[dict]) -> None:
-    _guarded(refs, lambda svc: flow.handle_retrieve(refs, svc, send_stage))
+def _stage_task(stage: Stage) -> Any:
+    """The Celery task of one link of the chain: its step, then the next link's queue."""
+
+    def task(payload: str | list[dict]) -> None:
+        _guarded(payload, lambda svc: flow.handle_stage(stage, payload, svc, send_stage))
+
+    task.__name__ = task.__qualname__ = stage.name
+    return app.task(name=stage.task, **TASK_OPTIONS)(task)
 
 
-@app.task(name=GENERATE.task, **TASK_OPTIONS)
-def generate(records: str) -> None:
-    _guarded(records, lambda svc: flow.handle_generate(records, svc, send_stage))
-
-
-@app.task(name=VERIFY.task, **TASK_OPTIONS)
-def verify(records: str) -> None:
-    _guarded(records, lambda svc: flow.handle_verify(records, svc))
+# One task per link of worker.stages.CHAIN, in its order.
+STAGE_TASKS = {step.stage: _stage_task(step.stage) for step in stages.CHAIN}
+retrieve = STAGE_TASKS[stages.CHAIN[0].stage]  # the entry of a sweep's jobs
 
 
 @app.task(name=INTERACTIVE.task, **TASK_OPTIONS)

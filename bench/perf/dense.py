@@ -66,7 +66,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from common.questions import parse_questions
-    from common.retrieval_eval import titles_by_id
+    from common.retrieval.evaluation import titles_by_id
     from common.settings import Settings
     from worker.retrieval.embedded import EmbeddedRetriever
     from worker.retrieval.evaluate import evaluate

@@ -40,9 +40,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from common.grounding.prompts import build_prompt
 from common.models import Mode
 from common.policy import LOCAL_CPU_POLICY, build_policy
-from common.prompts import build_prompt
 from common.questions import parse_questions
 from common.settings import Settings
 

@@ -129,7 +129,7 @@ class NaiveRetriever:
 
     def search(self, question: str, *, top_k: int, title_boost: float) -> list[Any]:
         from common.models import Evidence
-        from common.search_query import fts5_match_expression
+        from common.retrieval.ranking import fts5_match_expression
 
         expr = fts5_match_expression(question)
         rows = self._conn.execute(NAIVE_SQL, (expr, top_k)).fetchall() if expr else []
@@ -149,7 +149,7 @@ class NaiveRetriever:
 def quality(retrievers: Sequence[Any]) -> dict[str, dict[str, Any]]:
     """recall@8, article hit@8, MRR and p50 of each retriever on the held-out questions."""
     from common.questions import parse_questions
-    from common.retrieval_eval import titles_by_id
+    from common.retrieval.evaluation import titles_by_id
     from worker.retrieval.evaluate import evaluate
 
     content = HELDOUT.read_text(encoding="utf-8")
@@ -173,7 +173,7 @@ def bench_embedded(
 ) -> tuple[float, list[str | None], list[list[str]]]:
     from bench.questions.strata import print_strata
     from common.questions import parse_questions
-    from common.search_query import fts5_match_expression
+    from common.retrieval.ranking import fts5_match_expression
     from worker.retrieval.embedded import EmbeddedRetriever
     from worker.retrieval.ingest import CorpusSource, build_embedded_index
 
@@ -241,7 +241,7 @@ def bench_embedded(
 
 def first_stage_embedded(index: Path, questions: list[str]) -> list[list[str]]:
     """Chunk ids of the embedded BM25F first stage (the re-ranking window), best first."""
-    from common.search_query import RERANK_DEPTH, fts5_match_expression
+    from common.retrieval.ranking import RERANK_DEPTH, fts5_match_expression
 
     conn = sqlite3.connect(index)
     sql = (
@@ -265,7 +265,7 @@ def first_stage_cluster(
     (per-field BM25 summed, the v1 shape)."""
     import urllib.request
 
-    from common.search_query import RERANK_DEPTH, search_body
+    from common.retrieval.ranking import RERANK_DEPTH, search_body
 
     out: list[list[str]] = []
     for q in questions:
@@ -332,7 +332,7 @@ def bench_opensearch(
     except ImportError:
         print("opensearch: skipped (pip install osmem-server for the in-memory stand-in)")
         return
-    from common.search_query import RERANK_DEPTH
+    from common.retrieval.ranking import RERANK_DEPTH
     from common.settings import Settings
     from worker.retrieval import open_retriever
     from worker.retrieval.ingest import CorpusSource, build_cluster_index

@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import ServiceError
+from common.grounding.prompts import build_prompt
 from common.models import Evidence, Generation, Mode, Sampling
 from common.policy import Policy
-from common.prompts import build_prompt
 from common.settings import Settings
 from ops.sim.latency import LatencyModel
 from ops.sim.launch import SimulatorHandle, start_simulator

@@ -35,12 +35,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from common.gold import normalize_tokens
+from common.grounding.gold import normalize_tokens
+from common.grounding.preflight import run_preflight
+from common.grounding.verify import verify_answer
+from common.grounding.verify.text import analyze_block, block_ngrams, normalize, tokens
 from common.models import Evidence, Mode
 from common.policy import Policy
-from common.preflight import run_preflight
-from common.verify import verify_answer
-from common.verify.text import analyze_block, block_ngrams, normalize, tokens
 
 BLOCKS_PER_ROW = 8
 SENTENCE_RE = re.compile(r"(?<=[.!?])\s+")

@@ -37,7 +37,7 @@ from typing import Any
 from bench.questions.build_independent import content_words
 from common.models import Question
 from common.questions import parse_questions
-from common.retrieval_eval import judge
+from common.retrieval.evaluation import judge
 
 HERE = Path(__file__).resolve().parent
 TOP_K = 8

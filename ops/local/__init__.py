@@ -6,3 +6,6 @@ docs/llm.md, 'A real model on this machine'.
 
 * ``launch``: find the model file, start the server as a subprocess, wait until it answers.
 """
+
+# The public submodules (tests/test_public_surface.py pins them).
+__all__ = ["launch"]

@@ -15,3 +15,5 @@ Every answer, metric and log line it produces is labelled as simulated: the
 """
 
 SIMULATOR_OWNER = "qfarm-simulator"
+
+__all__ = ["SIMULATOR_OWNER"]

@@ -28,7 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
-from common.prompts import chatml_turn
+from common.grounding.prompts import chatml_turn
 from ops.sim import SIMULATOR_OWNER, behaviour
 from ops.sim.config import SimConfig
 

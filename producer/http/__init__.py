@@ -4,3 +4,6 @@
 (``producer.api``, ``producer.control``), Prometheus /metrics over the counters
 workers flush to Redis, /healthz, and the viewer (``producer.viewer``) at ``/``.
 """
+
+# The public submodules (tests/test_public_surface.py pins them).
+__all__ = ["app", "auth"]

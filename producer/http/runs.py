@@ -60,7 +60,7 @@ def row_filter(mode: str | None, verdict: str | None,
 
 
 def compare_json(settings: Settings, a: str, b: str, floor: float) -> dict[str, Any]:
-    from common.compare import headline, render_compare
+    from common.reporting.compare import headline, render_compare
     from producer.reports import check_floor, compare_dirs
 
     try:

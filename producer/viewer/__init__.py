@@ -4,3 +4,6 @@
 server in the loop, so ``qfarm view`` (standard-library HTTP server, here) and a
 later front-door server can both mount it.
 """
+
+# The public submodules (tests/test_public_surface.py pins them).
+__all__ = ["pages", "server"]

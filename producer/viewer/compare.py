@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from common.compare import Comparison
-from common.phase import phase_line
+from common.reporting.compare import Comparison
+from common.reporting.phase import phase_line
 from producer.viewer.html import h, table
 from producer.viewer.index import RunRows
 

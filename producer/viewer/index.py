@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common.runstats import RunStats
+from common.reporting.runstats import RunStats
 from producer.reports import ROWS, iter_rows, parse_row, read_row_at
 from producer.store import ProducerStore
 

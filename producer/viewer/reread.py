@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from common.errors import QfarmError
+from common.grounding.preflight import run_preflight
+from common.grounding.sidecar import assess_answerability
+from common.grounding.verify import verify_answer
 from common.models import Answerability, Evidence, Manifest, Verification
 from common.policy import verifier_policy_hash
-from common.preflight import run_preflight
-from common.sidecar import assess_answerability
-from common.verify import verify_answer
 from common.vocab import Mode
 
 

@@ -4,8 +4,8 @@ error page.
 
 Every value from a manifest or a row is escaped (row text is model output).
 Runs are read through ``producer.reports`` and ``producer.viewer.index``, the
-same reader as ``qfarm report``; numbers are rendered with ``common.report``'s
-formatters and compared with ``common.compare``.
+same reader as ``qfarm report``; numbers are rendered with ``common.reporting.report``'s
+formatters and compared with ``common.reporting.compare``.
 
 A run is read from its directory when it has one, else from Redis (a run in
 progress whose follower has written nothing yet, or one followed on another

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from common.grounding.verify.spans import Span, claim_spans
+from common.grounding.verify.verdict import display_label
 from common.models import Claim, Evidence, Label, Manifest, ViolationKind
-from common.report import fmt_ms
-from common.runstats import STAGES
-from common.verify.spans import Span, claim_spans
-from common.verify.verdict import display_label
+from common.reporting.report import fmt_ms
+from common.reporting.runstats import STAGES
 from producer.viewer.html import badge, h, meaning, table
 from producer.viewer.reread import Reread
 

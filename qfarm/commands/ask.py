@@ -63,7 +63,7 @@ def _print(row: Row, record: JobRecord | None, *, as_json: bool) -> None:
         )
         print(json.dumps(data, indent=2, ensure_ascii=False))
         return
-    from common.audit import render_audit_block, render_claims
+    from common.reporting.audit import render_audit_block, render_claims
 
     if row.error:
         print(f"ERROR · via {row.mode.value} · {row.error}", file=sys.stderr)

@@ -55,9 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from common.compare import headline
     from common.errors import InputError
-    from common.phase import cycle_lines, phase_line
+    from common.reporting.compare import headline
+    from common.reporting.phase import cycle_lines, phase_line
     from producer.reports import (
         check_floor,
         compare_cycle,

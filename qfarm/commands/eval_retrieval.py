@@ -53,7 +53,7 @@ def _line(fig: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from common.questions import parse_questions
-    from common.retrieval_eval import titles_by_id
+    from common.retrieval.evaluation import titles_by_id
     from common.settings import load_settings
     from producer.api import open_local_retriever
     from worker.retrieval.evaluate import evaluate

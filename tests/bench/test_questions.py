@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from common.gold import contains_answer, normalize_tokens
+from common.grounding.gold import contains_answer, normalize_tokens
+from common.grounding.quantifier import classify_question_quantifier
+from common.grounding.sidecar import match_extraction_shape
 from common.models import Question
-from common.quantifier import classify_question_quantifier
 from common.questions import parse_questions
-from common.sidecar import match_extraction_shape
 from worker.retrieval.default_corpus import default_corpus_path
 
 QUESTIONS = Path(__file__).resolve().parents[2] / "bench" / "questions"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from common.grounding.rows import build_row
 from common.jobs import expand_jobs, job_from_ref, ref_for
 from common.models import (
     Answerability,
@@ -21,7 +22,6 @@ from common.models import (
     ViolationKind,
 )
 from common.policy import build_policy
-from common.rows import build_row
 
 
 def a_job():

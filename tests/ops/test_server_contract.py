@@ -28,9 +28,9 @@ from common.errors import (
     MalformedReplyError,
     PermanentStatusError,
 )
+from common.grounding.prompts import build_prompt
 from common.models import Evidence, Generation, Mode, Sampling
 from common.policy import Policy
-from common.prompts import build_prompt
 from common.settings import Settings
 from ops.sim.launch import start_simulator
 from worker.llm import open_gateway

@@ -8,9 +8,9 @@ from collections import Counter
 
 import pytest
 
+from common.grounding.prompts import build_prompt
 from common.models import Evidence, Mode
 from common.policy import Policy
-from common.prompts import build_prompt
 from ops.sim.behaviour import (
     PROFILES,
     BehaviourRates,
@@ -207,9 +207,9 @@ def test_default_profile_mixes_good_and_each_failure() -> None:
 
 
 def test_all_three_verdicts_occur_under_the_verifier() -> None:
-    verify = pytest.importorskip("common.verify")
+    verify = pytest.importorskip("common.grounding.verify")
     if not hasattr(verify, "verify_answer"):
-        pytest.skip("common.verify.verify_answer is not written yet")
+        pytest.skip("common.grounding.verify.verify_answer is not written yet")
     verdicts = Counter()
     evidence = make_evidence()
     for mode in Mode:
@@ -309,7 +309,7 @@ APOSTROPHE_TEXTS = {
 
 
 def verify_text(text: str, mode: Mode, evidence: list[Evidence] | None = None):  # noqa: ANN201
-    from common.verify import verify_answer
+    from common.grounding.verify import verify_answer
 
     return verify_answer(text, question=QUESTION, mode=mode,
                          evidence=evidence or make_evidence(), policy=Policy())

@@ -101,7 +101,7 @@ def test_max_tokens_defaults_to_16_and_stop_cuts(sim: SimulatorHandle) -> None:
 
 
 def test_chat_completions(sim: SimulatorHandle) -> None:
-    from common.prompts import SYSTEM_PROMPTS
+    from common.grounding.prompts import SYSTEM_PROMPTS
 
     evidence = '<evidence id="E1" title="The Beatles">\n' + BLOCKS["E1"] + "\n</evidence>"
     messages = [

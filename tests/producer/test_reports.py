@@ -14,7 +14,7 @@ import pytest
 from common.errors import InputError
 from common.models import Manifest
 from common.policy import Policy, build_policy, governance_policy_hash, verifier_policy_hash
-from common.report import render_stats
+from common.reporting.report import render_stats
 from producer.reports import (
     LATENCY_PLOT,
     STRICT_PLOT,

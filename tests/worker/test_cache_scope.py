@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from common.grounding.rows import build_row
 from common.jobs import expand_jobs
 from common.models import JobRecord, Mode, Question
 from common.policy import Policy
-from common.rows import build_row
 from worker.flow import row_from_cache
 
 

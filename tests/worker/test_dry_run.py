@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from common.compare import compare_runs
 from common.models import Mode
 from common.policy import Policy
-from common.runstats import accumulate
+from common.reporting.compare import compare_runs
+from common.reporting.runstats import accumulate
 from common.settings import Settings
 from common.vocab import ViolationKind
 from ops.sim.launch import SimulatorHandle, start_simulator

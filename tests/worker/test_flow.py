@@ -269,13 +269,13 @@ def test_an_unreadable_record_in_a_forwarded_bundle_spares_the_others(eager, pay
     jobs, _ = bundle_refs("v", n=1)
     records = pipeline.retrieval_stage([pipeline.begin(j) for j in jobs], svc.retriever)
     sent = []
-    flow.handle_generate(_unreadable_second_record(records, payload_format), svc,
-                         lambda stage, rs: sent.extend(rs))
+    flow.handle_stage(keys.GENERATE, _unreadable_second_record(records, payload_format), svc,
+                      lambda stage, rs: sent.extend(rs))
     assert [r.job.job_id for r in sent] == [jobs[0].job_id]
     assert sent[0].retrieval.evidence == records[0].retrieval.evidence  # put back, one by one
     assert gateway.calls == 1
     # Forwarded as one string, the good one verifies into its row.
-    flow.handle_verify(flow.dump_records(sent), svc)
+    flow.handle_stage(keys.VERIFY, flow.dump_records(sent), svc, lambda stage, rs: None)
     (row,) = [json.loads(r) for r in store.read_rows("v", 0)]
     assert row["job_id"] == jobs[0].job_id and row["error"] is None
 
@@ -381,7 +381,7 @@ def test_a_record_that_cannot_be_sent_is_that_jobs_error_row_only(eager):
             raise ValueError("cannot serialise this one")
         sent.extend(bundle)
 
-    flow.handle_generate(flow.dump_records(records), svc, send)
+    flow.handle_stage(keys.GENERATE, flow.dump_records(records), svc, send)
     assert [r.job.job_id for r in sent] == [jobs[0].job_id]
     (row,) = [json.loads(r) for r in store.read_rows("x", 0)]
     assert row["job_id"] == jobs[1].job_id and "cannot serialise" in row["error"]

@@ -26,9 +26,9 @@ from common.errors import (
     QueueFullError,
     TransientServiceError,
 )
+from common.grounding.rows import build_row
 from common.models import Generation, JobRecord, Sampling
-from common.report import render_summary
-from common.rows import build_row
+from common.reporting.report import render_summary
 from common.settings import Settings, load_settings
 from worker.llm import Gateway
 from worker.llm.balancer import Balancer

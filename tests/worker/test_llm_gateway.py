@@ -12,9 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from common.errors import ConfigError, PermanentServiceError, TransientServiceError
+from common.grounding.prompts import build_prompt
 from common.models import Evidence, Generation, Mode, Sampling
 from common.policy import Policy
-from common.prompts import build_prompt
 from common.settings import Settings
 from ops.sim.launch import SimulatorHandle, start_simulator
 from worker.llm import Gateway, open_gateway

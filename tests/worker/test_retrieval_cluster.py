@@ -280,7 +280,7 @@ class RankingClient(FakeClient):
 
 
 def test_clusters_fetch_the_rerank_window_and_apply_stage_two() -> None:
-    from common.search_query import RERANK_DEPTH
+    from common.retrieval.ranking import RERANK_DEPTH
 
     hits = [
         _hit("Mountaineering#0", 9.0, "Mountaineering", "Mountain mountain mountain climbing."),
@@ -314,7 +314,7 @@ class _Indices:
 
 
 def test_a_cluster_index_built_under_an_older_ranking_reports_the_ranking_that_serves_it() -> None:
-    from common.search_query import RANKING_VERSION
+    from common.retrieval.ranking import RANKING_VERSION
 
     client = FakeClient()
     client.indices = _Indices({  # type: ignore[attr-defined]

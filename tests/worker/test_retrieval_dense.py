@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from common.errors import ConfigError, RetrievalError
-from common.search_query import DENSE_RANKING_VERSION, RANKING_VERSION
+from common.retrieval.ranking import DENSE_RANKING_VERSION, RANKING_VERSION
 from common.settings import Settings
 from worker.retrieval import dense, open_retriever
 from worker.retrieval.embedded import EmbeddedRetriever, read_meta

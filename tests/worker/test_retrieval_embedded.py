@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from common.chunking import chunk_document
 from common.errors import RetrievalError
-from common.search_query import RANKING_VERSION, index_version_for
+from common.retrieval.chunking import chunk_document
+from common.retrieval.ranking import RANKING_VERSION, index_version_for
 from common.settings import Settings
 from worker.retrieval import Retriever, open_retriever
 from worker.retrieval.default_corpus import default_corpus_path

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from common.corpus import CorpusIssue, Document
 from common.errors import InputError
+from common.retrieval.corpus import CorpusIssue, Document
 from common.settings import Settings
 from qfarm.cli import main as qfarm_main
 from worker.retrieval import ensure_default_index, open_retriever

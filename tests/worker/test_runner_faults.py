@@ -135,7 +135,7 @@ RETRIEVE_FAULTS = {
         lambda refs: any(r["qid"] == POISON for r in refs),
     ),
     "ref_for": (runner, "ref_for", is_poison),
-    "enter_generate": (flow, "enter_generate", lambda rs: any(is_poison(r.job) for r in rs)),
+    "enter": (flow, "enter", lambda rs: any(is_poison(r.job) for r in rs)),
     "generation_request": (pipeline, "generation_request", lambda rec: is_poison(rec.job)),
 }
 

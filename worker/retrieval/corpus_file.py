@@ -21,9 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from common.corpus import CorpusIssue, Document, documents_from_json, parse_jsonl_line, sniff_format
 from common.errors import InputError
-from common.search_query import index_version_for
+from common.retrieval.corpus import (
+    CorpusIssue,
+    Document,
+    documents_from_json,
+    parse_jsonl_line,
+    sniff_format,
+)
+from common.retrieval.ranking import index_version_for
 from worker.retrieval.default_corpus import DEFAULT_CORPUS_LABEL, default_corpus_path
 
 # This many undecodable lines before the first good one: the file is not UTF-8 at all.

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from common.models import Question
-from common.retrieval_eval import Judged, judge, misses, summarize
+from common.retrieval.evaluation import Judged, judge, misses, summarize
 
 WARM_UP = 10  # untimed searches first: connections, page cache
 
@@ -24,7 +24,7 @@ def evaluate(
     top_k: int,
     title_boost: float,
 ) -> dict[str, Any]:
-    """Figures of ``retriever`` on ``questions`` (see ``common.retrieval_eval.summarize``)."""
+    """Figures of ``retriever`` on ``questions`` (see ``common.retrieval.evaluation.summarize``)."""
     for q in questions[:WARM_UP]:
         retriever.search(q.text, top_k=top_k, title_boost=title_boost)
     judged: list[Judged] = []

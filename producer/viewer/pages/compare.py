@@ -3,8 +3,8 @@ that changed."""
 
 from __future__ import annotations
 
-from common.compare import compare_runs
 from common.errors import InputError
+from common.reporting.compare import compare_runs
 from producer.reports import check_floor
 from producer.viewer.compare import changed_verdicts, render_comparison
 from producer.viewer.html import Response, h

@@ -7,8 +7,16 @@ from collections import Counter
 from typing import Any
 from urllib.parse import quote
 
-from common.report import GOLD_COLUMNS, fmt_ms, fmt_num, fmt_pct, fmt_time, gold_cells, run_warnings
-from common.runstats import NO_VERDICT, STAGES, UNKNOWN_KIND
+from common.reporting.report import (
+    GOLD_COLUMNS,
+    fmt_ms,
+    fmt_num,
+    fmt_pct,
+    fmt_time,
+    gold_cells,
+    run_warnings,
+)
+from common.reporting.runstats import NO_VERDICT, STAGES, UNKNOWN_KIND
 from common.vocab import Verdict
 from producer.reports import LATENCY_PLOT, STRICT_PLOT
 from producer.viewer.html import REDIS_BADGE, Response, h

@@ -5,7 +5,7 @@ from __future__ import annotations
 from urllib.parse import quote
 
 from common.errors import InputError
-from common.report import fmt_pct, fmt_time
+from common.reporting.report import fmt_pct, fmt_time
 from producer.viewer.html import REDIS_BADGE, NotFound, Response, h
 from producer.viewer.html import badge as _badge
 from producer.viewer.html import page as _page

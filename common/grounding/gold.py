@@ -1,0 +1,83 @@
+"""Gold-answer matching: did the answer state a gold answer, and did retrieval find one?
+
+Computed at verify time when the question file gives ``answers``; the row keeps
+two booleans, never the answer text. Matching is on normalized token
+sequences: NFKC, casefold, punctuation stripped at token edges (as the verifier
+does: docs/grounding.md, 'Verification'), and the articles a/an/the dropped (as in SQuAD's answer normalization, so "The
+Beatles" matches "Beatles"). Two additions for answers: dashes separate tokens
+("China–Nepal" matches "China-Nepal", "mid-2061" contains "2061") and a
+possessive "'s" is dropped ("Seurat's" contains "Seurat"). A gold answer
+matches when its token sequence occurs contiguously in the text, so "Paris"
+does not match "Parisian".
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+
+from common.grounding.verify.text import joined
+from common.models import Claim, Evidence
+
+ARTICLES = frozenset({"a", "an", "the"})
+
+
+def _is_punct(ch: str) -> bool:
+    return unicodedata.category(ch)[0] in "PS"
+
+
+def _strip_edges(token: str) -> str:
+    start, end = 0, len(token)
+    while start < end and _is_punct(token[start]):
+        start += 1
+    while end > start and _is_punct(token[end - 1]):
+        end -= 1
+    return token[start:end]
+
+
+def _split_dashes(text: str) -> str:
+    return "".join(" " if unicodedata.category(ch) == "Pd" else ch for ch in text)
+
+
+# Memoised: the n samples and the modes of a question check the same evidence blocks
+# (twice each: gold-in-evidence here and the evidence rank in common.retrieval.evaluation),
+# which was most of the verify stage's gold-answer cost.
+@lru_cache(maxsize=4096)
+def normalize_tokens(text: str) -> tuple[str, ...]:
+    """Tokens of ``text`` after NFKC, casefold, dash split, edge-punctuation strip and article removal."""
+    tokens = []
+    for raw in _split_dashes(unicodedata.normalize("NFKC", text).casefold()).split():
+        token = _strip_edges(raw)
+        if token.endswith(("'s", "\u2019s")):
+            token = _strip_edges(token[:-2])
+        if token and token not in ARTICLES:
+            tokens.append(token)
+    return tuple(tokens)
+
+
+def contains_answer(text_tokens: Sequence[str], answers: Iterable[Sequence[str]]) -> bool:
+    haystack = joined(text_tokens)  # space-padded: matches respect token boundaries
+    return any(answer and joined(answer) in haystack for answer in answers)
+
+
+def match_gold(
+    answers: Sequence[str], claims: Sequence[Claim], evidence: Sequence[Evidence]
+) -> tuple[bool | None, bool | None]:
+    """(gold in admitted claims, gold in evidence text); (None, None) when no usable answers.
+
+    A claim's text and its warrant both count: the warrant is the part of the
+    answer the model copied from the evidence. Claims that were not admitted
+    (over the cap) do not count.
+    """
+    gold = [tokens for tokens in (normalize_tokens(a) for a in answers) if tokens]
+    if not gold:
+        return (None, None)
+    in_claims = any(
+        contains_answer(normalize_tokens(part), gold)
+        for claim in claims
+        if claim.admitted
+        for part in (claim.text, claim.warrant or "")
+    )
+    in_evidence = any(contains_answer(normalize_tokens(e.text), gold) for e in evidence)
+    return (in_claims, in_evidence)

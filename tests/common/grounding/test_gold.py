@@ -1,0 +1,97 @@
+"""Gold-answer matching: normalization, several gold answers, evidence vs claims."""
+
+from __future__ import annotations
+
+from common.grounding.gold import match_gold, normalize_tokens
+from common.models import Claim, Evidence
+
+
+def ev(text: str, eid: str = "E1") -> Evidence:
+    return Evidence(
+        id=eid,
+        doc_id="d",
+        chunk_id="d#0",
+        title="T",
+        text=text,
+        score=1.0,
+        offset_start=0,
+        offset_end=len(text),
+    )
+
+
+def test_normalization_folds_case_width_punctuation_and_articles() -> None:
+    assert normalize_tokens("“The Beatles”,  (1960) ＰＡＲＩＳ!") == ("beatles", "1960", "paris")
+    assert normalize_tokens("rock-and-roll, China–Nepal") == (
+        "rock",
+        "and",
+        "roll",
+        "china",
+        "nepal",
+    )
+    assert normalize_tokens("Seurat's and Picasso’s works") == ("seurat", "and", "picasso", "works")
+    assert normalize_tokens("U.S. 8,848.86") == ("u.s", "8,848.86")  # inner punctuation stays
+    assert normalize_tokens("  ...  ") == ()
+
+
+def test_match_in_claims_ignores_case_and_punctuation() -> None:
+    claims = [Claim(text="It was written by WILLIAM SHAKESPEARE. [E1]", evidence_ids=("E1",))]
+    assert match_gold(["William Shakespeare"], claims, [ev("Hamlet is a tragedy.")]) == (
+        True,
+        False,
+    )
+
+
+def test_any_of_several_gold_answers_matches() -> None:
+    claims = [Claim(text="The capital is Edo, today called Tokyo", evidence_ids=("E1",))]
+    assert match_gold(["Kyoto", "Tokyo"], claims, [ev("Tokyo is the capital of Japan.")]) == (
+        True,
+        True,
+    )
+    assert match_gold(["Kyoto", "Osaka"], claims, [ev("Tokyo is the capital of Japan.")]) == (
+        False,
+        False,
+    )
+
+
+def test_answer_in_evidence_but_not_in_claims() -> None:
+    claims = [Claim(text="The evidence does not say who painted it.", evidence_ids=())]
+    evidence = [
+        ev("An unrelated block.", "E1"),
+        ev("The Mona Lisa was painted by Leonardo da Vinci.", "E2"),
+    ]
+    assert match_gold(["Leonardo da Vinci"], claims, evidence) == (False, True)
+
+
+def test_match_respects_token_boundaries() -> None:
+    claims = [Claim(text="A Parisian landmark", evidence_ids=("E1",))]
+    assert match_gold(["Paris"], claims, [ev("Parisian cafés")]) == (False, False)
+    assert match_gold(["1969"], [Claim(text="in 1969, the landing")], [ev("19690")]) == (
+        True,
+        False,
+    )
+
+
+def test_articles_do_not_block_a_match() -> None:
+    claims = [Claim(text="Lennon founded Beatles", evidence_ids=("E1",))]
+    assert match_gold(["The Beatles"], claims, [ev("the band the Beatles")]) == (True, True)
+
+
+def test_warrant_counts_and_unadmitted_claims_do_not() -> None:
+    warranted = [
+        Claim(
+            text="The author is named in E1", warrant="written by Jane Austen", evidence_ids=("E1",)
+        )
+    ]
+    assert match_gold(["Jane Austen"], warranted, []) == (True, False)
+    excess = [Claim(text="Jane Austen wrote it", admitted=False)]
+    assert match_gold(["Jane Austen"], excess, []) == (False, False)
+
+
+def test_no_usable_answers_gives_none() -> None:
+    claims = [Claim(text="anything")]
+    assert match_gold([], claims, [ev("anything")]) == (None, None)
+    assert match_gold(["the", "  "], claims, [ev("the")]) == (None, None)
+
+
+def test_no_claims_is_false_not_none() -> None:
+    assert match_gold(["Mars"], [], [ev("Mars is the fourth planet.")]) == (False, True)

@@ -1,0 +1,148 @@
+"""The stage chain is declared once (worker/stages.py): the Celery tasks, the interactive
+task and the in-process runner all follow it, so a link added there is run by every path."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import fakeredis
+import pytest
+
+from common import keys
+from common.jobs import expand_jobs, ref_for
+from common.models import Generation, Job, JobRecord, Mode, Question
+from common.policy import Policy
+from common.settings import Settings
+from producer.store import ProducerStore
+from producer.sweep import make_manifest
+from worker import flow, stages
+from worker.runner import InProcessRunner
+from worker.services import Services
+from worker.store import WorkerStore
+
+pytestmark = pytest.mark.timeout(120)
+
+QUESTIONS = ("What is jazz?", "Who was Napoleon?")
+N = 2
+ANNOTATE = keys.Stage("annotate", "qfarm.annotate")
+
+
+class Gateway:
+    """Answers through futures (the runner's path) and in bulk (the tasks' path)."""
+
+    def __init__(self) -> None:
+        self.pool = ThreadPoolExecutor(2, thread_name_prefix="test-gateway")
+
+    def submit_many(self, items: list) -> list[Future]:
+        return [self.pool.submit(self._answer) for _ in items]
+
+    def generate_many(self, items: list) -> list[Generation]:
+        return [self._answer() for _ in items]
+
+    def _answer(self) -> Generation:
+        return Generation(text='"Jazz is a music genre" [E1]', endpoint="canned")
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+
+@pytest.fixture
+def setup(default_index) -> Iterator[tuple[Services, ProducerStore, list[Job]]]:
+    from worker.retrieval import open_retriever
+
+    client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    settings = Settings(index_path=default_index)
+    gateway = Gateway()
+    svc = Services(settings=settings, store=WorkerStore(client), worker_name="t",
+                   retriever_factory=lambda: open_retriever(settings),
+                   gateway_factory=lambda: gateway)  # fmt: skip
+    store = ProducerStore(client)
+    store.put_manifest(make_manifest(
+        run_id="r", question_file="-", question_file_digest="-", n_questions=len(QUESTIONS),
+        modes=[Mode.QUOTE], n=N, policy=Policy(), model="m", endpoints=[], simulated=True,
+        retriever="embedded", index_version=None, corpus=None, eager=True,
+    ))  # fmt: skip
+    questions = [Question(id=f"q{i}", text=t) for i, t in enumerate(QUESTIONS)]
+    yield svc, store, list(expand_jobs("r", questions, [Mode.QUOTE], N, Policy(), model="m"))
+    svc.close()
+
+
+@pytest.fixture
+def annotating(monkeypatch) -> list[JobRecord]:
+    """A link added between the model's and the verifier's; returns what passed it."""
+    seen: list[JobRecord] = []
+    lock = threading.Lock()
+
+    def annotate(records: list[JobRecord], svc: Services) -> list[JobRecord]:
+        with lock:
+            seen.extend(records)
+        return records
+
+    step = stages.Step(ANNOTATE, annotate)
+    chain = list(stages.CHAIN)
+    chain.insert(chain.index(stages.step_for(keys.VERIFY)), step)
+    monkeypatch.setitem(stages.STEPS, ANNOTATE, step)
+    monkeypatch.setattr(stages, "CHAIN", tuple(chain))
+    return seen
+
+
+def assert_passed_once_between_answer_and_verdict(seen: list[JobRecord], jobs: list[Job]) -> None:
+    assert sorted(r.job.job_id for r in seen) == sorted(j.job_id for j in jobs)
+    assert all(r.generation is not None and r.verification is None for r in seen)
+
+
+def assert_one_clean_row_each(store: ProducerStore, run_id: str, jobs: list[Job]) -> None:
+    rows = [json.loads(raw) for raw in store.read_rows(run_id, 0)]
+    assert sorted(r["job_id"] for r in rows) == sorted(j.job_id for j in jobs)
+    assert all(r["error"] is None and r["verdict"] for r in rows)
+
+
+def test_every_link_of_the_chain_is_a_task_on_its_own_queue() -> None:
+    from worker import celery_app, tasks
+
+    assert [s.stage for s in stages.CHAIN] == list(keys.SWEEP_STAGES)
+    assert list(tasks.STAGE_TASKS) == list(keys.SWEEP_STAGES)
+    for stage, task in tasks.STAGE_TASKS.items():
+        assert task.name == stage.task
+        assert celery_app.TASK_ROUTES[stage.task] == {"queue": stage.queue}
+    assert tasks.retrieve is tasks.STAGE_TASKS[stages.CHAIN[0].stage]
+
+
+def test_a_link_added_to_the_chain_runs_in_the_in_process_runner(setup, annotating) -> None:
+    svc, store, jobs = setup
+    r = InProcessRunner(svc, max_inflight=2, bundle_size=N)
+    t = threading.Thread(target=r.run, args=(jobs,), kwargs={"tick_s": 0.05}, daemon=True)
+    t.start()
+    t.join(30)
+    assert not t.is_alive()
+    assert_passed_once_between_answer_and_verdict(annotating, jobs)
+    assert_one_clean_row_each(store, "r", jobs)
+
+
+def test_a_link_added_to_the_chain_runs_in_the_queue_handlers(setup, annotating) -> None:
+    """Each link's handler sends to the next declared link; the added one is entry-checked
+    and counted like the others."""
+    svc, store, jobs = setup
+    refs = [ref_for(j).model_dump(mode="json", exclude_none=True) for j in jobs]
+    queue: list[tuple[keys.Stage, str | list[dict]]] = [(stages.CHAIN[0].stage, refs)]
+    visited = []
+    while queue:
+        stage, payload = queue.pop(0)
+        visited.append(stage)
+        flow.handle_stage(stage, payload, svc,
+                          lambda s, rs: queue.append((s, flow.dump_records(rs))))  # fmt: skip
+    assert visited == [step.stage for step in stages.CHAIN]
+    assert_passed_once_between_answer_and_verdict(annotating, jobs)
+    assert_one_clean_row_each(store, "r", jobs)
+    assert svc.store.client.get(ANNOTATE.counter_key("r")) == str(len(jobs)).encode()
+
+
+def test_a_link_added_to_the_chain_runs_in_the_interactive_task(setup, annotating) -> None:
+    svc, store, jobs = setup
+    job = jobs[0]
+    flow.handle_job(ref_for(job).model_dump(mode="json", exclude_none=True), svc)
+    assert_passed_once_between_answer_and_verdict(annotating, [job])
+    assert_one_clean_row_each(store, "r", [job])
