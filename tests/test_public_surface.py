@@ -41,13 +41,16 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
         ["app", "celery"],
         ["broker", "encoding", "flow", "metrics", "pipeline", "stages", "tasks"],
     ),
-    "worker.llm": (["Gateway", "open_gateway"], ["balancer", "batcher", "retry", "transport"]),
+    "worker.llm": (
+        ["Gateway", "open_gateway"],
+        ["balancer", "batcher", "bridge", "dispatch", "gateway", "health", "replies", "retry",
+         "transport"],
+    ),
     "worker.retrieval": (
         ["Retriever", "ensure_default_index", "open_retriever"],
         ["corpus_file", "default_corpus", "elasticsearch", "opensearch"],
     ),
-    # The Python API. Its modules are pinned as they are; the api module's split into a
-    # front over private modules changes this entry.
+    # The Python API: producer.api is a front over private ``_*.py`` modules.
     "producer": (
         ["Answer", "Endpoints", "QuestionSet", "RunResult", "SweepSpec", "ask",
          "configured_endpoints", "follow_run", "run_sweep"],
@@ -56,17 +59,21 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
     "producer.http": (
         ["app", "auth"], ["errors", "metrics", "middleware", "requests", "runs", "schemas"]
     ),
-    "producer.viewer": (["pages", "server"], ["compare", "html", "index", "live", "reread", "row"]),
+    "producer.viewer": (
+        ["router", "server"],
+        ["compare", "html", "index", "live", "pages", "reread", "row", "source"],
+    ),
+    "producer.viewer.pages": ([], ["compare", "progress", "row", "rows", "run", "runs"]),
     "ops": (["local", "sim"], ["farm"]),
     "ops.local": (["launch"], []),
     "ops.sim": (
         ["SIMULATOR_OWNER"], ["behaviour", "faults", "latency", "metrics", "protocol"]
     ),
-    "qfarm": (["cli"], ["commands", "runtime"]),
+    "qfarm": (["cli"], ["commands", "question_sets", "runtime"]),
     "qfarm.commands": (
         [],
         ["ask", "cancel", "compare", "eval_retrieval", "index", "local_model", "policy",
-         "report", "search", "serve", "sim", "status", "sweep", "view"],
+         "report", "search", "serve", "sets", "sim", "status", "sweep", "view"],
     ),
 }  # fmt: skip
 

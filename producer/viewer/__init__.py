@@ -6,4 +6,4 @@ later front-door server can both mount it.
 """
 
 # The public submodules (tests/test_public_surface.py pins them).
-__all__ = ["pages", "server"]
+__all__ = ["router", "server"]
