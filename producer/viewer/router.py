@@ -34,13 +34,8 @@ STATIC = {"viewer.css": "text/css; charset=utf-8", "viewer.js": "text/javascript
 
 
 class Viewer:
-    """The viewer over one results directory and, optionally, Redis; ``handle`` serves one request.
-
-    ``store`` is a Redis store the caller already has (``qfarm serve``), ``redis_url``
-    one to connect to lazily (``qfarm view``); with neither, Redis is not read.
-    ``index_path`` is the embedded index the row page reads passages from, or
-    ``passages`` a source of them (tests).
-    """
+    """The viewer over the runs a ``RunSource`` reads (the arguments are that source's);
+    ``handle`` serves one request."""
 
     def __init__(
         self,

@@ -420,7 +420,7 @@ def test_a_passing_health_poll_brings_an_endpoint_back_from_a_retry_after() -> N
 
 
 def test_truncated_rows_are_counted_per_mode_in_the_summary() -> None:
-    sys.path.insert(0, str(Path(__file__).parents[1] / "common"))
+    sys.path.insert(0, str(Path(__file__).parents[1] / "common" / "reporting"))
     from test_report import make_manifest, make_row
 
     rows = [
