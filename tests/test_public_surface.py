@@ -64,7 +64,7 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
         ["compare", "html", "index", "live", "pages", "reread", "row", "source"],
     ),
     "producer.viewer.pages": ([], ["compare", "progress", "row", "rows", "run", "runs"]),
-    "ops": (["local", "sim"], ["farm"]),
+    "ops": (["local", "sim"], ["farm", "process"]),
     "ops.local": (["launch"], []),
     "ops.sim": (
         ["SIMULATOR_OWNER"], ["behaviour", "faults", "latency", "metrics", "protocol"]

