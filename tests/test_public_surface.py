@@ -3,7 +3,7 @@ its modules other packages may import, fails here until this file says so.
 
 Each package has ``__all__``: the names a front package re-exports (``producer``,
 ``worker``, ...), or the public submodules of a package that is a namespace of modules
-(``common``, ``common.grounding``, ...). Its other modules are internal: only its own
+(``common``, ``qfarm.common.grounding``, ...). Its other modules are internal: only its own
 package imports them (``_``-prefixed ones are internal without being listed). Tests and
 bench/ may reach inside; the product may not.
 """
@@ -18,55 +18,56 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PRODUCT = ("common", "worker", "producer", "ops", "qfarm")
+FOLDERS = ("common", "worker", "producer", "ops")  # installed as qfarm.<folder>
 
 # package: (its __all__, its internal modules: imported only from inside the package)
 SURFACE: dict[str, tuple[list[str], list[str]]] = {
-    "common": (
+    "qfarm.common": (
         ["errors", "grounding", "jobs", "keys", "metrics", "models", "policy", "profiles",
          "questions", "reporting", "retrieval", "runstatus", "settings", "text", "urls",
          "versions", "vocab"],
         ["redis_urls"],
     ),
-    "common.grounding": (
+    "qfarm.common.grounding": (
         ["gold", "preflight", "prompts", "quantifier", "rows", "schemas", "sidecar", "verify"],
         ["denials", "reminders"],
     ),
-    "common.grounding.verify": (
+    "qfarm.common.grounding.verify": (
         ["DEFLECTION_PATTERNS", "verify_answer"],
         ["checks", "claims", "quote", "verifier"],
     ),
-    "common.retrieval": (["chunking", "corpus", "evaluation", "ranking"], []),
-    "common.reporting": (["audit", "compare", "phase", "report", "runstats", "stats"], []),
-    "worker": (
+    "qfarm.common.retrieval": (["chunking", "corpus", "evaluation", "ranking"], []),
+    "qfarm.common.reporting": (["audit", "compare", "phase", "report", "runstats", "stats"], []),
+    "qfarm.worker": (
         ["app", "celery"],
         ["broker", "encoding", "flow", "metrics", "pipeline", "stages", "tasks"],
     ),
-    "worker.llm": (
+    "qfarm.worker.llm": (
         ["Gateway", "open_gateway"],
         ["balancer", "batcher", "bridge", "dispatch", "gateway", "health", "replies", "retry",
          "transport"],
     ),
-    "worker.retrieval": (
+    "qfarm.worker.retrieval": (
         ["Retriever", "ensure_default_index", "open_retriever"],
         ["corpus_file", "default_corpus", "elasticsearch", "opensearch"],
     ),
-    # The Python API: producer.api is a front over private ``_*.py`` modules.
-    "producer": (
+    # The Python API: qfarm.producer.api is a front over private ``_*.py`` modules.
+    "qfarm.producer": (
         ["Answer", "Endpoints", "QuestionSet", "RunResult", "SweepSpec", "ask",
          "configured_endpoints", "follow_run", "run_sweep"],
         ["aggregator", "capacity", "endpoints", "lease", "runs", "sweep"],
     ),
-    "producer.http": (
+    "qfarm.producer.http": (
         ["app", "auth"], ["errors", "metrics", "middleware", "requests", "runs", "schemas"]
     ),
-    "producer.viewer": (
+    "qfarm.producer.viewer": (
         ["router", "server"],
         ["compare", "html", "index", "live", "pages", "reread", "row", "source"],
     ),
-    "producer.viewer.pages": ([], ["compare", "progress", "row", "rows", "run", "runs"]),
-    "ops": (["local", "sim"], ["farm", "process"]),
-    "ops.local": (["launch"], []),
-    "ops.sim": (
+    "qfarm.producer.viewer.pages": ([], ["compare", "progress", "row", "rows", "run", "runs"]),
+    "qfarm.ops": (["local", "sim"], ["farm", "process"]),
+    "qfarm.ops.local": (["launch"], []),
+    "qfarm.ops.sim": (
         ["SIMULATOR_OWNER"], ["behaviour", "faults", "latency", "metrics", "protocol"]
     ),
     "qfarm": (["cli"], ["commands", "question_sets", "runtime"]),
@@ -78,9 +79,23 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
 }  # fmt: skip
 
 
+def _module_name(path: Path) -> str:
+    """``common/keys.py`` is ``qfarm.common.keys``: the name an installed qfarm gives it."""
+    parts = path.relative_to(REPO).with_suffix("").parts
+    name = ".".join(parts).removesuffix(".__init__")
+    return f"qfarm.{name}" if parts[0] in FOLDERS else name
+
+
+def _folder(package: str) -> Path:
+    parts = package.split(".")
+    if parts[0] == "qfarm" and len(parts) > 1 and parts[1] in FOLDERS:
+        parts = parts[1:]
+    return REPO.joinpath(*parts)
+
+
 def _packages() -> list[str]:
     return sorted(
-        ".".join(init.parent.relative_to(REPO).parts)
+        _module_name(init).removesuffix(".__init__")
         for root in PRODUCT
         for init in (REPO / root).rglob("__init__.py")
     )
@@ -88,7 +103,7 @@ def _packages() -> list[str]:
 
 def _children(package: str) -> set[str]:
     """The package's modules and subpackages, ``_``-prefixed and ``__main__`` left out."""
-    folder = REPO.joinpath(*package.split("."))
+    folder = _folder(package)
     names = {p.stem for p in folder.glob("*.py")} | {p.parent.name for p in folder.glob("*/__init__.py")}
     return {n for n in names if not n.startswith("_")}
 
@@ -134,7 +149,7 @@ def _imports() -> list[tuple[str, str]]:
     pairs = []
     for root in PRODUCT:
         for path in sorted((REPO / root).rglob("*.py")):
-            importer = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+            importer = _module_name(path)
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
                 if isinstance(node, ast.Import):
                     pairs += [(importer, a.name) for a in node.names]

@@ -29,6 +29,15 @@ if "$tmp/venv/bin/python" -c 'import bench' 2>/dev/null; then
   echo "check-install: the benchmarks (bench) were installed; they must not ship" >&2
   exit 1
 fi
+# One import name: the checkout's common/, worker/, producer/ and ops/ install under qfarm,
+# never as top-level packages another distribution could also own.
+for generic in common worker producer ops; do
+  if "$tmp/venv/bin/python" -c "import $generic" 2>/dev/null; then
+    echo "check-install: the install added a top-level '$generic' package; it belongs under qfarm" >&2
+    exit 1
+  fi
+done
+"$tmp/venv/bin/python" -c 'import qfarm.common.vocab, qfarm.worker.celery_app, qfarm.producer.api, qfarm.ops.sim'
 "$tmp/venv/bin/qfarm" sets > "$tmp/sets.txt"
 expected=$(awk '$1 == "smoke" {print $2}' "$tmp/sets.txt")
 if [ -z "$expected" ]; then
@@ -44,7 +53,7 @@ if [ "$rows" -ne "$expected" ]; then
   echo "check-install: expected $expected rows in ./qfarm-runs from 'qfarm sweep smoke', got $rows" >&2
   exit 1
 fi
-echo "check-install: 'qfarm sweep smoke' ran the shipped set into ./qfarm-runs ($rows rows); bench is not installed"
+echo "check-install: 'qfarm sweep smoke' ran the shipped set into ./qfarm-runs ($rows rows); bench is not installed; one import name (qfarm)"
 # The Procfile's api line needs nothing more: qfarm serve answers /healthz.
 port=$("$tmp/venv/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 env QFARM_RESULTS_DIR="$tmp/results" "$tmp/venv/bin/qfarm" serve --eager --port "$port" > "$tmp/serve.log" 2>&1 &

@@ -141,7 +141,7 @@ class Farm:
 @pytest.fixture(scope="session")
 def simulator_url():
     """One zero-latency simulator process for the distributed tests."""
-    from ops.sim.launch import start_simulator
+    from qfarm.ops.sim.launch import start_simulator
 
     handle = start_simulator(ttft_ms=0, tpot_ms=0, max_num_seqs=256)
     try:

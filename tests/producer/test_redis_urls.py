@@ -12,9 +12,9 @@ import pytest
 from kombu.transport.redis import Channel
 from redis.connection import parse_url
 
-from common.errors import ConfigError
-from common.redis_urls import broker_url, redis_url_problem
-from common.settings import Settings
+from qfarm.common.errors import ConfigError
+from qfarm.common.redis_urls import broker_url, redis_url_problem
+from qfarm.common.settings import Settings
 
 from .conftest import REPO, VENV_BIN, Farm
 
