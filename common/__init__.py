@@ -13,6 +13,14 @@ Nothing in this package performs I/O or imports Celery, Redis, httpx or a
 search client; every function is deterministic and unit-testable.
 """
 
+if not __name__.startswith("qfarm."):  # imported by its folder's bare name from a checkout
+    raise ImportError(
+        f"import qfarm.{__name__}, not {__name__}: the folder installs under the qfarm name"
+        " (celery -A qfarm.worker, python -m qfarm.ops.sim); a process importing both would"
+        " hold two copies of every module"
+    )
+
+
 # The public submodules (tests/test_public_surface.py pins them). The contracts and the three
 # concerns; redis_urls is settings' own.
 __all__ = [

@@ -12,6 +12,9 @@ Areas are named by folder (``common.grounding`` is ``qfarm.common.grounding``).
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -127,3 +130,12 @@ def test_nothing_imports_the_folders_by_their_bare_names() -> None:
         if name.split(".")[0] in FOLDERS
     ]
     assert offenders == []
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_a_bare_import_of_a_folder_fails_with_the_name_to_use(folder: str) -> None:
+    # celery -A worker, python -m ops.sim: an import statement test cannot see those.
+    done = subprocess.run([sys.executable, "-c", f"import {folder}"], cwd=REPO,
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode != 0
+    assert f"import qfarm.{folder}, not {folder}" in done.stderr

@@ -140,7 +140,7 @@ def main() -> None:  # noqa: C901 - a linear script: start, measure, print
         open_local_retriever(settings, progress=True)  # build the default index before timing
         for w in range(args.workers):
             procs.append(subprocess.Popen(
-                [str(BIN / "celery"), "-A", "worker", "worker", "-Q", "interactive", "-P",
+                [str(BIN / "celery"), "-A", "qfarm.worker", "worker", "-Q", "interactive", "-P",
                  "threads", "-c", str(args.threads), "-n", f"inter{w}@%h", "--without-gossip",
                  "--without-mingle"], cwd=REPO, env=env, stdout=(work / f"w{w}.log").open("wb"),
                 stderr=subprocess.STDOUT, start_new_session=True))

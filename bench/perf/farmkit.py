@@ -45,7 +45,7 @@ def exit_on_sigterm() -> None:
 
 @contextmanager
 def workers(env: dict[str, str], specs: list[tuple[str, str, str, int]], log_dir: Path,
-            app: str = "worker"):
+            app: str = "qfarm.worker"):
     """specs: (name, queues, pool, concurrency); ``app`` the module ``celery -A`` loads.
     Yields once every worker is ready."""
     procs: list[subprocess.Popen] = []

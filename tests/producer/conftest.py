@@ -53,7 +53,7 @@ class Farm:
         log = (self.log_dir / f"worker-{name}.log").open("ab")
         proc = subprocess.Popen(
             [
-                str(VENV_BIN / "celery"), "-A", "worker", "worker",
+                str(VENV_BIN / "celery"), "-A", "qfarm.worker", "worker",
                 "-Q", queues, "-P", pool, "-c", str(concurrency),
                 "-n", f"{name}@%h", "--without-gossip", "--without-mingle",
                 "--loglevel", "INFO",
