@@ -130,8 +130,9 @@ def list_runs(settings: Settings, store: ProducerStore | None, *, offset: int,
 
 def summary_data(run_dir: Path) -> dict[str, Any]:
     """The summary's main figures as JSON: per mode, verdict counts and rates with 95%
-    Wilson intervals, violation kinds, labels, errors, cache hits and latency quantiles."""
-    from common.reporting.stats import wilson_interval
+    intervals (Wilson, or clustered by question when questions were sampled n > 1 times:
+    ``interval``), violation kinds, labels, errors, cache hits and latency quantiles."""
+    from common.reporting.stats import interval_method, rate_interval
     from producer.reports import read_run
 
     manifest, stats = read_run(run_dir)
@@ -144,9 +145,10 @@ def summary_data(run_dir: Path) -> dict[str, Any]:
         rates = {}
         for verdict in ("strict", "hybrid", "ungrounded"):
             k = getattr(t, verdict)
-            low, high = wilson_interval(k, t.valid) if t.valid else (None, None)
+            clusters = stats.clusters(name, verdict)
+            low, high = rate_interval(clusters) if t.valid else (None, None)
             rates[verdict] = {"count": k, "rate": k / t.valid if t.valid else None,
-                              "ci95": [low, high]}
+                              "ci95": [low, high], "interval": interval_method(clusters)}
         p50, p95 = ms.latency.quantiles([0.5, 0.95])
         modes[name] = {
             "rows": t.rows, "errors": t.errors, "valid": t.valid, "verdicts": rates,
