@@ -26,24 +26,45 @@ from producer.store import ProducerStore
 @dataclass(frozen=True)
 class Cancelled:
     run_id: str
-    purged: int
+    purged: int  # messages this cancel removed from the queues
     done: int
     total: int
+    purged_total: int = 0  # messages every cancel of this run removed so far
+    cancelled_jobs: int = 0  # jobs stopped before they had a row, so far
+    cancels: int = 1  # how many times the run was cancelled
+
+
+# What a cancel can and cannot stop, said by `qfarm cancel`, the API and docs/distributed.md.
+CANCEL_SCOPE = (
+    "queued jobs are removed; bundles a worker already took stop at their next stage, and "
+    "a taken bundle's model requests not yet answered are abandoned; requests already "
+    "answered are verified and keep their rows; a worker that lost its connection to "
+    "Redis finishes what it holds"
+)
 
 
 def cancel_run(store: ProducerStore, run_id: str, results_dir: Path) -> Cancelled:
-    """Set the run's cancel flag and purge its pending messages (``qfarm cancel``)."""
+    """Set the run's cancel flag and purge its pending messages (``qfarm cancel``).
+
+    Counts are cumulative: a second cancel adds what it purged to the first one's and
+    keeps the first cancel's time (``cancelled_at``; ``last_cancelled_at`` is the latest).
+    """
     manifest = store.manifest(run_id)
     if manifest is None:
         raise InputError(f"run {run_id}: not found in Redis; `qfarm status` lists runs")
     now = time.time()
     store.set_cancelled(run_id, now)
     purged = store.purge_run_messages(run_id)
+    counts = store.count_cancel(run_id)
     run_dir = results_dir / run_id
     if (run_dir / "manifest.json").exists():
-        update_run_status(run_dir, cancelled_at=now, purged_messages=purged)
+        first = read_run_status(run_dir).get("cancelled_at", now)
+        update_run_status(run_dir, cancelled_at=first, last_cancelled_at=now,
+                          cancels=counts.cancels, purged_messages=counts.purged_messages,
+                          cancelled_jobs=counts.cancelled_jobs)
     prog = store.progress(run_id, manifest.n_jobs)
-    return Cancelled(run_id, purged, prog.done, prog.total)
+    return Cancelled(run_id, purged, prog.done, prog.total, purged_total=counts.purged_messages,
+                     cancelled_jobs=prog.cancelled_jobs, cancels=counts.cancels)
 
 
 def describe_run(run_id: str, settings: Settings, store: ProducerStore | None) -> dict[str, Any]:

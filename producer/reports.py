@@ -278,10 +278,15 @@ def write_summary(run_dir: Path, *, finished_at: float | None = None,
         plots=plots,
         finished_at=finished_at,
         status=shown_status(manifest, status, stats.rows),
+        cancelled_jobs=_int_or_none(status.get("cancelled_jobs")),
     ) + _recovery_note(status)
     path = run_dir / SUMMARY
     _write_atomic(path, text)
     return path
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def shown_status(manifest: Manifest, status: dict[str, Any], rows: int) -> str:

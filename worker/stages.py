@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from common import keys
 from common.models import JobRecord
+from common.vocab import ErrorKind
 from worker import pipeline
 from worker.services import Services
 
@@ -50,7 +51,16 @@ def _retrieve(records: list[JobRecord], svc: Services) -> list[JobRecord]:
 
 
 def _generate(records: list[JobRecord], svc: Services) -> list[JobRecord]:
-    return pipeline.generation_stage(records, svc.gateway)
+    """The model calls; a job whose run is cancelled while its request waits is dropped
+    here (no row) and counted with the run's cancelled jobs."""
+    out = pipeline.generation_stage(records, svc.gateway, cancelled_runs=svc.store.cancelled_runs)
+    stopped = [r for r in out if r.error_kind == ErrorKind.CANCELLED]
+    by_run: dict[str, list[str]] = {}
+    for r in stopped:
+        by_run.setdefault(r.job.run_id, []).append(r.job.job_id)
+    for run_id, job_ids in by_run.items():
+        svc.store.add_cancelled_jobs(run_id, job_ids)
+    return [r for r in out if r.error_kind != ErrorKind.CANCELLED]
 
 
 def _verify(records: list[JobRecord], svc: Services) -> list[JobRecord]:

@@ -130,7 +130,11 @@ def policy_overrides(policy: Policy) -> dict[str, Any]:
 
 
 def _header(
-    man: Manifest, stats: RunStats, finished_at: float | None, status: str | None
+    man: Manifest,
+    stats: RunStats,
+    finished_at: float | None,
+    status: str | None,
+    cancelled_jobs: int | None = None,
 ) -> list[str]:
     out = [f"# qfarm run `{man.run_id}`", ""]
     if man.simulated or stats.simulated_rows:
@@ -174,17 +178,30 @@ def _header(
         ("cache hits", str(stats.cache_hits)),
     ]
     out += md_table(["run", ""], [[k, v] for k, v in facts])
-    out += run_warnings(man, stats, status)
+    out += run_warnings(man, stats, status, cancelled_jobs)
     return out
 
 
-def run_warnings(man: Manifest, stats: RunStats, status: str | None = None) -> list[str]:
+def run_warnings(
+    man: Manifest, stats: RunStats, status: str | None = None, cancelled_jobs: int | None = None
+) -> list[str]:
     notes: list[str] = []
     if status == RunStatus.CANCELLED and stats.rows < man.n_jobs:
         notes.append(
             f"Run cancelled: {man.n_jobs - stats.rows} of {man.n_jobs} jobs were cancelled "
-            "before they started and have no row (left out of every rate)."
+            "before they had a row (left out of every rate)."
         )
+        if cancelled_jobs is not None:
+            unaccounted = man.n_jobs - stats.rows - cancelled_jobs
+            notes.append(
+                f"The farm counted {cancelled_jobs} cancelled jobs (purged from a queue, "
+                "skipped at a stage or stopped inside a taken bundle)"
+                + (f"; {unaccounted} more have neither a row nor a count (lost, or still "
+                   "running when the summary was written)." if unaccounted > 0 else
+                   ": rows + cancelled = planned." if unaccounted == 0 else
+                   f"; {-unaccounted} of them also have a row (a row that landed after its "
+                   "job was counted).")
+            )
     elif stats.rows < man.n_jobs:
         notes.append(
             f"{man.n_jobs - stats.rows} of {man.n_jobs} jobs have no row "
@@ -616,12 +633,14 @@ def render_stats(
     plots: Mapping[str, str] | None = None,
     finished_at: float | None = None,
     status: str | None = None,
+    cancelled_jobs: int | None = None,
 ) -> str:
-    """Render an already accumulated run; ``render_summary`` is this plus the pass over rows."""
+    """Render an already accumulated run; ``render_summary`` is this plus the pass over rows.
+    ``cancelled_jobs``: the farm's count of jobs a cancel stopped (status.json)."""
     man = manifest if isinstance(manifest, Manifest) else Manifest.model_validate(manifest)
     modes = stats.mode_order(m.value for m in man.modes)
     sections = [
-        _header(man, stats, finished_at, status),
+        _header(man, stats, finished_at, status, cancelled_jobs),
         _mode_table(stats, modes),
         _kinds_table(stats, modes),
         _label_table(stats, modes),
