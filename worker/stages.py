@@ -16,6 +16,7 @@ link also loads the jobs, runs the preflight and serves cache hits before its st
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,6 +25,8 @@ from common.models import JobRecord
 from common.vocab import ErrorKind
 from worker import pipeline
 from worker.services import Services
+
+log = logging.getLogger("qfarm.worker")
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,8 @@ def _generate(records: list[JobRecord], svc: Services) -> list[JobRecord]:
     for r in stopped:
         by_run.setdefault(r.job.run_id, []).append(r.job.job_id)
     for run_id, job_ids in by_run.items():
+        log.info("run %s cancelled; abandoned %d unanswered request(s) of a taken bundle",
+                 run_id, len(job_ids))
         svc.store.add_cancelled_jobs(run_id, job_ids)
     return [r for r in out if r.error_kind != ErrorKind.CANCELLED]
 
