@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from common.settings import load_settings
+from qfarm.common.settings import load_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,12 +20,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from producer.control import cancel_run
-    from producer.store import ProducerStore, connect
+    from qfarm.producer.control import cancel_run
+    from qfarm.producer.store import ProducerStore, connect
 
     settings = load_settings()
     done = cancel_run(ProducerStore(connect(settings.redis_url)), args.run_id, settings.results_dir)
-    from producer.control import CANCEL_SCOPE
+    from qfarm.producer.control import CANCEL_SCOPE
 
     again = f" (cancel #{done.cancels}, {done.purged_total} purged in all)" if done.cancels > 1 else ""
     print(f"run {done.run_id} cancelled: purged {done.purged} pending messages{again}; "
