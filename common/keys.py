@@ -13,7 +13,13 @@ Everything for a run lives under ``qfarm:run:<run_id>:``:
 * ``restored``  count of rows written back from rows.jsonl after Redis lost them
 * ``follower``  lease of the process draining the run's rows into its files
 * ``error``     a run-level error (e.g. a manifest workers cannot read); followers stop on it
-* ``cancelled`` present once the run is cancelled; tasks check it before starting
+* ``cancelled`` present once the run is cancelled (the first cancel's time); tasks
+                check it before each stage, and the generate stage while its bundle's
+                requests are out
+* ``cancelled_jobs`` set of the job ids a cancel stopped before they had a row
+                (purged from a queue, skipped at a stage's entry, or stopped inside a
+                taken bundle): rows + this set's size = the planned jobs
+* ``cancels``   hash of cumulative cancel counts (``cancels``, ``purged_messages``)
 * ``detail:<job_id>`` the full job record of a single query (claims, sidecar), for ``qfarm ask``
 
 ``qfarm:runs`` is a sorted set of run ids by creation time; ``qfarm:cache:<digest>``
@@ -114,6 +120,14 @@ def error_key(run_id: str) -> str:
 
 def cancelled_key(run_id: str) -> str:
     return _run_key(run_id, "cancelled")
+
+
+def cancelled_jobs_key(run_id: str) -> str:
+    return _run_key(run_id, "cancelled_jobs")
+
+
+def cancels_key(run_id: str) -> str:
+    return _run_key(run_id, "cancels")
 
 
 def detail_key(run_id: str, job_id: str) -> str:

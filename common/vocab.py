@@ -158,11 +158,14 @@ class ErrorKind(StrEnum):
 
     ``internal`` is a bug or an unusable cache entry or record, ``retrieval`` the search
     backend, ``llm`` the model endpoint (after its retries). Reports group error rows by it.
+    ``cancelled`` marks a job its run's cancel stopped inside a bundle a worker had
+    taken: it never becomes a row, the run's count of cancelled jobs holds it.
     """
 
     INTERNAL = "internal"
     RETRIEVAL = "retrieval"
     LLM = "llm"
+    CANCELLED = "cancelled"
 
 
 def error_text(kind: ErrorKind, detail: str) -> str:

@@ -131,6 +131,8 @@ def follow_to_end(store: ProducerStore, run_dir: Path, manifest: Manifest, setti
         follower.release()
         update_run_status(run_dir, status=RunStatus.FAILED, error=prog.error, rows=written, **extra)
         return RunResult(manifest, run_dir, RunStatus.FAILED, written, error=prog.error)
+    if prog.cancelled:
+        extra["cancelled_jobs"] = prog.cancelled_jobs
     try:
         return finish_run(manifest, run_dir, written, cancelled=prog.cancelled, extra=extra)
     finally:

@@ -26,24 +26,45 @@ from qfarm.producer.store import ProducerStore
 @dataclass(frozen=True)
 class Cancelled:
     run_id: str
-    purged: int
+    purged: int  # messages this cancel removed from the queues
     done: int
     total: int
+    purged_total: int = 0  # messages every cancel of this run removed so far
+    cancelled_jobs: int = 0  # jobs stopped before they had a row, so far
+    cancels: int = 1  # how many times the run was cancelled
+
+
+# What a cancel can and cannot stop, said by `qfarm cancel`, the API and docs/distributed.md.
+CANCEL_SCOPE = (
+    "queued jobs are removed; bundles a worker already took stop at their next stage, and "
+    "a taken bundle's model requests not yet answered are abandoned; requests already "
+    "answered are verified and keep their rows; a worker that lost its connection to "
+    "Redis finishes what it holds"
+)
 
 
 def cancel_run(store: ProducerStore, run_id: str, results_dir: Path) -> Cancelled:
-    """Set the run's cancel flag and purge its pending messages (``qfarm cancel``)."""
+    """Set the run's cancel flag and purge its pending messages (``qfarm cancel``).
+
+    Counts are cumulative: a second cancel adds what it purged to the first one's and
+    keeps the first cancel's time (``cancelled_at``; ``last_cancelled_at`` is the latest).
+    """
     manifest = store.manifest(run_id)
     if manifest is None:
         raise InputError(f"run {run_id}: not found in Redis; `qfarm status` lists runs")
     now = time.time()
     store.set_cancelled(run_id, now)
     purged = store.purge_run_messages(run_id)
+    counts = store.count_cancel(run_id)
     run_dir = results_dir / run_id
     if (run_dir / "manifest.json").exists():
-        update_run_status(run_dir, cancelled_at=now, purged_messages=purged)
+        first = read_run_status(run_dir).get("cancelled_at", now)
+        update_run_status(run_dir, cancelled_at=first, last_cancelled_at=now,
+                          cancels=counts.cancels, purged_messages=counts.purged_messages,
+                          cancelled_jobs=counts.cancelled_jobs)
     prog = store.progress(run_id, manifest.n_jobs)
-    return Cancelled(run_id, purged, prog.done, prog.total)
+    return Cancelled(run_id, purged, prog.done, prog.total, purged_total=counts.purged_messages,
+                     cancelled_jobs=prog.cancelled_jobs, cancels=counts.cancels)
 
 
 def describe_run(run_id: str, settings: Settings, store: ProducerStore | None) -> dict[str, Any]:
@@ -130,8 +151,9 @@ def list_runs(settings: Settings, store: ProducerStore | None, *, offset: int,
 
 def summary_data(run_dir: Path) -> dict[str, Any]:
     """The summary's main figures as JSON: per mode, verdict counts and rates with 95%
-    Wilson intervals, violation kinds, labels, errors, cache hits and latency quantiles."""
-    from qfarm.common.reporting.stats import wilson_interval
+    intervals (Wilson, or clustered by question when questions were sampled n > 1 times:
+    ``interval``), violation kinds, labels, errors, cache hits and latency quantiles."""
+    from qfarm.common.reporting.stats import interval_method, rate_interval
     from qfarm.producer.reports import read_run
 
     manifest, stats = read_run(run_dir)
@@ -144,9 +166,10 @@ def summary_data(run_dir: Path) -> dict[str, Any]:
         rates = {}
         for verdict in ("strict", "hybrid", "ungrounded"):
             k = getattr(t, verdict)
-            low, high = wilson_interval(k, t.valid) if t.valid else (None, None)
+            clusters = stats.clusters(name, verdict)
+            low, high = rate_interval(clusters) if t.valid else (None, None)
             rates[verdict] = {"count": k, "rate": k / t.valid if t.valid else None,
-                              "ci95": [low, high]}
+                              "ci95": [low, high], "interval": interval_method(clusters)}
         p50, p95 = ms.latency.quantiles([0.5, 0.95])
         modes[name] = {
             "rows": t.rows, "errors": t.errors, "valid": t.valid, "verdicts": rates,

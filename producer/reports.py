@@ -23,7 +23,7 @@ from qfarm.common.reporting.compare import Comparison, compare_runs, render_comp
 from qfarm.common.reporting.phase import CycleDecision, decide_cycle, render_cycle
 from qfarm.common.reporting.report import render_stats
 from qfarm.common.reporting.runstats import RunStats
-from qfarm.common.reporting.stats import wilson_interval
+from qfarm.common.reporting.stats import rate_interval
 from qfarm.common.runstatus import run_status
 from qfarm.producer.runs import producer_alive, read_manifest, read_run_status
 
@@ -149,7 +149,7 @@ def _new_figure(width: float, height: float) -> Figure:
 
 
 def plot_strict_rates(manifest: Manifest, stats: RunStats, path: Path) -> None:
-    """Bar per mode: strict-rate with its 95% Wilson interval."""
+    """Bar per mode: strict-rate with its 95% interval (clustered by question when n > 1)."""
     modes = stats.mode_order(m.value for m in manifest.modes)
     fig = _new_figure(1.6 + 1.4 * len(modes), 3.6)
     ax = fig.add_subplot()
@@ -158,7 +158,7 @@ def plot_strict_rates(manifest: Manifest, stats: RunStats, path: Path) -> None:
         t = stats.modes[mode].tally if mode in stats.modes else None
         k, n = (t.strict, t.valid) if t else (0, 0)
         rate = 100 * k / n if n else 0.0
-        low, high = wilson_interval(k, n)
+        low, high = rate_interval(stats.clusters(mode, "strict"))
         rates.append(rate)
         lows.append(rate - 100 * low if n else 0.0)
         highs.append(100 * high - rate if n else 0.0)
@@ -166,7 +166,7 @@ def plot_strict_rates(manifest: Manifest, stats: RunStats, path: Path) -> None:
     ax.bar(x, rates, color="#4c72b0", yerr=[lows, highs], capsize=6)
     ax.set_xticks(x, [m.replace("_", "_\n") for m in modes], fontsize=8)
     ax.set_ylim(0, 100)
-    ax.set_ylabel("strict-rate, % (95% Wilson interval)")
+    ax.set_ylabel("strict-rate, % (95% interval)")
     title = f"{manifest.run_id}: strict-rate by mode"
     ax.set_title(title + (" (SIMULATED)" if manifest.simulated else ""), fontsize=9)
     fig.savefig(path)
@@ -278,10 +278,15 @@ def write_summary(run_dir: Path, *, finished_at: float | None = None,
         plots=plots,
         finished_at=finished_at,
         status=shown_status(manifest, status, stats.rows),
+        cancelled_jobs=_int_or_none(status.get("cancelled_jobs")),
     ) + _recovery_note(status)
     path = run_dir / SUMMARY
     _write_atomic(path, text)
     return path
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def shown_status(manifest: Manifest, status: dict[str, Any], rows: int) -> str:

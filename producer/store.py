@@ -12,7 +12,7 @@ import redis
 
 from qfarm.common import keys
 from qfarm.common.errors import ConfigError
-from qfarm.common.jobs import manifest_from_json
+from qfarm.common.jobs import make_job_id, manifest_from_json
 from qfarm.common.models import Manifest
 from qfarm.common.urls import redact_url
 from qfarm.common.vocab import Role
@@ -51,6 +51,16 @@ class Progress:
     cancelled: bool
     error: str | None = None  # a run-level error a worker recorded (e.g. an unreadable manifest)
     has_manifest: bool = True  # False: Redis lost the run (restarted without persistence)
+    cancelled_jobs: int = 0  # jobs a cancel stopped before they had a row
+
+
+@dataclass(frozen=True)
+class CancelCounts:
+    """A run's cancel figures, cumulative over every ``qfarm cancel`` of it."""
+
+    cancels: int
+    purged_messages: int
+    cancelled_jobs: int  # jobs stopped before they had a row, by whatever part of a cancel
 
 
 class ProducerStore:
@@ -102,7 +112,8 @@ class ProducerStore:
         pipe.exists(keys.cancelled_key(run_id))
         pipe.get(keys.error_key(run_id))
         pipe.exists(keys.manifest_key(run_id))
-        done, failed, *entered, cancelled, error, has_manifest = pipe.execute()
+        pipe.scard(keys.cancelled_jobs_key(run_id))
+        done, failed, *entered, cancelled, error, has_manifest, cancelled_jobs = pipe.execute()
         return Progress(
             total=total,
             done=int(done),
@@ -111,6 +122,7 @@ class ProducerStore:
             cancelled=bool(cancelled),
             error=error.decode(errors="replace") if error else None,
             has_manifest=bool(has_manifest),
+            cancelled_jobs=int(cancelled_jobs or 0),
         )
 
     def log_length(self, run_id: str) -> int:
@@ -186,14 +198,54 @@ class ProducerStore:
 
     # cancel -----------------------------------------------------------------------
     def set_cancelled(self, run_id: str, when: float) -> None:
-        self.client.set(keys.cancelled_key(run_id), f"{when:.3f}", ex=keys.ROW_TTL_S)
+        """Raise the run's cancel flag; a later cancel keeps the first one's time."""
+        self.client.set(keys.cancelled_key(run_id), f"{when:.3f}", nx=True, ex=keys.ROW_TTL_S)
 
     def purge_run_messages(self, run_id: str, queues: Iterable[str] = keys.QUEUES) -> int:
-        """Remove this run's pending messages from the queue lists; returns how many."""
+        """Remove this run's pending messages from the queue lists; returns how many.
+
+        The jobs they carried (and had no row) join the run's cancelled jobs, and the
+        count adds to the run's cumulative ``purged_messages``.
+        """
         removed = 0
+        job_ids: list[str] = []
         for queue, raw in self._queued(run_id, queues):
-            removed += int(self.client.lrem(queue, 1, raw))  # type: ignore[arg-type]
+            if int(self.client.lrem(queue, 1, raw)):  # type: ignore[arg-type]
+                removed += 1
+                job_ids += message_job_ids(raw)
+        rows = keys.rows_key(run_id)
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hexists(rows, job_id)
+        has_row = pipe.execute() if job_ids else []
+        stopped = [j for j, done in zip(job_ids, has_row, strict=True) if not done]
+        pipe = self.client.pipeline(transaction=False)
+        if stopped:
+            pipe.sadd(keys.cancelled_jobs_key(run_id), *stopped)
+            pipe.expire(keys.cancelled_jobs_key(run_id), keys.ROW_TTL_S)
+        pipe.hincrby(keys.cancels_key(run_id), "purged_messages", removed)
+        pipe.expire(keys.cancels_key(run_id), keys.ROW_TTL_S)
+        pipe.execute()
         return removed
+
+    def count_cancel(self, run_id: str) -> CancelCounts:
+        """One more cancel of the run; the counts so far, cumulative over every cancel."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hincrby(keys.cancels_key(run_id), "cancels", 1)
+        pipe.expire(keys.cancels_key(run_id), keys.ROW_TTL_S)
+        pipe.execute()
+        return self.cancel_counts(run_id)
+
+    def cancel_counts(self, run_id: str) -> CancelCounts:
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hgetall(keys.cancels_key(run_id))
+        pipe.scard(keys.cancelled_jobs_key(run_id))
+        counts, jobs = pipe.execute()
+        return CancelCounts(
+            cancels=int(counts.get(b"cancels", 0)),
+            purged_messages=int(counts.get(b"purged_messages", 0)),
+            cancelled_jobs=int(jobs or 0),
+        )
 
     def pending_message_count(self, run_id: str, queues: Iterable[str] = keys.QUEUES) -> int:
         """This run's messages still in a queue or held unacknowledged by a worker.
@@ -276,6 +328,19 @@ def task_args(message: bytes | dict) -> list:
     if not isinstance(args, list):
         raise TypeError(f"task args are a {type(args).__name__}, not a list")
     return args
+
+
+def message_job_ids(message: bytes | dict) -> list[str]:
+    """The job ids a qfarm message carries ([] for any other message)."""
+    try:
+        bundle = task_args(message)[0]
+        if isinstance(bundle, str):
+            records = json.loads(bundle)
+            records = records["records"] if isinstance(records, dict) else records
+            return [str(r["job"]["job_id"]) for r in records]
+        return [make_job_id(ref["qid"], ref["mode"], int(ref.get("i", 0))) for ref in bundle]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return []
 
 
 def message_run_id(message: bytes | dict) -> str | None:

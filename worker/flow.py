@@ -16,7 +16,9 @@ The retrieve, generate and interactive handlers check the run's cancel flag and
 whether each job already has a row before doing work (the same round trip also
 counts the jobs into the stage); verify writes without a check, since the row
 write itself is set-if-absent: redelivery or duplicate messages can never
-produce a second row.
+produce a second row. Jobs a cancel stops (at a stage's entry, or inside the
+generate step while their requests wait: ``stages``) get no row and join the run's
+set of cancelled jobs, so rows + cancelled jobs = the planned jobs.
 """
 
 from __future__ import annotations
@@ -140,9 +142,13 @@ def _live(
         by_run.setdefault(job_of(item).run_id, []).append(item)
     live: list[T] = []
     for run_id, group in by_run.items():
-        cancelled, has_row = svc.store.enter_stage(run_id, [job_of(i).job_id for i in group], stage)
+        ids = [job_of(i).job_id for i in group]
+        cancelled, has_row = svc.store.enter_stage(run_id, ids, stage)
         if cancelled:
             log.info("run %s cancelled; skipping %d job(s)", run_id, len(group))
+            svc.store.add_cancelled_jobs(
+                run_id, [j for j, done in zip(ids, has_row, strict=True) if not done]
+            )
             continue
         live.extend(i for i, done in zip(group, has_row, strict=True) if not done)
     return live
@@ -461,6 +467,8 @@ def handle_job(ref_data: dict, svc: Services) -> None:
         # The sweep chain's own steps, on a bundle of one.
         for step in stages.CHAIN:
             todo = run_step(step, todo, svc)
+        if not todo:  # its run was cancelled while it waited for the model: no row
+            return
         (record,) = todo
         row = pipeline.finish(record)
     record = record.model_copy(

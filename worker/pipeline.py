@@ -10,11 +10,12 @@ crashed sweep.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, wait
+from typing import Protocol, cast
 
 from qfarm.common import profiles
-from qfarm.common.errors import QfarmError, ServiceError
+from qfarm.common.errors import QfarmError, ServiceError, TransientServiceError
 from qfarm.common.grounding.gold import match_gold
 from qfarm.common.grounding.preflight import rejected_verification, run_preflight
 from qfarm.common.grounding.prompts import STOP, build_prompt
@@ -103,8 +104,10 @@ def retrieval_stage(records: Sequence[JobRecord], retriever: Retriever) -> list[
     the messages between stages carry the evidence once, not twice.
 
     One ``search_many`` per distinct search: jobs that ask the same question with the same search settings (the modes and
-    samples of one question) share one search. Each job's ``retrieval_ms`` is
-    what it waited for its evidence: the shared search plus its own prompt fitting.
+    samples of one question) share one search. Each job's ``retrieval_ms`` is its own
+    share: the batch's search time divided by the distinct questions it searched, plus
+    its own prompt fitting (not the whole batch's search, which a bundle of many
+    questions would otherwise give every one of its jobs).
     """
     out = list(records)
     groups: dict[tuple[int, float], list[int]] = {}
@@ -118,12 +121,12 @@ def retrieval_stage(records: Sequence[JobRecord], retriever: Retriever) -> list[
             found = retriever.search_many(texts, top_k=top_k, title_boost=title_boost)
             version = retriever.index_version()
         except QfarmError as exc:
-            ms = _ms_since(t0)
+            ms = round(_ms_since(t0) / len(texts), 3)
             for i in members:
                 failed = records[i].failed(ErrorKind.RETRIEVAL, str(exc))
                 out[i] = _with_timing(failed, retrieval_ms=ms)
             continue
-        search_ms = _ms_since(t0)
+        search_ms = _ms_since(t0) / len(texts)
         hits = dict(zip(texts, found, strict=True))
         for i in members:
             out[i] = _fit_evidence(
@@ -167,21 +170,98 @@ def render_prompt(record: JobRecord) -> str:
     return build_prompt(job.question.text, job.mode, evidence, job.policy, record.preflight).text
 
 
-def generation_stage(records: Sequence[JobRecord], gateway: Gateway) -> list[JobRecord]:
+# How often a bundle waiting for its model answers checks whether its run was cancelled.
+CANCEL_POLL_S = 0.5
+
+
+class CancellableGateway(Gateway, Protocol):
+    """A gateway whose started prompts can be abandoned (``qfarm.worker.llm.Gateway``)."""
+
+    def submit_many(self, items: list[tuple[str, Sampling, str]]) -> list[Future[Generation]]: ...
+
+    def cancel_many(self, futures: list[Future[Generation]]) -> None: ...
+
+
+def generation_stage(
+    records: Sequence[JobRecord],
+    gateway: Gateway,
+    *,
+    cancelled_runs: Callable[[Sequence[str]], set[str]] | None = None,
+) -> list[JobRecord]:
     """The model calls of a bundle: its prompts go to the gateway together, so they are in
     flight at the same time (and share a micro-batch when batching is on). Jobs that
-    failed earlier or have no evidence yet pass through untouched."""
+    failed earlier or have no evidence yet pass through untouched.
+
+    With ``cancelled_runs`` (which of these run ids are cancelled) and a gateway that can
+    abandon prompts, the bundle checks its run every ``CANCEL_POLL_S`` while answers are
+    out: once cancelled, the prompts not answered yet are abandoned and their jobs come
+    back failed with ``ErrorKind.CANCELLED`` (no row: the caller counts them). Each job's
+    ``llm_ms`` is its own request's time, a failed one's included.
+    """
     out = list(records)
     todo = [i for i, r in enumerate(records) if r.retrieval is not None and not r.error]
     if not todo:
         return out
     t0 = time.perf_counter()
-    results = gateway.generate_many(
-        [(render_prompt(records[i]), sampling_for(records[i].job), records[i].job.job_id) for i in todo]
-    )
-    for i, result in zip(todo, results, strict=True):
-        out[i] = with_generation(records[i], result, t0)
+    items = [(render_prompt(records[i]), sampling_for(records[i].job), records[i].job.job_id)
+             for i in todo]
+    if not hasattr(gateway, "submit_many") or not hasattr(gateway, "cancel_many"):
+        for i, result in zip(todo, gateway.generate_many(items), strict=True):
+            out[i] = with_generation(records[i], result, t0)
+        return out
+    cancellable = cast(CancellableGateway, gateway)
+    futures = cancellable.submit_many(items)
+    ended: dict[Future[Generation], float] = {}
+
+    def settled(future: Future[Generation]) -> None:
+        ended.setdefault(future, time.perf_counter())
+
+    for future in futures:
+        future.add_done_callback(settled)
+    owners = [records[i].job.run_id for i in todo]
+    stopped = _await_answers(futures, cancellable, owners, cancelled_runs)
+    for i, future in zip(todo, futures, strict=True):
+        outcome = _outcome(future)
+        if records[i].job.run_id in stopped and not isinstance(outcome, Generation):
+            out[i] = records[i].failed(ErrorKind.CANCELLED, "the run was cancelled before "
+                                       "the model answered; the request was abandoned")
+            continue
+        out[i] = with_generation(records[i], outcome, t0, ended=ended.get(future))
     return out
+
+
+def _await_answers(
+    futures: list[Future[Generation]],
+    gateway: CancellableGateway,
+    owners: list[str],
+    cancelled_runs: Callable[[Sequence[str]], set[str]] | None,
+) -> set[str]:
+    """Wait for every answer (``owners``: each future's run); returns the runs found
+    cancelled meanwhile, whose prompts not answered yet were abandoned."""
+    pending = set(futures)
+    runs = list(dict.fromkeys(owners))
+    owner = dict(zip(futures, owners, strict=True))
+    stopped: set[str] = set()
+    while pending:
+        _, pending = wait(pending, timeout=CANCEL_POLL_S if cancelled_runs else None)
+        if not pending or cancelled_runs is None or stopped:
+            continue
+        stopped = cancelled_runs(runs)
+        if stopped:
+            gateway.cancel_many([f for f in pending if owner[f] in stopped])
+    return stopped
+
+
+def _outcome(future: Future[Generation]) -> Generation | ServiceError | None:
+    """A settled future's answer or failure; None when it was cancelled before it started."""
+    if future.cancelled():
+        return None
+    exc = future.exception()
+    if exc is None:
+        return future.result()
+    if isinstance(exc, ServiceError):
+        return exc
+    raise exc
 
 
 def generation_request(record: JobRecord) -> tuple[str, Sampling, str] | None:
@@ -192,14 +272,25 @@ def generation_request(record: JobRecord) -> tuple[str, Sampling, str] | None:
     return render_prompt(record), sampling_for(record.job), record.job.job_id
 
 
-def with_generation(record: JobRecord, result: Generation | ServiceError, t0: float) -> JobRecord:
-    """The record with the gateway's answer (or its failure) for a request sent at ``t0``."""
+def with_generation(
+    record: JobRecord,
+    result: Generation | ServiceError | None,
+    t0: float,
+    *,
+    ended: float | None = None,
+) -> JobRecord:
+    """The record with the gateway's answer (or its failure) for a request sent at ``t0``
+    (and, for a failure, settled at ``ended``, else now)."""
+    if result is None:  # abandoned before it started
+        result = TransientServiceError("the request was abandoned before it was sent",
+                                       job_id=record.job.job_id)
     if isinstance(result, ServiceError):
+        ms = round(((ended if ended is not None else time.perf_counter()) - t0) * 1000.0, 3)
         failed = Generation(
             text="",
             endpoint=result.endpoint,
             attempts=int(getattr(result, "attempts", 1) or 1),
-            llm_ms=_ms_since(t0),
+            llm_ms=ms,
         )
         return _with_timing(
             record.failed(ErrorKind.LLM, str(result), generation=failed),
@@ -254,10 +345,29 @@ def verification_stage(record: JobRecord) -> JobRecord:
     )
 
 
+# The stages a job is worked on; their sum is its ``total_ms``.
+WORK_STAGES = ("retrieval_ms", "llm_ms", "verify_ms")
+
+
+def own_total_ms(timings: Timings) -> float | None:
+    """The job's own time: the sum of its stages' times, None when it reached none."""
+    parts = [getattr(timings, key) for key in WORK_STAGES]
+    if all(p is None for p in parts):
+        return None
+    return round(sum(p for p in parts if p is not None), 3)
+
+
 def finish(record: JobRecord) -> Row:
+    """The job's row. ``total_ms`` is the sum of its own stage times (retrieval, LLM,
+    verify), never the time from its first stage to its row: on the farm that span holds
+    the waits between queues and for the bundle's other jobs (every row of a bundle got
+    its bundle's wall time), in process it holds none of those, and a latency table must
+    mean the same in both. ``started_at``/``finished_at`` keep the wall-clock span. A job
+    that ended before any stage (preflight rejection, a cache hit, an early failure)
+    takes that span, which is then its own work only."""
     now = time.time()
-    total = None
-    if record.started_at is not None:
+    total = own_total_ms(record.timings)
+    if total is None and record.started_at is not None:
         total = round((now - record.started_at) * 1000.0, 3)
     record = _with_timing(record.model_copy(update={"finished_at": now}), total_ms=total)
     return build_row(record)

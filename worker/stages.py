@@ -16,13 +16,17 @@ link also loads the jobs, runs the preflight and serves cache hits before its st
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from qfarm.common import keys
 from qfarm.common.models import JobRecord
+from qfarm.common.vocab import ErrorKind
 from qfarm.worker import pipeline
 from qfarm.worker.services import Services
+
+log = logging.getLogger("qfarm.worker")
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,18 @@ def _retrieve(records: list[JobRecord], svc: Services) -> list[JobRecord]:
 
 
 def _generate(records: list[JobRecord], svc: Services) -> list[JobRecord]:
-    return pipeline.generation_stage(records, svc.gateway)
+    """The model calls; a job whose run is cancelled while its request waits is dropped
+    here (no row) and counted with the run's cancelled jobs."""
+    out = pipeline.generation_stage(records, svc.gateway, cancelled_runs=svc.store.cancelled_runs)
+    stopped = [r for r in out if r.error_kind == ErrorKind.CANCELLED]
+    by_run: dict[str, list[str]] = {}
+    for r in stopped:
+        by_run.setdefault(r.job.run_id, []).append(r.job.job_id)
+    for run_id, job_ids in by_run.items():
+        log.info("run %s cancelled; abandoned %d unanswered request(s) of a taken bundle",
+                 run_id, len(job_ids))
+        svc.store.add_cancelled_jobs(run_id, job_ids)
+    return [r for r in out if r.error_kind != ErrorKind.CANCELLED]
 
 
 def _verify(records: list[JobRecord], svc: Services) -> list[JobRecord]:

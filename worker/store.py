@@ -56,6 +56,25 @@ class WorkerStore:
         cancelled, *has_row, _ = pipe.execute()
         return bool(cancelled), [bool(h) for h in has_row]
 
+    def cancelled_runs(self, run_ids: Sequence[str]) -> set[str]:
+        """Which of these runs are cancelled (one round trip)."""
+        ids = list(dict.fromkeys(run_ids))
+        pipe = self.client.pipeline(transaction=False)
+        for run_id in ids:
+            pipe.exists(keys.cancelled_key(run_id))
+        return {run_id for run_id, flag in zip(ids, pipe.execute(), strict=True) if flag}
+
+    def add_cancelled_jobs(self, run_id: str, job_ids: Sequence[str]) -> None:
+        """Count jobs a cancel stopped before they had a row (a set: a redelivered message
+        skipped twice counts its jobs once)."""
+        if not job_ids:
+            return
+        key = keys.cancelled_jobs_key(run_id)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.sadd(key, *job_ids)
+        pipe.expire(key, keys.ROW_TTL_S)
+        pipe.execute()
+
     def write_row(self, row: Row, *, pipeline: redis.client.Pipeline | None = None,
                   row_json: str | None = None) -> bool:  # fmt: skip
         """Write the row unless one exists for this job; True if this call wrote it.

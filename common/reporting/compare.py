@@ -9,9 +9,11 @@ The interval is paired by question when the runs share at least two
 questions: per question, the B rate minus the A rate; a t interval over those
 per-question deltas, centred on the pooled delta. Pairing removes the
 between-question spread (some questions are always STRICT, some never), which
-dominates a sweep's variance. Runs without shared questions fall back to
-Newcombe's interval for two independent proportions (Welch's for the mean
-ratio). Rates are in points (percent); the mean ratio's delta is in points of
+dominates a sweep's variance, and makes the question the unit, so the n
+samples of one question (n > 1) never count as independent evidence. Runs
+without shared questions fall back to Newcombe's interval for two independent
+proportions (Welch's for the mean ratio), built on each run's intervals
+clustered by question when its questions were sampled more than once. Rates are in points (percent); the mean ratio's delta is in points of
 ratio × 100.
 """
 
@@ -29,7 +31,14 @@ from qfarm.common.models import Manifest
 from qfarm.common.reporting.phase import PhaseDecision, phase_decision, render_phase
 from qfarm.common.reporting.report import md_table, plots_section
 from qfarm.common.reporting.runstats import RunStats, Tally
-from qfarm.common.reporting.stats import Moments, newcombe_interval, paired_interval, welch_interval
+from qfarm.common.reporting.stats import (
+    Moments,
+    cluster_newcombe_interval,
+    cluster_welch_interval,
+    is_one_per_cluster,
+    paired_interval,
+    welch_interval,
+)
 
 DEFAULT_FLOOR = 5.0
 
@@ -210,17 +219,27 @@ def _paired(
 def _unpaired(
     stats_a: RunStats, stats_b: RunStats, mode: str, metric: Metric
 ) -> tuple[float, float, int, int, tuple[float, float], str]:
+    """B − A without shared questions; each run's samples of one question are one cluster
+    (with one sample per question these are Newcombe's and Welch's intervals exactly)."""
     ta = stats_a.modes[mode].tally if mode in stats_a.modes else Tally()
     tb = stats_b.modes[mode].tally if mode in stats_b.modes else Tally()
     if metric.is_rate:
         (ka, na), (kb, nb) = ta.proportion(metric.key), tb.proportion(metric.key)
         a = ka / na if na else math.nan
         b = kb / nb if nb else math.nan
-        return a, b, na, nb, newcombe_interval(ka, na, kb, nb), "Newcombe (unpaired)"
+        ca, cb = stats_a.clusters(mode, metric.key), stats_b.clusters(mode, metric.key)
+        clustered = not (is_one_per_cluster(ca) and is_one_per_cluster(cb))
+        method = "Newcombe, clustered by question" if clustered else "Newcombe (unpaired)"
+        return a, b, na, nb, cluster_newcombe_interval(ca, cb), method + (" (unpaired)" * clustered)
     ma, mb = metric.moments(ta), metric.moments(tb)
     a = ma.mean if ma.mean is not None else math.nan
     b = mb.mean if mb.mean is not None else math.nan
-    return a, b, ma.n, mb.n, welch_interval(ma, mb), "Welch (unpaired)"
+    ca_m = stats_a.mean_clusters(mode, metric.key)
+    cb_m = stats_b.mean_clusters(mode, metric.key)
+    if all(n <= 1 for _, n in ca_m) and all(n <= 1 for _, n in cb_m):
+        return a, b, ma.n, mb.n, welch_interval(ma, mb), "Welch (unpaired)"
+    interval = cluster_welch_interval(ca_m, cb_m)
+    return a, b, ma.n, mb.n, interval, "Welch, clustered by question (unpaired)"
 
 
 def compare_metric(

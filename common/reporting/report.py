@@ -5,8 +5,10 @@ into ``qfarm.common.reporting.runstats.RunStats`` (bounded memory: a 100k-row fi
 a few MB) and turns it into markdown. Eager and distributed runs render the
 same way because both write the same rows.
 
-Every rate carries a 95% Wilson interval: that is how the summary says how
-uncertain each rate is at this n. docs/reports.md explains every metric.
+Every rate carries a 95% interval: that is how the summary says how uncertain
+each rate is at this n. Wilson's when each question was asked once; clustered by
+question when it was sampled n > 1 times (``stats.rate_interval``), since the
+samples of one question are not independent. docs/reports.md explains every metric.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,22 +31,41 @@ from qfarm.common.reporting.runstats import (
     Tally,
     accumulate,
 )
-from qfarm.common.reporting.stats import wilson_interval
+from qfarm.common.reporting.stats import (
+    Cluster,
+    design_effect,
+    is_one_per_cluster,
+    rate_interval,
+    wilson_interval,
+)
 from qfarm.common.text import replace_control_chars
 from qfarm.common.vocab import LATTICE_MODES, RunStatus
 
 # --------------------------------------------------------------------------- formatting
 
 
-def fmt_pct(k: int, n: int, *, interval: bool = True) -> str:
-    """``62.5% [40.9–80.0]``: the rate and its 95% Wilson interval; ``—`` when n is 0."""
+def fmt_pct(
+    k: int, n: int, *, interval: bool = True, clusters: Sequence[Cluster] | None = None
+) -> str:
+    """``62.5% [40.9–80.0]``: the rate and its 95% interval; ``—`` when n is 0.
+
+    With ``clusters`` (per question (k, n), see ``RunStats.clusters``) the interval is
+    ``rate_interval``'s, which accounts for repeated samples; without, Wilson's.
+    """
     if n == 0:
         return "—"
     text = f"{100 * k / n:.1f}%"
     if interval:
-        low, high = wilson_interval(k, n)
+        low, high = rate_interval(clusters) if clusters is not None else wilson_interval(k, n)
         text += f" [{100 * low:.1f}–{100 * high:.1f}]"
     return text
+
+
+def fmt_rate(stats: RunStats, mode: str, metric: str) -> str:
+    """A mode's rate of a binary metric (``Tally.proportion``) with its clustered interval."""
+    m = stats.modes.get(mode)
+    k, n = m.tally.proportion(metric) if m else (0, 0)
+    return fmt_pct(k, n, clusters=stats.clusters(mode, metric))
 
 
 def fmt_num(x: float | None, digits: int = 0) -> str:
@@ -109,7 +130,11 @@ def policy_overrides(policy: Policy) -> dict[str, Any]:
 
 
 def _header(
-    man: Manifest, stats: RunStats, finished_at: float | None, status: str | None
+    man: Manifest,
+    stats: RunStats,
+    finished_at: float | None,
+    status: str | None,
+    cancelled_jobs: int | None = None,
 ) -> list[str]:
     out = [f"# qfarm run `{man.run_id}`", ""]
     if man.simulated or stats.simulated_rows:
@@ -153,17 +178,30 @@ def _header(
         ("cache hits", str(stats.cache_hits)),
     ]
     out += md_table(["run", ""], [[k, v] for k, v in facts])
-    out += run_warnings(man, stats, status)
+    out += run_warnings(man, stats, status, cancelled_jobs)
     return out
 
 
-def run_warnings(man: Manifest, stats: RunStats, status: str | None = None) -> list[str]:
+def run_warnings(
+    man: Manifest, stats: RunStats, status: str | None = None, cancelled_jobs: int | None = None
+) -> list[str]:
     notes: list[str] = []
     if status == RunStatus.CANCELLED and stats.rows < man.n_jobs:
         notes.append(
             f"Run cancelled: {man.n_jobs - stats.rows} of {man.n_jobs} jobs were cancelled "
-            "before they started and have no row (left out of every rate)."
+            "before they had a row (left out of every rate)."
         )
+        if cancelled_jobs is not None:
+            unaccounted = man.n_jobs - stats.rows - cancelled_jobs
+            notes.append(
+                f"The farm counted {cancelled_jobs} cancelled jobs (purged from a queue, "
+                "skipped at a stage or stopped inside a taken bundle)"
+                + (f"; {unaccounted} more have neither a row nor a count (lost, or still "
+                   "running when the summary was written)." if unaccounted > 0 else
+                   ": rows + cancelled = planned." if unaccounted == 0 else
+                   f"; {-unaccounted} of them also have a row (a row that landed after its "
+                   "job was counted).")
+            )
     elif stats.rows < man.n_jobs:
         notes.append(
             f"{man.n_jobs - stats.rows} of {man.n_jobs} jobs have no row "
@@ -196,16 +234,36 @@ def run_warnings(man: Manifest, stats: RunStats, status: str | None = None) -> l
 
 def _uncertainty_note(stats: RunStats, modes: list[str]) -> str:
     ns = [
-        stats.modes[m].tally.valid for m in modes if m in stats.modes and stats.modes[m].tally.valid
+        (stats.modes[m].tally.valid, m)
+        for m in modes
+        if m in stats.modes and stats.modes[m].tally.valid
     ]
     if not ns:
         return "No row reached a verdict."
-    n = min(ns)
-    low, high = wilson_interval(n // 2, n)
+    n, mode = min(ns)
+    clusters = stats.clusters(mode, "strict")
+    if is_one_per_cluster(clusters):
+        low, high = wilson_interval(n // 2, n)
+        return (
+            f"Rates carry 95% Wilson intervals in brackets. With {n} verdicts per mode, a rate "
+            f"near 50% is known to within ±{100 * (high - low) / 2:.1f} points; two runs' "
+            "rates need a wider gap than that to differ (see `qfarm compare`)."
+        )
+    questions = sum(1 for _, c in clusters if c)
+    deff = design_effect(clusters)
+    n_eff = n / max(deff, 1.0) if deff is not None else float(questions)
+    low, high = wilson_interval(round(n_eff) // 2, max(round(n_eff), 1))
+    why = (
+        f"the `{mode}` strict-rate's design effect is {deff:.2f}"
+        if deff is not None
+        else "every verdict agrees, so each question counts once"
+    )
     return (
-        f"Rates carry 95% Wilson intervals in brackets. With {n} verdicts per mode, a rate "
-        f"near 50% is known to within ±{100 * (high - low) / 2:.1f} points; two runs' rates "
-        "need a wider gap than that to differ (see `qfarm compare`)."
+        f"Rates carry 95% intervals in brackets, clustered by question: the {n} verdicts of "
+        f"`{mode}` come from {questions} questions sampled repeatedly, and samples of one "
+        f"question are not independent ({why}: they weigh like {n_eff:.0f} independent "
+        f"verdicts). A rate near 50% is known to within about ±{100 * (high - low) / 2:.1f} "
+        "points; two runs' rates need a wider gap than that to differ (see `qfarm compare`)."
     )
 
 
@@ -226,8 +284,8 @@ def _mode_table(stats: RunStats, modes: list[str]) -> list[str]:
                 str(t.hybrid),
                 str(t.ungrounded),
                 str(t.errors),
-                fmt_pct(t.strict, t.valid),
-                fmt_pct(t.ungrounded, t.valid),
+                fmt_rate(stats, mode, "strict"),
+                fmt_rate(stats, mode, "ungrounded"),
                 fmt_num(t.ratio.mean, 3),
                 fmt_ms(m.latency.quantile(0.5)),
                 fmt_ms(m.latency.quantile(0.95)),
@@ -261,7 +319,8 @@ def _kinds_table(stats: RunStats, modes: list[str]) -> list[str]:
             for k in kinds
         ]
         rows.append(
-            [f"`{mode}`", fmt_pct(t.format_collapsed, t.valid), brackets, pointers, chars, *cells]
+            [f"`{mode}`", fmt_rate(stats, mode, "format_collapsed"), brackets, pointers, chars,
+             *cells]
         )
     out = ["", "## Format collapse and violation kinds", ""]
     out.append("Each kind: rows carrying it (share of rows with a verdict).")
@@ -349,7 +408,9 @@ def _reject_broad_table(man: Manifest, stats: RunStats, modes: list[str]) -> lis
     rows = []
     for mode in modes:
         m = stats.modes.get(mode) or ModeStats()
-        rate = fmt_pct(m.bounded_rejected, m.bounded_n) if m.bounded_n else "— (no bounded rows)"
+        rate = (
+            fmt_rate(stats, mode, "bounded_rejected") if m.bounded_n else "— (no bounded rows)"
+        )
         rows.append([f"`{mode}`", str(m.bounded_n), str(m.bounded_rejected), rate])
     header = ["mode", "bounded rows", "rejected", "reject-broad false-positive rate"]
     return out + [""] + md_table(header, rows)
@@ -358,13 +419,18 @@ def _reject_broad_table(man: Manifest, stats: RunStats, modes: list[str]) -> lis
 GOLD_COLUMNS = ["answer accuracy", "retrieval recall", "MRR", "article hit"]
 
 
-def gold_cells(t: Tally) -> list[str]:
-    """One mode's gold figures, in the order of ``GOLD_COLUMNS``."""
+def gold_cells(t: Tally, stats: RunStats | None = None, mode: str | None = None) -> list[str]:
+    """One mode's gold figures, in the order of ``GOLD_COLUMNS``; given the run's ``stats``
+    and the ``mode``, the rates' intervals are clustered by question."""
+
+    def clusters(metric: str) -> list[Cluster] | None:
+        return stats.clusters(mode, metric) if stats is not None and mode is not None else None
+
     return [
-        fmt_pct(t.gold_hits, t.gold_n),
-        fmt_pct(t.recall_hits, t.recall_n),
+        fmt_pct(t.gold_hits, t.gold_n, clusters=clusters("accuracy")),
+        fmt_pct(t.recall_hits, t.recall_n, clusters=clusters("recall")),
         f"{t.reciprocal_rank / t.recall_n:.3f}" if t.recall_n else "—",
-        fmt_pct(t.article_hits, t.article_n) if t.article_n else "—",
+        fmt_pct(t.article_hits, t.article_n, clusters=clusters("article")) if t.article_n else "—",
     ]
 
 
@@ -381,7 +447,7 @@ def _gold_table(stats: RunStats, modes: list[str]) -> list[str]:
     rows = []
     for mode in modes:
         t = (stats.modes.get(mode) or ModeStats()).tally
-        rows.append([f"`{mode}`", str(t.gold_n), *gold_cells(t)])
+        rows.append([f"`{mode}`", str(t.gold_n), *gold_cells(t, stats, mode)])
     return (
         out
         + [""]
@@ -567,12 +633,14 @@ def render_stats(
     plots: Mapping[str, str] | None = None,
     finished_at: float | None = None,
     status: str | None = None,
+    cancelled_jobs: int | None = None,
 ) -> str:
-    """Render an already accumulated run; ``render_summary`` is this plus the pass over rows."""
+    """Render an already accumulated run; ``render_summary`` is this plus the pass over rows.
+    ``cancelled_jobs``: the farm's count of jobs a cancel stopped (status.json)."""
     man = manifest if isinstance(manifest, Manifest) else Manifest.model_validate(manifest)
     modes = stats.mode_order(m.value for m in man.modes)
     sections = [
-        _header(man, stats, finished_at, status),
+        _header(man, stats, finished_at, status, cancelled_jobs),
         _mode_table(stats, modes),
         _kinds_table(stats, modes),
         _label_table(stats, modes),

@@ -61,6 +61,8 @@ class Tally:
         "reciprocal_rank",
         "article_n",
         "article_hits",
+        "bounded_n",
+        "bounded_rejected",
         "ratio",
         "claims",
     )
@@ -71,6 +73,8 @@ class Tally:
         self.gold_n = self.gold_hits = self.recall_n = self.recall_hits = 0
         self.reciprocal_rank = 0.0  # summed over rows with gold answers: MRR = this / recall_n
         self.article_n = self.article_hits = 0
+        # rows whose question the file marks bounded, and how many reject-broad refused
+        self.bounded_n = self.bounded_rejected = 0
         self.ratio = Moments()
         self.claims = Moments()  # n_claims per answer
 
@@ -110,6 +114,9 @@ class Tally:
         if row.get("article_in_evidence") is not None:
             self.article_n += 1
             self.article_hits += bool(row["article_in_evidence"])
+        if row.get("question_scope") == "bounded":
+            self.bounded_n += 1
+            self.bounded_rejected += REJECTED_KIND in kinds
 
     def proportion(self, metric: str) -> tuple[int, int]:
         """(successes, n) of a binary metric; see ``BINARY_METRICS``."""
@@ -117,6 +124,10 @@ class Tally:
             return self.gold_hits, self.gold_n
         if metric == "recall":
             return self.recall_hits, self.recall_n
+        if metric == "article":
+            return self.article_hits, self.article_n
+        if metric == "bounded_rejected":
+            return self.bounded_rejected, self.bounded_n
         return getattr(self, metric), self.valid
 
 
@@ -368,6 +379,22 @@ class RunStats:
             if r.get(key) is not None:
                 _bump(counter, str(r[key]))
         self.simulated_rows += bool(r.get("simulated"))
+
+    def clusters(self, mode: str, metric: str) -> list[tuple[int, int]]:
+        """(successes, n) of a binary metric per question, in ``mode``: what a rate's
+        interval needs to see the samples of one question as one cluster."""
+        cells = (q.cells.get(mode) for q in self.questions.values())
+        return [c.proportion(metric) for c in cells if c is not None]
+
+    def mean_clusters(self, mode: str, metric: str) -> list[tuple[float, int]]:
+        """(sum, n) per question of a mean metric (``ratio`` or ``claims``) in ``mode``."""
+        out = []
+        for q in self.questions.values():
+            cell = q.cells.get(mode)
+            if cell is not None:
+                m = cell.claims if metric == "claims" else cell.ratio
+                out.append((m.total, m.n))
+        return out
 
     def mode_order(self, manifest_modes: Iterable[str] = ()) -> list[str]:
         """Modes in the manifest's order, then any others the rows carry."""

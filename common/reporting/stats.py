@@ -3,13 +3,20 @@
 * ``wilson_interval``: score interval for one proportion (Wilson 1927). Unlike
   the textbook ``p ± z·se`` it never leaves [0, 1] and stays honest at 0/n and
   n/n, which is where small sweeps live.
+* ``rate_interval``: the interval every reported rate carries. Wilson when each
+  question contributes one verdict; with several samples per question (n > 1)
+  ``cluster_wilson_interval``: Wilson on the design-effect-adjusted sample size,
+  the design effect taken from a cluster-robust variance by question (the
+  Korn-Graubard recipe). Samples of one question are correlated, so 200
+  questions x 3 samples hold far less than 600 independent verdicts.
 * ``newcombe_interval``: difference of two independent proportions from the
   two Wilson intervals (Newcombe 1998, method 10), used when two runs share no
-  questions.
+  questions (``cluster_newcombe_interval``: the same from clustered intervals).
 * ``paired_interval``: t interval over per-question deltas, used when two runs
   share questions: it removes between-question variance (some questions are
   always STRICT, some never), which is most of the variance in a sweep.
-* ``welch_interval``: difference of two means (mean ratio) without pairing.
+* ``welch_interval``: difference of two means (mean ratio) without pairing;
+  ``cluster_welch_interval`` the same with cluster-robust variances by question.
 * ``QuantileSketch``: exact up to a few thousand values, then log-spaced
   buckets with ~1% relative error, so a 100k-row run keeps a few KB per metric.
 """
@@ -34,15 +41,94 @@ def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, floa
         return (0.0, 1.0)
     if not 0 <= successes <= n:
         raise ValueError(f"successes={successes} must lie in [0, n={n}]")
-    p = successes / n
+    return _wilson(successes / n, n, z)
+
+
+def _wilson(p: float, n: float, z: float) -> tuple[float, float]:
+    """Wilson's interval for a rate ``p`` observed on ``n`` (possibly effective, fractional)
+    independent trials."""
     z2 = z * z
     denom = 1 + z2 / n
     centre = (p + z2 / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / denom
+    half = z * math.sqrt(max(p * (1 - p), 0.0) / n + z2 / (4 * n * n)) / denom
     # Clamp float dust so 0/n gives exactly 0 and n/n exactly 1.
-    low = 0.0 if successes == 0 else max(0.0, centre - half)
-    high = 1.0 if successes == n else min(1.0, centre + half)
+    low = 0.0 if p <= 0.0 else max(0.0, centre - half)
+    high = 1.0 if p >= 1.0 else min(1.0, centre + half)
     return (low, high)
+
+
+# --------------------------------------------------------------------------- clustered rates
+
+Cluster = tuple[int, int]  # (successes, trials) of one question
+
+
+def _pooled(clusters: Sequence[Cluster]) -> tuple[list[Cluster], int, int]:
+    used = [(k, n) for k, n in clusters if n > 0]
+    for k, n in used:
+        if not 0 <= k <= n:
+            raise ValueError(f"successes={k} must lie in [0, n={n}] in every cluster")
+    return used, sum(k for k, _ in used), sum(n for _, n in used)
+
+
+def is_one_per_cluster(clusters: Sequence[Cluster]) -> bool:
+    """Every question gave at most one verdict: the verdicts are independent draws."""
+    return all(n <= 1 for _, n in clusters)
+
+
+def design_effect(clusters: Sequence[Cluster]) -> float | None:
+    """Cluster-robust variance of the pooled rate over the binomial one (Kish's deff).
+
+    ``None`` when it cannot be estimated: fewer than two questions, or a pooled rate of
+    exactly 0 or 1 (no spread to measure). Below 1 is reported as it is; the interval
+    never uses less than 1 (a lucky, under-dispersed sample must not narrow it).
+    """
+    used, k, n = _pooled(clusters)
+    g = len(used)
+    if g < 2 or k in (0, n):
+        return None
+    p = k / n
+    robust = g / (g - 1) * sum((ki - p * ni) ** 2 for ki, ni in used) / (n * n)
+    return robust / (p * (1 - p) / n)
+
+
+def cluster_wilson_interval(
+    clusters: Sequence[Cluster], confidence: float = CONFIDENCE
+) -> tuple[float, float]:
+    """Wilson's interval for the pooled rate of clustered verdicts (several per question).
+
+    The sample size is the effective one, ``N / deff`` (the design effect from the
+    cluster-robust variance, floored at 1), and z becomes Student's t with G - 1 degrees
+    of freedom for G questions (Korn and Graubard 1998): so with few questions the
+    interval widens, as the variance itself is then uncertain. When every verdict agrees
+    (rate 0 or 1) there is no spread to estimate the design effect from, and each
+    question counts once (the most conservative case: all its samples alike).
+    """
+    used, k, n = _pooled(clusters)
+    g = len(used)
+    if n == 0:
+        return (0.0, 1.0)
+    p = k / n
+    if g < 2:
+        # One question: nothing says how its samples vary across questions; it counts once.
+        return _wilson(p, 1.0, NormalDist().inv_cdf(0.5 + confidence / 2))
+    deff = design_effect(used)
+    n_eff = float(g) if deff is None else n / max(deff, 1.0)
+    n_eff = min(max(n_eff, 1.0), float(n))
+    return _wilson(p, n_eff, t_quantile(0.5 + confidence / 2, g - 1))
+
+
+def rate_interval(clusters: Sequence[Cluster], confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The interval a reported rate carries: Wilson when each question gave one verdict,
+    ``cluster_wilson_interval`` when samples repeat."""
+    used, k, n = _pooled(clusters)
+    if is_one_per_cluster(used):
+        return wilson_interval(k, n, NormalDist().inv_cdf(0.5 + confidence / 2))
+    return cluster_wilson_interval(used, confidence)
+
+
+def interval_method(clusters: Sequence[Cluster]) -> str:
+    """How ``rate_interval`` treats these clusters, for tables and JSON."""
+    return "Wilson" if is_one_per_cluster(clusters) else "Wilson, clustered by question"
 
 
 def newcombe_interval(
@@ -51,9 +137,27 @@ def newcombe_interval(
     """Interval for ``k_b/n_b - k_a/n_a`` from independent samples (Newcombe's method 10)."""
     if n_a <= 0 or n_b <= 0:
         return (-1.0, 1.0)
-    p_a, p_b = k_a / n_a, k_b / n_b
-    l_a, u_a = wilson_interval(k_a, n_a, z)
-    l_b, u_b = wilson_interval(k_b, n_b, z)
+    return _newcombe(
+        k_a / n_a, wilson_interval(k_a, n_a, z), k_b / n_b, wilson_interval(k_b, n_b, z)
+    )
+
+
+def cluster_newcombe_interval(
+    clusters_a: Sequence[Cluster], clusters_b: Sequence[Cluster]
+) -> tuple[float, float]:
+    """Newcombe's method 10 for B − A built on each run's ``rate_interval`` (clustered when
+    its questions were sampled more than once), for runs that share no questions."""
+    _, k_a, n_a = _pooled(clusters_a)
+    _, k_b, n_b = _pooled(clusters_b)
+    if n_a <= 0 or n_b <= 0:
+        return (-1.0, 1.0)
+    return _newcombe(k_a / n_a, rate_interval(clusters_a), k_b / n_b, rate_interval(clusters_b))
+
+
+def _newcombe(
+    p_a: float, ci_a: tuple[float, float], p_b: float, ci_b: tuple[float, float]
+) -> tuple[float, float]:
+    (l_a, u_a), (l_b, u_b) = ci_a, ci_b
     d = p_b - p_a
     low = d - math.sqrt((p_b - l_b) ** 2 + (u_a - p_a) ** 2)
     high = d + math.sqrt((u_b - p_b) ** 2 + (p_a - l_a) ** 2)
@@ -205,6 +309,42 @@ def welch_interval(a: Moments, b: Moments, confidence: float = CONFIDENCE) -> tu
     if se2 == 0:
         return (d, d)
     df = se2 * se2 / ((va * va) / (a.n - 1) + (vb * vb) / (b.n - 1))
+    half = t_quantile(0.5 + confidence / 2, df) * math.sqrt(se2)
+    return (d - half, d + half)
+
+
+MeanCluster = tuple[float, int]  # (sum of values, count) of one question
+
+
+def _cluster_mean_var(clusters: Sequence[MeanCluster]) -> tuple[float, float, int] | None:
+    """Pooled mean, its cluster-robust variance and the number of questions; None below two
+    questions (no spread between them to measure)."""
+    used = [(s, n) for s, n in clusters if n > 0]
+    g, n = len(used), sum(c for _, c in used)
+    if g < 2:
+        return None
+    mean = sum(s for s, _ in used) / n
+    var = g / (g - 1) * sum((s - mean * c) ** 2 for s, c in used) / (n * n)
+    return mean, var, g
+
+
+def cluster_welch_interval(
+    a: Sequence[MeanCluster], b: Sequence[MeanCluster], confidence: float = CONFIDENCE
+) -> tuple[float, float]:
+    """Interval for ``mean(b) - mean(a)`` of unpaired runs, each mean's variance
+    cluster-robust by question, Welch–Satterthwaite with G - 1 degrees of freedom per run.
+
+    With one value per question it is ``welch_interval`` exactly.
+    """
+    ma, mb = _cluster_mean_var(a), _cluster_mean_var(b)
+    if ma is None or mb is None:
+        return (-math.inf, math.inf)
+    (mean_a, va, ga), (mean_b, vb, gb) = ma, mb
+    d = mean_b - mean_a
+    se2 = va + vb
+    if se2 == 0:
+        return (d, d)
+    df = se2 * se2 / ((va * va) / (ga - 1) + (vb * vb) / (gb - 1))
     half = t_quantile(0.5 + confidence / 2, df) * math.sqrt(se2)
     return (d - half, d + half)
 

@@ -390,7 +390,8 @@ def _run_routes(app: FastAPI, farm: Farm, asker: Any, admin: Any) -> None:
         check_run_id(run_id)
         done = control.cancel_run(farm.store, run_id, settings.results_dir)
         return {"run_id": run_id, "state": RunStatus.CANCELLED, "purged_messages": done.purged,
-                "done": done.done, "total": done.total}
+                "purged_messages_total": done.purged_total, "cancels": done.cancels,
+                "cancelled_jobs": done.cancelled_jobs, "done": done.done, "total": done.total}
 
     @app.post("/v1/runs/{run_id}/resume", tags=["runs"], dependencies=[admin], status_code=202,
               responses=ERRORS)

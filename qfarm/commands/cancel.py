@@ -1,8 +1,9 @@
 """`qfarm cancel RUN_ID`: set the run's cancel flag and purge its pending messages.
 
-Tasks check the flag before they start, so jobs not yet running end with no
-row; jobs already past the check finish normally. The summary counts the jobs
-left without a row as cancelled.
+Tasks check the flag before each stage, and the generate stage while its bundle's
+model requests are out, so jobs not yet answered end with no row and are counted
+as cancelled; answers already in are verified and keep their rows. Counts are
+cumulative over repeated cancels (docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ def run(args: argparse.Namespace) -> int:
 
     settings = load_settings()
     done = cancel_run(ProducerStore(connect(settings.redis_url)), args.run_id, settings.results_dir)
-    print(f"run {done.run_id} cancelled: purged {done.purged} pending messages; "
-          f"{done.done}/{done.total} jobs have rows; the rest end without a row")
+    from qfarm.producer.control import CANCEL_SCOPE
+
+    again = f" (cancel #{done.cancels}, {done.purged_total} purged in all)" if done.cancels > 1 else ""
+    print(f"run {done.run_id} cancelled: purged {done.purged} pending messages{again}; "
+          f"{done.done}/{done.total} jobs have rows, {done.cancelled_jobs} counted as cancelled "
+          f"so far (jobs still in a worker's hands land as rows or join the cancelled count)")
+    print(f"what a cancel stops: {CANCEL_SCOPE}")
     return 0

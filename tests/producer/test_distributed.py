@@ -294,3 +294,94 @@ def test_status_shows_runs_queues_and_workers(farm, tmp_path):
     assert "worker w1@" in res.stdout and ": generate" in res.stdout
     res = farm.qfarm("status", "no-such-run")
     assert res.returncode == 2 and "run no-such-run: not found" in res.stderr
+
+
+def _stage_sum(row: dict) -> float:
+    t = row["timings"]
+    return sum(t.get(k) or 0.0 for k in ("retrieval_ms", "llm_ms", "verify_ms"))
+
+
+def test_rows_of_a_bundle_carry_their_own_timings_in_both_modes(farm, tmp_path):
+    from qfarm.ops.sim.launch import start_simulator
+
+    qfile = write_questions(tmp_path / "q.txt", QUESTIONS[:5])
+    # A latency per token, so answers of different lengths take different times, and a
+    # server of 4 sequences, so a bundle's 10 requests queue: its wall time is far from
+    # any one job's.
+    with start_simulator(ttft_ms=20, tpot_ms=2, max_num_seqs=4) as sim:
+        farm.env.update(QFARM_LLM_ENDPOINTS=sim.url, QFARM_BUNDLE_SIZE="10")
+        farm.start_worker("w1", concurrency=2)
+        res = farm.qfarm("sweep", str(qfile), "-n", "2", "--quiet", "--burn")
+        assert res.returncode == 0, res.stderr
+        farm_id = run_id_from(res.stderr)
+        farm_rows = rows_file(farm, farm_id)
+        res = farm.qfarm("sweep", str(qfile), "-n", "2", "--quiet", "--burn", "--eager")
+        assert res.returncode == 0, res.stderr
+        (eager_id,) = {p.name for p in Path(farm.env["QFARM_RESULTS_DIR"]).iterdir()} - {farm_id}
+        eager_rows = rows_file(farm, eager_id)
+    p50 = {}
+    for name, rows in (("distributed", farm_rows), ("eager", eager_rows)):
+        assert len(rows) == 30 and all(r["error"] is None for r in rows)
+        for r in rows:
+            # total_ms is the job's own stages, not the span from its first stage to its row.
+            assert r["timings"]["total_ms"] == pytest.approx(_stage_sum(r), abs=0.01)
+            assert r["timings"]["llm_ms"] > 0
+        totals = sorted(r["timings"]["total_ms"] for r in rows)
+        llm = [r["timings"]["llm_ms"] for r in rows]
+        # Each job its own: hardly two rows share a value (a bundle's rows all did).
+        assert len(set(totals)) >= 25 and len(set(llm)) >= 25
+        p50[name] = totals[len(totals) // 2]
+    # On the farm a job's wall span (first stage to row) includes queue waits and its
+    # bundle-mates: some rows' spans are much longer than their own work.
+    spans = [(r["finished_at"] - r["started_at"]) * 1000 - r["timings"]["total_ms"]
+             for r in farm_rows]
+    assert max(spans) > 0
+    print(f"p50 total_ms distributed {p50['distributed']:.0f} ms, eager {p50['eager']:.0f} ms "
+          f"(ratio {p50['distributed'] / p50['eager']:.2f}; SIMULATED, shared machine)")
+
+
+def test_cancel_mid_run_accounts_every_job_and_counts_add_up(farm, tmp_path):
+    from qfarm.ops.sim.launch import start_simulator
+
+    qfile = write_questions(tmp_path / "q.txt")
+    total = 4 * len(QUESTIONS) * len(ALL_MODES)  # 240
+    # A slow server and 2 requests in flight per worker process: each taken bundle of 8
+    # has most of its requests waiting in the gateway when the cancel comes.
+    with start_simulator(ttft_ms=150, tpot_ms=4, max_num_seqs=4) as sim:
+        farm.env.update(QFARM_LLM_ENDPOINTS=sim.url, QFARM_BUNDLE_SIZE="8",
+                        QFARM_LLM_MAX_INFLIGHT_PER_ENDPOINT="2")
+        res = farm.qfarm("sweep", str(qfile), "-n", "4", "--detach", "--quiet", "--burn")
+        assert res.returncode == 0, res.stderr
+        run_id = run_id_from(res.stderr)
+        farm.start_worker("w1", concurrency=4)
+        assert farm.wait_for(lambda: len(farm.rows(run_id)) >= 6, timeout_s=120)
+        res = farm.qfarm("cancel", run_id)
+        assert res.returncode == 0, res.stderr
+        first = int(re.search(r"purged (\d+)", res.stdout).group(1))
+        assert first > 0 and "what a cancel stops:" in res.stdout
+
+        def accounted() -> int:
+            return len(farm.rows(run_id)) + farm.redis.scard(f"qfarm:run:{run_id}:cancelled_jobs")
+
+        assert farm.wait_for(lambda: accounted() == total, timeout_s=90), (
+            len(farm.rows(run_id)), accounted())
+        time.sleep(2.0)
+        rows = len(farm.rows(run_id))
+        assert accounted() == total and rows < total
+        print(f"cancel: {rows} rows + {total - rows} cancelled = {total}; "
+              f"{first} messages purged")
+        # Taken bundles stopped between their jobs: unanswered requests were abandoned.
+        assert "abandoned" in farm.worker_log("w1")
+        res = farm.qfarm("cancel", run_id)
+        assert res.returncode == 0, res.stderr
+        assert "cancel #2" in res.stdout and f"{first} purged in all" in res.stdout
+        status = json.loads(
+            (Path(farm.env["QFARM_RESULTS_DIR"]) / run_id / "status.json").read_text())
+        assert status["purged_messages"] == first and status["cancels"] == 2
+        assert status["cancelled_jobs"] == total - rows
+        assert status["last_cancelled_at"] > status["cancelled_at"]
+        res = farm.qfarm("sweep", "--attach", run_id, "--quiet", timeout_s=120)
+        assert res.returncode == 0, res.stderr
+    summary = (Path(farm.env["QFARM_RESULTS_DIR"]) / run_id / "summary.md").read_text()
+    assert f"The farm counted {total - rows} cancelled jobs" in summary
+    assert "rows + cancelled = planned" in summary

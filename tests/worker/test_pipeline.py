@@ -151,3 +151,70 @@ def test_the_samples_of_a_question_share_one_preflight_and_a_new_policy_gets_its
     rejecting = make_job(text, quantifier_reject_broad=True)
     decided = pipeline.preflight_stage(pipeline.begin(rejecting))
     assert decided.preflight.rejected and decided.verification is not None
+
+
+def test_a_cancelled_run_abandons_its_bundles_unanswered_requests(retriever):
+    from qfarm.ops.sim.launch import start_simulator
+    from qfarm.worker import pipeline
+    from qfarm.worker.llm import open_gateway
+
+    qs = [Question(id=f"q{i}", text=t) for i, t in enumerate(
+        ["Who wrote Hamlet?", "What is DNA?", "What is jazz?"])]
+    jobs = list(expand_jobs("run-c", qs, [Mode.QUOTE, Mode.CLAIM_LATTICE], 1, build_policy({}),
+                            model="m"))
+    records = pipeline.retrieval_stage(
+        [pipeline.preflight_stage(pipeline.begin(j)) for j in jobs], retriever)
+    checks: list[list[str]] = []
+
+    def cancelled_runs(runs):  # cancelled from the second look on
+        checks.append(list(runs))
+        return set(runs) if len(checks) >= 2 else set()
+
+    # One request at a time, ~0.3 s each: by the second check (~1 s) most of the six wait.
+    with start_simulator(ttft_ms=300, tpot_ms=0, max_num_seqs=1) as slow:
+        gw = open_gateway(Settings(llm_endpoints=slow.url, llm_max_attempts=1,
+                                   llm_max_inflight_per_endpoint=1))
+        try:
+            out = pipeline.generation_stage(records, gw, cancelled_runs=cancelled_runs)
+        finally:
+            gw.close()
+        sent = sum(1 for r in slow.stats()["requests"] if "completions" in r["path"])
+    answered = [r for r in out if r.error is None]
+    stopped = [r for r in out if r.error_kind == "cancelled"]
+    assert checks[0] == ["run-c"] and len(answered) + len(stopped) == 6
+    assert answered and stopped  # stopped between the jobs of the bundle
+    assert sent < 6  # abandoned requests waiting for the endpoint were never sent
+    # Each answered job's LLM time is its own request's, and its total its own stages'.
+    rows = [pipeline.finish(pipeline.verification_stage(r)) for r in answered]
+    assert len({r.timings.llm_ms for r in rows}) == len(rows)
+    for row in rows:
+        t = row.timings
+        assert t.total_ms == pytest.approx(t.retrieval_ms + t.llm_ms + t.verify_ms, abs=0.01)
+
+
+def test_a_batched_search_is_shared_among_its_questions():
+    import time
+
+    from qfarm.worker import pipeline
+
+    class Searcher:
+        backend = "fake"
+        took = 0.0
+
+        def search_many(self, texts, *, top_k, title_boost):
+            t0 = time.perf_counter()
+            time.sleep(0.05 * len(texts))
+            self.took = (time.perf_counter() - t0) * 1000.0
+            return [[] for _ in texts]
+
+        def index_version(self):
+            return "v"
+
+    qs = [Question(id=f"q{i}", text=f"What is topic {i}?") for i in range(4)]
+    jobs = list(expand_jobs("run-r", qs, [Mode.QUOTE], 2, build_policy({}), model="m"))
+    searcher = Searcher()
+    out = pipeline.retrieval_stage([pipeline.begin(j) for j in jobs], searcher)  # type: ignore[arg-type]
+    # Four questions searched in one batch: each job carries a quarter of it (plus its
+    # own evidence fitting), not the whole batch's time.
+    for r in out:
+        assert searcher.took / 4 <= r.timings.retrieval_ms < searcher.took

@@ -20,6 +20,9 @@ class ThreadBridge:
         self._loop = loop
         self._dispatch = dispatcher
         self.closed = False  # set by the gateway's close: later prompts fail at once
+        # The task behind each started future, so a caller can abandon it (``cancel_many``);
+        # only read and written on the loop's thread.
+        self._tasks: dict[Future[Generation], asyncio.Task[Generation]] = {}
 
     def submit_many(self, items: list[tuple[str, Sampling, str]]) -> list[Future[Generation]]:
         """Futures of many prompts, started with one wake-up of the loop (waking it costs a
@@ -43,7 +46,27 @@ class ThreadBridge:
             task = loop.create_task(self._dispatch.tracked(
                 self._dispatch.agenerate(prompt, sampling, job_id=job_id)
             ))
+            self._tasks[future] = task
             task.add_done_callback(functools.partial(_settle, future))
+            task.add_done_callback(functools.partial(self._forget, future))
+
+    def _forget(self, future: Future[Generation], _task: asyncio.Task[Generation]) -> None:
+        self._tasks.pop(future, None)
+
+    def cancel_many(self, futures: list[Future[Generation]]) -> None:
+        """Abandon these prompts: one not started yet never is, one waiting for an endpoint
+        or in flight is cancelled (its HTTP request closed, its slot given back). Each
+        future then fails with a ``TransientServiceError``; one already answered keeps
+        its answer."""
+        started = [f for f in futures if not f.cancel() and not f.done()]
+        if started:
+            self._loop.call_soon(self._cancel_tasks, started)
+
+    def _cancel_tasks(self, futures: list[Future[Generation]]) -> None:
+        for future in futures:
+            task = self._tasks.get(future)
+            if task is not None:
+                task.cancel()
 
 
 def _settle(future: Future[Generation], task: asyncio.Task[Generation]) -> None:

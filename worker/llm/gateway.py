@@ -112,6 +112,11 @@ class Gateway:
         """Futures of many prompts, started with one wake-up of the loop."""
         return self._bridge.submit_many(items)
 
+    def cancel_many(self, futures: list[Future[Generation]]) -> None:
+        """Abandon prompts ``submit_many`` started (``ThreadBridge.cancel_many``): a
+        cancelled run's requests still waiting for an endpoint, or in flight."""
+        self._bridge.cancel_many(futures)
+
     def generate_many(
         self, items: list[tuple[str, Sampling, str]]
     ) -> list[Generation | ServiceError]:

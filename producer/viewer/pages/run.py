@@ -84,13 +84,15 @@ def mode_section(run_id: str, stats: Any, modes: list[str]) -> list[str]:
             _rows_link(run_id, t.rows, mode=m),
             _rows_link(run_id, t.errors, mode=m, verdict="none") if t.errors else "0",
             *(
-                f"{_rows_link(run_id, k, mode=m, verdict=v)} · {h(fmt_pct(k, t.valid))}"
-                for v, k in ((Verdict.STRICT, t.strict), (Verdict.HYBRID, t.hybrid),
-                             (Verdict.UNGROUNDED, t.ungrounded))
+                f"{_rows_link(run_id, k, mode=m, verdict=v)} · "
+                f"{h(fmt_pct(k, t.valid, clusters=stats.clusters(m, key)))}"
+                for v, k, key in ((Verdict.STRICT, t.strict, "strict"),
+                                  (Verdict.HYBRID, t.hybrid, "hybrid"),
+                                  (Verdict.UNGROUNDED, t.ungrounded, "ungrounded"))
             ),
             h(fmt_num(t.ratio.mean, 3)),
         ])
-    header = ["mode", "rows", "errors", f"{Verdict.STRICT} (95% Wilson)", Verdict.HYBRID,
+    header = ["mode", "rows", "errors", f"{Verdict.STRICT} (95% CI)", Verdict.HYBRID,
               Verdict.UNGROUNDED, "mean ratio"]
     return ["<h2>Verdicts per mode</h2>", _table(header, rows)]
 
@@ -128,7 +130,7 @@ def gold_section(stats: Any, modes: list[str]) -> list[str]:
             continue
         t = ms.tally
         if t.gold_n or t.recall_n or t.article_n:
-            rows.append([h(m), *(h(cell) for cell in gold_cells(t))])
+            rows.append([h(m), *(h(cell) for cell in gold_cells(t, stats, m))])
         for confidence, count in ms.answerability.items():
             warn.append(f"{m}: answerability fired on {count} rows ({confidence} confidence)")
     out = []

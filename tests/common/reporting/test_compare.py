@@ -512,3 +512,33 @@ def test_a_caps_decision_names_a_strict_fall_that_is_only_the_guards_own_demotes
         r.update(verdict="HYBRID")
     beyond = compare_runs(manifest("A"), dry, manifest("B", on), accumulate(caps_rows))
     assert beyond.phase is not None and beyond.phase.note == ""
+
+
+def repeated(n_strict: int, questions: int, samples: int, prefix: str) -> RunStats:
+    """``questions`` × ``samples``, every sample of a question alike (fully correlated)."""
+    return accumulate(
+        {**base_row(k, "quote", k < n_strict, prefix), "sample_index": i,
+         "job_id": f"{prefix}{k}-{i}"}
+        for k in range(questions)
+        for i in range(samples)
+    )  # fmt: skip
+
+
+def test_unpaired_decision_counts_a_questions_samples_once() -> None:
+    # 100 questions × 5 identical samples: 500 verdicts that weigh like 100. A 15-point
+    # change is a signal if the 500 were independent, noise at 100 per run.
+    a, b = repeated(40, 100, 5, "q"), repeated(55, 100, 5, "x")
+    d = compare_metric(a, b, "quote", STRICT)
+    assert d.method == "Newcombe, clustered by question (unpaired)"
+    assert d.delta == pytest.approx(15.0) and (d.n_a, d.n_b) == (500, 500)
+    independent = compare_metric(run(200, 500), run(275, 500, prefix="x"), "quote", STRICT)
+    assert independent.delta == pytest.approx(15.0) and independent.verdict == "signal"
+    assert d.high - d.low > 2 * (independent.high - independent.low)
+    as_questions = compare_metric(run(40, 100), run(55, 100, prefix="x"), "quote", STRICT)
+    assert d.high - d.low >= as_questions.high - as_questions.low - 0.5
+    ratio = compare_metric(a, b, "quote", RATIO)
+    assert ratio.method == "Welch, clustered by question (unpaired)"
+    assert ratio.high - ratio.low > 2 * (
+        compare_metric(run(200, 500), run(275, 500, prefix="x"), "quote", RATIO).high
+        - compare_metric(run(200, 500), run(275, 500, prefix="x"), "quote", RATIO).low
+    )

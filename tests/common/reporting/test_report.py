@@ -10,7 +10,7 @@ from qfarm.common.models import Manifest, Row
 from qfarm.common.policy import build_policy, governance_policy_hash, verifier_policy_hash
 from qfarm.common.reporting.report import fmt_ms, render_summary
 from qfarm.common.reporting.runstats import MAX_QUESTION_ROWS
-from qfarm.common.reporting.stats import percentile
+from qfarm.common.reporting.stats import percentile, rate_interval
 
 MODES = ("quote", "claim_lattice_pointer", "claim_lattice")
 POLICY = build_policy({"quantifier_reminder_enabled": True})
@@ -186,6 +186,12 @@ def synthetic_rows() -> list[dict[str, Any]]:
     return rows
 
 
+def ci(*clusters: tuple[int, int]) -> str:
+    """The bracket a rate over these per-question (k, n) cells carries."""
+    low, high = rate_interval(clusters)
+    return f"[{100 * low:.1f}–{100 * high:.1f}]"
+
+
 def table(text: str, heading: str) -> list[dict[str, str]]:
     """The first markdown table after ``heading``, as dicts keyed by header cell."""
     lines = text.splitlines()
@@ -248,26 +254,58 @@ def test_mode_table(summary: str) -> None:
     modes = by(table(summary, "## Verdicts by mode"), "mode")
     quote, cpl, cl = modes["`quote`"], modes["`claim_lattice_pointer`"], modes["`claim_lattice`"]
     assert [quote[k] for k in ("jobs", "S", "H", "U", "errors")] == ["10", "8", "1", "1", "0"]
-    assert quote["strict-rate"] == "80.0% [49.0–94.3]"  # Wilson 8/10
-    assert quote["UNGROUNDED rate"] == "10.0% [1.8–40.4]"  # Wilson 1/10
+    assert quote["strict-rate"] == "80.0% " + ci(*[(2, 2)] * 4, (0, 2))  # clustered, n=2
+    assert quote["UNGROUNDED rate"] == "10.0% " + ci(*[(0, 2)] * 4, (1, 2))
     assert quote["mean ratio"] == "0.850"
     assert (quote["p50 ms"], quote["p95 ms"]) == ("550", "955")  # 100..1000 ms
     assert (quote["prompt tok/job"], quote["completion tok/job"]) == ("100.0", "10.0")
     # Error rows (one HTTP 500, one internal error) are errors, not verdicts.
     assert [cpl[k] for k in ("jobs", "S", "H", "U", "errors")] == ["10", "4", "2", "2", "2"]
-    assert cpl["strict-rate"] == "50.0% [21.5–78.5]"  # Wilson 4/8
-    assert cpl["UNGROUNDED rate"] == "25.0% [7.1–59.1]"  # Wilson 2/8
+    assert cpl["strict-rate"] == "50.0% " + ci((2, 2), (2, 2), (0, 2), (0, 2))  # q5: errors
+    assert cpl["UNGROUNDED rate"] == "25.0% " + ci((0, 2), (0, 2), (0, 2), (2, 2))
     assert cpl["mean ratio"] == "0.625"
     assert (cpl["p50 ms"], cpl["p95 ms"]) == ("450", "765")  # 100..800 ms, errors excluded
     assert (cpl["prompt tok/job"], cpl["completion tok/job"]) == ("200.0", "20.0")
     assert [cl[k] for k in ("jobs", "S", "H", "U", "errors")] == ["10", "0", "0", "10", "0"]
-    assert cl["strict-rate"] == "0.0% [0.0–27.8]"
-    assert cl["UNGROUNDED rate"] == "100.0% [72.2–100.0]"
+    assert cl["strict-rate"] == "0.0% " + ci(*[(0, 2)] * 5)
+    assert cl["UNGROUNDED rate"] == "100.0% " + ci(*[(2, 2)] * 5)
     assert cl["mean ratio"] == "0.000"
     assert (cl["p50 ms"], cl["p95 ms"]) == ("50", "50")
     assert (cl["prompt tok/job"], cl["completion tok/job"]) == ("300.0", "35.0")
-    # The uncertainty sentence uses the smallest verdict count (8): Wilson 4/8 half-width.
-    assert "With 8 verdicts per mode, a rate near 50% is known to within ±28.5 points" in summary
+    # The uncertainty sentence uses the smallest verdict count (8, in claim_lattice_pointer),
+    # and says the samples of a question are clustered.
+    assert "clustered by question: the 8 verdicts of `claim_lattice_pointer` come from 4 " \
+        "questions" in summary
+
+
+def _one_mode_summary(verdicts: dict[tuple[str, int], str]) -> str:
+    n = 1 + max(i for _, i in verdicts)
+    questions = sorted({q for q, _ in verdicts})
+    man = make_manifest(modes=["quote"], n=n, n_questions=len(questions))
+    rows = [make_row(q, "quote", i, FULL[v]) for (q, i), v in verdicts.items()]
+    return render_summary(man, rows, finished_at=1_060.0)
+
+
+def test_one_sample_per_question_keeps_wilson() -> None:
+    verdicts = {(f"q{j}", 0): "S" if j < 8 else "U" for j in range(10)}
+    text = _one_mode_summary(verdicts)
+    quote = by(table(text, "## Verdicts by mode"), "mode")["`quote`"]
+    assert quote["strict-rate"] == "80.0% [49.0–94.3]"  # Wilson 8/10 (Newcombe 1998)
+    assert "Rates carry 95% Wilson intervals" in text
+
+
+def test_repeated_samples_of_one_question_widen_the_interval() -> None:
+    # 10 questions x 3 samples, every sample of a question alike: 30 verdicts that weigh
+    # like 10, so the interval is wider than Wilson's over 30 (and than over 10 at z).
+    verdicts = {(f"q{j}", i): "S" if j < 8 else "U" for j in range(10) for i in range(3)}
+    text = _one_mode_summary(verdicts)
+    cell = by(table(text, "## Verdicts by mode"), "mode")["`quote`"]["strict-rate"]
+    low, high = (float(x) for x in cell.split("[")[1].rstrip("]").split("–"))
+    assert (low, high) == pytest.approx((100 * rate_interval([(3, 3)] * 8 + [(0, 3)] * 2)[0],
+                                         100 * rate_interval([(3, 3)] * 8 + [(0, 3)] * 2)[1]),
+                                        abs=0.06)
+    assert high - low > 94.3 - 49.0 > 100 * (0.9 - 0.63)  # wider than Wilson 8/10 and 24/30
+    assert "clustered by question" in text and "design effect is 3.33" in text  # 3 x 10/9
 
 
 def test_kinds_table(summary: str) -> None:
@@ -275,13 +313,13 @@ def test_kinds_table(summary: str) -> None:
     kinds = ["CITATION_MISMATCH", "DEFLECTION_DETECTED", "FORMAT_COLLAPSED", "NO_EVIDENCE_POINTER"]
     assert list(modes["`quote`"])[5:] == kinds  # one column per kind seen, sorted
     quote, cpl, cl = modes["`quote`"], modes["`claim_lattice_pointer`"], modes["`claim_lattice`"]
-    assert quote["FORMAT_COLLAPSED rate"] == "0.0% [0.0–27.8]"
+    assert quote["FORMAT_COLLAPSED rate"] == "0.0% " + ci(*[(0, 2)] * 5)
     assert quote["mean raw brackets"] == "—"  # lattice modes only
     assert [quote[k] for k in kinds] == ["1 (10.0%)", "1 (10.0%)", "0 (0.0%)", "0 (0.0%)"]
-    assert cpl["FORMAT_COLLAPSED rate"] == "25.0% [7.1–59.1]"
+    assert cpl["FORMAT_COLLAPSED rate"] == "25.0% " + ci((0, 2), (0, 2), (0, 2), (2, 2))
     assert cpl["mean raw brackets"] == "1.25"  # (4×2 + 2×1 + 2×0) / 8
     assert [cpl[k] for k in kinds] == ["0 (0.0%)", "0 (0.0%)", "2 (25.0%)", "4 (50.0%)"]
-    assert cl["FORMAT_COLLAPSED rate"] == "50.0% [23.7–76.3]"  # Wilson 5/10
+    assert cl["FORMAT_COLLAPSED rate"] == "50.0% " + ci(*[(1, 2)] * 5)
     assert cl["mean raw brackets"] == "0.00"
     assert [cl[k] for k in kinds] == ["0 (0.0%)", "0 (0.0%)", "5 (50.0%)", "0 (0.0%)"]
 
@@ -289,14 +327,16 @@ def test_kinds_table(summary: str) -> None:
 def test_gold_table(summary: str) -> None:
     modes = by(table(summary, "## Gold answers"), "mode")
     quote, cpl, cl = modes["`quote`"], modes["`claim_lattice_pointer`"], modes["`claim_lattice`"]
-    assert (quote["rows with gold"], quote["answer accuracy"]) == ("10", "80.0% [49.0–94.3]")
-    assert quote["retrieval recall"] == "100.0% [72.2–100.0]"
-    assert (cpl["rows with gold"], cpl["answer accuracy"]) == ("8", "50.0% [21.5–78.5]")
-    assert cpl["retrieval recall"] == "100.0% [67.6–100.0]"  # Wilson 8/8
+    assert quote["rows with gold"] == "10"
+    assert quote["answer accuracy"] == "80.0% " + ci(*[(2, 2)] * 4, (0, 2))
+    assert quote["retrieval recall"] == "100.0% " + ci(*[(2, 2)] * 5)
+    assert cpl["rows with gold"] == "8"
+    assert cpl["answer accuracy"] == "50.0% " + ci((2, 2), (2, 2), (0, 2), (0, 2))
+    assert cpl["retrieval recall"] == "100.0% " + ci(*[(2, 2)] * 4)
     assert (cl["rows with gold"], cl["answer accuracy"], cl["retrieval recall"]) == ("0", "—", "—")
     # MRR: five quote rows find gold at rank 1 and five at rank 2; article hit only where a
     # question file names the article.
-    assert (quote["MRR"], quote["article hit"]) == ("0.750", "80.0% [49.0–94.3]")
+    assert (quote["MRR"], quote["article hit"]) == ("0.750", "80.0% " + ci(*[(2, 2)] * 4, (0, 2)))
     assert (cpl["MRR"], cpl["article hit"]) == ("1.000", "—")
     assert (cl["MRR"], cl["article hit"]) == ("—", "—")
 
