@@ -30,7 +30,9 @@ def runs_page(src: RunSource) -> Response:
         )
         rates = "<br>".join(
             f"{h(m)}: {fmt_pct(ms.tally.strict, ms.tally.valid, interval=False)}"
-            for m, ms in ((m, rr.stats.modes[m]) for m in rr.stats.mode_order(manifest.modes))
+            for m in rr.stats.mode_order(manifest.modes)
+            # a mode with no row yet (no rows.jsonl after --detach, a run just begun) has no rate
+            if (ms := rr.stats.modes.get(m)) is not None
         )
         started = status.get("started_at") or manifest.created_at
         finished = finished_at(state, status, rr.stats.last_finished)

@@ -125,6 +125,20 @@ def test_viewer_without_tokens_is_open_on_loopback(make_settings):
         assert client.get("/static/viewer.css").status_code == 200
 
 
+def test_viewer_lists_a_run_whose_rows_have_not_landed_yet(make_settings):
+    """The moment after a sweep is posted (or after ``--detach``): a manifest, no rows.jsonl."""
+    from bench.perf.viewer import write_synthetic_run
+
+    settings = make_settings()
+    run_dir = write_synthetic_run(settings.results_dir, "20260101-000000-nrows0", 2,
+                                  status="running")
+    (run_dir / "rows.jsonl").unlink()
+    with TestClient(create_app(settings, eager=True)) as client:
+        page = client.get("/")
+        assert page.status_code == 200 and "20260101-000000-nrows0" in page.text
+        assert client.get("/runs/20260101-000000-nrows0").status_code == 200
+
+
 # ---------------------------------------------------------------- bad bodies
 
 @pytest.mark.parametrize(

@@ -270,3 +270,23 @@ def test_control_characters_never_reach_a_page(tmp_path: Path) -> None:
         assert b"\x00" not in body and b"\x07" not in body, path
         if path != "/runs/run-nul":  # the run page names no question
             assert "nul\ufffdhere\ufffd?".encode() in body, path
+
+
+def test_a_run_without_rows_yet_renders_on_every_page(tmp_path: Path) -> None:
+    """After ``--detach``, and for a moment after an API sweep, a run directory has its
+    manifest but no rows.jsonl; one that has begun may have rows of one mode only."""
+    empty = write_synthetic_run(tmp_path, "run-empty", 2, status="running")
+    (empty / "rows.jsonl").unlink()
+    begun = write_synthetic_run(tmp_path, "run-begun", 2, status="running")
+    rows = [json.loads(line) for line in (begun / "rows.jsonl").open()]
+    (begun / "rows.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows if r["mode"] == "quote"))
+    viewer = Viewer(tmp_path)
+    html = get(viewer, "/")
+    assert 'href="/runs/run-empty"' in html and '<progress max="12" value="0">' in html
+    assert "quote: " in html and "claim_lattice: " not in html
+    for run_id in ("run-empty", "run-begun"):
+        get(viewer, f"/runs/{run_id}")
+        get(viewer, f"/runs/{run_id}/rows")
+        get(viewer, "/compare", a=run_id, b="run-begun")
+    assert "<span id=matched>0</span>" in get(viewer, "/runs/run-empty/rows")
