@@ -30,6 +30,7 @@ from fastapi.responses import (
     RedirectResponse,
     Response,
 )
+from fastapi_offline import FastAPIOffline
 from redis.exceptions import RedisError
 
 from common.errors import QfarmError
@@ -70,6 +71,7 @@ from producer.store import ProducerStore, connect
 log = logging.getLogger("qfarm.api")
 
 ROWS_PAGE_MAX = 1000
+DOCS_STATIC = "/static-docs"  # Swagger UI's and ReDoc's files (open to all: public code)
 THREADS = 100
 ERRORS: dict[int | str, dict[str, Any]] = {
     s: {"model": ErrorBody} for s in (400, 401, 403, 404, 409, 413, 422, 503)
@@ -197,7 +199,10 @@ def create_app(settings: Settings, *, eager: bool = False,
                              ", ".join(adopted))
         yield
 
-    app = FastAPI(
+    # /docs and /redoc load Swagger UI and ReDoc from files this package ships, not from a
+    # CDN: the farm's hosts often have no internet, and the page was blank there.
+    app = FastAPIOffline(
+        static_url=DOCS_STATIC,
         lifespan=lifespan,
         title="qfarm", version="1",
         description="The farm's HTTP front door: questions, sweeps, runs, metrics (docs/api.md).",
