@@ -29,6 +29,7 @@ from fastapi.responses import (
     PlainTextResponse,
     RedirectResponse,
     Response,
+    StreamingResponse,
 )
 from fastapi_offline import FastAPIOffline
 from redis.exceptions import RedisError
@@ -433,8 +434,12 @@ def _viewer_route(app: FastAPI, farm: Farm, viewer: Any) -> None:
                 return problem(401, "the viewer needs a token: open /?token=TOKEN once "
                                      "(a cookie keeps it) or send Authorization: Bearer TOKEN")
         resp = viewer.handle("/" + path, query)
+        headers = {"Cache-Control": "no-store", **resp.headers}
+        if resp.stream is not None:  # an export of the rows table, read as it is sent
+            return StreamingResponse(iter(resp.stream), status_code=resp.status,
+                                     media_type=resp.content_type, headers=headers)
         return Response(resp.body, status_code=resp.status, media_type=resp.content_type,
-                        headers={"Cache-Control": "no-store"})
+                        headers=headers)
 
 
 def _login(farm: Farm, request: Request, token: str) -> Response:

@@ -94,6 +94,8 @@ class Viewer:
                 return run.run_page(self.source, run_id)
             case ["runs", run_id, "rows"]:
                 return rows.rows_page(self.source, run_id, q)
+            case ["runs", run_id, name] if name.startswith("rows.") and name[5:] in rows.EXPORTS:
+                return rows.export_rows(self.source, run_id, name[5:], q)
             case ["runs", run_id, "rows", pos] if pos.isdigit():
                 return row.row_page(self.source, run_id, int(pos))
             case ["runs", run_id, "files", name] if name in PLOTS:

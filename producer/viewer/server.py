@@ -39,7 +39,22 @@ def make_server(
                 return
             query = {k: v for k, v in pairs if k != "token"}
             resp = viewer.handle(url.path, query)
-            self._send(resp.status, resp.content_type, resp.body)
+            if resp.stream is None:
+                self._send(resp.status, resp.content_type, resp.body, resp.headers)
+                return
+            # An export: no length known in advance, so the body ends when the connection
+            # does (this server speaks HTTP/1.0); pieces leave as they are read.
+            self.send_response(resp.status)
+            for name, value in {"Content-Type": resp.content_type, "Cache-Control": "no-store",
+                                "Connection": "close", **resp.headers}.items():
+                self.send_header(name, value)
+            self.end_headers()
+            try:
+                for piece in resp.stream:
+                    self.wfile.write(piece)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the browser stopped the download
+            self.close_connection = True
 
         def _allowed(self, path: str, pairs: list[tuple[str, str]]) -> bool:
             token = next((v for k, v in pairs if k == "token"), None)
@@ -70,8 +85,11 @@ def make_server(
             morsel = jar.get(auth.COOKIE)
             return morsel.value if morsel else None
 
-        def _send(self, status: int, content_type: str, body: bytes) -> None:
+        def _send(self, status: int, content_type: str, body: bytes,
+                  headers: dict[str, str] | None = None) -> None:
             self.send_response(status)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.send_header("Cache-Control", "no-store")

@@ -290,3 +290,102 @@ def test_a_run_without_rows_yet_renders_on_every_page(tmp_path: Path) -> None:
         get(viewer, f"/runs/{run_id}/rows")
         get(viewer, "/compare", a=run_id, b="run-begun")
     assert "<span id=matched>0</span>" in get(viewer, "/runs/run-empty/rows")
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "rows.jsonl").open()]
+
+
+def _with_gold(results: Path) -> list[dict]:
+    """run-a's rows, a third of them with a gold answer matched and a third missed."""
+    rows = _rows(results / "run-a")
+    for k, r in enumerate(rows):
+        r["gold_in_claims"] = {0: None, 1: True, 2: False}[k % 3]
+        r["usage"] = {"prompt_tokens": 700 + k, "completion_tokens": 40 + k % 7}
+    rows[4]["answer"] = "The Danube passes through VIENNA. [E1]"
+    (results / "run-a" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return rows
+
+
+def _positions(html: str, run_id: str = "run-a") -> list[int]:
+    return [int(s) for s in re.findall(rf'<td><a href="/runs/{run_id}/rows/(\d+)">', html)]
+
+
+def test_rows_table_shows_latency_tokens_and_gold_and_filters_on_them(results: Path) -> None:
+    rows = _with_gold(results)
+    viewer = Viewer(results)
+    html = get(viewer, "/runs/run-a/rows")
+    for word in ("latency ms", "tokens", "gold"):
+        assert f">{word}</a></th>" in html
+    first = re.search(r"<tr><td><a href=\"/runs/run-a/rows/1\">.*?</tr>", html).group(0)
+    assert f">{700 + 1 + 40 + 1}</span>" in first and ">match</span>" in first
+    assert f"<td>{rows[1]['timings']['total_ms']:.0f}" in first or \
+        f"<td>{rows[1]['timings']['total_ms']:.1f}" in first
+    cases = {
+        ("gold", "match"): lambda r: r["gold_in_claims"] is True,
+        ("gold", "miss"): lambda r: r["gold_in_claims"] is False,
+        ("gold", "none"): lambda r: r["gold_in_claims"] is None,
+        ("failures", "1"): lambda r: bool(r["error"]) or r["verdict"] in (None, "UNGROUNDED")
+        or r["gold_in_claims"] is False,
+        # the search reads answers as well as questions, in any case
+        ("q", "vienna"): lambda r: "vienna" in r["question"].lower()
+        or "vienna" in (r["answer"] or "").lower(),
+    }
+    for (key, value), want in cases.items():
+        html = get(viewer, "/runs/run-a/rows", **{key: value})
+        assert f"<span id=matched>{sum(map(want, rows))}</span>" in html, (key, value)
+    assert _positions(get(viewer, "/runs/run-a/rows", q="vienna")) == [4]
+
+
+@pytest.mark.parametrize("sort,key", [
+    ("latency", lambda r: r["timings"]["total_ms"]),
+    ("tokens", lambda r: r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"]),
+    ("question_id", lambda r: r["question_id"]),
+    ("verdict", lambda r: r["verdict"]),
+])
+def test_rows_sort_by_a_column_both_ways_across_pages(results: Path, sort: str, key) -> None:
+    rows = _with_gold(results)
+    viewer = Viewer(results)
+    have = [k for k, r in enumerate(rows) if key(r) is not None]
+    none = [k for k, r in enumerate(rows) if key(r) is None]  # last, either way
+    for desc in ("", "1"):
+        want = sorted(have, key=lambda k: key(rows[k]), reverse=bool(desc)) + none
+        got: list[int] = []
+        for page in range(1, -(-len(rows) // PAGE_SIZE) + 1):
+            got += _positions(get(viewer, "/runs/run-a/rows", sort=sort, desc=desc,
+                                  page=str(page)))
+        assert [key(rows[k]) for k in got] == [key(rows[k]) for k in want], (sort, desc)
+    html = get(viewer, "/runs/run-a/rows", sort=sort, verdict="STRICT")
+    # the header sorts the other way, keeping the filter; the form keeps the sort
+    assert f'href="/runs/run-a/rows?verdict=STRICT&amp;sort={sort}&amp;desc=1"' in html
+    assert f'<input type="hidden" name="sort" value="{sort}">' in html
+
+
+def test_export_streams_the_filtered_sorted_rows_as_csv_and_jsonl(results: Path) -> None:
+    import csv
+    import io
+
+    rows = _with_gold(results)
+    rows[2]["question"] = "=HYPERLINK(\"http://x\")"
+    (results / "run-a" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    viewer = Viewer(results)
+    query = {"failures": "1", "mode": "quote", "sort": "latency", "desc": "1"}
+    page = get(viewer, "/runs/run-a/rows", **query)
+    href = re.search(r'id="export-csv" href="([^"]+)"', page).group(1).replace("&amp;", "&")
+    assert href.startswith("/runs/run-a/rows.csv?") and "failures=1" in href
+    want = _positions(page)  # one page holds them all here
+    resp = viewer.handle("/runs/run-a/rows.jsonl", query)
+    assert resp.status == 200 and resp.stream is not None and resp.body == b""
+    assert "attachment" in resp.headers["Content-Disposition"]
+    lines = b"".join(resp.stream).decode().splitlines()
+    assert [json.loads(x) for x in lines] == [rows[k] for k in want]
+    resp = viewer.handle("/runs/run-a/rows.csv", query)
+    assert resp.content_type.startswith("text/csv") and resp.stream is not None
+    table = list(csv.DictReader(io.StringIO(b"".join(resp.stream).decode())))
+    assert [int(t["position"]) for t in table] == want
+    assert [t["job_id"] for t in table] == [rows[k]["job_id"] for k in want]
+    assert table[0]["total_ms"] == str(rows[want[0]]["timings"]["total_ms"])
+    everything = list(csv.DictReader(io.StringIO(b"".join(
+        viewer.handle("/runs/run-a/rows.csv", {}).stream or []).decode())))
+    assert len(everything) == len(rows)
+    assert everything[2]["question"].startswith("'=HYPERLINK")  # no formula for a spreadsheet
