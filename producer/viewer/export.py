@@ -31,24 +31,25 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 )
 # A cell a spreadsheet would run as a formula starts with one of these; model output and
 # questions are untrusted, so such text cells get a leading apostrophe (OWASP's advice).
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+FORMULA_START = "=+-@\t\r"
 BATCH_ROWS = 200  # rows per piece of the streamed body
+_PATHS = tuple(tuple(path.split(".")) for _, path in COLUMNS)
 
 
-def _cell(row: Mapping[str, Any], path: str) -> str:
-    value: Any = row
-    for part in path.split("."):
-        value = value.get(part) if isinstance(value, Mapping) else None
+def _cell(row: Mapping[str, Any], path: tuple[str, ...]) -> str:
+    value = row.get(path[0])
+    for part in path[1:]:
+        value = value.get(part) if isinstance(value, dict) else None
+    kind = type(value)
+    if isinstance(value, str):
+        return "'" + value if value and value[0] in FORMULA_START else value
     if value is None:
         return ""
-    if isinstance(value, list):
-        return " ".join(str(v) for v in value)
-    if isinstance(value, bool):
+    if kind is bool:
         return "true" if value else "false"
-    if isinstance(value, int | float):
-        return str(value)
-    text = str(value)
-    return "'" + text if text.startswith(FORMULA_START) else text
+    if kind is list:
+        return " ".join(str(v) for v in value)
+    return str(value)
 
 
 def csv_rows(rr: RunRows, positions: list[int]) -> Iterator[bytes]:
@@ -58,7 +59,7 @@ def csv_rows(rr: RunRows, positions: list[int]) -> Iterator[bytes]:
     writer.writerow(["position", *(name for name, _ in COLUMNS)])
     for k, (pos, raw) in enumerate(zip(positions, rr.raw_rows(positions), strict=False), 1):
         row = parse_row(raw) or {}
-        writer.writerow([str(pos), *(_cell(row, path) for _, path in COLUMNS)])
+        writer.writerow([str(pos), *(_cell(row, path) for path in _PATHS)])
         if k % BATCH_ROWS == 0:
             yield buf.getvalue().encode()
             buf.seek(0)

@@ -68,8 +68,9 @@ def _count(value: Any) -> int | None:
 
 
 def _entry(offset: int, row: dict[str, Any]) -> RowEntry:
-    timings = row.get("timings") if isinstance(row.get("timings"), dict) else {}
-    usage = row.get("usage") if isinstance(row.get("usage"), dict) else {}
+    timings, usage = row.get("timings"), row.get("usage")
+    timings = timings if isinstance(timings, dict) else {}
+    usage = usage if isinstance(usage, dict) else {}
     gold = row.get("gold_in_claims")
     answer = row.get("answer")
     return RowEntry(

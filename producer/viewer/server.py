@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
 from producer.http import auth
+from producer.viewer.html import Response
 from producer.viewer.router import Viewer
 
 
@@ -41,20 +42,8 @@ def make_server(
             resp = viewer.handle(url.path, query)
             if resp.stream is None:
                 self._send(resp.status, resp.content_type, resp.body, resp.headers)
-                return
-            # An export: no length known in advance, so the body ends when the connection
-            # does (this server speaks HTTP/1.0); pieces leave as they are read.
-            self.send_response(resp.status)
-            for name, value in {"Content-Type": resp.content_type, "Cache-Control": "no-store",
-                                "Connection": "close", **resp.headers}.items():
-                self.send_header(name, value)
-            self.end_headers()
-            try:
-                for piece in resp.stream:
-                    self.wfile.write(piece)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the browser stopped the download
-            self.close_connection = True
+            else:
+                send_stream(self, resp)
 
         def _allowed(self, path: str, pairs: list[tuple[str, str]]) -> bool:
             token = next((v for k, v in pairs if k == "token"), None)
@@ -102,3 +91,19 @@ def make_server(
     server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
     return server
+
+
+def send_stream(handler: BaseHTTPRequestHandler, resp: Response) -> None:
+    """An export: no length known in advance, so the body ends when the connection does
+    (this server speaks HTTP/1.0); pieces leave as they are read."""
+    handler.send_response(resp.status)
+    for name, value in {"Content-Type": resp.content_type, "Cache-Control": "no-store",
+                        "Connection": "close", **resp.headers}.items():
+        handler.send_header(name, value)
+    handler.end_headers()
+    try:
+        for piece in resp.stream or ():
+            handler.wfile.write(piece)
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the browser stopped the download
+    handler.close_connection = True
