@@ -61,7 +61,8 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
     ),
     "producer.viewer": (
         ["router", "server"],
-        ["compare", "html", "index", "live", "pages", "reread", "row", "source"],
+        ["compare", "export", "gold", "html", "index", "live", "pages", "reread", "row",
+         "source"],
     ),
     "producer.viewer.pages": ([], ["compare", "progress", "row", "rows", "run", "runs"]),
     "ops": (["local", "sim"], ["farm", "process"]),

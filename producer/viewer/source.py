@@ -16,6 +16,7 @@ from common.vocab import LIVE_RUN_STATUSES, RunStatus
 from producer.reports import MANIFEST, shown_status
 from producer.runs import is_run_id, read_manifest, read_run_status
 from producer.store import ProducerStore, Progress
+from producer.viewer.gold import GoldFiles
 from producer.viewer.html import NotFound
 from producer.viewer.index import RowsCache, RunRows
 from producer.viewer.live import REDIS_ERRORS, RedisSource
@@ -58,6 +59,7 @@ class RunSource:
     ) -> None:
         self.results_dir = Path(results_dir)
         self.cache = RowsCache()
+        self.gold = GoldFiles()
         self.redis = RedisSource(store, redis_url)
         self.index_path = index_path
         self._passages = passages

@@ -389,3 +389,32 @@ def test_export_streams_the_filtered_sorted_rows_as_csv_and_jsonl(results: Path)
         viewer.handle("/runs/run-a/rows.csv", {}).stream or []).decode())))
     assert len(everything) == len(rows)
     assert everything[2]["question"].startswith("'=HYPERLINK")  # no formula for a spreadsheet
+
+
+def test_row_page_shows_gold_answers_the_match_and_token_usage(results: Path) -> None:
+    from common.questions import digest_content
+
+    rows = _with_gold(results)
+    qfile = results / "gold.jsonl"
+    qfile.write_bytes("".join(json.dumps({"id": f"q{q:06d}", "question": f"Q{q}?",
+                                          "answers": ["Seine", f"<b>river {q}</b>"]}) + "\n"
+                              for q in range(20)).encode())
+    path = results / "run-a" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest.update(question_file=str(qfile), question_file_digest=digest_content(qfile.read_bytes()))
+    path.write_text(json.dumps(manifest))
+    viewer = Viewer(results)
+    html = get(viewer, "/runs/run-a/rows/1")  # gold matched
+    assert '<ul class=gold><li>Seine</li><li>&lt;b&gt;river 0&lt;/b&gt;</li></ul>' in html
+    assert 'id="gold-match">the answer matched a gold answer<' in html
+    tokens = rows[1]["usage"]
+    total = tokens["prompt_tokens"] + tokens["completion_tokens"]
+    assert (f"<td>{total} ({tokens['prompt_tokens']} prompt + {tokens['completion_tokens']} "
+            "completion)</td>") in html
+    assert 'id="gold-match">the answer matched no gold answer<' in get(viewer, "/runs/run-a/rows/2")
+    qfile.write_text(qfile.read_text() + '{"id": "extra", "question": "Q?"}\n')  # edited since
+    html = get(viewer, "/runs/run-a/rows/1")
+    assert "has changed since the run" in html and "class=gold" not in html
+    assert 'id="gold-match">the answer matched a gold answer<' in html  # the row's flag stands
+    qfile.unlink()
+    assert "is not on this host" in get(viewer, "/runs/run-a/rows/1")
