@@ -66,7 +66,7 @@ from producer.http.runs import (
     run_dir_of,
 )
 from producer.http.schemas import AskRequest, ErrorBody, SweepRequest, answer_payload
-from producer.runs import read_manifest, read_run_status
+from producer.runs import is_ask_run, read_manifest, read_run_status
 from producer.store import ProducerStore, connect
 
 log = logging.getLogger("qfarm.api")
@@ -297,7 +297,7 @@ def _ask_routes(app: FastAPI, farm: Farm, asker: Any) -> None:
     def get_job(job_id: str) -> JSONResponse:
         """A question submitted with POST /v1/ask: 202 while pending, 200 with the answer."""
         store = farm.store
-        if not job_id.startswith("ask-") or store.manifest(job_id) is None:
+        if not is_ask_run(job_id) or store.manifest(job_id) is None:
             raise ApiError(404, f"job {job_id}: not found (job ids come from POST /v1/ask)")
         _, first = store.log_head(job_id)  # an ask run has one job: its row, once written
         if first is None:
@@ -342,10 +342,13 @@ def _run_routes(app: FastAPI, farm: Farm, asker: Any, admin: Any) -> None:
 
     @app.get("/v1/runs", tags=["runs"], dependencies=[asker], responses=ERRORS)
     def get_runs(limit: int = Query(20, ge=1, le=200),
-                 cursor: int = Query(0, ge=0, description="next_cursor of the previous page")
+                 cursor: int = Query(0, ge=0, description="next_cursor of the previous page"),
+                 kind: str = Query("sweep", pattern="^(sweep|ask|all)$",
+                                   description="sweeps, single questions (ask), or all")
                  ) -> dict[str, Any]:
-        """Runs newest first, a page at a time."""
-        items, nxt = control.list_runs(settings, farm.store_or_none(), offset=cursor, limit=limit)
+        """Runs newest first, a page at a time: sweeps, unless ``kind`` says otherwise."""
+        items, nxt = control.list_runs(settings, farm.store_or_none(), offset=cursor, limit=limit,
+                                       kind=kind)
         return {"runs": items, "next_cursor": nxt}
 
     @app.get("/v1/runs/{run_id}", tags=["runs"], dependencies=[asker], responses=ERRORS)

@@ -274,6 +274,32 @@ def test_sweep_then_run_rows_paging_and_summary(eager_client):
     assert bad.status_code == 422 and "STRICT, HYBRID, UNGROUNDED, none" in bad.text
 
 
+def test_an_uploaded_set_is_listed_by_its_name_and_keeps_its_gold_answers(eager_client):
+    headers = bearer(ADMIN_TOKEN)
+    lines = [{"id": "beatles", "question": "Who were the members of the Beatles?",
+              "answers": ["John Lennon", "Paul McCartney"]},
+             {"id": "jazz", "question": "What is jazz?"}]
+    body = "".join(json.dumps(line) + "\n" for line in lines)
+    resp = eager_client.post("/v1/sweeps?name=beatles-set.jsonl&modes=quote", content=body,
+                             headers={**headers, "Content-Type": "application/x-ndjson"})
+    assert resp.status_code == 201, resp.text
+    run_id = resp.json()["run_id"]
+    (item,) = [r for r in eager_client.get("/v1/runs", headers=headers).json()["runs"]
+               if r["run_id"] == run_id]
+    assert item["question_set"] == "beatles-set" and item["kind"] == "sweep"
+    digest_dir = item["question_file"].split("/")[-2]
+    page = eager_client.get("/", headers=headers).text
+    assert ">beatles-set</span>" in page and f">{digest_dir}" not in page
+    rows = eager_client.get(f"/v1/runs/{run_id}/rows", headers=headers).json()["rows"]
+    pos = [r["question_id"] for r in rows].index("beatles")
+    assert rows[pos]["gold_in_claims"] is not None  # the workers graded against the answers
+    row_page = eager_client.get(f"/runs/{run_id}/rows/{pos}", headers=headers).text
+    assert "<ul class=gold><li>John Lennon</li><li>Paul McCartney</li></ul>" in row_page
+    bad = eager_client.post("/v1/sweeps?name=../x", content=body,
+                            headers={**headers, "Content-Type": "application/x-ndjson"})
+    assert bad.status_code == 422 and bad.json()["error"]["field"] == "name"
+
+
 def test_unknown_runs_are_404(eager_client):
     headers = bearer(ADMIN_TOKEN)
     for path in ("/v1/runs/nope", "/v1/runs/nope/rows", "/v1/runs/nope/summary",

@@ -418,3 +418,21 @@ def test_row_page_shows_gold_answers_the_match_and_token_usage(results: Path) ->
     assert 'id="gold-match">the answer matched a gold answer<' in html  # the row's flag stands
     qfile.unlink()
     assert "is not on this host" in get(viewer, "/runs/run-a/rows/1")
+
+
+def test_compare_picker_proposes_the_two_latest_sweeps_over_one_question_file(
+    tmp_path: Path,
+) -> None:
+    for run_id, created, qfile in (("run-1", 1, "a.txt"), ("run-2", 2, "b.txt"),
+                                   ("run-3", 3, "a.txt"), ("run-4", 4, "c.txt"),
+                                   ("run-5", 5, "a.txt")):
+        run_dir = write_synthetic_run(tmp_path, run_id, 1)
+        path = run_dir / "manifest.json"
+        manifest = json.loads(path.read_text())
+        manifest.update(created_at=1_700_000_000.0 + created, question_file=f"sets/{qfile}",
+                        question_file_digest=f"sha256:{qfile}")
+        path.write_text(json.dumps(manifest))
+    html = get(Viewer(tmp_path), "/compare")
+    assert '<option value="run-3" selected>' in html.split('name="b"')[0]  # a: the older
+    assert '<option value="run-5" selected>' in html.split('name="b"')[1]
+    assert "same question file (a.txt)" in html
