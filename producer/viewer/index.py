@@ -42,9 +42,9 @@ class RowEntry:
     prompt_tokens: int | None
     completion_tokens: int | None
     gold: bool | None  # the answer's claims hold a gold answer; None: the question has none
-    # The kept answer, casefolded, for the text search (questions and answers): the one
-    # long field the index holds, so a search needs no pass over the file; "" when not kept.
-    answer_folded: str
+    # The question and the kept answer, casefolded, joined by a NUL, for the text search:
+    # the one long field the index holds, so a search needs no pass over the file.
+    folded: str
 
     @property
     def tokens(self) -> int | None:
@@ -91,7 +91,8 @@ def _entry(offset: int, row: dict[str, Any]) -> RowEntry:
         prompt_tokens=_count(usage.get("prompt_tokens")),
         completion_tokens=_count(usage.get("completion_tokens")),
         gold=gold if isinstance(gold, bool) else None,
-        answer_folded=answer.casefold() if isinstance(answer, str) else "",
+        folded=str(row.get("question") or "").casefold() + "\x00"
+        + (answer.casefold() if isinstance(answer, str) else ""),
     )
 
 
@@ -104,14 +105,14 @@ GOLD_VALUES = {"match": True, "miss": False, "none": None}
 
 
 def matches(e: RowEntry, f: dict[str, str]) -> bool:
+    """Whether ``e`` passes every filter of ``f`` (as ``RunRows.select`` gives it: "q" casefolded)."""
     for key, want in f.items():
         if not want:
             continue
         if key == "kind":
             ok = want in e.kinds
         elif key == "q":
-            needle = want.casefold()
-            ok = needle in e.question.casefold() or needle in e.answer_folded
+            ok = want in e.folded  # ``select`` casefolds the query once
         elif key == "error":
             ok = bool(e.error) if want == "any" else want.lower() in e.error.lower()
         elif key == "verdict" and want == "none":
@@ -215,7 +216,7 @@ class RunRows:
 
     def select(self, f: dict[str, str]) -> list[int]:
         """Positions of the entries that match every filter in ``f``."""
-        active = {k: v for k, v in f.items() if v}
+        active = {k: v.casefold() if k == "q" else v for k, v in f.items() if v}
         if not active:
             return list(range(len(self.entries)))
         return [i for i, e in enumerate(self.entries) if matches(e, active)]
