@@ -227,6 +227,8 @@ class RunRows:
     def raw_rows(self, positions: list[int]) -> Iterator[bytes]:
         """Each row at ``positions`` as its line of the file (no newline), one open file,
         one seek per row: an export of 100k rows never holds more than one."""
+        if not positions:  # nothing to read, and a run without rows has no file yet
+            return
         with self.path.open("rb") as fh:
             for pos in positions:
                 fh.seek(self.entries[pos].offset)

@@ -290,6 +290,10 @@ def test_a_run_without_rows_yet_renders_on_every_page(tmp_path: Path) -> None:
         get(viewer, f"/runs/{run_id}/rows")
         get(viewer, "/compare", a=run_id, b="run-begun")
     assert "<span id=matched>0</span>" in get(viewer, "/runs/run-empty/rows")
+    for fmt in ("csv", "jsonl"):  # an export of no rows: a CSV header, an empty JSONL
+        resp = viewer.handle(f"/runs/run-empty/rows.{fmt}", {})
+        assert resp.status == 200 and len(b"".join(resp.stream or ()).splitlines()) == (
+            fmt == "csv")
 
 
 def _rows(run_dir: Path) -> list[dict]:
