@@ -13,8 +13,8 @@ import io
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from producer.reports import parse_row
-from producer.viewer.index import RunRows
+from qfarm.producer.reports import parse_row
+from qfarm.producer.viewer.index import RunRows
 
 # (CSV header, how to read it from a row): flat fields of the row (docs/grounding.md, 'The row').
 COLUMNS: tuple[tuple[str, str], ...] = (

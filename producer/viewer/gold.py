@@ -13,9 +13,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.errors import InputError
-from common.models import Manifest
-from common.questions import digest_content, parse_questions
+from qfarm.common.errors import InputError
+from qfarm.common.models import Manifest
+from qfarm.common.questions import digest_content, parse_questions
 
 # The longest question any file may hold here: the file was checked when the run began.
 MAX_CHARS = 1_000_000

@@ -13,9 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
-from producer.http import auth
-from producer.viewer.html import Response
-from producer.viewer.router import Viewer
+from qfarm.producer.http import auth
+from qfarm.producer.viewer.html import Response
+from qfarm.producer.viewer.router import Viewer
 
 
 def make_server(

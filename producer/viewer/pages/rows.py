@@ -6,15 +6,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from urllib.parse import quote, urlencode
 
-from common.reporting.report import fmt_ms
-from common.vocab import Verdict
-from producer.viewer.export import csv_rows, jsonl_rows
-from producer.viewer.html import Response, h
-from producer.viewer.html import badge as _badge
-from producer.viewer.html import page as _page
-from producer.viewer.html import rows_url as _rows_url
-from producer.viewer.index import FILTERS, GOLD_VALUES, SORTS, RowEntry, RunRows, sort_positions
-from producer.viewer.source import RunSource
+from qfarm.common.reporting.report import fmt_ms
+from qfarm.common.vocab import Verdict
+from qfarm.producer.viewer.export import csv_rows, jsonl_rows
+from qfarm.producer.viewer.html import Response, h
+from qfarm.producer.viewer.html import badge as _badge
+from qfarm.producer.viewer.html import page as _page
+from qfarm.producer.viewer.html import rows_url as _rows_url
+from qfarm.producer.viewer.index import (
+    FILTERS,
+    GOLD_VALUES,
+    SORTS,
+    RowEntry,
+    RunRows,
+    sort_positions,
+)
+from qfarm.producer.viewer.source import RunSource
 
 PAGE_SIZE = 50
 # The table's columns: (header, sort key or "" for landing order).

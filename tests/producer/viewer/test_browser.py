@@ -31,8 +31,8 @@ from pathlib import Path
 import pytest
 
 from bench.perf.viewer import write_synthetic_run
-from common.vocab import Mode
-from producer.reports import write_summary
+from qfarm.common.vocab import Mode
+from qfarm.producer.reports import write_summary
 
 from .conftest import GOLD, write_question_file
 
@@ -62,8 +62,8 @@ def redis_run(real_rows: Callable) -> Iterator[tuple[str, Callable[[], None]]]:
     and a function that lands the rest. Only this run's keys are written and deleted."""
     import redis
 
-    from producer.store import ProducerStore
-    from worker.store import WorkerStore
+    from qfarm.producer.store import ProducerStore
+    from qfarm.worker.store import WorkerStore
 
     url = f"redis://127.0.0.1:{TEST_PORT}/{VIEWER_DB}"
     client = redis.Redis.from_url(url)

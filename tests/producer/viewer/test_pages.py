@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from bench.perf.viewer import synthetic_row, write_synthetic_run
-from common.models import ViolationKind
-from producer.reports import read_stats, write_summary
-from producer.viewer.html import MEANINGS
-from producer.viewer.pages.rows import PAGE_SIZE
-from producer.viewer.router import Viewer
+from qfarm.common.models import ViolationKind
+from qfarm.producer.reports import read_stats, write_summary
+from qfarm.producer.viewer.html import MEANINGS
+from qfarm.producer.viewer.pages.rows import PAGE_SIZE
+from qfarm.producer.viewer.router import Viewer
 
 XSS = "<script>alert(1)</script>"
 
@@ -396,7 +396,7 @@ def test_export_streams_the_filtered_sorted_rows_as_csv_and_jsonl(results: Path)
 
 
 def test_row_page_shows_gold_answers_the_match_and_token_usage(results: Path) -> None:
-    from common.questions import digest_content
+    from qfarm.common.questions import digest_content
 
     rows = _with_gold(results)
     qfile = results / "gold.jsonl"
