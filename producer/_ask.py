@@ -31,7 +31,7 @@ from qfarm.producer._types import (
     SweepSpec,
     configured_endpoints,
 )
-from qfarm.producer.runs import new_run_id
+from qfarm.producer.runs import ASK_RUN_PREFIX, new_run_id
 from qfarm.producer.store import ProducerStore, connect
 from qfarm.producer.sweep import SweepPlan
 
@@ -76,7 +76,7 @@ def _ask_manifest(settings: Settings, question: Question, modes: list[Mode], pol
                      use_cache=use_cache)
     questions = QuestionSet([question], "<command line>", digest_content(question.text))
     return run_manifest(spec, questions, modes, settings, eps, retriever, eager=eager,
-                     run_id="ask-" + new_run_id())
+                     run_id=ASK_RUN_PREFIX + new_run_id())
 
 
 def _submit(store: ProducerStore, manifest: Manifest, question: Question, app: Any) -> str:

@@ -19,7 +19,14 @@ from qfarm.common.runstatus import run_state
 from qfarm.common.settings import Settings
 from qfarm.common.vocab import RunStatus
 from qfarm.producer.aggregator import file_rows
-from qfarm.producer.runs import producer_alive, read_manifest, read_run_status, update_run_status
+from qfarm.producer.runs import (
+    producer_alive,
+    question_set_name,
+    read_manifest,
+    read_run_status,
+    run_kind,
+    update_run_status,
+)
 from qfarm.producer.store import ProducerStore
 
 
@@ -113,9 +120,10 @@ def describe_run(run_id: str, settings: Settings, store: ProducerStore | None) -
 
 
 def list_runs(settings: Settings, store: ProducerStore | None, *, offset: int,
-              limit: int) -> tuple[list[dict[str, Any]], int | None]:
+              limit: int, kind: str = "sweep") -> tuple[list[dict[str, Any]], int | None]:
     """Runs newest first (Redis's run index and the results directory, merged); a page of
-    them and the next page's offset (None on the last page)."""
+    them and the next page's offset (None on the last page). ``kind``: ``sweep`` (the
+    default: single questions would bury them), ``ask`` or ``all``."""
     created: dict[str, float] = {}
     if store is not None:
         pairs: list[tuple[bytes, float]] = store.client.zrevrange(  # type: ignore[assignment]
@@ -130,7 +138,8 @@ def list_runs(settings: Settings, store: ProducerStore | None, *, offset: int,
                     created[path.name] = read_manifest(path).created_at
                 except InputError:
                     continue
-    ordered = sorted(created, key=lambda r: created[r], reverse=True)
+    ordered = sorted((r for r in created if kind in ("all", run_kind(r))),
+                     key=lambda r: created[r], reverse=True)
     page = ordered[offset:offset + limit]
     items = []
     for run_id in page:
@@ -141,9 +150,11 @@ def list_runs(settings: Settings, store: ProducerStore | None, *, offset: int,
             continue
         m = info["manifest"]
         items.append({
-            "run_id": run_id, "state": info["state"], "progress": info["progress"],
+            "run_id": run_id, "kind": run_kind(run_id), "state": info["state"],
+            "progress": info["progress"],
             "created_at": m["created_at"], "modes": m["modes"], "n": m["n"],
-            "question_file": m["question_file"], "simulated": m["simulated"],
+            "question_file": m["question_file"],
+            "question_set": question_set_name(m["question_file"]), "simulated": m["simulated"],
         })
     nxt = offset + limit if offset + limit < len(ordered) else None
     return items, nxt

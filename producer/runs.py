@@ -8,7 +8,7 @@ import re
 import secrets
 import socket
 import time
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from pydantic import ValidationError
@@ -27,6 +27,37 @@ def is_run_id(text: str) -> bool:
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+
+
+# A single question (`qfarm ask`, POST /v1/ask) is a run of one job whose id starts with
+# this: lists (the viewer's, GET /v1/runs, the compare picker) keep them apart from sweeps.
+ASK_RUN_PREFIX = "ask-"
+RUN_KINDS = ("sweep", "ask")
+
+
+def is_ask_run(run_id: str) -> bool:
+    return run_id.startswith(ASK_RUN_PREFIX)
+
+
+def run_kind(run_id: str) -> str:
+    """``ask`` for a single question's run, else ``sweep``."""
+    return RUN_KINDS[1] if is_ask_run(run_id) else RUN_KINDS[0]
+
+
+# Question sets posted to the HTTP API live under the data directory as
+# uploads/<digest>/<name>.jsonl: content-addressed, under the name they were posted with.
+UPLOADS_DIR = "uploads"
+
+
+def question_set_name(question_file: str) -> str:
+    """What a list calls a run's question file: the file's name, or for a set posted to the
+    HTTP API the name it was posted under (not its digest)."""
+    path = PurePath(question_file)
+    if path.parent.parent.name == UPLOADS_DIR:
+        return path.stem
+    if path.parent.name == UPLOADS_DIR:  # posted before sets had names: uploads/<digest>.jsonl
+        return "an upload"
+    return path.name or question_file
 
 
 def write_json_atomic(path: Path, data: dict) -> None:

@@ -62,7 +62,8 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
     ),
     "qfarm.producer.viewer": (
         ["router", "server"],
-        ["compare", "html", "index", "live", "pages", "reread", "row", "source"],
+        ["compare", "export", "gold", "html", "index", "live", "pages", "reread", "row",
+         "source"],
     ),
     "qfarm.producer.viewer.pages": ([], ["compare", "progress", "row", "rows", "run", "runs"]),
     "qfarm.ops": (["local", "sim"], ["farm", "process"]),

@@ -1,7 +1,7 @@
 """Viewer at scale: a generated 100k-row run, indexed once, then filtered and paged.
 
-Prints the one-off index build and the per-request figures (filter + page,
-row page, run page) against a baseline measured in the same run: one plain
+Prints the one-off index build and the per-request figures (filter + page, search,
+sort, row page, run page, a CSV and a JSONL export of every row) against a baseline measured in the same run: one plain
 pass of ``json.loads`` over the file, what a viewer without an index would pay
 on every request. The viewer alone, over a generated rows file: no run is involved.
 
@@ -137,7 +137,12 @@ def main() -> None:
             "rows, kind + mode filter": ("/runs/bench-run/rows",
                                          {"kind": "CITATION_MISMATCH", "mode": "quote"}),
             "rows, question text search": ("/runs/bench-run/rows", {"q": "number 1234?"}),
-            "row page": ("/runs/bench-run/rows/77777", {}),
+            "rows, question + answer search": ("/runs/bench-run/rows", {"q": "[e3]"}),
+            "rows, failures only": ("/runs/bench-run/rows", {"failures": "1"}),
+            "rows, sorted by latency, page 1000": ("/runs/bench-run/rows",
+                                                   {"sort": "latency", "desc": "1",
+                                                    "page": "1000"}),
+            "row page": (f"/runs/bench-run/rows/{min(77777, n_rows - 1)}", {}),
             "run page": ("/runs/bench-run", {}),
         }
         print(f"{n_rows} rows, {rows_path.stat().st_size / 1e6:.1f} MB")
@@ -150,6 +155,15 @@ def main() -> None:
             assert viewer.handle(path, query).status == 200, name
             t = _best(lambda p=path, q=query: viewer.handle(p, q))
             print(f"{name:<44} {t * 1000:8.1f} ms  ({t / baseline:.3f}× baseline)")
+        for fmt in ("jsonl", "csv"):  # every row, streamed to nowhere
+            t = _best(lambda f=fmt: _drain(viewer, f"/runs/bench-run/rows.{f}"), 1)
+            print(f"{'export of every row as ' + fmt.upper():<44} {t * 1000:8.1f} ms"
+                  f"  ({t / baseline:.2f}× baseline)")
+
+
+def _drain(viewer: Viewer, path: str) -> int:
+    resp = viewer.handle(path, {"sort": "latency"})
+    return sum(len(piece) for piece in resp.stream or ())
 
 
 def time_reverified_rows(run_dir: Path) -> None:

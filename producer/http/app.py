@@ -29,7 +29,9 @@ from fastapi.responses import (
     PlainTextResponse,
     RedirectResponse,
     Response,
+    StreamingResponse,
 )
+from fastapi_offline import FastAPIOffline
 from redis.exceptions import RedisError
 
 from qfarm.common.errors import QfarmError
@@ -64,12 +66,13 @@ from qfarm.producer.http.runs import (
     run_dir_of,
 )
 from qfarm.producer.http.schemas import AskRequest, ErrorBody, SweepRequest, answer_payload
-from qfarm.producer.runs import read_manifest, read_run_status
+from qfarm.producer.runs import is_ask_run, read_manifest, read_run_status
 from qfarm.producer.store import ProducerStore, connect
 
 log = logging.getLogger("qfarm.api")
 
 ROWS_PAGE_MAX = 1000
+DOCS_STATIC = "/static-docs"  # Swagger UI's and ReDoc's files (open to all: public code)
 THREADS = 100
 ERRORS: dict[int | str, dict[str, Any]] = {
     s: {"model": ErrorBody} for s in (400, 401, 403, 404, 409, 413, 422, 503)
@@ -197,7 +200,10 @@ def create_app(settings: Settings, *, eager: bool = False,
                              ", ".join(adopted))
         yield
 
-    app = FastAPI(
+    # /docs and /redoc load Swagger UI and ReDoc from files this package ships, not from a
+    # CDN: the farm's hosts often have no internet, and the page was blank there.
+    app = FastAPIOffline(
+        static_url=DOCS_STATIC,
         lifespan=lifespan,
         title="qfarm", version="1",
         description="The farm's HTTP front door: questions, sweeps, runs, metrics (docs/api.md).",
@@ -291,7 +297,7 @@ def _ask_routes(app: FastAPI, farm: Farm, asker: Any) -> None:
     def get_job(job_id: str) -> JSONResponse:
         """A question submitted with POST /v1/ask: 202 while pending, 200 with the answer."""
         store = farm.store
-        if not job_id.startswith("ask-") or store.manifest(job_id) is None:
+        if not is_ask_run(job_id) or store.manifest(job_id) is None:
             raise ApiError(404, f"job {job_id}: not found (job ids come from POST /v1/ask)")
         _, first = store.log_head(job_id)  # an ask run has one job: its row, once written
         if first is None:
@@ -336,10 +342,13 @@ def _run_routes(app: FastAPI, farm: Farm, asker: Any, admin: Any) -> None:
 
     @app.get("/v1/runs", tags=["runs"], dependencies=[asker], responses=ERRORS)
     def get_runs(limit: int = Query(20, ge=1, le=200),
-                 cursor: int = Query(0, ge=0, description="next_cursor of the previous page")
+                 cursor: int = Query(0, ge=0, description="next_cursor of the previous page"),
+                 kind: str = Query("sweep", pattern="^(sweep|ask|all)$",
+                                   description="sweeps, single questions (ask), or all")
                  ) -> dict[str, Any]:
-        """Runs newest first, a page at a time."""
-        items, nxt = control.list_runs(settings, farm.store_or_none(), offset=cursor, limit=limit)
+        """Runs newest first, a page at a time: sweeps, unless ``kind`` says otherwise."""
+        items, nxt = control.list_runs(settings, farm.store_or_none(), offset=cursor, limit=limit,
+                                       kind=kind)
         return {"runs": items, "next_cursor": nxt}
 
     @app.get("/v1/runs/{run_id}", tags=["runs"], dependencies=[asker], responses=ERRORS)
@@ -429,8 +438,12 @@ def _viewer_route(app: FastAPI, farm: Farm, viewer: Any) -> None:
                 return problem(401, "the viewer needs a token: open /?token=TOKEN once "
                                      "(a cookie keeps it) or send Authorization: Bearer TOKEN")
         resp = viewer.handle("/" + path, query)
+        headers = {"Cache-Control": "no-store", **resp.headers}
+        if resp.stream is not None:  # an export of the rows table, read as it is sent
+            return StreamingResponse(iter(resp.stream), status_code=resp.status,
+                                     media_type=resp.content_type, headers=headers)
         return Response(resp.body, status_code=resp.status, media_type=resp.content_type,
-                        headers={"Cache-Control": "no-store"})
+                        headers=headers)
 
 
 def _login(farm: Farm, request: Request, token: str) -> Response:

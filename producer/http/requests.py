@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import secrets
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,8 @@ from qfarm.common.questions import parse_questions, question_problem
 from qfarm.common.settings import Settings
 from qfarm.producer.api import QuestionSet, SweepSpec
 from qfarm.producer.http.errors import ApiError, from_validation
-from qfarm.producer.http.schemas import MAX_N, SweepRequest
+from qfarm.producer.http.schemas import MAX_N, SET_NAME, SweepRequest
+from qfarm.producer.runs import UPLOADS_DIR
 
 NDJSON = "application/x-ndjson"
 
@@ -62,14 +64,28 @@ def check_plan(settings: Settings, n_questions: int, n_modes: int, n: int) -> No
         )
 
 
-def upload_questions(settings: Settings, questions: list[Question]) -> Path:
+def set_name(text: str) -> str:
+    """The name a posted question set is listed under (``?name=`` or the body's ``name``),
+    without a .jsonl or .txt ending; 422 when it could not be a file name."""
+    name = text.strip()
+    for ending in (".jsonl", ".txt"):
+        name = name.removesuffix(ending)
+    if not re.fullmatch(SET_NAME, name):
+        raise ApiError(422, f"name: {text!r}; letters, digits, '.', '_' and '-', at most 64, "
+                            "e.g. name=smoke", "name")
+    return name
+
+
+def upload_questions(settings: Settings, questions: list[Question], name: str = "upload") -> Path:
     """Write the sweep's questions where a resume can read them again (the run's
-    ``question_file``); content-addressed, so the same set is one file."""
-    body = "".join(json.dumps({"id": q.id, "question": q.text}, ensure_ascii=False) + "\n"
+    ``question_file``): ``uploads/<digest>/<name>.jsonl``, content-addressed, so the same
+    set is one folder, and named, so lists show the set's name. Gold answers, scope and
+    article are kept: the workers grade against them and the viewer shows them."""
+    body = "".join(json.dumps(_question_line(q), ensure_ascii=False) + "\n"
                    for q in questions).encode()
-    folder = settings.data_dir / "uploads"
+    folder = settings.data_dir / UPLOADS_DIR / hashlib.sha256(body).hexdigest()[:24]
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{hashlib.sha256(body).hexdigest()[:24]}.jsonl"
+    path = folder / f"{name}.jsonl"
     if not path.exists():
         # A temporary name of its own: identical sweeps posted at once write the same file,
         # and a shared temporary name would be renamed away under the next writer.
@@ -80,6 +96,15 @@ def upload_questions(settings: Settings, questions: list[Question]) -> Path:
         finally:
             tmp.unlink(missing_ok=True)
     return path
+
+
+def _question_line(q: Question) -> dict[str, Any]:
+    line: dict[str, Any] = {"id": q.id, "question": q.text}
+    for key, value in (("answers", list(q.answers or ())), ("scope", q.scope),
+                       ("title", q.title)):
+        if value:
+            line[key] = value
+    return line
 
 
 async def sweep_spec(request: Request, settings: Settings) -> SweepSpec:
@@ -109,7 +134,8 @@ async def sweep_spec(request: Request, settings: Settings) -> SweepSpec:
         body: dict[str, Any] = {"modes": q.get("modes", ",".join(m.value for m in _all_modes())).split(","),
                 "n": n, "policy": policy_data,
                 "keep_answers": q.get("keep_answers", "false").lower() in ("1", "true", "yes"),
-                "burn": q.get("burn", "false").lower() in ("1", "true", "yes")}
+                "burn": q.get("burn", "false").lower() in ("1", "true", "yes"),
+                "name": set_name(q.get("name", "upload"))}
     elif ctype in ("application/json", ""):
         try:
             data = json.loads(raw or b"{}")
@@ -132,7 +158,7 @@ async def sweep_spec(request: Request, settings: Settings) -> SweepSpec:
     modes = modes_of(body["modes"], "modes")
     policy = policy_of(body["policy"])
     check_plan(settings, len(questions), len(modes), body["n"])
-    path = await run_in_threadpool(upload_questions, settings, questions)
+    path = await run_in_threadpool(upload_questions, settings, questions, set_name(body["name"]))
     return SweepSpec(questions=QuestionSet.from_file(path, settings.max_question_chars), modes=modes, n=body["n"],
                      policy=policy, keep_answers=body["keep_answers"], use_cache=not body["burn"])
 

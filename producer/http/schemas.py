@@ -34,8 +34,14 @@ class AskRequest(_Body):
                           description="seconds to wait for the answer before a 202 with a job URL")
 
 
+SET_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+
+
 class SweepRequest(_Body):
     questions: list[str] = Field(description="question texts (or POST a JSONL body instead)")
+    name: str = Field(default="request", pattern=SET_NAME,
+                      description="the question set's name, shown in run lists (letters, "
+                                  "digits, . _ -; at most 64)")
     modes: list[str] = Field(default_factory=lambda: [m.value for m in Mode])
     n: int = Field(default=1, ge=1, le=MAX_N, description="samples per question and mode")
     policy: dict[str, Any] = Field(default_factory=dict)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -37,9 +37,14 @@ REDIS_BADGE = ' <span class="badge redis" title="no run directory here yet">in R
 
 @dataclass(frozen=True)
 class Response:
+    """A page, or with ``stream`` a body sent piece by piece as it is produced (an export:
+    ``body`` is then empty and no length is known in advance)."""
+
     status: int
     content_type: str
     body: bytes
+    stream: Iterable[bytes] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 class NotFound(Exception):

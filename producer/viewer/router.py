@@ -15,6 +15,7 @@ the results directory and one line saying Redis is not there.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -30,6 +31,7 @@ from qfarm.producer.viewer.reread import PassageSource
 from qfarm.producer.viewer.source import RunSource
 
 PLOTS = (STRICT_PLOT, LATENCY_PLOT, DELTA_PLOT)
+log = logging.getLogger("qfarm.viewer")
 STATIC = {"viewer.css": "text/css; charset=utf-8", "viewer.js": "text/javascript; charset=utf-8"}
 
 
@@ -70,6 +72,11 @@ class Viewer:
             note = h(self.source.redis.note)
             return _page("Redis unavailable", f"<h1>Redis unavailable</h1><p>{note}"
                          '</p><p><a href="/">runs on disk</a></p>', status=503)
+        except Exception:  # a bug on one page: a 500 page and a traceback in the log, never
+            # a dropped connection (``qfarm view``'s server would close it without a reply)
+            log.exception("viewer: %s failed", path)
+            return _page("error", "<h1>Internal error</h1><p>This page failed; the server's "
+                         "log has the traceback.</p>", status=500)
 
     def _route(self, parts: list[str], q: Mapping[str, str]) -> Response:
         match parts:
@@ -87,6 +94,8 @@ class Viewer:
                 return run.run_page(self.source, run_id)
             case ["runs", run_id, "rows"]:
                 return rows.rows_page(self.source, run_id, q)
+            case ["runs", run_id, name] if name.startswith("rows.") and name[5:] in rows.EXPORTS:
+                return rows.export_rows(self.source, run_id, name[5:], q)
             case ["runs", run_id, "rows", pos] if pos.isdigit():
                 return row.row_page(self.source, run_id, int(pos))
             case ["runs", run_id, "files", name] if name in PLOTS:

@@ -90,12 +90,51 @@ def _facts(row: Mapping[str, Any]) -> str:
         ("claims verified", f"{row.get('n_verified')}/{row.get('n_claims')} "
                             f"(ratio {_ratio(row.get('ratio'))})"),
         ("endpoint", row.get("endpoint") or "—"),
+        ("tokens", _tokens(row.get("usage"))),
         ("attempts", row.get("attempts")),
         ("cache hit", row.get("cache_hit")),
         ("model", row.get("model")),
         ("retriever · index", f"{row.get('retriever') or '—'} · {row.get('index_version') or '—'}"),
         ("worker", row.get("worker")),
     )), cls="facts")
+
+
+def _tokens(usage: object) -> str:
+    u = usage if isinstance(usage, Mapping) else {}
+    prompt, completion = u.get("prompt_tokens"), u.get("completion_tokens")
+    if prompt is None and completion is None:
+        return "— (the endpoint reported none)"
+    total = (prompt or 0) + (completion or 0)
+    return f"{total} ({prompt if prompt is not None else '—'} prompt + " \
+           f"{completion if completion is not None else '—'} completion)"
+
+
+def _yes_no(value: object, yes: str = "yes", no: str = "no") -> str:
+    return "—" if value is None else (yes if value else no)
+
+
+def _gold(row: Mapping[str, Any], answers: Sequence[str] | None, note: str) -> str:
+    """The question's gold answers and what the run found: did the answer's claims hold one,
+    did the evidence."""
+    flags = (row.get("gold_in_claims"), row.get("gold_in_evidence"),
+             row.get("article_in_evidence"))
+    if not answers and all(f is None for f in flags):
+        return ""
+    matched = row.get("gold_in_claims")
+    verdict = ('<span class="v-STRICT" id="gold-match">the answer matched a gold answer</span>'
+               if matched else
+               '<span class="v-none" id="gold-match">the answer matched no gold answer</span>'
+               if matched is False else '<span id="gold-match">not checked</span>')
+    listed = ("<ul class=gold>" + "".join(f"<li>{h(a)}</li>" for a in answers) + "</ul>"
+              if answers else f'<p class="note">{h(note or "no gold answers listed")}</p>')
+    rank = row.get("gold_evidence_rank")
+    facts = [("gold answer in the evidence",
+              _yes_no(row.get("gold_in_evidence"), f"yes (passage {rank})" if rank else "yes")),
+             ("article in the evidence", _yes_no(row.get("article_in_evidence"),
+                                                 f"yes (passage {row.get('article_rank')})"
+                                                 if row.get("article_rank") else "yes"))]
+    return (f"<h2>Gold</h2><p>{verdict}</p>{listed}"
+            + table(["", ""], ([h(k), h(v)] for k, v in facts), cls="facts"))
 
 
 def _preflight(row: Mapping[str, Any]) -> str:
@@ -224,9 +263,12 @@ def _evidence(row: Mapping[str, Any], rr: Reread, cited: set[str],
 
 
 def render_row(run_id: str, pos: int, row: Mapping[str, Any], manifest: Manifest,
-               rr: Reread) -> str:
+               rr: Reread, gold: Sequence[str] | None = None, gold_note: str = "") -> str:
+    """The row page's body; ``gold`` is the question's gold answers from the run's question
+    file (None when unknown: ``gold_note`` says why)."""
     out = [f'<h1><a href="/runs/{h(quote(run_id))}">{h(run_id)}</a>{badge(manifest)} · row {pos}'
-           f"</h1><p class=question>{h(row.get('question'))}</p>", _facts(row)]
+           f"</h1><p class=question>{h(row.get('question'))}</p>", _facts(row),
+           _gold(row, gold, gold_note)]
     if row.get("error"):
         out.append(f'<h2>Error</h2><pre class="err">{h(row["error"])}</pre>')
     out.append(_preflight(row))

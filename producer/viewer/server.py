@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
 from qfarm.producer.http import auth
+from qfarm.producer.viewer.html import Response
 from qfarm.producer.viewer.router import Viewer
 
 
@@ -39,7 +40,10 @@ def make_server(
                 return
             query = {k: v for k, v in pairs if k != "token"}
             resp = viewer.handle(url.path, query)
-            self._send(resp.status, resp.content_type, resp.body)
+            if resp.stream is None:
+                self._send(resp.status, resp.content_type, resp.body, resp.headers)
+            else:
+                send_stream(self, resp)
 
         def _allowed(self, path: str, pairs: list[tuple[str, str]]) -> bool:
             token = next((v for k, v in pairs if k == "token"), None)
@@ -70,8 +74,11 @@ def make_server(
             morsel = jar.get(auth.COOKIE)
             return morsel.value if morsel else None
 
-        def _send(self, status: int, content_type: str, body: bytes) -> None:
+        def _send(self, status: int, content_type: str, body: bytes,
+                  headers: dict[str, str] | None = None) -> None:
             self.send_response(status)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.send_header("Cache-Control", "no-store")
@@ -84,3 +91,19 @@ def make_server(
     server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
     return server
+
+
+def send_stream(handler: BaseHTTPRequestHandler, resp: Response) -> None:
+    """An export: no length known in advance, so the body ends when the connection does
+    (this server speaks HTTP/1.0); pieces leave as they are read."""
+    handler.send_response(resp.status)
+    for name, value in {"Content-Type": resp.content_type, "Cache-Control": "no-store",
+                        "Connection": "close", **resp.headers}.items():
+        handler.send_header(name, value)
+    handler.end_headers()
+    try:
+        for piece in resp.stream or ():
+            handler.wfile.write(piece)
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the browser stopped the download
+    handler.close_connection = True

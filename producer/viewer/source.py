@@ -16,6 +16,7 @@ from qfarm.common.vocab import LIVE_RUN_STATUSES, RunStatus
 from qfarm.producer.reports import MANIFEST, shown_status
 from qfarm.producer.runs import is_run_id, read_manifest, read_run_status
 from qfarm.producer.store import ProducerStore, Progress
+from qfarm.producer.viewer.gold import GoldFiles
 from qfarm.producer.viewer.html import NotFound
 from qfarm.producer.viewer.index import RowsCache, RunRows
 from qfarm.producer.viewer.live import REDIS_ERRORS, RedisSource
@@ -58,6 +59,7 @@ class RunSource:
     ) -> None:
         self.results_dir = Path(results_dir)
         self.cache = RowsCache()
+        self.gold = GoldFiles()
         self.redis = RedisSource(store, redis_url)
         self.index_path = index_path
         self._passages = passages
@@ -119,6 +121,36 @@ class RunSource:
         status = {"status": redis_status(progress), "source": "redis",
                   "started_at": manifest.created_at, "rows": progress.done}
         return manifest, status, rr
+
+    def manifest(self, run_id: str) -> Manifest | None:
+        """A run's manifest alone (no rows read), or None when it cannot be read."""
+        if self.has_dir(run_id):
+            try:
+                return read_manifest(self.results_dir / run_id)
+            except (InputError, ManifestError):
+                return None
+        store = self.redis.get() if is_run_id(run_id) else None
+        if store is None:
+            return None
+        try:
+            return store.manifest(run_id)
+        except REDIS_ERRORS as exc:
+            self.redis.failed(exc)
+        except ManifestError:
+            pass
+        return None
+
+    def proposed_pair(self, sweeps: list[str]) -> tuple[str, str]:
+        """The two most recent sweeps over the same question file (same digest, else same
+        path), older first; ("", "") when no two share one."""
+        made = [(m.created_at, r, m) for r in sweeps if (m := self.manifest(r)) is not None]
+        made.sort(key=lambda t: t[0], reverse=True)
+        for i, (_, newer, mn) in enumerate(made):
+            for _, older, mo in made[i + 1:]:
+                if (mo.question_file_digest == mn.question_file_digest
+                        or mo.question_file == mn.question_file):
+                    return older, newer
+        return "", ""
 
     def passages(self) -> PassageSource | None:
         """The embedded index, opened read-only on first use; None when there is none."""

@@ -77,6 +77,19 @@ def test_runs_are_listed_newest_first_a_page_at_a_time(tmp_path, store):
     assert [r["run_id"] for r in page] == ["run-0"] and nxt is None
 
 
+def test_single_questions_are_listed_apart_from_sweeps(tmp_path, store):
+    settings = Settings(results_dir=tmp_path)
+    for i, run_id in enumerate(["run-0", "ask-run-1", "run-2", "ask-run-3"]):
+        store.put_manifest(manifest(run_id).model_copy(update={"created_at": 1000.0 + i}))
+    listed = lambda kind: [(r["run_id"], r["kind"]) for r in  # noqa: E731
+                           list_runs(settings, store, offset=0, limit=10, kind=kind)[0]]
+    assert listed("sweep") == [("run-2", "sweep"), ("run-0", "sweep")]
+    assert listed("ask") == [("ask-run-3", "ask"), ("ask-run-1", "ask")]
+    assert [r for r, _ in listed("all")] == ["ask-run-3", "run-2", "ask-run-1", "run-0"]
+    page, nxt = list_runs(settings, store, offset=0, limit=1)  # sweeps by default
+    assert [r["run_id"] for r in page] == ["run-2"] and nxt == 1
+
+
 def test_cancel_sets_the_flag_and_notes_it_beside_the_manifest(tmp_path, store):
     m = manifest("run-x")
     store.put_manifest(m)

@@ -163,7 +163,7 @@ def test_unreachable_cluster_is_a_clear_error(tmp_path: Path) -> None:
 # The shim, told a version, answers as that Elasticsearch; as a real 8.x server
 # it refuses the 9.x client's ``compatible-with=9`` media types. The 9.x client
 # is the project's dependency; the 8.x client (``elasticsearch8``) needs another
-# elastic-transport major, so ``make install`` puts it in ``.venv/es8-client``
+# elastic-transport major, so ``make install-test`` puts it in ``.venv/es8-client``
 # and it runs in a subprocess that cannot import the 9.x one (~10 s in all).
 
 REPO = Path(__file__).resolve().parents[2]
@@ -228,7 +228,7 @@ r.close()
 def test_the_8x_client_works_with_8x_and_9x_servers(
     search_url: str, tmp_path: Path, version: str
 ) -> None:
-    assert (ES8_CLIENT / "elasticsearch8").is_dir(), "run `make install` (it adds .venv/es8-client)"
+    assert (ES8_CLIENT / "elasticsearch8").is_dir(), "run `make install-test` (it adds .venv/es8-client)"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ES8_CLIENT), str(REPO)])}
     with server(search_url, version) as url:
         proc = subprocess.run(

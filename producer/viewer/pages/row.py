@@ -17,4 +17,7 @@ def row_page(src: RunSource, run_id: str, pos: int) -> Response:
     if row is None:
         raise NotFound(f"row {pos} of {run_id} is no longer readable")
     reread = reread_row(row, manifest, src.passages(), str(src.index_path or "(none given)"))
-    return _page(f"row {pos} of {run_id}", render_row(run_id, pos, row, manifest, reread))
+    gold = src.gold.for_run(manifest)
+    answers = gold.answers.get(str(row.get("question_id"))) if gold.answers is not None else None
+    return _page(f"row {pos} of {run_id}",
+                 render_row(run_id, pos, row, manifest, reread, answers, gold.note))

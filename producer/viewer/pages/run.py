@@ -19,6 +19,7 @@ from qfarm.common.reporting.report import (
 from qfarm.common.reporting.runstats import NO_VERDICT, STAGES, UNKNOWN_KIND
 from qfarm.common.vocab import Verdict
 from qfarm.producer.reports import LATENCY_PLOT, STRICT_PLOT
+from qfarm.producer.runs import question_set_name
 from qfarm.producer.viewer.html import REDIS_BADGE, Response, h
 from qfarm.producer.viewer.html import badge as _badge
 from qfarm.producer.viewer.html import count_link as _count_link
@@ -35,7 +36,8 @@ def run_page(src: RunSource, run_id: str) -> Response:
     stats, modes = rr.stats, rr.stats.mode_order(manifest.modes)
     state = str(status.get("status") or "")
     facts = [
-        ("question file", h(manifest.question_file)),
+        ("question file", f"{h(question_set_name(manifest.question_file))} "
+                          f'<span class="note">{h(manifest.question_file)}</span>'),
         ("modes × n", h(f"{', '.join(manifest.modes)} × {manifest.n} ({manifest.n_jobs} jobs)")),
         ("model", h(f"{manifest.model} (profile {manifest.model_profile_id})")),
         ("retriever", h(f"{manifest.retriever} {manifest.index_version or ''}")),

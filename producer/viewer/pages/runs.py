@@ -6,46 +6,21 @@ from urllib.parse import quote
 
 from qfarm.common.errors import InputError
 from qfarm.common.reporting.report import fmt_pct, fmt_time
+from qfarm.producer.runs import is_ask_run, question_set_name
 from qfarm.producer.viewer.html import REDIS_BADGE, NotFound, Response, h
 from qfarm.producer.viewer.html import badge as _badge
 from qfarm.producer.viewer.html import page as _page
 from qfarm.producer.viewer.html import table as _table
 from qfarm.producer.viewer.source import LIVE_STATES, RunSource, finished_at
 
+ASKS_SHOWN = 50  # single questions listed (newest first); each is a Redis read
+
 
 def runs_page(src: RunSource) -> Response:
-    rows = []
-    for run_id in [*src.redis_run_ids(), *src.run_ids()]:
-        try:
-            manifest, status, rr = src.run(run_id)
-        except (InputError, NotFound) as exc:
-            rows.append([h(run_id), f'<span class="err">{h(exc)}</span>'] + [""] * 5)
-            continue
-        state = str(status.get("status") or "")
-        in_redis = status.get("source") == "redis"
-        done = int(status["rows"]) if in_redis else rr.stats.rows
-        bar = (
-            f'<progress max="{manifest.n_jobs}" value="{done}"></progress> '
-            f'<span class="count">{done}/{manifest.n_jobs}</span>'
-        )
-        rates = "<br>".join(
-            f"{h(m)}: {fmt_pct(ms.tally.strict, ms.tally.valid, interval=False)}"
-            for m, ms in ((m, rr.stats.modes[m]) for m in rr.stats.mode_order(manifest.modes))
-        )
-        started = status.get("started_at") or manifest.created_at
-        finished = finished_at(state, status, rr.stats.last_finished)
-        rows.append([
-            f'<a href="/runs/{h(quote(run_id))}">{h(run_id)}</a>{_badge(manifest)}'
-            + (REDIS_BADGE if in_redis else ""),
-            h(manifest.question_file),
-            h(f"{', '.join(manifest.modes)} × {manifest.n}"),
-            f'<span class="status" data-run="{h(run_id)}" data-live="{int(state in LIVE_STATES)}">'
-            f"{h(state or '—')}</span> {bar}",
-            h(fmt_time(started)),
-            h(fmt_time(finished)),
-            rates or "—",
-        ])
-    header = ["run", "question file", "modes × n", "status", "started", "finished",
+    ids = [*src.redis_run_ids(), *src.run_ids()]
+    sweeps = [_run_row(src, r) for r in ids if not is_ask_run(r)]
+    asks = sorted((r for r in ids if is_ask_run(r)), reverse=True)
+    header = ["run", "question set", "modes × n", "status", "started", "finished",
               "strict-rate per mode"]
     if src.redis.note:
         source = f'<p class="note" id="redis-note">{h(src.redis.note)}</p>'
@@ -57,6 +32,72 @@ def runs_page(src: RunSource) -> Response:
     body = (
         f"<h1>Runs in {h(src.results_dir)}</h1>{source}"
         '<p><input id="filter" placeholder="filter runs" autocomplete="off"></p>'
-        + (_table(header, rows, cls="runs sortable") if rows else "<p>No runs yet.</p>")
+        + (_table(header, sweeps, cls="runs sortable") if sweeps else "<p>No sweeps yet.</p>")
+        + _asks_section(src, asks)
     )
     return _page("runs", body)
+
+
+def _asks_section(src: RunSource, asks: list[str]) -> str:
+    """Single questions (``qfarm ask``, POST /v1/ask), apart from the sweeps they would bury."""
+    if not asks:
+        return ""
+    rows = []
+    for run_id in asks[:ASKS_SHOWN]:
+        try:
+            manifest, status, rr = src.run(run_id)
+        except (InputError, NotFound) as exc:
+            rows.append([h(run_id), f'<span class="err">{h(exc)}</span>', "", "", "", ""])
+            continue
+        e = rr.entries[0] if rr.entries else None
+        rows.append([
+            f'<a href="/runs/{h(quote(run_id))}{"/rows/0" if e else ""}">{h(run_id)}</a>'
+            + _badge(manifest),
+            h(e.question if e else "—"),
+            h(", ".join(manifest.modes)),
+            h(status.get("status") or "—"),
+            f'<span class="v-{h(e.verdict or "none")}">{h(e.verdict or "—")}</span>'
+            + (f" · {h(e.label)}" if e and e.label else "") if e else "—",
+            h(fmt_time(status.get("started_at") or manifest.created_at)),
+        ])
+    more = (f"<p class=note>The {ASKS_SHOWN} most recent of {len(asks)}.</p>"
+            if len(asks) > ASKS_SHOWN else "")
+    return (f'<h2 id="asks">Single questions ({len(asks)})</h2>'
+            "<p class=note>Runs of one question (<code>qfarm ask</code>, POST /v1/ask), kept "
+            "apart from the sweeps.</p>" + more
+            + _table(["run", "question", "mode", "status", "verdict", "asked"], rows,
+                     cls="asks sortable"))
+
+
+def _run_row(src: RunSource, run_id: str) -> list[str]:
+    try:
+        manifest, status, rr = src.run(run_id)
+    except (InputError, NotFound) as exc:
+        return [h(run_id), f'<span class="err">{h(exc)}</span>'] + [""] * 5
+    state = str(status.get("status") or "")
+    in_redis = status.get("source") == "redis"
+    done = int(status["rows"]) if in_redis else rr.stats.rows
+    bar = (
+        f'<progress max="{manifest.n_jobs}" value="{done}"></progress> '
+        f'<span class="count">{done}/{manifest.n_jobs}</span>'
+    )
+    rates = "<br>".join(
+        f"{h(m)}: {fmt_pct(ms.tally.strict, ms.tally.valid, interval=False)}"
+        for m in rr.stats.mode_order(manifest.modes)
+        # a mode with no row yet (no rows.jsonl after --detach, a run just begun) has no rate
+        if (ms := rr.stats.modes.get(m)) is not None
+    )
+    started = status.get("started_at") or manifest.created_at
+    finished = finished_at(state, status, rr.stats.last_finished)
+    return [
+        f'<a href="/runs/{h(quote(run_id))}">{h(run_id)}</a>{_badge(manifest)}'
+        + (REDIS_BADGE if in_redis else ""),
+        f'<span title="{h(manifest.question_file)}">'
+        f"{h(question_set_name(manifest.question_file))}</span>",
+        h(f"{', '.join(manifest.modes)} × {manifest.n}"),
+        f'<span class="status" data-run="{h(run_id)}" data-live="{int(state in LIVE_STATES)}">'
+        f"{h(state or '—')}</span> {bar}",
+        h(fmt_time(started)),
+        h(fmt_time(finished)),
+        rates or "—",
+    ]

@@ -140,8 +140,8 @@ def test_thirty_identical_sweeps_at_once_are_all_created(make_settings, tmp_path
             with ThreadPoolExecutor(30) as pool:
                 results = list(pool.map(post, range(30)))
             assert [s for s, _ in results] == [201] * 30, [r for r in results if r[0] != 201]
-            uploads = list((settings.data_dir / "uploads").iterdir())
-            assert len(uploads) == 1 and uploads[0].suffix == ".jsonl", uploads
+            uploads = list((settings.data_dir / "uploads").glob("*/*"))
+            assert len(uploads) == 1 and uploads[0].name == "request.jsonl", uploads
             assert [json.loads(line)["question"] for line in uploads[0].open()] == body["questions"]
             for _, text in results:  # no worker runs them: cancel, so their followers end
                 run_id = json.loads(text)["run_id"]
@@ -182,4 +182,5 @@ def test_identical_uploads_written_at_once_all_land():
         with ThreadPoolExecutor(30) as pool:
             list(pool.map(write, [barrier] * 30, [questions] * 30))
     assert failures == []
-    assert sorted(p.suffix for p in (settings.data_dir / "uploads").iterdir()) == [".jsonl"] * 10
+    files = sorted((settings.data_dir / "uploads").glob("*/*"))
+    assert [p.name for p in files] == ["upload.jsonl"] * 10

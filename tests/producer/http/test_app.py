@@ -125,6 +125,20 @@ def test_viewer_without_tokens_is_open_on_loopback(make_settings):
         assert client.get("/static/viewer.css").status_code == 200
 
 
+def test_viewer_lists_a_run_whose_rows_have_not_landed_yet(make_settings):
+    """The moment after a sweep is posted (or after ``--detach``): a manifest, no rows.jsonl."""
+    from bench.perf.viewer import write_synthetic_run
+
+    settings = make_settings()
+    run_dir = write_synthetic_run(settings.results_dir, "20260101-000000-nrows0", 2,
+                                  status="running")
+    (run_dir / "rows.jsonl").unlink()
+    with TestClient(create_app(settings, eager=True)) as client:
+        page = client.get("/")
+        assert page.status_code == 200 and "20260101-000000-nrows0" in page.text
+        assert client.get("/runs/20260101-000000-nrows0").status_code == 200
+
+
 # ---------------------------------------------------------------- bad bodies
 
 @pytest.mark.parametrize(
@@ -260,6 +274,32 @@ def test_sweep_then_run_rows_paging_and_summary(eager_client):
     assert bad.status_code == 422 and "STRICT, HYBRID, UNGROUNDED, none" in bad.text
 
 
+def test_an_uploaded_set_is_listed_by_its_name_and_keeps_its_gold_answers(eager_client):
+    headers = bearer(ADMIN_TOKEN)
+    lines = [{"id": "beatles", "question": "Who were the members of the Beatles?",
+              "answers": ["John Lennon", "Paul McCartney"]},
+             {"id": "jazz", "question": "What is jazz?"}]
+    body = "".join(json.dumps(line) + "\n" for line in lines)
+    resp = eager_client.post("/v1/sweeps?name=beatles-set.jsonl&modes=quote", content=body,
+                             headers={**headers, "Content-Type": "application/x-ndjson"})
+    assert resp.status_code == 201, resp.text
+    run_id = resp.json()["run_id"]
+    (item,) = [r for r in eager_client.get("/v1/runs", headers=headers).json()["runs"]
+               if r["run_id"] == run_id]
+    assert item["question_set"] == "beatles-set" and item["kind"] == "sweep"
+    digest_dir = item["question_file"].split("/")[-2]
+    page = eager_client.get("/", headers=headers).text
+    assert ">beatles-set</span>" in page and f">{digest_dir}" not in page
+    rows = eager_client.get(f"/v1/runs/{run_id}/rows", headers=headers).json()["rows"]
+    pos = [r["question_id"] for r in rows].index("beatles")
+    assert rows[pos]["gold_in_claims"] is not None  # the workers graded against the answers
+    row_page = eager_client.get(f"/runs/{run_id}/rows/{pos}", headers=headers).text
+    assert "<ul class=gold><li>John Lennon</li><li>Paul McCartney</li></ul>" in row_page
+    bad = eager_client.post("/v1/sweeps?name=../x", content=body,
+                            headers={**headers, "Content-Type": "application/x-ndjson"})
+    assert bad.status_code == 422 and bad.json()["error"]["field"] == "name"
+
+
 def test_unknown_runs_are_404(eager_client):
     headers = bearer(ADMIN_TOKEN)
     for path in ("/v1/runs/nope", "/v1/runs/nope/rows", "/v1/runs/nope/summary",
@@ -274,6 +314,23 @@ def test_openapi_lists_every_route(eager_client):
     assert {"/v1/ask", "/v1/jobs/{job_id}", "/v1/sweeps", "/v1/runs", "/v1/runs/{run_id}",
             "/v1/runs/{run_id}/rows", "/v1/runs/{run_id}/summary", "/v1/runs/{run_id}/cancel",
             "/v1/runs/{run_id}/resume", "/v1/compare", "/metrics", "/healthz"} <= paths
+
+
+def test_docs_pages_load_their_assets_from_this_server(eager_client):
+    """Swagger UI and ReDoc work without internet: no page references another host, and
+    every script and stylesheet it names is served here."""
+    import re
+
+    for page in ("/docs", "/redoc"):
+        html = eager_client.get(page, headers=bearer(ASK_TOKEN))
+        assert html.status_code == 200
+        urls = re.findall(r'(?:src|href)\s*=\s*["\']([^"\']+)', html.text)
+        urls += re.findall(r"url:\s*'([^']+)'", html.text)  # the schema Swagger UI fetches
+        assert urls and not [u for u in urls if "//" in u], urls
+        for url in urls:
+            assert eager_client.get(url, headers=bearer(ASK_TOKEN)).status_code == 200, url
+    assert "/static-docs/swagger-ui-bundle.js" in eager_client.get(
+        "/docs", headers=bearer(ASK_TOKEN)).text
 
 
 def test_unknown_jobs_are_404_and_metrics_render_with_no_worker(farm_client, test_redis):

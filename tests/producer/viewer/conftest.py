@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from qfarm.common.models import Evidence, Generation, JobRecord, Manifest, Row
+from qfarm.common.models import Evidence, Generation, JobRecord, Manifest, Row, Usage
 from qfarm.common.policy import build_policy
 from qfarm.common.vocab import Mode
 
@@ -66,6 +66,21 @@ CASES: list[tuple[str, str, Mode, str]] = [
 ]
 
 
+# Gold answers of the cases' questions (q3 has none): rows record whether each was matched.
+GOLD = {"q1": ("Seine",), "q2": ("Marie Curie",)}
+
+
+def write_question_file(path: Path) -> tuple[str, str]:
+    """The cases' questions with their gold answers as a JSONL file; (its path, its digest)."""
+    from qfarm.common.questions import digest_content
+
+    seen = dict.fromkeys((qid, text) for qid, text, _, _ in CASES)
+    path.write_text("".join(json.dumps({"id": qid, "question": text, "answers": list(GOLD[qid])}
+                                       if qid in GOLD else {"id": qid, "question": text}) + "\n"
+                            for qid, text in seen))
+    return str(path), digest_content(path.read_bytes())
+
+
 def build_index(root: Path) -> Path:
     from qfarm.worker.retrieval.ingest import CorpusSource, build_embedded_index
 
@@ -109,12 +124,15 @@ def make_rows(
     try:
         for qid, text, mode, template in CASES:
             template = (answers or {}).get((qid, mode), template)
-            job = next(iter(expand_jobs(run_id, [Question(id=qid, text=text)], [mode], 1, policy,
+            question = Question(id=qid, text=text, answers=GOLD.get(qid))
+            job = next(iter(expand_jobs(run_id, [question], [mode], 1, policy,
                                         model="m", keep_answers=True)))
             record = preflight_stage(JobRecord(job=job, started_at=time.time()))
             [record] = retrieval_stage([record], retriever)
             evidence = record.retrieval.evidence if record.retrieval else ()
-            gen = Generation(text=_answer(template, evidence), endpoint="http://sim", simulated=True)
+            text = _answer(template, evidence)
+            usage = Usage(prompt_tokens=300 + 10 * len(evidence), completion_tokens=len(text) // 4)
+            gen = Generation(text=text, endpoint="http://sim", simulated=True, usage=usage)
             record = verification_stage(record.model_copy(update={"generation": gen}))
             rows.append(finish(record))
     finally:

@@ -1,9 +1,12 @@
-"""The viewer in a real headless Chromium: runs → run → violation count → row → compare.
+"""The viewer in a real headless Chromium: runs → run → violation count → rows → row → compare.
 
 The runs are real (``conftest.py``: the pipeline's stages over a small embedded index),
-two on disk and one only in Redis (the test Redis, a database of the viewer's own), whose
-progress bar must follow rows that land while the page is open. On the row page the
-cited claim's matched span must be a highlighted element inside the passage's text.
+two on disk, one detached (a directory without rows.jsonl yet) and one only in Redis (the
+test Redis, a database of the viewer's own), whose progress bar must follow rows that
+land while the page is open. The rows table sorts by a clicked header both ways, keeps
+"failures only" with the sort, and its CSV and JSONL exports hold exactly the rows shown.
+On the row page the cited claim's matched span must be a highlighted element inside the
+passage's text, and the question's gold answers and the match are shown.
 
 Debian's ``chromium`` and ``chromium-driver`` (installed by
 ``ops/scripts/ensure-chromium.sh``, which ``.ci/run`` calls) driven by Selenium
@@ -14,6 +17,9 @@ directory and in ``/tmp/viewer-shots/``.
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import os
 import re
 import shutil
@@ -24,8 +30,11 @@ from pathlib import Path
 
 import pytest
 
+from bench.perf.viewer import write_synthetic_run
 from qfarm.common.vocab import Mode
 from qfarm.producer.reports import write_summary
+
+from .conftest import GOLD, write_question_file
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -37,6 +46,7 @@ TEST_PORT = int(os.environ.get("QFARM_TEST_REDIS_PORT", "6379"))
 VIEWER_DB = 13
 RUN_A, RUN_B = "20260101-000000-aaaaaa", "20260101-010000-bbbbbb"
 REDIS_RUN = "20260101-020000-redis0"
+DETACHED = "20260101-030000-detach"
 PARIS_SPAN = "The Seine flows through Paris and into the English Channel"
 CHANGED = {  # run B's answers that change a verdict
     ("q2", Mode.CLAIM_LATTICE_POINTER): "The Rhine flows into the North Sea. [{curie}]",
@@ -76,8 +86,16 @@ def redis_run(real_rows: Callable) -> Iterator[tuple[str, Callable[[], None]]]:
 @pytest.fixture
 def server(tmp_path: Path, real_run: Callable[..., Path], real_index: Path,
            redis_run: tuple[str, Callable[[], None]]) -> Iterator[str]:
-    write_summary(real_run(RUN_A))  # draws the plots
+    run_a = real_run(RUN_A)
+    # its question file, with the gold answers the row page shows, is on this host
+    qfile, digest = write_question_file(tmp_path / "viewer-cases.jsonl")
+    manifest = json.loads((run_a / "manifest.json").read_text())
+    manifest.update(question_file=qfile, question_file_digest=digest)
+    (run_a / "manifest.json").write_text(json.dumps(manifest))
+    write_summary(run_a)  # draws the plots
     write_summary(real_run(RUN_B, CHANGED))
+    detached = write_synthetic_run(tmp_path / "results", DETACHED, 2, status="running")
+    (detached / "rows.jsonl").unlink()  # `qfarm sweep --detach`: no row has landed yet
     env = {k: v for k, v in os.environ.items() if not k.startswith("QFARM_")}
     env.update(QFARM_REDIS_URL=redis_run[0], QFARM_INDEX_PATH=str(real_index))
     proc = subprocess.Popen(
@@ -137,6 +155,8 @@ def test_runs_run_rows_row_compare_in_chromium(
     assert live.find_element(By.CSS_SELECTOR, ".count").text == "4/9"
     assert live.find_element(By.CSS_SELECTOR, ".status").text == "running"
     assert d.find_elements(By.ID, "redis-note") == []  # Redis answered: no note
+    detached = d.find_element(By.XPATH, f"//tr[td/a[text()='{DETACHED}']]")
+    assert detached.find_element(By.CSS_SELECTOR, ".count").text == "0/12"
     shot(d, tmp_path, "1-runs")
     redis_run[1]()  # the other rows land; the page polls and its bar follows
     WebDriverWait(d, 20).until(lambda drv: live.find_element(By.CSS_SELECTOR, ".count").text == "9/9")
@@ -159,9 +179,15 @@ def test_runs_run_rows_row_compare_in_chromium(
     assert [c.text for c in cells] == ["CITATION_MISMATCH"]
     shot(d, tmp_path, "3-rows")
 
+    rows_table(d, server, tmp_path)
+    d.get(f"{server}runs/{RUN_A}/rows?kind=CITATION_MISMATCH")  # type: ignore[attr-defined]
     d.find_element(By.CSS_SELECTOR, "table.rows tbody tr td a").click()
     WebDriverWait(d, 20).until(lambda drv: drv.title.startswith("row "))
     assert d.find_element(By.ID, "reproduced")
+    assert d.find_element(By.ID, "gold-match").text == "the answer matched a gold answer"
+    assert [li.text for li in d.find_elements(By.CSS_SELECTOR, "ul.gold li")] == list(GOLD["q1"])
+    assert re.search(r"^tokens \d+ \(\d+ prompt \+ \d+ completion\)$",
+                     d.find_element(By.XPATH, "//tr[td[1]='tokens']").text, re.M)
     pointer = d.find_element(By.CSS_SELECTOR, "a.cite mark")
     eid = pointer.text.strip("[]")
     block = d.find_element(By.ID, f"ev-{eid}")
@@ -199,3 +225,48 @@ def test_runs_run_rows_row_compare_in_chromium(
     cands = d.find_elements(By.CSS_SELECTOR, ".evidence .text mark.cand")
     assert [c.text for c in cands] == ["Abbey Road", "Revolver", "Let It Be"]
     shot(d, tmp_path, "7-sidecar-row")
+
+
+LATENCY, GOLD_COL = 11, 13  # columns of the rows table (1-based, as CSS counts)
+
+
+def rows_table(d: object, server: str, tmp_path: Path) -> None:
+    """All of run A's rows: sort by latency both ways, "failures only", export what is shown."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    rows = [json.loads(line) for line in (tmp_path / "results" / RUN_A / "rows.jsonl").open()]
+    d.get(f"{server}runs/{RUN_A}/rows")  # type: ignore[attr-defined]
+
+    def column(n: int) -> list[str]:
+        return [c.text for c in d.find_elements(  # type: ignore[attr-defined]
+            By.CSS_SELECTOR, f"table.rows tbody tr td:nth-child({n})")]
+
+    golds = column(GOLD_COL)
+    assert golds.count("match") == sum(r["gold_in_claims"] is True for r in rows) > 0
+    for arrow, order in (("▲", False), ("▼", True)):
+        d.find_element(By.CSS_SELECTOR, "a.sort[data-sort=latency]").click()  # type: ignore[attr-defined]
+        WebDriverWait(d, 20).until(lambda drv, a=arrow: a in drv.find_element(
+            By.CSS_SELECTOR, "a.sort[data-sort=latency]").text)
+        shown = [float(x.replace(",", "")) for x in column(LATENCY)]
+        assert shown == sorted(shown, reverse=order) and len(shown) == len(rows)
+    shot(d, tmp_path, "3b-rows-sorted")
+    d.find_element(By.NAME, "failures").click()  # type: ignore[attr-defined]
+    d.find_element(By.CSS_SELECTOR, "form.filters button").click()  # type: ignore[attr-defined]
+    WebDriverWait(d, 20).until(lambda drv: "failures=1" in drv.current_url)
+    failures = [r for r in rows if r["error"] or r["verdict"] in (None, "UNGROUNDED")
+                or r["gold_in_claims"] is False]
+    assert int(d.find_element(By.ID, "matched").text) == len(failures) > 0  # type: ignore[attr-defined]
+    shown = [float(x.replace(",", "")) for x in column(LATENCY)]
+    assert shown == sorted(shown, reverse=True)  # the filter kept the sort
+    shot(d, tmp_path, "3c-rows-failures")
+    fetch = ("const done = arguments[arguments.length - 1];"
+             "fetch(document.getElementById(arguments[0]).href)"
+             ".then(r => r.text()).then(done, e => done('failed: ' + e));")
+    exported = d.execute_async_script(fetch, "export-csv")  # type: ignore[attr-defined]
+    table = list(csv.DictReader(io.StringIO(exported)))
+    assert sorted(t["job_id"] for t in table) == sorted(r["job_id"] for r in failures)
+    assert [float(t["total_ms"]) for t in table] == sorted(
+        (r["timings"]["total_ms"] for r in failures), reverse=True)
+    lines = d.execute_async_script(fetch, "export-jsonl").splitlines()  # type: ignore[attr-defined]
+    assert [json.loads(x)["job_id"] for x in lines] == [t["job_id"] for t in table]

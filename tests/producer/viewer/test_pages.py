@@ -270,3 +270,173 @@ def test_control_characters_never_reach_a_page(tmp_path: Path) -> None:
         assert b"\x00" not in body and b"\x07" not in body, path
         if path != "/runs/run-nul":  # the run page names no question
             assert "nul\ufffdhere\ufffd?".encode() in body, path
+
+
+def test_a_run_without_rows_yet_renders_on_every_page(tmp_path: Path) -> None:
+    """After ``--detach``, and for a moment after an API sweep, a run directory has its
+    manifest but no rows.jsonl; one that has begun may have rows of one mode only."""
+    empty = write_synthetic_run(tmp_path, "run-empty", 2, status="running")
+    (empty / "rows.jsonl").unlink()
+    begun = write_synthetic_run(tmp_path, "run-begun", 2, status="running")
+    rows = [json.loads(line) for line in (begun / "rows.jsonl").open()]
+    (begun / "rows.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows if r["mode"] == "quote"))
+    viewer = Viewer(tmp_path)
+    html = get(viewer, "/")
+    assert 'href="/runs/run-empty"' in html and '<progress max="12" value="0">' in html
+    assert "quote: " in html and "claim_lattice: " not in html
+    for run_id in ("run-empty", "run-begun"):
+        get(viewer, f"/runs/{run_id}")
+        get(viewer, f"/runs/{run_id}/rows")
+        get(viewer, "/compare", a=run_id, b="run-begun")
+    assert "<span id=matched>0</span>" in get(viewer, "/runs/run-empty/rows")
+    for fmt in ("csv", "jsonl"):  # an export of no rows: a CSV header, an empty JSONL
+        resp = viewer.handle(f"/runs/run-empty/rows.{fmt}", {})
+        assert resp.status == 200 and len(b"".join(resp.stream or ()).splitlines()) == (
+            fmt == "csv")
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "rows.jsonl").open()]
+
+
+def _with_gold(results: Path) -> list[dict]:
+    """run-a's rows, a third of them with a gold answer matched and a third missed."""
+    rows = _rows(results / "run-a")
+    for k, r in enumerate(rows):
+        r["gold_in_claims"] = {0: None, 1: True, 2: False}[k % 3]
+        r["usage"] = {"prompt_tokens": 700 + k, "completion_tokens": 40 + k % 7}
+    rows[4]["answer"] = "The Danube passes through VIENNA. [E1]"
+    (results / "run-a" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return rows
+
+
+def _positions(html: str, run_id: str = "run-a") -> list[int]:
+    return [int(s) for s in re.findall(rf'<td><a href="/runs/{run_id}/rows/(\d+)">', html)]
+
+
+def test_rows_table_shows_latency_tokens_and_gold_and_filters_on_them(results: Path) -> None:
+    rows = _with_gold(results)
+    viewer = Viewer(results)
+    html = get(viewer, "/runs/run-a/rows")
+    for word in ("latency ms", "tokens", "gold"):
+        assert f">{word}</a></th>" in html
+    first = re.search(r"<tr><td><a href=\"/runs/run-a/rows/1\">.*?</tr>", html).group(0)
+    assert f">{700 + 1 + 40 + 1}</span>" in first and ">match</span>" in first
+    assert f"<td>{rows[1]['timings']['total_ms']:.0f}" in first or \
+        f"<td>{rows[1]['timings']['total_ms']:.1f}" in first
+    cases = {
+        ("gold", "match"): lambda r: r["gold_in_claims"] is True,
+        ("gold", "miss"): lambda r: r["gold_in_claims"] is False,
+        ("gold", "none"): lambda r: r["gold_in_claims"] is None,
+        ("failures", "1"): lambda r: bool(r["error"]) or r["verdict"] in (None, "UNGROUNDED")
+        or r["gold_in_claims"] is False,
+        # the search reads answers as well as questions, in any case
+        ("q", "vienna"): lambda r: "vienna" in r["question"].lower()
+        or "vienna" in (r["answer"] or "").lower(),
+    }
+    for (key, value), want in cases.items():
+        html = get(viewer, "/runs/run-a/rows", **{key: value})
+        assert f"<span id=matched>{sum(map(want, rows))}</span>" in html, (key, value)
+    assert _positions(get(viewer, "/runs/run-a/rows", q="vienna")) == [4]
+
+
+@pytest.mark.parametrize("sort,key", [
+    ("latency", lambda r: r["timings"]["total_ms"]),
+    ("tokens", lambda r: r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"]),
+    ("question_id", lambda r: r["question_id"]),
+    ("verdict", lambda r: r["verdict"]),
+])
+def test_rows_sort_by_a_column_both_ways_across_pages(results: Path, sort: str, key) -> None:
+    rows = _with_gold(results)
+    viewer = Viewer(results)
+    have = [k for k, r in enumerate(rows) if key(r) is not None]
+    none = [k for k, r in enumerate(rows) if key(r) is None]  # last, either way
+    for desc in ("", "1"):
+        want = sorted(have, key=lambda k: key(rows[k]), reverse=bool(desc)) + none
+        got: list[int] = []
+        for page in range(1, -(-len(rows) // PAGE_SIZE) + 1):
+            got += _positions(get(viewer, "/runs/run-a/rows", sort=sort, desc=desc,
+                                  page=str(page)))
+        assert [key(rows[k]) for k in got] == [key(rows[k]) for k in want], (sort, desc)
+    html = get(viewer, "/runs/run-a/rows", sort=sort, verdict="STRICT")
+    # the header sorts the other way, keeping the filter; the form keeps the sort
+    assert f'href="/runs/run-a/rows?verdict=STRICT&amp;sort={sort}&amp;desc=1"' in html
+    assert f'<input type="hidden" name="sort" value="{sort}">' in html
+
+
+def test_export_streams_the_filtered_sorted_rows_as_csv_and_jsonl(results: Path) -> None:
+    import csv
+    import io
+
+    rows = _with_gold(results)
+    rows[2]["question"] = "=HYPERLINK(\"http://x\")"
+    (results / "run-a" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    viewer = Viewer(results)
+    query = {"failures": "1", "mode": "quote", "sort": "latency", "desc": "1"}
+    page = get(viewer, "/runs/run-a/rows", **query)
+    href = re.search(r'id="export-csv" href="([^"]+)"', page).group(1).replace("&amp;", "&")
+    assert href.startswith("/runs/run-a/rows.csv?") and "failures=1" in href
+    want = _positions(page)  # one page holds them all here
+    resp = viewer.handle("/runs/run-a/rows.jsonl", query)
+    assert resp.status == 200 and resp.stream is not None and resp.body == b""
+    assert "attachment" in resp.headers["Content-Disposition"]
+    lines = b"".join(resp.stream).decode().splitlines()
+    assert [json.loads(x) for x in lines] == [rows[k] for k in want]
+    resp = viewer.handle("/runs/run-a/rows.csv", query)
+    assert resp.content_type.startswith("text/csv") and resp.stream is not None
+    table = list(csv.DictReader(io.StringIO(b"".join(resp.stream).decode())))
+    assert [int(t["position"]) for t in table] == want
+    assert [t["job_id"] for t in table] == [rows[k]["job_id"] for k in want]
+    assert table[0]["total_ms"] == str(rows[want[0]]["timings"]["total_ms"])
+    everything = list(csv.DictReader(io.StringIO(b"".join(
+        viewer.handle("/runs/run-a/rows.csv", {}).stream or []).decode())))
+    assert len(everything) == len(rows)
+    assert everything[2]["question"].startswith("'=HYPERLINK")  # no formula for a spreadsheet
+
+
+def test_row_page_shows_gold_answers_the_match_and_token_usage(results: Path) -> None:
+    from qfarm.common.questions import digest_content
+
+    rows = _with_gold(results)
+    qfile = results / "gold.jsonl"
+    qfile.write_bytes("".join(json.dumps({"id": f"q{q:06d}", "question": f"Q{q}?",
+                                          "answers": ["Seine", f"<b>river {q}</b>"]}) + "\n"
+                              for q in range(20)).encode())
+    path = results / "run-a" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest.update(question_file=str(qfile), question_file_digest=digest_content(qfile.read_bytes()))
+    path.write_text(json.dumps(manifest))
+    viewer = Viewer(results)
+    html = get(viewer, "/runs/run-a/rows/1")  # gold matched
+    assert '<ul class=gold><li>Seine</li><li>&lt;b&gt;river 0&lt;/b&gt;</li></ul>' in html
+    assert 'id="gold-match">the answer matched a gold answer<' in html
+    tokens = rows[1]["usage"]
+    total = tokens["prompt_tokens"] + tokens["completion_tokens"]
+    assert (f"<td>{total} ({tokens['prompt_tokens']} prompt + {tokens['completion_tokens']} "
+            "completion)</td>") in html
+    assert 'id="gold-match">the answer matched no gold answer<' in get(viewer, "/runs/run-a/rows/2")
+    qfile.write_text(qfile.read_text() + '{"id": "extra", "question": "Q?"}\n')  # edited since
+    html = get(viewer, "/runs/run-a/rows/1")
+    assert "has changed since the run" in html and "class=gold" not in html
+    assert 'id="gold-match">the answer matched a gold answer<' in html  # the row's flag stands
+    qfile.unlink()
+    assert "is not on this host" in get(viewer, "/runs/run-a/rows/1")
+
+
+def test_compare_picker_proposes_the_two_latest_sweeps_over_one_question_file(
+    tmp_path: Path,
+) -> None:
+    for run_id, created, qfile in (("run-1", 1, "a.txt"), ("run-2", 2, "b.txt"),
+                                   ("run-3", 3, "a.txt"), ("run-4", 4, "c.txt"),
+                                   ("run-5", 5, "a.txt")):
+        run_dir = write_synthetic_run(tmp_path, run_id, 1)
+        path = run_dir / "manifest.json"
+        manifest = json.loads(path.read_text())
+        manifest.update(created_at=1_700_000_000.0 + created, question_file=f"sets/{qfile}",
+                        question_file_digest=f"sha256:{qfile}")
+        path.write_text(json.dumps(manifest))
+    html = get(Viewer(tmp_path), "/compare")
+    assert '<option value="run-3" selected>' in html.split('name="b"')[0]  # a: the older
+    assert '<option value="run-5" selected>' in html.split('name="b"')[1]
+    assert "same question file (a.txt)" in html

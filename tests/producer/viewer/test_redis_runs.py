@@ -135,3 +135,20 @@ def test_redis_going_down_mid_session_is_a_note_not_an_error(
     html = get(viewer, "/")
     assert "not reachable" in html and f'href="/runs/{RUN}"' not in html
     assert viewer.handle(f"/runs/{RUN}", {}).status == 404
+
+
+def test_single_questions_are_listed_apart_and_left_out_of_the_compare_picker(
+    store: ProducerStore, real_rows: Callable, tmp_path: Path
+) -> None:
+    from bench.perf.viewer import write_synthetic_run
+
+    ask = "ask-20260102-000000-aaaaaa"
+    rows = put_run(store, real_rows, ask, 1)
+    write_synthetic_run(tmp_path, "20260101-000000-sweep1", 2)
+    viewer = Viewer(tmp_path, store)
+    html = get(viewer, "/")
+    sweeps, _, asks = html.partition('<h2 id="asks">Single questions (1)</h2>')
+    assert "20260101-000000-sweep1" in sweeps and ask not in sweeps
+    assert f'href="/runs/{ask}/rows/0">{ask}</a>' in asks and rows[0].question in asks
+    picker = get(viewer, "/compare")
+    assert "20260101-000000-sweep1" in picker and ask not in picker
