@@ -92,6 +92,13 @@ class Job(Frozen):
     keep_answers: bool = False
     use_cache: bool = True
     enqueued_at: float | None = None  # epoch seconds, for queue_wait_ms
+    # The error kinds of this job's earlier attempts, oldest first (``--retry-errors``);
+    # its length is the attempt number, which the row write compares (common/keys.py).
+    retried_errors: tuple[str, ...] = ()
+
+    @property
+    def attempt(self) -> int:
+        return len(self.retried_errors)
 
 
 # --------------------------------------------------------------------------- stage outputs
@@ -262,6 +269,7 @@ class JobRef(Frozen):
     t: float | None = None  # enqueued at, epoch seconds
     scope: Literal["bounded", "unbounded"] | None = None
     title: str | None = None
+    r: tuple[str, ...] | None = None  # Job.retried_errors, only on a retry
 
 
 class JobRecord(Frozen):
@@ -403,6 +411,8 @@ class Row(Frozen):
     finish_reason: str | None = None  # the model's, for an answer that came back
     truncated: bool | None = None  # finish_reason "length": scored, but cut off at max_tokens
     max_tokens_effective: int | None = None  # budget lowered to fit the context window
+    # The error kinds of the job's earlier attempts that this row replaced (``--retry-errors``)
+    retried_errors: list[str] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod

@@ -140,7 +140,8 @@ def _live(
         by_run.setdefault(job_of(item).run_id, []).append(item)
     live: list[T] = []
     for run_id, group in by_run.items():
-        cancelled, has_row = svc.store.enter_stage(run_id, [job_of(i).job_id for i in group], stage)
+        cancelled, has_row = svc.store.enter_stage(
+            run_id, [job_of(i).job_id for i in group], stage, [job_of(i).attempt for i in group])
         if cancelled:
             log.info("run %s cancelled; skipping %d job(s)", run_id, len(group))
             continue
@@ -186,6 +187,7 @@ def row_from_cache(cached: dict, record: JobRecord) -> Row:
         finished_at=now,
         timings=Timings(queue_wait_ms=record.timings.queue_wait_ms, total_ms=total).model_dump(),
         answer=cached.get("answer") if job.keep_answers else None,
+        retried_errors=list(job.retried_errors),
     )
     return Row.model_validate(cached)
 
