@@ -27,7 +27,8 @@ from typing import Any
 
 from common.errors import InputError
 from common.grounding.rows import is_error_row, is_replaceable, retry_kinds, row_attempt
-from common.models import Job, Manifest
+from common.jobs import job_from_ref
+from common.models import Job, JobRef, Manifest
 from common.policy import Policy, governance_policy_hash
 from common.settings import Settings, load_settings
 from common.vocab import RunStatus
@@ -178,8 +179,20 @@ def plan_retry(run_id: str, settings: Settings, *, questions: QuestionSet | None
                          "retry its errors once it has ended")
     if check_index:
         check_same_run(manifest, settings=settings, policy=policy, index_version=index_version)
+    source = Path(manifest.question_file)
+    if questions is None and not source.is_file():
+        # A run whose questions came in a request (the HTTP API) or from Python: each error
+        # row names its question, so the retried jobs are rebuilt from the rows.
+        merge_retry_rows(run_dir)
+        errors = error_rows(run_dir / ROWS)
+        jobs = [job_from_ref(JobRef(run_id=run_id, qid=row["question_id"], q=row["question"],
+                                    mode=row["mode"], i=row["sample_index"],
+                                    scope=row.get("question_scope"), r=retry_kinds(row)),
+                             manifest) for row in errors.values()]
+        return RetryPlan(manifest=manifest, run_dir=run_dir,
+                         jobs=[j for j in jobs if j.job_id in errors])
     if questions is None:
-        qs, digest = load_questions(Path(manifest.question_file), settings.max_question_chars)
+        qs, digest = load_questions(source, settings.max_question_chars)
     else:
         qs, digest = questions.questions, questions.digest
     if digest != manifest.question_file_digest:

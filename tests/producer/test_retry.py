@@ -163,3 +163,17 @@ def test_a_distributed_retry_after_an_endpoint_died_leaves_one_row_per_job(farm,
     assert not any(r["error"] for r in farm.rows(run_id).values())
     assert int(farm.redis.get(f"qfarm:run:{run_id}:failed") or 0) == 0
     assert not (tmp_path / "results" / run_id / "retry.jsonl").exists()
+
+
+def test_a_run_without_a_question_file_is_retried_from_its_error_rows(eager_run):
+    first, settings, endpoints, urls = eager_run
+    errors = {r["job_id"] for r in lines(first.rows_path) if r["error"]}
+    sim = start_simulator(ttft_ms=0, tpot_ms=0)
+    try:
+        urls[:] = [sim.url]
+        result = retry_errors(first.run_id, settings=settings, endpoints=endpoints)
+        assert completions(sim.url) == len(errors)
+    finally:
+        sim.stop()
+    rows = lines(result.rows_path)
+    assert len(rows) == 8 and not any(r["error"] for r in rows)
