@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from common.policy import Policy
+from common.record import RunRecord
 from common.urls import redact_urls
 from common.versions import ROW_SCHEMA_VERSION
 from common.vocab import (
@@ -337,6 +338,9 @@ class Manifest(Frozen):
     eager: bool = True
     keep_answers: bool = False
     use_cache: bool = True
+    # Written when the run ends (and after a retry): what decided its rows, with the
+    # digests of its files (common/record.py; ``qfarm verify`` checks it).
+    record: RunRecord | None = None
 
     @field_validator("endpoints")
     @classmethod

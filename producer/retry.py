@@ -116,15 +116,21 @@ def merge_retry_rows(run_dir: Path) -> int:
         try:
             cut_partial_line(rows_path)
             tmp = rows_path.with_name(rows_path.name + ".tmp")
+            named: set[str] = set()
             with tmp.open("wb") as out:
                 for line in _lines(rows_path):
-                    job_id, row = _job_of(line)
-                    new = fresh.get(job_id) if job_id else None
-                    if new is not None and row is not None and is_replaceable(row, new[0]):
+                    line_job, line_row = _job_of(line)
+                    new = fresh.pop(line_job, None) if line_job else None
+                    if line_job:
+                        named.add(line_job)
+                    if new is not None and line_row is not None and is_replaceable(line_row, new[0]):
                         out.write(new[1])
                         replaced += 1
-                        fresh.pop(job_id)  # type: ignore[arg-type]
                     else:
+                        out.write(line)
+                # A retry's row for a job the file has no row of (cut short since) goes last.
+                for job_id, (_, line) in fresh.items():
+                    if job_id not in named:
                         out.write(line)
                 out.flush()
                 os.fsync(out.fileno())
@@ -262,7 +268,8 @@ def _finish(plan: RetryPlan, *, started: float, replaced: int) -> RunResult:
     rows_path = plan.run_dir / ROWS
     still = len(error_rows(rows_path))
     status = read_run_status(plan.run_dir)
-    history = status.get("retries") if isinstance(status.get("retries"), list) else []
+    before = status.get("retries")
+    history: list[Any] = before if isinstance(before, list) else []
     entry = {"started_at": started, "finished_at": time.time(), "jobs": len(plan.jobs),
              "replaced": replaced, "error_rows_after": still}
     extra: dict[str, object] = {"retries": [*history, entry], "retrying": None}

@@ -26,6 +26,7 @@ from enum import StrEnum
 from typing import Any
 
 from common.models import Manifest
+from common.record import record_differences
 from common.reporting.phase import PhaseDecision, phase_decision, render_phase
 from common.reporting.report import md_table, plots_section
 from common.reporting.runstats import RunStats, Tally
@@ -352,6 +353,7 @@ def _provenance_warnings(a: Manifest, b: Manifest, n_shared: int, n_a: int, n_b:
     ):
         if va != vb:
             warnings.append(f"Different {label}: A `{va}` vs B `{vb}`.")
+    warnings += record_differences(a.record, b.record)
     if a.simulated != b.simulated:
         sim = "A" if a.simulated else "B"
         warnings.append(f"Only run {sim} is SIMULATED: the other used real endpoints.")

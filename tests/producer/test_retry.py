@@ -17,6 +17,7 @@ from common.settings import Settings
 from ops.sim.launch import start_simulator
 from producer import SweepSpec, run_sweep
 from producer.api import Endpoints, QuestionSet, retry_errors
+from producer.record import verify_run
 
 QUESTIONS = [f"What is {w}?" for w in
              ["jazz", "Paris", "the Moon", "Hamlet", "iron", "Mars", "tea", "Rome"]]
@@ -79,6 +80,8 @@ def test_an_eager_retry_reruns_only_the_error_rows_in_the_same_run(eager_run):
             assert new == old
     summary = result.summary.read_text()
     assert f"{len(errors)} row(s) came from `--retry-errors`" in summary
+    # The record is written anew: the rewritten files verify.
+    assert [c for c in verify_run(result.run_dir) if c.ok is False] == []
     assert json.loads((result.run_dir / "status.json").read_text())["retries"][0]["replaced"] \
         == len(errors)
     # Nothing left to retry: a second retry runs nothing and changes no row.
