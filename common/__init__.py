@@ -25,6 +25,7 @@ __all__ = [
     "policy",
     "profiles",
     "questions",
+    "record",
     "reporting",
     "retrieval",
     "runstatus",

@@ -10,6 +10,7 @@ from producer.api import (
     ask,
     configured_endpoints,
     follow_run,
+    retry_errors,
     run_sweep,
 )
 
@@ -22,5 +23,6 @@ __all__ = [
     "ask",
     "configured_endpoints",
     "follow_run",
+    "retry_errors",
     "run_sweep",
 ]

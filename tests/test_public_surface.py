@@ -23,7 +23,7 @@ PRODUCT = ("common", "worker", "producer", "ops", "qfarm")
 SURFACE: dict[str, tuple[list[str], list[str]]] = {
     "common": (
         ["errors", "grounding", "jobs", "keys", "metrics", "models", "policy", "profiles",
-         "questions", "reporting", "retrieval", "runstatus", "settings", "text", "urls",
+         "questions", "record", "reporting", "retrieval", "runstatus", "settings", "text", "urls",
          "versions", "vocab"],
         ["redis_urls"],
     ),
@@ -53,8 +53,8 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
     # The Python API: producer.api is a front over private ``_*.py`` modules.
     "producer": (
         ["Answer", "Endpoints", "QuestionSet", "RunResult", "SweepSpec", "ask",
-         "configured_endpoints", "follow_run", "run_sweep"],
-        ["aggregator", "capacity", "endpoints", "lease", "runs", "sweep"],
+         "configured_endpoints", "follow_run", "retry_errors", "run_sweep"],
+        ["aggregator", "capacity", "endpoints", "lease", "retry", "runs", "sweep"],
     ),
     "producer.http": (
         ["app", "auth"], ["errors", "metrics", "middleware", "requests", "runs", "schemas"]
@@ -73,7 +73,7 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
     "qfarm.commands": (
         [],
         ["ask", "cancel", "compare", "eval_retrieval", "index", "local_model", "policy",
-         "report", "search", "serve", "sets", "sim", "status", "sweep", "view"],
+         "report", "search", "serve", "sets", "sim", "status", "sweep", "verify", "view"],
     ),
 }  # fmt: skip
 
