@@ -415,7 +415,8 @@ class Row(Frozen):
     finish_reason: str | None = None  # the model's, for an answer that came back
     truncated: bool | None = None  # finish_reason "length": scored, but cut off at max_tokens
     max_tokens_effective: int | None = None  # budget lowered to fit the context window
-    # The error kinds of the job's earlier attempts that this row replaced (``--retry-errors``)
+    # The error kinds of the job's earlier attempts that this row replaced (``--retry-errors``);
+    # written only when there are any, so rows of a run without retries are as before
     retried_errors: list[str] = Field(default_factory=list)
 
     @model_validator(mode="before")
@@ -445,6 +446,8 @@ class Row(Frozen):
         for key in ("violation_kinds", "would_fire_kinds"):  # an unverified row lists none
             if flat.get(key, ()) is None:
                 flat[key] = []
+        if not flat.get("retried_errors"):  # only a retry's row says so: other rows stay as they were
+            flat.pop("retried_errors", None)
         return flat
 
 
