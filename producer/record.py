@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from common.errors import InputError
 from common.policy import governance_policy_hash, verifier_policy_hash
@@ -21,12 +23,12 @@ from common.record import (
     rule_versions,
     sha256,
 )
+from common.reporting.runstats import RunStats
 from producer.reports import (
     ROWS,
     SUMMARY,
     existing_plots,
     iter_rows,
-    read_stats,
     summary_text,
 )
 from producer.runs import read_manifest, read_run_status, write_json_atomic
@@ -110,12 +112,22 @@ def verify_run(run_dir: Path, *, questions: Path | None = None) -> list[Check]:
     checks += check_rows_digest(record, digest_rows(_rows_lines(run_dir / ROWS)))
     checks.append(check_digest("summary.md", record.summary_sha256,
                                _file_sha256(run_dir / SUMMARY), missing="summary.md is missing"))
-    checks += check_rows_content((line.row for line in iter_rows(run_dir / ROWS)),
-                                 run_id=manifest.run_id, n_jobs=manifest.n_jobs,
+    stats = RunStats()
+
+    def rows_once() -> Iterator[dict[str, Any] | None]:
+        """Each row parsed once, for the row checks and the summary's figures both."""
+        for line in iter_rows(run_dir / ROWS):
+            if line.row is None:
+                stats.note_unreadable(line.lineno)
+            else:
+                stats.add(line.row)
+            yield line.row
+
+    checks += check_rows_content(rows_once(), run_id=manifest.run_id, n_jobs=manifest.n_jobs,
                                  verifier_hash=record.verifier_policy_hash,
                                  governance_hash=record.governance_policy_hash,
                                  model=record.model)
-    checks.append(_summary_from_rows(run_dir))
+    checks.append(_summary_from_rows(run_dir, stats))
     checks += _policy(manifest.policy, record)
     checks.append(_question_file(record, questions))
     for what, got, want in (("model", manifest.model, record.model),
@@ -127,12 +139,13 @@ def verify_run(run_dir: Path, *, questions: Path | None = None) -> list[Check]:
     return checks
 
 
-def _summary_from_rows(run_dir: Path) -> Check:
-    """summary.md rendered again from rows.jsonl (and the manifest and status) must be it."""
+def _summary_from_rows(run_dir: Path, stats: RunStats) -> Check:
+    """summary.md rendered again from rows.jsonl's figures (``stats``), the manifest and the
+    status must be it."""
     manifest = read_manifest(run_dir)
     status = read_run_status(run_dir)
     finished = status.get("finished_at")
-    text = summary_text(manifest, read_stats(run_dir / ROWS), status, existing_plots(run_dir),
+    text = summary_text(manifest, stats, status, existing_plots(run_dir),
                         float(finished) if isinstance(finished, int | float) else None)
     try:
         have = (run_dir / SUMMARY).read_text(encoding="utf-8")

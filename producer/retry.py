@@ -49,7 +49,7 @@ from producer._types import (
     Say,
     configured_endpoints,
 )
-from producer.aggregator import Aggregator, cut_partial_line, file_rows
+from producer.aggregator import Aggregator, _line_job_id, cut_partial_line, file_rows
 from producer.reports import parse_row
 from producer.runs import producer_alive, read_manifest, read_run_status, update_run_status
 from producer.store import ProducerStore, Progress
@@ -119,11 +119,12 @@ def merge_retry_rows(run_dir: Path) -> int:
             named: set[str] = set()
             with tmp.open("wb") as out:
                 for line in _lines(rows_path):
-                    line_job, line_row = _job_of(line)
+                    line_job = _line_job_id(line)
                     new = fresh.pop(line_job, None) if line_job else None
                     if line_job:
                         named.add(line_job)
-                    if new is not None and line_row is not None and is_replaceable(line_row, new[0]):
+                    # Only a line a retry row may replace is parsed: the rest are copied.
+                    if new is not None and is_replaceable(line, new[0]):
                         out.write(new[1])
                         replaced += 1
                     else:
@@ -144,12 +145,6 @@ def merge_retry_rows(run_dir: Path) -> int:
 def _lines(path: Path) -> Iterator[bytes]:
     with path.open("rb") as fh:
         yield from fh
-
-
-def _job_of(line: bytes) -> tuple[str | None, dict[str, Any] | None]:
-    row = parse_row(line)
-    job_id = row.get("job_id") if row else None
-    return (job_id if isinstance(job_id, str) else None), row
 
 
 def check_same_run(manifest: Manifest, *, settings: Settings, policy: Policy | None,
