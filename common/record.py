@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from common import versions
+from qfarm.common import versions
 
 RECORD_VERSION = 1
 # rows.jsonl is digested in blocks of this many lines as well, so a check can say where

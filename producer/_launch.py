@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from common.errors import InputError
-from common.jobs import check_samples, parse_modes
-from common.settings import Settings, load_settings
-from producer._distributed import run_distributed
-from producer._eager import run_eager
-from producer._services import say_to_log
-from producer._types import (
+from qfarm.common.errors import InputError
+from qfarm.common.jobs import check_samples, parse_modes
+from qfarm.common.settings import Settings, load_settings
+from qfarm.producer._distributed import run_distributed
+from qfarm.producer._eager import run_eager
+from qfarm.producer._services import say_to_log
+from qfarm.producer._types import (
     EndpointsFor,
     OnProgress,
     RunResult,
@@ -42,7 +42,7 @@ def run_sweep(
     building the default index when it does not exist yet.
 
     ``retry_errors``: a run id; instead of a new run, run again that run's jobs whose row
-    is an error (``producer.retry``). ``spec`` must then be the run's (its questions, modes,
+    is an error (``qfarm.producer.retry``). ``spec`` must then be the run's (its questions, modes,
     n and policy); the rows replace the error rows in the same run.
     """
     settings = settings or load_settings()
@@ -63,8 +63,8 @@ def run_sweep(
 def _retry(spec: SweepSpec, run_id: str, *, eager: bool, settings: Settings,
            on_progress: OnProgress | None, say: Say, endpoints: EndpointsFor,
            serial: bool) -> RunResult:
-    from producer.retry import retry_errors
-    from producer.runs import read_manifest
+    from qfarm.producer.retry import retry_errors
+    from qfarm.producer.runs import read_manifest
 
     manifest = read_manifest(settings.results_dir / run_id)
     modes = parse_modes([str(m) for m in spec.modes])

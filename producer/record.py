@@ -10,9 +10,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from common.errors import InputError
-from common.policy import governance_policy_hash, verifier_policy_hash
-from common.record import (
+from qfarm.common.errors import InputError
+from qfarm.common.policy import governance_policy_hash, verifier_policy_hash
+from qfarm.common.record import (
     Check,
     RunRecord,
     check_digest,
@@ -23,15 +23,15 @@ from common.record import (
     rule_versions,
     sha256,
 )
-from common.reporting.runstats import RunStats
-from producer.reports import (
+from qfarm.common.reporting.runstats import RunStats
+from qfarm.producer.reports import (
     ROWS,
     SUMMARY,
     existing_plots,
     iter_rows,
     summary_text,
 )
-from producer.runs import read_manifest, read_run_status, write_json_atomic
+from qfarm.producer.runs import read_manifest, read_run_status, write_json_atomic
 
 
 def qfarm_version() -> str:

@@ -25,23 +25,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common.errors import InputError
-from common.grounding.rows import is_error_row, is_replaceable, retry_kinds, row_attempt
-from common.jobs import job_from_ref
-from common.models import Job, JobRef, Manifest
-from common.policy import Policy, governance_policy_hash
-from common.settings import Settings, load_settings
-from common.vocab import RunStatus
-from producer import interrupts
-from producer._follow import finish_run
-from producer._services import (
+from qfarm.common.errors import InputError
+from qfarm.common.grounding.rows import is_error_row, is_replaceable, retry_kinds, row_attempt
+from qfarm.common.jobs import job_from_ref
+from qfarm.common.models import Job, JobRef, Manifest
+from qfarm.common.policy import Policy, governance_policy_hash
+from qfarm.common.settings import Settings, load_settings
+from qfarm.common.vocab import RunStatus
+from qfarm.producer import interrupts
+from qfarm.producer._follow import finish_run
+from qfarm.producer._services import (
     eager_services,
     enqueue_counted,
     import_plotting,
     open_local_retriever,
     require_endpoints_for_workers,
 )
-from producer._types import (
+from qfarm.producer._types import (
     EndpointsFor,
     OnProgress,
     QuestionSet,
@@ -49,11 +49,11 @@ from producer._types import (
     Say,
     configured_endpoints,
 )
-from producer.aggregator import Aggregator, _line_job_id, cut_partial_line, file_rows
-from producer.reports import parse_row
-from producer.runs import producer_alive, read_manifest, read_run_status, update_run_status
-from producer.store import ProducerStore, Progress
-from producer.sweep import REDIS_DOWN, SweepPlan, load_questions
+from qfarm.producer.aggregator import Aggregator, _line_job_id, cut_partial_line, file_rows
+from qfarm.producer.reports import parse_row
+from qfarm.producer.runs import producer_alive, read_manifest, read_run_status, update_run_status
+from qfarm.producer.store import ProducerStore, Progress
+from qfarm.producer.sweep import REDIS_DOWN, SweepPlan, load_questions
 
 RETRY_ROWS = "retry.jsonl"
 ROWS = "rows.jsonl"
@@ -224,7 +224,7 @@ def retry_errors(
 
     ``questions`` stands in for the run's question file (its digest must match); ``policy``,
     if given, must be the run's. Returns when every retried job has its new row."""
-    from producer._services import say_to_log
+    from qfarm.producer._services import say_to_log
 
     settings = settings or load_settings()
     say = say or say_to_log
@@ -280,8 +280,8 @@ def _count_ids(rows_path: Path) -> int:
 def _run_eager(plan: RetryPlan, settings: Settings, retriever: Any, n_endpoints: int,
                on_progress: OnProgress | None, *, serial: bool) -> bool:
     """Run the retry's jobs in this process; False if interrupted (Ctrl-C)."""
-    from producer.sweep import enqueue_jobs
-    from worker.celery_app import app  # imported late: Celery is slow to import
+    from qfarm.producer.sweep import enqueue_jobs
+    from qfarm.worker.celery_app import app  # imported late: Celery is slow to import
 
     svc, store = eager_services(settings, retriever)
     store.put_manifest(plan.manifest)
@@ -299,7 +299,7 @@ def _run_eager(plan: RetryPlan, settings: Settings, retriever: Any, n_endpoints:
                     enqueue_jobs(app, [job])
                     tick()
             else:
-                from worker.runner import InProcessRunner
+                from qfarm.worker.runner import InProcessRunner
 
                 inflight = n_endpoints * max(1, settings.llm_max_inflight_per_endpoint)
                 InProcessRunner(svc, max_inflight=inflight, bundle_size=settings.bundle_size).run(
@@ -325,9 +325,9 @@ def _run_distributed(plan: RetryPlan, settings: Settings, on_progress: OnProgres
     """Send the retry's jobs to the workers and follow them until each has its new row;
     False if interrupted. Jobs whose message was lost (no progress, no message left) are
     sent again: a duplicate is harmless, the row write takes one row per attempt."""
-    from producer.lease import FollowerLease
-    from producer.store import connect
-    from worker.celery_app import configure_app  # Celery is slow to import
+    from qfarm.producer.lease import FollowerLease
+    from qfarm.producer.store import connect
+    from qfarm.worker.celery_app import configure_app  # Celery is slow to import
 
     store = ProducerStore(connect(settings.redis_url))
     run_id = plan.run_id

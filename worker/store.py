@@ -8,10 +8,10 @@ from collections.abc import Sequence
 
 import redis
 
-from common import keys
-from common.grounding.rows import is_replaceable
-from common.jobs import manifest_from_json
-from common.models import JobRecord, Manifest, Row
+from qfarm.common import keys
+from qfarm.common.grounding.rows import is_replaceable
+from qfarm.common.jobs import manifest_from_json
+from qfarm.common.models import JobRecord, Manifest, Row
 
 
 class WorkerStore:

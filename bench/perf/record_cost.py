@@ -17,12 +17,12 @@ import shutil
 import time
 from pathlib import Path
 
-from common.models import Manifest, Mode, Row
-from common.policy import Policy, governance_policy_hash, verifier_policy_hash
-from producer.record import verify_run, write_record
-from producer.reports import read_stats, write_summary
-from producer.retry import merge_retry_rows
-from producer.runs import write_json_atomic
+from qfarm.common.models import Manifest, Mode, Row
+from qfarm.common.policy import Policy, governance_policy_hash, verifier_policy_hash
+from qfarm.producer.record import verify_run, write_record
+from qfarm.producer.reports import read_stats, write_summary
+from qfarm.producer.retry import merge_retry_rows
+from qfarm.producer.runs import write_json_atomic
 
 
 def make_run(run_dir: Path, n: int) -> None:

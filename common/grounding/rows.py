@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, TypeVar
 
-from common.models import (
+from qfarm.common.models import (
     Answerability,
     AnswerabilitySummary,
     GoldCheck,
@@ -15,7 +15,7 @@ from common.models import (
     Usage,
     Verification,
 )
-from common.policy import governance_policy_hash, verifier_policy_hash
+from qfarm.common.policy import governance_policy_hash, verifier_policy_hash
 
 
 def summarize_answerability(result: Answerability | None) -> AnswerabilitySummary | None:

@@ -1,16 +1,16 @@
 """`qfarm verify`: check a finished run's files against the record its manifest holds.
 
-Prints one line per check; the checks are ``producer.record.verify_run``."""
+Prints one line per check; the checks are ``qfarm.producer.record.verify_run``."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from common.settings import load_settings
-from producer.record import verify_run
-from producer.reports import resolve_run
 from qfarm import runtime
+from qfarm.common.settings import load_settings
+from qfarm.producer.record import verify_run
+from qfarm.producer.reports import resolve_run
 
 MARKS = {True: "ok  ", False: "FAIL", None: "note"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 
-from common.record import (
+from qfarm.common.record import (
     ROWS_BLOCK,
     RunRecord,
     check_digest,

@@ -11,13 +11,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from common.errors import InputError
-from common.policy import build_policy
-from common.settings import Settings
-from ops.sim.launch import start_simulator
-from producer import SweepSpec, run_sweep
-from producer.api import Endpoints, QuestionSet, retry_errors
-from producer.record import verify_run
+from qfarm.common.errors import InputError
+from qfarm.common.policy import build_policy
+from qfarm.common.settings import Settings
+from qfarm.ops.sim.launch import start_simulator
+from qfarm.producer import SweepSpec, run_sweep
+from qfarm.producer.api import Endpoints, QuestionSet, retry_errors
+from qfarm.producer.record import verify_run
 
 QUESTIONS = [f"What is {w}?" for w in
              ["jazz", "Paris", "the Moon", "Hamlet", "iron", "Mars", "tea", "Rome"]]

@@ -85,7 +85,7 @@ def test_a_row_edited_by_hand_fails(run):
 
 def test_a_summary_rendered_from_other_rows_fails(run):
     env, run_dir, _ = run
-    from producer.reports import write_summary
+    from qfarm.producer.reports import write_summary
 
     # Render the summary from a run missing a row, put it in place and forge its digest
     # in the record: only rendering again from the rows can tell.

@@ -9,9 +9,9 @@ import os
 import pytest
 import redis
 
-from common import keys
-from common.models import Mode, Row
-from worker.store import WorkerStore
+from qfarm.common import keys
+from qfarm.common.models import Mode, Row
+from qfarm.worker.store import WorkerStore
 
 PORT = int(os.environ.get("QFARM_TEST_REDIS_PORT", "6379"))
 DB = int(os.environ.get("QFARM_TEST_REDIS_DB", "9"))

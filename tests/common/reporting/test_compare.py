@@ -6,18 +6,18 @@ from typing import Any
 
 import pytest
 
-from common.errors import InputError
-from common.models import Manifest
-from common.policy import Policy, build_policy, governance_policy_hash, verifier_policy_hash
-from common.reporting.compare import (
+from qfarm.common.errors import InputError
+from qfarm.common.models import Manifest
+from qfarm.common.policy import Policy, build_policy, governance_policy_hash, verifier_policy_hash
+from qfarm.common.reporting.compare import (
     METRICS,
     classify_delta,
     compare_metric,
     compare_runs,
     render_compare,
 )
-from common.reporting.phase import cycle_lines, decide_cycle, phase_line, render_cycle
-from common.reporting.runstats import RunStats, accumulate
+from qfarm.common.reporting.phase import cycle_lines, decide_cycle, phase_line, render_cycle
+from qfarm.common.reporting.runstats import RunStats, accumulate
 
 STRICT = next(m for m in METRICS if m.key == "strict")
 UNGROUNDED = next(m for m in METRICS if m.key == "ungrounded")
@@ -515,7 +515,7 @@ def test_a_caps_decision_names_a_strict_fall_that_is_only_the_guards_own_demotes
 
 
 def test_runs_whose_records_differ_in_a_rule_version_warn() -> None:
-    from common.record import RunRecord, rule_versions
+    from qfarm.common.record import RunRecord, rule_versions
 
     def rec(**update: Any) -> RunRecord:
         return RunRecord(**{**dict(

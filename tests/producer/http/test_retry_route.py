@@ -6,7 +6,7 @@ import json
 
 from fastapi.testclient import TestClient
 
-from producer.http.app import create_app
+from qfarm.producer.http.app import create_app
 
 from .conftest import ADMIN_TOKEN, ASK_TOKEN, TOKENS, bearer
 
