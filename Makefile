@@ -81,5 +81,6 @@ bench: install
 	$(BIN)/python -m bench.perf.orchestration
 	$(BIN)/python -m bench.perf.worker_cpu
 	$(BIN)/python -m bench.perf.enqueue
+	$(BIN)/python -m bench.perf.record_cost
 	$(BIN)/python -m bench.perf.viewer
 	$(BIN)/python -m bench.perf.api_load

@@ -33,6 +33,7 @@ __all__ = [
     "policy",
     "profiles",
     "questions",
+    "record",
     "reporting",
     "retrieval",
     "runstatus",

@@ -113,6 +113,7 @@ def ref_for(job: Job) -> JobRef:
         t=job.enqueued_at,
         scope=job.question.scope,
         title=job.question.title,
+        r=job.retried_errors or None,
     )
 
 
@@ -133,6 +134,7 @@ def job_from_ref(ref: JobRef, manifest: Manifest) -> Job:
         keep_answers=manifest.keep_answers,
         use_cache=manifest.use_cache,
         enqueued_at=ref.t,
+        retried_errors=ref.r or (),
     )
 
 

@@ -4,9 +4,11 @@ Everything for a run lives under ``qfarm:run:<run_id>:``:
 
 * ``manifest``  the run's Manifest (JSON), written before any job is enqueued
 * ``rows``      hash job_id -> row JSON; HSETNX makes a row write-once, so a
-                redelivered or duplicated task can never produce a second row.
+                redelivered or duplicated task can never produce a second row
+                (a retry's higher attempt may replace an error row: WRITE_ROW_LUA).
                 Its keys are the run's set of done job ids (HLEN = progress).
-* ``log``       list of job ids in the order their rows landed; the aggregator
+* ``log``       list of job ids in the order their rows landed (a replaced row's id
+                again when its replacement lands); the aggregator
                 streams rows.jsonl from it with a cursor, so memory stays flat.
 * ``failed``    count of rows that carry an error
 * ``stage:<s>`` count of jobs that entered stage s (per-stage rates)
@@ -186,29 +188,47 @@ def result_cache_digest(
 
 
 # KEYS: rows hash, log list, failed counter, verify-stage counter.
-# ARGV: job_id, row JSON, "1" if the row has an error, ttl.
+# ARGV: job_id, row JSON, "1" if the row has an error, ttl, the row's attempt (0: first).
+# A row is write-once, with one exception that keeps one row per job under ``--retry-errors``:
+# an attempt N > 0 replaces the job's row only while that row is an error row of an earlier
+# attempt (fewer than N ``retried_errors``). A redelivered or duplicated attempt finds the
+# row already replaced (a success, or an error of the same attempt) and writes nothing.
+# Returns 1: written, 2: replaced an error row, 0: nothing written.
 WRITE_ROW_LUA = """
 redis.call('INCR', KEYS[4])
+local ttl = tonumber(ARGV[4])
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then
   redis.call('RPUSH', KEYS[2], ARGV[1])
   if ARGV[3] == '1' then redis.call('INCR', KEYS[3]) end
-  local ttl = tonumber(ARGV[4])
   if ttl and ttl > 0 then
     redis.call('EXPIRE', KEYS[1], ttl)
     redis.call('EXPIRE', KEYS[2], ttl)
   end
   return 1
 end
-return 0
+local attempt = tonumber(ARGV[5]) or 0
+if attempt <= 0 then return 0 end
+local ok, old = pcall(cjson.decode, redis.call('HGET', KEYS[1], ARGV[1]))
+if not ok or type(old) ~= 'table' then return 0 end
+local err = old['error']
+if err == nil or err == cjson.null or err == '' then return 0 end
+local before = old['retried_errors']
+local n = 0
+if type(before) == 'table' then n = #before end
+if n >= attempt then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('RPUSH', KEYS[2], ARGV[1])
+if ARGV[3] ~= '1' then redis.call('DECR', KEYS[3]) end
+return 2
 """
 
 
 def write_row_call(run_id: str, job_id: str, row_json: str | bytes, *, failed: bool,
-                   counter_key: str) -> dict[str, list]:
+                   counter_key: str, attempt: int = 0) -> dict[str, list]:
     """``WRITE_ROW_LUA``'s keys and args for one row (``script(**call)``); ``counter_key``
     counts every attempt: the verify stage's for a worker, the restored rows' for a
-    producer putting rows back."""
+    producer putting rows back. ``attempt``: the row's ``len(retried_errors)``."""
     return {
         "keys": [rows_key(run_id), log_key(run_id), failed_key(run_id), counter_key],
-        "args": [job_id, row_json, "1" if failed else "0", ROW_TTL_S],
+        "args": [job_id, row_json, "1" if failed else "0", ROW_TTL_S, attempt],
     }

@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from qfarm.common.policy import Policy
+from qfarm.common.record import RunRecord
 from qfarm.common.urls import redact_urls
 from qfarm.common.versions import ROW_SCHEMA_VERSION
 from qfarm.common.vocab import (
@@ -92,6 +93,13 @@ class Job(Frozen):
     keep_answers: bool = False
     use_cache: bool = True
     enqueued_at: float | None = None  # epoch seconds, for queue_wait_ms
+    # The error kinds of this job's earlier attempts, oldest first (``--retry-errors``);
+    # its length is the attempt number, which the row write compares (common/keys.py).
+    retried_errors: tuple[str, ...] = ()
+
+    @property
+    def attempt(self) -> int:
+        return len(self.retried_errors)
 
 
 # --------------------------------------------------------------------------- stage outputs
@@ -262,6 +270,7 @@ class JobRef(Frozen):
     t: float | None = None  # enqueued at, epoch seconds
     scope: Literal["bounded", "unbounded"] | None = None
     title: str | None = None
+    r: tuple[str, ...] | None = None  # Job.retried_errors, only on a retry
 
 
 class JobRecord(Frozen):
@@ -329,6 +338,9 @@ class Manifest(Frozen):
     eager: bool = True
     keep_answers: bool = False
     use_cache: bool = True
+    # Written when the run ends (and after a retry): what decided its rows, with the
+    # digests of its files (common/record.py; ``qfarm verify`` checks it).
+    record: RunRecord | None = None
 
     @field_validator("endpoints")
     @classmethod
@@ -403,6 +415,9 @@ class Row(Frozen):
     finish_reason: str | None = None  # the model's, for an answer that came back
     truncated: bool | None = None  # finish_reason "length": scored, but cut off at max_tokens
     max_tokens_effective: int | None = None  # budget lowered to fit the context window
+    # The error kinds of the job's earlier attempts that this row replaced (``--retry-errors``);
+    # written only when there are any, so rows of a run without retries are as before
+    retried_errors: list[str] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
@@ -431,6 +446,8 @@ class Row(Frozen):
         for key in ("violation_kinds", "would_fire_kinds"):  # an unverified row lists none
             if flat.get(key, ()) is None:
                 flat[key] = []
+        if not flat.get("retried_errors"):  # only a retry's row says so: other rows stay as they were
+            flat.pop("retried_errors", None)
         return flat
 
 

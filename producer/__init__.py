@@ -18,6 +18,7 @@ from qfarm.producer.api import (
     ask,
     configured_endpoints,
     follow_run,
+    retry_errors,
     run_sweep,
 )
 
@@ -30,5 +31,6 @@ __all__ = [
     "ask",
     "configured_endpoints",
     "follow_run",
+    "retry_errors",
     "run_sweep",
 ]

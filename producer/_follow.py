@@ -145,6 +145,7 @@ def _written(follower: Follower) -> int:
 
 def finish_run(manifest: Manifest, run_dir: Path, written: int, *, cancelled: bool = False,
             interrupted: bool = False, extra: dict[str, object] | None = None) -> RunResult:
+    from qfarm.producer.record import write_record
     from qfarm.producer.reports import write_summary  # matplotlib is slow to import
 
     total = manifest.n_jobs
@@ -155,4 +156,5 @@ def finish_run(manifest: Manifest, run_dir: Path, written: int, *, cancelled: bo
     # The summary first: whoever sees the final status (the API, the viewer) finds it.
     summary = write_summary(run_dir, status={**read_run_status(run_dir), **final})
     update_run_status(run_dir, **final)
+    write_record(run_dir)  # last: it digests the files written above
     return RunResult(manifest, run_dir, state, written, summary=summary)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from qfarm.common.errors import InputError
 from qfarm.common.jobs import check_samples, parse_modes
 from qfarm.common.settings import Settings, load_settings
 from qfarm.producer._distributed import run_distributed
@@ -28,6 +29,7 @@ def run_sweep(
     endpoints: EndpointsFor = configured_endpoints,
     index_progress: bool = False,
     serial: bool = False,
+    retry_errors: str | None = None,
 ) -> RunResult:
     """Run a sweep and return when every job has a row (or the run stopped).
 
@@ -38,9 +40,16 @@ def run_sweep(
     ``on_progress`` receives each poll's progress, ``say`` lines for the operator
     (default: the ``qfarm.producer`` log). ``index_progress`` shows the progress of
     building the default index when it does not exist yet.
+
+    ``retry_errors``: a run id; instead of a new run, run again that run's jobs whose row
+    is an error (``qfarm.producer.retry``). ``spec`` must then be the run's (its questions, modes,
+    n and policy); the rows replace the error rows in the same run.
     """
     settings = settings or load_settings()
     say = say or say_to_log
+    if retry_errors is not None:
+        return _retry(spec, retry_errors, eager=eager, settings=settings, on_progress=on_progress,
+                      say=say, endpoints=endpoints, serial=serial)
     modes = parse_modes([str(m) for m in spec.modes])
     check_samples(spec.n)
     questions = spec.question_set(settings.max_question_chars)
@@ -49,3 +58,20 @@ def run_sweep(
                           serial=serial)
     return run_distributed(spec, questions, modes, settings, endpoints, on_progress, say,
                             detach=detach, index_progress=index_progress)
+
+
+def _retry(spec: SweepSpec, run_id: str, *, eager: bool, settings: Settings,
+           on_progress: OnProgress | None, say: Say, endpoints: EndpointsFor,
+           serial: bool) -> RunResult:
+    from qfarm.producer.retry import retry_errors
+    from qfarm.producer.runs import read_manifest
+
+    manifest = read_manifest(settings.results_dir / run_id)
+    modes = parse_modes([str(m) for m in spec.modes])
+    if tuple(modes) != tuple(manifest.modes) or spec.n != manifest.n:
+        raise InputError(f"run {run_id} ran modes {','.join(manifest.modes)} with n={manifest.n}; "
+                         "retry its errors with the same, or start a new run")
+    return retry_errors(run_id, eager=eager, settings=settings,
+                        questions=spec.question_set(settings.max_question_chars),
+                        policy=spec.policy, on_progress=on_progress, say=say,
+                        endpoints=endpoints, serial=serial)

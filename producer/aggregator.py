@@ -20,7 +20,7 @@ import fcntl
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from qfarm.producer.store import ProducerStore
@@ -76,10 +76,15 @@ def cut_partial_line(path: Path) -> int:
 
 
 class Aggregator:
-    def __init__(self, store: ProducerStore, run_id: str, rows_path: Path):
+    """``accept``: which (job id, row) to take; a row it refuses is not marked seen, so a later
+    row of the same id (a retry's replacement) is still taken. Default: every row."""
+
+    def __init__(self, store: ProducerStore, run_id: str, rows_path: Path,
+                 accept: Callable[[str, bytes], bool] | None = None):
         self.store = store
         self.run_id = run_id
         self.rows_path = rows_path
+        self.accept = accept
         self.cursor = 0  # position in the run's row log
         self.seen: set[str] = set()
         self.duplicates_in_file = 0  # lines naming an id seen before (files from older versions)
@@ -121,7 +126,7 @@ class Aggregator:
                 for ids, read in self.store.read_log(self.run_id, self.cursor):
                     new = [j for j in dict.fromkeys(ids) if j not in self.seen]
                     for job_id, raw in zip(new, self.store.rows_for(self.run_id, new), strict=True):
-                        if raw is None:
+                        if raw is None or (self.accept and not self.accept(job_id, raw)):
                             continue
                         fh.write(raw.rstrip(b"\n") + b"\n")
                         self.seen.add(job_id)

@@ -51,6 +51,7 @@ from qfarm.producer._types import (
     SweepSpec,
     configured_endpoints,
 )
+from qfarm.producer.retry import retry_errors
 
 __all__ = [
     "Answer",
@@ -76,6 +77,7 @@ __all__ = [
     "open_local_retriever",
     "poll_pauses",
     "resume_eager",
+    "retry_errors",
     "run_sweep",
     "submit_ask",
     "wait_for_answer",

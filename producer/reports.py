@@ -272,7 +272,16 @@ def write_summary(run_dir: Path, *, finished_at: float | None = None,
         run_dir / LATENCY_PLOT,
         lambda p: plot_latency(manifest, stats, p),
     )
-    text = render_stats(
+    text = summary_text(manifest, stats, status, plots, finished_at)
+    path = run_dir / SUMMARY
+    _write_atomic(path, text)
+    return path
+
+
+def summary_text(manifest: Manifest, stats: RunStats, status: dict[str, Any],
+                 plots: dict[str, str], finished_at: float | None) -> str:
+    """summary.md's text (``write_summary``'s, and ``qfarm verify``'s to render it again)."""
+    return render_stats(
         manifest,
         stats,
         plots=plots,
@@ -280,9 +289,13 @@ def write_summary(run_dir: Path, *, finished_at: float | None = None,
         status=shown_status(manifest, status, stats.rows),
         cancelled_jobs=_int_or_none(status.get("cancelled_jobs")),
     ) + _recovery_note(status)
-    path = run_dir / SUMMARY
-    _write_atomic(path, text)
-    return path
+
+
+def existing_plots(run_dir: Path) -> dict[str, str]:
+    """The plots summary.md links, for those whose file is in ``run_dir``."""
+    return {title: name for title, name in (("strict-rate by mode", STRICT_PLOT),
+                                            ("latency distribution", LATENCY_PLOT))
+            if (run_dir / name).exists()}
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -12,6 +12,7 @@ import redis
 
 from qfarm.common import keys
 from qfarm.common.errors import ConfigError
+from qfarm.common.grounding.rows import row_attempt
 from qfarm.common.jobs import make_job_id, manifest_from_json
 from qfarm.common.models import Manifest
 from qfarm.common.urls import redact_url
@@ -167,12 +168,16 @@ class ProducerStore:
             have = self.client.pipeline(transaction=False)
             for job_id, _ in part:
                 have.hexists(rows_key, job_id)
-            todo = [(j, raw) for (j, raw), ok in zip(part, have.execute(), strict=True) if not ok]
+            parsed = [(j, raw, json.loads(raw)) for j, raw in part]
+            # A retry's row (attempt > 0) may still replace the error row Redis holds.
+            todo = [(j, raw, row) for (j, raw, row), ok in zip(parsed, have.execute(), strict=True)
+                    if not ok or row_attempt(row) > 0]
             pipe = self.client.pipeline(transaction=False)
-            for job_id, raw in todo:
-                failed = bool(json.loads(raw).get("error"))
-                script(**keys.write_row_call(run_id, job_id, raw.rstrip(b"\n"), failed=failed,
-                                             counter_key=keys.restored_key(run_id)), client=pipe)
+            for job_id, raw, row in todo:
+                script(**keys.write_row_call(run_id, job_id, raw.rstrip(b"\n"),
+                                             failed=bool(row.get("error")),
+                                             counter_key=keys.restored_key(run_id),
+                                             attempt=row_attempt(row)), client=pipe)
             return sum(bool(w) for w in pipe.execute()) if todo else 0
 
         for item in rows:

@@ -25,6 +25,7 @@ COMMANDS = (
     "local-model",
     "report",
     "compare",
+    "verify",
     "status",
     "cancel",
     "policy",

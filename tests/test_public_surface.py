@@ -24,7 +24,7 @@ FOLDERS = ("common", "worker", "producer", "ops")  # installed as qfarm.<folder>
 SURFACE: dict[str, tuple[list[str], list[str]]] = {
     "qfarm.common": (
         ["errors", "grounding", "jobs", "keys", "metrics", "models", "policy", "profiles",
-         "questions", "reporting", "retrieval", "runstatus", "settings", "text", "urls",
+         "questions", "record", "reporting", "retrieval", "runstatus", "settings", "text", "urls",
          "versions", "vocab"],
         ["redis_urls"],
     ),
@@ -54,8 +54,8 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
     # The Python API: qfarm.producer.api is a front over private ``_*.py`` modules.
     "qfarm.producer": (
         ["Answer", "Endpoints", "QuestionSet", "RunResult", "SweepSpec", "ask",
-         "configured_endpoints", "follow_run", "run_sweep"],
-        ["aggregator", "capacity", "endpoints", "lease", "runs", "sweep"],
+         "configured_endpoints", "follow_run", "retry_errors", "run_sweep"],
+        ["aggregator", "capacity", "endpoints", "lease", "retry", "runs", "sweep"],
     ),
     "qfarm.producer.http": (
         ["app", "auth"], ["errors", "metrics", "middleware", "requests", "runs", "schemas"]
@@ -75,7 +75,7 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
     "qfarm.commands": (
         [],
         ["ask", "cancel", "compare", "eval_retrieval", "index", "local_model", "policy",
-         "report", "search", "serve", "sets", "sim", "status", "sweep", "view"],
+         "report", "search", "serve", "sets", "sim", "status", "sweep", "verify", "view"],
     ),
 }  # fmt: skip
 

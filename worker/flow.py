@@ -143,7 +143,8 @@ def _live(
     live: list[T] = []
     for run_id, group in by_run.items():
         ids = [job_of(i).job_id for i in group]
-        cancelled, has_row = svc.store.enter_stage(run_id, ids, stage)
+        cancelled, has_row = svc.store.enter_stage(
+            run_id, ids, stage, [job_of(i).attempt for i in group])
         if cancelled:
             log.info("run %s cancelled; skipping %d job(s)", run_id, len(group))
             svc.store.add_cancelled_jobs(
@@ -192,6 +193,7 @@ def row_from_cache(cached: dict, record: JobRecord) -> Row:
         finished_at=now,
         timings=Timings(queue_wait_ms=record.timings.queue_wait_ms, total_ms=total).model_dump(),
         answer=cached.get("answer") if job.keep_answers else None,
+        retried_errors=list(job.retried_errors),
     )
     return Row.model_validate(cached)
 

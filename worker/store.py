@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import redis
 
 from qfarm.common import keys
+from qfarm.common.grounding.rows import is_replaceable
 from qfarm.common.jobs import manifest_from_json
 from qfarm.common.models import JobRecord, Manifest, Row
 
@@ -41,20 +42,31 @@ class WorkerStore:
         self.client.set(keys.error_key(run_id), message, nx=True, ex=keys.ROW_TTL_S)
 
     def enter_stage(
-        self, run_id: str, job_ids: Sequence[str], stage: keys.Stage
+        self, run_id: str, job_ids: Sequence[str], stage: keys.Stage,
+        attempts: Sequence[int] | None = None,
     ) -> tuple[bool, list[bool]]:
         """Count a bundle's jobs into ``stage``; returns (run cancelled, [job already has a row]).
 
-        One round trip per bundle: this runs at every stage of every job.
+        A retried job (``attempts`` > 0) counts as done only when its row is not an error
+        row of an earlier attempt (``is_replaceable``). One round trip per bundle: this runs
+        at every stage of every job.
         """
+        tries = list(attempts) if attempts is not None else [0] * len(job_ids)
         pipe = self.client.pipeline(transaction=False)
         pipe.exists(keys.cancelled_key(run_id))
         rows = keys.rows_key(run_id)
-        for job_id in job_ids:
-            pipe.hexists(rows, job_id)
+        for job_id, attempt in zip(job_ids, tries, strict=True):
+            if attempt > 0:
+                pipe.hget(rows, job_id)
+            else:
+                pipe.hexists(rows, job_id)
         pipe.incrby(stage.counter_key(run_id), len(job_ids))
         cancelled, *has_row, _ = pipe.execute()
-        return bool(cancelled), [bool(h) for h in has_row]
+        done = [
+            not is_replaceable(found, attempt) if attempt > 0 and found else bool(found)
+            for found, attempt in zip(has_row, tries, strict=True)
+        ]
+        return bool(cancelled), done
 
     def cancelled_runs(self, run_ids: Sequence[str]) -> set[str]:
         """Which of these runs are cancelled (one round trip)."""
@@ -118,7 +130,8 @@ class WorkerStore:
     def _row_script_args(row: Row, row_json: str | None = None) -> dict[str, list]:
         return keys.write_row_call(
             row.run_id, row.job_id, row.model_dump_json() if row_json is None else row_json,
-            failed=bool(row.error), counter_key=keys.VERIFY.counter_key(row.run_id))
+            failed=bool(row.error), counter_key=keys.VERIFY.counter_key(row.run_id),
+            attempt=len(row.retried_errors))
 
     def get_cached_many(self, digests: Sequence[str]) -> list[dict | None]:
         if not digests:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+import json
+from typing import Any, TypeVar
 
 from qfarm.common.models import (
     Answerability,
@@ -92,4 +93,36 @@ def build_row(record: JobRecord) -> Row:
         finish_reason=gen.finish_reason if gen else None,
         truncated=gen.truncated if gen and not record.error else None,
         max_tokens_effective=gen.max_tokens_effective if gen else None,
+        retried_errors=list(job.retried_errors),
     )
+
+
+def row_attempt(row: dict[str, Any]) -> int:
+    """Which attempt wrote a row: how many earlier attempts of its job ended in error."""
+    before = row.get("retried_errors")
+    return len(before) if isinstance(before, list) else 0
+
+
+def is_error_row(row: dict[str, Any]) -> bool:
+    return bool(row.get("error"))
+
+
+def is_replaceable(raw: bytes | str | dict[str, Any] | None, attempt: int) -> bool:
+    """Whether attempt ``attempt`` of a job may replace its row ``raw``: only an error row
+    of an earlier attempt gives way (the rule the row write script applies in Redis)."""
+    if raw is None:
+        return True
+    try:
+        row = raw if isinstance(raw, dict) else json.loads(raw)
+    except ValueError:
+        return False
+    return isinstance(row, dict) and is_error_row(row) and row_attempt(row) < attempt
+
+
+def retry_kinds(row: dict[str, Any]) -> tuple[str, ...]:
+    """The ``retried_errors`` a retry of error row ``row`` carries: the row's own, then
+    the kind of its error (its ``error_kind``, else the word before the colon)."""
+    before = row.get("retried_errors")
+    kinds = [str(k) for k in before] if isinstance(before, list) else []
+    kind = row.get("error_kind") or str(row.get("error") or "").split(":", 1)[0].strip()
+    return (*kinds, str(kind) or "unknown")

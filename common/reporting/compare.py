@@ -28,6 +28,7 @@ from enum import StrEnum
 from typing import Any
 
 from qfarm.common.models import Manifest
+from qfarm.common.record import record_differences
 from qfarm.common.reporting.phase import PhaseDecision, phase_decision, render_phase
 from qfarm.common.reporting.report import md_table, plots_section
 from qfarm.common.reporting.runstats import RunStats, Tally
@@ -371,6 +372,7 @@ def _provenance_warnings(a: Manifest, b: Manifest, n_shared: int, n_a: int, n_b:
     ):
         if va != vb:
             warnings.append(f"Different {label}: A `{va}` vs B `{vb}`.")
+    warnings += record_differences(a.record, b.record)
     if a.simulated != b.simulated:
         sim = "A" if a.simulated else "B"
         warnings.append(f"Only run {sim} is SIMULATED: the other used real endpoints.")

@@ -551,6 +551,9 @@ def _errors(stats: RunStats) -> list[str]:
         f"{n_errors} row(s) ended in an error; "
         f"{n_retried} row(s) needed more than one attempt."
     )
+    if stats.from_retry:
+        out += ["", f"{stats.from_retry} row(s) came from `--retry-errors` (they replaced their "
+                f"job's error row; {stats.from_retry_errors} of them ended in an error again)."]
     rows = [
         [
             f"`{name}`",

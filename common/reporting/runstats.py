@@ -242,6 +242,9 @@ class RunStats:
         self.errors: Counter[str] = Counter()
         self.error_examples: dict[str, str] = {}
         self.cache_hits = 0
+        # rows written by a ``--retry-errors`` attempt, and how many of them are errors again
+        self.from_retry = 0
+        self.from_retry_errors = 0
         self.first_started: float | None = None
         self.last_finished: float | None = None
         self.verifier_hashes: Counter[str] = Counter()
@@ -276,6 +279,9 @@ class RunStats:
         if r.get("cache_hit"):
             self.cache_hits += 1
             m.cache_hits += 1
+        if r.get("retried_errors"):
+            self.from_retry += 1
+            self.from_retry_errors += is_error
         if is_error:
             kind = str(r.get("error_kind") or UNKNOWN_KIND) if error else NO_VERDICT
             self.errors[kind] += 1

@@ -49,6 +49,7 @@ from qfarm.producer.api import (
     configured_endpoints,
     follow_run,
     poll_pauses,
+    retry_errors,
     run_sweep,
     submit_ask,
 )
@@ -234,6 +235,7 @@ def create_app(settings: Settings, *, eager: bool = False,
     _ask_routes(app, farm, asker)
     _sweep_routes(app, farm, asker, admin)
     _run_routes(app, farm, asker, admin)
+    _retry_route(app, farm, admin)
     # The viewer lists runs in the farm's Redis too (a Redis-only run, one in progress);
     # an eager server has no Redis to show.
     _viewer_route(app, farm, Viewer(settings.results_dir,
@@ -421,6 +423,26 @@ def _run_routes(app: FastAPI, farm: Farm, asker: Any, admin: Any) -> None:
         """A/B comparison of two finished runs (`qfarm compare`): per mode and metric A, B,
         delta with its 95% interval and signal or noise; also as markdown."""
         return compare_json(settings, a, b, floor)
+
+
+def _retry_route(app: FastAPI, farm: Farm, admin: Any) -> None:
+    settings = farm.settings
+
+    @app.post("/v1/runs/{run_id}/retry-errors", tags=["runs"], dependencies=[admin],
+              responses=ERRORS)
+    async def retry(run_id: str) -> dict[str, Any]:
+        """Run again, in the same run, the jobs whose row is an error (`qfarm sweep
+        --retry-errors`), under the run's policy, model and index; answers when the retry has
+        ended, with the run's state and how many rows were replaced."""
+        run_dir = run_dir_of(settings, run_id)
+        if farm.followers.is_following(run_id):
+            raise ApiError(409, f"run {run_id} is still being followed; retry its errors once "
+                                "it has ended")
+        result = await run_in_threadpool(retry_errors, run_id, eager=farm.eager,
+                                         settings=settings, endpoints=farm.endpoints)
+        retries = read_run_status(run_dir).get("retries") or [{}]
+        return {"run_id": run_id, "state": result.status, "rows": result.rows_written,
+                "retry": retries[-1]}
 
 
 def _viewer_route(app: FastAPI, farm: Farm, viewer: Any) -> None:

@@ -23,6 +23,7 @@ from qfarm.producer.api import (
     SweepSpec,
     follow_run,
     resume_eager,
+    retry_errors,
     run_sweep,
 )
 
@@ -44,6 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", metavar="RUN_ID",
                    help="re-enqueue only the jobs of RUN_ID without a row (with --eager: run "
                         "them in this process, for an interrupted eager run)")
+    p.add_argument("--retry-errors", metavar="RUN_ID",
+                   help="run again, in the same run, only the jobs of RUN_ID whose row is an "
+                        "error (under the run's policy, model and index); their new rows "
+                        "replace the error rows")
     p.add_argument("--attach", metavar="RUN_ID", help="follow a running sweep again")
     p.add_argument("--detach", action="store_true", help="enqueue and return without following")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -58,7 +63,9 @@ def run(args: argparse.Namespace) -> int:
         settings = settings.model_copy(update={"results_dir": args.out})
     bar = _ProgressBar(args.quiet)
     try:
-        if args.resume and args.eager:
+        if args.retry_errors:
+            result = _retry(args, settings, bar)
+        elif args.resume and args.eager:
             result = resume_eager(args.resume, settings=settings, on_progress=bar.show,
                                   serial=args.serial,
                                   endpoints=lambda s: runtime.llm_endpoints(s, quiet=False))
@@ -94,6 +101,19 @@ def _sweep(args: argparse.Namespace, settings, bar: _ProgressBar) -> RunResult:
                                                                local_model=args.local_model))
 
 
+def _retry(args: argparse.Namespace, settings, bar: _ProgressBar) -> RunResult:
+    if args.resume or args.attach or args.questions is not None:
+        raise InputError("--retry-errors RUN_ID takes the run's own questions and options: "
+                         "give it alone (with --eager to run the jobs in this process)")
+    given = (args.policy or args.no_quantifier_guard or args.allow_broad or args.reject_broad
+             or args.apply_quantifier_caps or args.local_model)
+    return retry_errors(args.retry_errors, eager=True if args.eager else None, settings=settings,
+                        policy=runtime.policy_from_args(args) if given else None,
+                        on_progress=bar.show, say=bar.say, serial=args.serial,
+                        endpoints=lambda s: runtime.llm_endpoints(s, quiet=not args.eager,
+                                                                  local_model=args.local_model))
+
+
 def _report(result: RunResult, *, detached: bool) -> int:
     run_id = result.run_id
     if result.status == RunStatus.ENQUEUE_INTERRUPTED:
@@ -103,6 +123,9 @@ def _report(result: RunResult, *, detached: bool) -> int:
     if result.status == RunStatus.RUNNING and detached:
         _err(f"detached; follow with: qfarm sweep --attach {run_id}")
         return 0
+    if result.status == RunStatus.INTERRUPTED and result.error:  # a retry that stopped
+        _err(f"\ninterrupted: {result.error}")
+        return 130
     if result.status == RunStatus.INTERRUPTED and result.manifest.eager:
         _err(f"\ninterrupted: run {run_id} stopped with {result.rows_written} of "
              f"{result.manifest.n_jobs} jobs done (rows: {result.rows_path}); run the rest "

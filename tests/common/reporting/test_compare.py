@@ -542,3 +542,23 @@ def test_unpaired_decision_counts_a_questions_samples_once() -> None:
         compare_metric(run(200, 500), run(275, 500, prefix="x"), "quote", RATIO).high
         - compare_metric(run(200, 500), run(275, 500, prefix="x"), "quote", RATIO).low
     )
+
+
+def test_runs_whose_records_differ_in_a_rule_version_warn() -> None:
+    from qfarm.common.record import RunRecord, rule_versions
+
+    def rec(**update: Any) -> RunRecord:
+        return RunRecord(**{**dict(
+            recorded_at=0.0, question_file="q", question_file_sha256=None,
+            verifier_policy_hash="v", governance_policy_hash="g", retriever="embedded",
+            index_version="idx-1", corpus=None, model="m", endpoints=(), llm_server=None,
+            simulated=True, qfarm_version="0.1.0", git_commit=None,
+            rule_versions=rule_versions(), rows_sha256="", rows_lines=0, summary_sha256=None),
+            **update})
+
+    older = rec(rule_versions={**rule_versions(), "prompt": "prompt-v1"})
+    cmp = compare_runs(manifest("A", record=older), run(5, 10),
+                       manifest("B", record=rec()), run(5, 10))
+    assert any("Different prompt version: A `prompt-v1`" in w for w in cmp.warnings)
+    cmp = compare_runs(manifest("A", record=rec()), run(5, 10), manifest("B"), run(5, 10))
+    assert cmp.warnings == []  # a run without a record: nothing to compare

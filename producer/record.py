@@ -1,0 +1,185 @@
+"""Writing a run's record into its manifest when it ends, and checking a run against it
+(``qfarm verify``). The record's format: docs/reports.md, 'The run record'."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from qfarm.common.errors import InputError
+from qfarm.common.policy import governance_policy_hash, verifier_policy_hash
+from qfarm.common.record import (
+    Check,
+    RunRecord,
+    check_digest,
+    check_rows_content,
+    check_rows_digest,
+    check_versions,
+    digest_rows,
+    rule_versions,
+    sha256,
+)
+from qfarm.common.reporting.runstats import RunStats
+from qfarm.producer.reports import (
+    ROWS,
+    SUMMARY,
+    existing_plots,
+    iter_rows,
+    summary_text,
+)
+from qfarm.producer.runs import read_manifest, read_run_status, write_json_atomic
+
+
+def qfarm_version() -> str:
+    try:
+        return metadata.version("qfarm")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def git_commit() -> str | None:
+    """The commit of the checkout qfarm runs from, None when it is not one (an install)."""
+    here = Path(__file__).resolve().parent.parent
+    if not (here / ".git").exists():
+        return None
+    try:
+        out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def _file_sha256(path: Path) -> str | None:
+    try:
+        return sha256(path.read_bytes())
+    except OSError:
+        return None
+
+
+def _rows_lines(path: Path) -> list[bytes]:
+    try:
+        return path.read_bytes().splitlines(keepends=True)
+    except FileNotFoundError:
+        return []
+
+
+def write_record(run_dir: Path) -> RunRecord:
+    """Digest what decided the run's rows and the files it wrote, into manifest.json."""
+    manifest = read_manifest(run_dir)
+    source = Path(manifest.question_file)
+    rows = digest_rows(_rows_lines(run_dir / ROWS))
+    record = RunRecord(
+        recorded_at=time.time(),
+        question_file=manifest.question_file,
+        question_file_sha256=_file_sha256(source) if source.is_file() else None,
+        verifier_policy_hash=manifest.verifier_policy_hash,
+        governance_policy_hash=manifest.governance_policy_hash,
+        retriever=manifest.retriever,
+        index_version=manifest.index_version,
+        corpus=manifest.corpus,
+        model=manifest.model,
+        endpoints=manifest.endpoints,
+        llm_server=manifest.llm_server,
+        simulated=manifest.simulated,
+        qfarm_version=qfarm_version(),
+        git_commit=git_commit(),
+        rule_versions=rule_versions(),
+        rows_sha256=rows.sha256,
+        rows_lines=rows.lines,
+        rows_block_sha256=rows.blocks,
+        summary_sha256=_file_sha256(run_dir / SUMMARY),
+    )
+    updated = manifest.model_copy(update={"record": record})
+    write_json_atomic(run_dir / "manifest.json", updated.model_dump(mode="json"))
+    return record
+
+
+def verify_run(run_dir: Path, *, questions: Path | None = None) -> list[Check]:
+    """Every check ``qfarm verify`` prints, in order; the run verifies when none is False.
+
+    ``questions``: where the question file is now, if not where the manifest says."""
+    manifest = read_manifest(run_dir)
+    record = manifest.record
+    if record is None:
+        raise InputError(f"{run_dir}: the manifest has no run record (a run still going, or made "
+                         "before qfarm wrote records); nothing to verify against")
+    checks: list[Check] = []
+    checks += check_rows_digest(record, digest_rows(_rows_lines(run_dir / ROWS)))
+    checks.append(check_digest("summary.md", record.summary_sha256,
+                               _file_sha256(run_dir / SUMMARY), missing="summary.md is missing"))
+    stats = RunStats()
+
+    def rows_once() -> Iterator[dict[str, Any] | None]:
+        """Each row parsed once, for the row checks and the summary's figures both."""
+        for line in iter_rows(run_dir / ROWS):
+            if line.row is None:
+                stats.note_unreadable(line.lineno)
+            else:
+                stats.add(line.row)
+            yield line.row
+
+    checks += check_rows_content(rows_once(), run_id=manifest.run_id, n_jobs=manifest.n_jobs,
+                                 verifier_hash=record.verifier_policy_hash,
+                                 governance_hash=record.governance_policy_hash,
+                                 model=record.model)
+    checks.append(_summary_from_rows(run_dir, stats))
+    checks += _policy(manifest.policy, record)
+    checks.append(_question_file(record, questions))
+    for what, got, want in (("model", manifest.model, record.model),
+                            ("index", manifest.index_version, record.index_version),
+                            ("endpoints", manifest.endpoints, record.endpoints)):
+        checks.append(Check(what, got == want, f"{want}" if got == want else
+                            f"the manifest says {got}, the record {want}"))
+    checks += check_versions(record, qfarm_version=qfarm_version(), git_commit=git_commit())
+    return checks
+
+
+def _summary_from_rows(run_dir: Path, stats: RunStats) -> Check:
+    """summary.md rendered again from rows.jsonl's figures (``stats``), the manifest and the
+    status must be it."""
+    manifest = read_manifest(run_dir)
+    status = read_run_status(run_dir)
+    finished = status.get("finished_at")
+    text = summary_text(manifest, stats, status, existing_plots(run_dir),
+                        float(finished) if isinstance(finished, int | float) else None)
+    try:
+        have = (run_dir / SUMMARY).read_text(encoding="utf-8")
+    except OSError:
+        return Check("summary from rows", False, "summary.md is missing")
+    if have == text:
+        return Check("summary from rows", True, "summary.md is what rows.jsonl renders")
+    a, b = have.splitlines(), text.splitlines()
+    at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    shown = b[at] if at < len(b) else "(end of file)"
+    return Check("summary from rows", False,
+                 f"summary.md was not rendered from these rows: line {at + 1} reads "
+                 f"{(a[at] if at < len(a) else '(end of file)')[:80]!r}, the rows give "
+                 f"{shown[:80]!r}")
+
+
+def _policy(policy, record: RunRecord) -> list[Check]:
+    out = []
+    for what, fn, want in (("verifier_policy_hash", verifier_policy_hash,
+                            record.verifier_policy_hash),
+                           ("governance_policy_hash", governance_policy_hash,
+                            record.governance_policy_hash)):
+        got = fn(policy)
+        out.append(Check(what, got == want, f"{want} recomputed from the manifest's policy"
+                         if got == want else f"the manifest's policy hashes to {got} here, the "
+                         f"record says {want} (policy edited, or this qfarm's rule versions "
+                         "differ: see below)"))
+    return out
+
+
+def _question_file(record: RunRecord, questions: Path | None) -> Check:
+    if record.question_file_sha256 is None:
+        return Check("question file", None, f"{record.question_file}: the questions did not "
+                     "come from a file; not checked")
+    path = questions or Path(record.question_file)
+    return check_digest("question file", record.question_file_sha256, _file_sha256(path),
+                        missing=f"{path}: not found here; pass --questions FILE to check it")
