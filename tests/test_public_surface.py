@@ -35,7 +35,7 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
         ["DEFLECTION_PATTERNS", "verify_answer"],
         ["checks", "claims", "quote", "verifier"],
     ),
-    "common.retrieval": (["chunking", "corpus", "evaluation", "ranking"], []),
+    "common.retrieval": (["chunking", "corpus", "evaluation", "index", "query", "ranking"], []),
     "common.reporting": (["audit", "compare", "phase", "report", "runstats", "stats"], []),
     "worker": (
         ["app", "celery"],

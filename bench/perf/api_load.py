@@ -109,7 +109,11 @@ def main() -> None:  # noqa: C901 - a linear script: start, measure, print
     ap.add_argument("--workers", type=int, default=1, help="interactive worker processes")
     ap.add_argument("--threads", type=int, default=16, help="threads per worker (-c)")
     ap.add_argument("--ttft-ms", type=float, default=20.0, help="simulator time to first token")
+    ap.add_argument("--quick", action="store_true",
+                    help="seconds, figures meaningless: 12 questions, 4 clients, 1 round (CI)")
     args = ap.parse_args()
+    if args.quick:
+        args.requests, args.clients, args.rounds, args.threads = 12, 4, 1, 4
 
     from ops.sim.launch import start_simulator
 

@@ -11,7 +11,8 @@ import pytest
 
 from common.errors import RetrievalError
 from common.retrieval.chunking import chunk_document
-from common.retrieval.ranking import RANKING_VERSION, index_version_for
+from common.retrieval.index import index_version_for
+from common.retrieval.ranking import RANKING_VERSION
 from common.settings import Settings
 from worker.retrieval import Retriever, open_retriever
 from worker.retrieval.default_corpus import default_corpus_path

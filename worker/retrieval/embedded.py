@@ -51,15 +51,9 @@ from common.errors import RetrievalError
 from common.models import Evidence
 from common.retrieval.chunking import Passage
 from common.retrieval.corpus import Document
-from common.retrieval.ranking import (
-    DENSE_DEPTH,
-    RERANK_DEPTH,
-    Candidate,
-    fts5_match_expression,
-    fuse_ranks,
-    rerank_order,
-    served_index_version,
-)
+from common.retrieval.index import served_index_version
+from common.retrieval.query import fts5_match_expression
+from common.retrieval.ranking import DENSE_DEPTH, RERANK_DEPTH, Candidate, fuse_ranks, rerank_order
 from common.vocab import Backend
 
 if TYPE_CHECKING:  # NumPy and the encoder load only for an index built with --dense

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from common.errors import InputError, RetrievalError
 from common.retrieval.chunking import Passage, chunk_document
 from common.retrieval.corpus import CorpusIssue, Document
-from common.retrieval.ranking import MAPPING_VERSION, index_body, versioned_index_name
+from common.retrieval.index import MAPPING_VERSION, index_body, versioned_index_name
 from common.settings import Settings
 from common.versions import CHUNKER_VERSION
 from common.vocab import Backend
