@@ -61,14 +61,20 @@ def drive(n_clients: int, items: list[str], ask_one: Callable[[int, str], None])
     lock = threading.Lock()
     nxt = iter(range(len(items)))
 
+    failures: list[BaseException] = []
+
     def client(cid: int) -> None:
-        while True:
+        while not failures:
             with lock:
                 i = next(nxt, None)
             if i is None:
                 return
             t0 = time.perf_counter()
-            ask_one(cid, items[i])
+            try:
+                ask_one(cid, items[i])
+            except BaseException as exc:  # a thread's SystemExit would vanish: the caller raises it
+                failures.append(exc)
+                return
             dt = time.perf_counter() - t0
             with lock:
                 lat.append(dt)
@@ -79,6 +85,8 @@ def drive(n_clients: int, items: list[str], ask_one: Callable[[int, str], None])
         t.start()
     for t in threads:
         t.join()
+    if failures:
+        raise failures[0]
     return time.perf_counter() - t0, lat
 
 

@@ -43,6 +43,7 @@ import functools
 import sqlite3
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -95,6 +96,10 @@ FROM (
 ) AS r JOIN passages AS p ON p.rowid = r.rowid
 ORDER BY r.score, r.rowid
 """
+# Searches remembered per retriever: the modes and samples of one question come back in
+# the next bundles (jobs are question-major), and the index file never changes under an
+# open retriever. A question's hits are ~8 passages (~8 kB): 1,024 of them ~8 MB.
+SEARCH_CACHE_SIZE = 1024
 _ROWS_SQL = (
     "SELECT doc_id, chunk_id, title, text, offset_start, offset_end, 0.0, rowid FROM passages"
     " WHERE rowid IN ({marks})"
@@ -253,7 +258,12 @@ def read_meta(path: Path) -> dict[str, str] | None:
 
 
 class EmbeddedRetriever:
-    """BM25 search over an index file; one read-only connection per thread."""
+    """BM25 search over an index file; one read-only connection per thread.
+
+    The connections keep SQLite's default page cache: a larger one (64 MB, the whole
+    default index) and a memory-mapped file were measured on the first stage's query
+    and saved nothing (its cost is ``bm25()`` over every matching row, not page reads).
+    """
 
     backend: str = Backend.EMBEDDED
 
@@ -273,6 +283,7 @@ class EmbeddedRetriever:
         self._local = threading.local()
         self._conns: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._searches: OrderedDict[tuple[str, int, float], list[Evidence]] = OrderedDict()
         # An index built with --dense is searched with its vectors; the model loads on the
         # first search (``passages`` alone, as the viewer reads them, never needs it).
         self._dense: _DenseIndex | None = None
@@ -295,6 +306,26 @@ class EmbeddedRetriever:
         top_k: int,
         title_boost: float,
         doc_ids: Sequence[str] | None = None,
+    ) -> list[Evidence]:
+        if doc_ids is not None:
+            return self._search(query, top_k=top_k, title_boost=title_boost, doc_ids=doc_ids)
+        # The same question, searched again with the same settings, has the same hits
+        # (Evidence is frozen: the list is copied, its blocks shared).
+        key = (query, int(top_k), float(title_boost))
+        with self._lock:
+            found = self._searches.get(key)
+            if found is not None:
+                self._searches.move_to_end(key)
+                return list(found)
+        found = self._search(query, top_k=top_k, title_boost=title_boost, doc_ids=None)
+        with self._lock:
+            self._searches[key] = found
+            while len(self._searches) > SEARCH_CACHE_SIZE:
+                self._searches.popitem(last=False)
+        return list(found)
+
+    def _search(
+        self, query: str, *, top_k: int, title_boost: float, doc_ids: Sequence[str] | None
     ) -> list[Evidence]:
         match = fts5_match_expression(query)
         if match is None or top_k < 1:
@@ -405,6 +436,7 @@ class EmbeddedRetriever:
             for conn in self._conns:
                 conn.close()
             self._conns.clear()
+            self._searches.clear()
         self._local = threading.local()
 
 
