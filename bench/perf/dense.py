@@ -37,8 +37,8 @@ FILES = ("general", "answerability", "independent_tune", "independent_heldout", 
 
 def build(where: Path, corpus: str | Path = "default") -> tuple[Path, Path, Path]:
     """(naive, lexical, dense) index files, built if missing or stale."""
-    from worker.retrieval.dense import open_encoder
-    from worker.retrieval.ingest import CorpusSource, build_embedded_index
+    from qfarm.worker.retrieval.dense import open_encoder
+    from qfarm.worker.retrieval.ingest import CorpusSource, build_embedded_index
 
     source = CorpusSource.resolve(corpus)
     lexical, dense, naive = where / "lexical.sqlite", where / "dense.sqlite", where / "naive.sqlite"
@@ -67,18 +67,18 @@ def main() -> None:
                     help="seconds, figures meaningless: a 30-article corpus, 12 questions of general (CI)")
     args = ap.parse_args()
 
-    from common.questions import parse_questions
-    from common.retrieval.evaluation import titles_by_id
-    from common.settings import Settings
-    from worker.retrieval.embedded import EmbeddedRetriever
-    from worker.retrieval.evaluate import evaluate
+    from qfarm.common.questions import parse_questions
+    from qfarm.common.retrieval.evaluation import titles_by_id
+    from qfarm.common.settings import Settings
+    from qfarm.worker.retrieval.embedded import EmbeddedRetriever
+    from qfarm.worker.retrieval.evaluate import evaluate
 
     limit = None
     if args.quick:
         import json
         import tempfile
 
-        from worker.retrieval.default_corpus import default_corpus_path
+        from qfarm.worker.retrieval.default_corpus import default_corpus_path
 
         where = Path(tempfile.mkdtemp(prefix="qfarm-dense-quick-"))
         articles = json.loads(default_corpus_path().read_text(encoding="utf-8"))

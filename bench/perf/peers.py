@@ -36,13 +36,13 @@ MODEL = "qfarm-sim"
 def prompts(jobs: int) -> list[str]:
     """qfarm's quote-mode prompts for the first ``jobs`` distinct questions."""
     from bench.perf import saturation
-    from common.grounding.preflight import run_preflight
-    from common.grounding.prompts import build_prompt
-    from common.jobs import profile_id_for_model
-    from common.models import Mode
-    from common.policy import Policy
-    from common.settings import Settings
-    from worker.retrieval.embedded import EmbeddedRetriever
+    from qfarm.common.grounding.preflight import run_preflight
+    from qfarm.common.grounding.prompts import build_prompt
+    from qfarm.common.jobs import profile_id_for_model
+    from qfarm.common.models import Mode
+    from qfarm.common.policy import Policy
+    from qfarm.common.settings import Settings
+    from qfarm.worker.retrieval.embedded import EmbeddedRetriever
 
     saturation._WORKLOAD[0] = "distinct"
     questions, _ = saturation.real_questions(jobs, [Mode.QUOTE])
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     from bench.perf.saturation import TABLE_ENDPOINT, RequestLog, flow_ratio, ideal_rps
-    from ops.sim.launch import start_simulator
+    from qfarm.ops.sim.launch import start_simulator
 
     work = Path(tempfile.mkdtemp(prefix="qfarm-peers-"))
     data = work / "prompts.jsonl"

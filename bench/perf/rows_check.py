@@ -37,10 +37,10 @@ def _key(row: dict[str, Any]) -> tuple:
 
 
 def run(n: int, bundle: int, eager: bool, first: int | None = None) -> list[dict[str, Any]]:
-    from common.settings import Settings
-    from ops.sim.launch import start_simulator
-    from producer import QuestionSet, SweepSpec, run_sweep
-    from worker.retrieval import ensure_default_index
+    from qfarm.common.settings import Settings
+    from qfarm.ops.sim.launch import start_simulator
+    from qfarm.producer import QuestionSet, SweepSpec, run_sweep
+    from qfarm.worker.retrieval import ensure_default_index
 
     tmp = Path(tempfile.mkdtemp(prefix="qfarm-rows-"))
     index = ensure_default_index(Settings(data_dir=tmp / "data"), progress=False)
@@ -76,7 +76,7 @@ def main() -> None:
                     help="seconds: the first 10 questions, 1 sample (CI; not the fixed sweep to compare)")
     args = ap.parse_args()
     exit_on_sigterm()
-    from common.settings import Settings
+    from qfarm.common.settings import Settings
 
     n, first = (1, 10) if args.quick else (args.n, None)
     rows = run(n, args.bundle or Settings().bundle_size, args.eager, first)

@@ -1,6 +1,6 @@
 """The indexes behind the retrieval backends: versions, names, aliases and mappings.
 
-Pure: builds strings and dicts; ``worker.retrieval`` creates and switches the indexes.
+Pure: builds strings and dicts; ``qfarm.worker.retrieval`` creates and switches the indexes.
 An index version names the corpus, the chunker and the ranking (``RANKING_VERSION``),
 so a row says which content and which ranking served it.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from common.retrieval.ranking import DENSE_RANKING_VERSION, RANKING_VERSION
-from common.versions import CHUNKER_VERSION
+from qfarm.common.retrieval.ranking import DENSE_RANKING_VERSION, RANKING_VERSION
+from qfarm.common.versions import CHUNKER_VERSION
 
 # The mapping's analyzer: Lucene's English analyzer (possessive stemmer,
 # lowercase, stop words, Porter stemmer), the nearest match to FTS5's

@@ -2,11 +2,11 @@
 phrases, the FTS5 MATCH string of the embedded index, and the ``_search`` bodies of the
 cluster backends (and their hits read back as the evidence map).
 
-Pure: builds strings and dicts; the backends in ``worker.retrieval`` send them. The
+Pure: builds strings and dicts; the backends in ``qfarm.worker.retrieval`` send them. The
 embedded FTS5 index and Elasticsearch/OpenSearch receive the same terms
 (``query_terms``), so their first stages agree except where their BM25 variants differ
 (docs/retrieval.md explains where). How the hits are then ordered is
-``common.retrieval.ranking``.
+``qfarm.common.retrieval.ranking``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from common.models import Evidence
+from qfarm.common.models import Evidence
 
 # English function words plus the words questions are made of ("who", "tell me
 # about", "describe"): they match nearly every passage and only add noise.

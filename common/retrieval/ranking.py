@@ -1,8 +1,8 @@
 """How passages are ranked for a question: the rerank (stage 2) and rank fusion.
 
-Pure; the backends in ``worker.retrieval`` apply it to their first stage's hits (the
-question's terms and the query bodies are ``common.retrieval.query``'s, the index
-versions and mappings ``common.retrieval.index``'s). One ranking shape everywhere (``RANKING_VERSION``): BM25F, title and text
+Pure; the backends in ``qfarm.worker.retrieval`` apply it to their first stage's hits (the
+question's terms and the query bodies are ``qfarm.common.retrieval.query``'s, the index
+versions and mappings ``qfarm.common.retrieval.index``'s). One ranking shape everywhere (``RANKING_VERSION``): BM25F, title and text
 scored as one document (k1=1.2, b=0.75; a title occurrence counts
 ``title_boost`` times, default ×2; one IDF and one length across both
 fields), English stemming, the question reduced to its content terms OR-ed
@@ -27,7 +27,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from common.retrieval.query import query_phrases, query_terms
+from qfarm.common.retrieval.query import query_phrases, query_terms
 
 # Names the ranking shape; part of every index version, so rows say which
 # ranking served them. v2: BM25F over title+text (v1: per-field BM25 added);

@@ -32,8 +32,8 @@ def _scripts() -> list[str]:
 def _skip_reason(name: str) -> str | None:
     """Scripts that need an optional install (make install-dense / install-local)."""
     if name == "dense":
-        from common.errors import ConfigError
-        from worker.retrieval.dense import locate_model
+        from qfarm.common.errors import ConfigError
+        from qfarm.worker.retrieval.dense import locate_model
 
         try:
             locate_model()

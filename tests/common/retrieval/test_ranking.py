@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from common.retrieval import index as sq_index
-from common.retrieval import query as sq_query
-from common.retrieval import ranking as sq
-from common.versions import CHUNKER_VERSION
+from qfarm.common.retrieval import index as sq_index
+from qfarm.common.retrieval import query as sq_query
+from qfarm.common.retrieval import ranking as sq
+from qfarm.common.versions import CHUNKER_VERSION
 
 
 def test_query_terms_drop_stop_words_and_repeats() -> None:
