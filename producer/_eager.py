@@ -3,7 +3,6 @@ runner, or one job at a time through Celery's eager mode), and resuming one."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -18,7 +17,6 @@ from qfarm.producer._follow import finish_run
 from qfarm.producer._services import (
     corpus_label,
     eager_services,
-    import_plotting,
     open_local_retriever,
     run_manifest,
 )
@@ -47,9 +45,8 @@ from qfarm.producer.sweep import SweepPlan, enqueue_jobs, load_questions
 def run_eager(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], settings: Settings,
                endpoints: EndpointsFor, on_progress: OnProgress | None,
                index_progress: bool, *, serial: bool = False) -> RunResult:
-    # matplotlib takes about a second to import, and only the summary at the end needs it:
-    # imported now, beside the run (which leaves the GIL free most of the time), not after.
-    threading.Thread(target=import_plotting, name="qfarm-import-plotting", daemon=True).start()
+    # matplotlib (about a second to import) is imported by the summary, after the last row:
+    # imported in a thread beside the run it held the GIL for a tenth of the run's CPU.
     retriever = open_local_retriever(settings, progress=index_progress)
     with endpoints(settings) as eps:
         settings = eps.apply(settings)
@@ -99,7 +96,6 @@ def resume_eager(
     cut_partial_line(rows_path)  # a line the killed process was writing: its job runs again
     have = {job_id for job_id, _ in file_rows(rows_path)}
     missing = [job for job in plan.jobs() if job.job_id not in have]
-    threading.Thread(target=import_plotting, name="qfarm-import-plotting", daemon=True).start()
     retriever = open_local_retriever(settings, progress=False)
     with endpoints(settings) as eps:
         settings = eps.apply(settings)

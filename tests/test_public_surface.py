@@ -36,7 +36,7 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
         ["DEFLECTION_PATTERNS", "verify_answer"],
         ["checks", "claims", "quote", "verifier"],
     ),
-    "qfarm.common.retrieval": (["chunking", "corpus", "evaluation", "ranking"], []),
+    "qfarm.common.retrieval": (["chunking", "corpus", "evaluation", "index", "query", "ranking"], []),
     "qfarm.common.reporting": (["audit", "compare", "phase", "report", "runstats", "stats"], []),
     "qfarm.worker": (
         ["app", "celery"],

@@ -61,14 +61,20 @@ def drive(n_clients: int, items: list[str], ask_one: Callable[[int, str], None])
     lock = threading.Lock()
     nxt = iter(range(len(items)))
 
+    failures: list[BaseException] = []
+
     def client(cid: int) -> None:
-        while True:
+        while not failures:
             with lock:
                 i = next(nxt, None)
             if i is None:
                 return
             t0 = time.perf_counter()
-            ask_one(cid, items[i])
+            try:
+                ask_one(cid, items[i])
+            except BaseException as exc:  # a thread's SystemExit would vanish: the caller raises it
+                failures.append(exc)
+                return
             dt = time.perf_counter() - t0
             with lock:
                 lat.append(dt)
@@ -79,6 +85,8 @@ def drive(n_clients: int, items: list[str], ask_one: Callable[[int, str], None])
         t.start()
     for t in threads:
         t.join()
+    if failures:
+        raise failures[0]
     return time.perf_counter() - t0, lat
 
 
@@ -109,7 +117,11 @@ def main() -> None:  # noqa: C901 - a linear script: start, measure, print
     ap.add_argument("--workers", type=int, default=1, help="interactive worker processes")
     ap.add_argument("--threads", type=int, default=16, help="threads per worker (-c)")
     ap.add_argument("--ttft-ms", type=float, default=20.0, help="simulator time to first token")
+    ap.add_argument("--quick", action="store_true",
+                    help="seconds, figures meaningless: 12 questions, 4 clients, 1 round (CI)")
     args = ap.parse_args()
+    if args.quick:
+        args.requests, args.clients, args.rounds, args.threads = 12, 4, 1, 4
 
     from qfarm.ops.sim.launch import start_simulator
 

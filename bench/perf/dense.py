@@ -35,12 +35,12 @@ QUESTIONS = Path(__file__).resolve().parents[1] / "questions"
 FILES = ("general", "answerability", "independent_tune", "independent_heldout", "independent_named")
 
 
-def build(where: Path) -> tuple[Path, Path, Path]:
+def build(where: Path, corpus: str | Path = "default") -> tuple[Path, Path, Path]:
     """(naive, lexical, dense) index files, built if missing or stale."""
     from qfarm.worker.retrieval.dense import open_encoder
     from qfarm.worker.retrieval.ingest import CorpusSource, build_embedded_index
 
-    source = CorpusSource.resolve("default")
+    source = CorpusSource.resolve(corpus)
     lexical, dense, naive = where / "lexical.sqlite", where / "dense.sqlite", where / "naive.sqlite"
     report = build_embedded_index(source, lexical, progress=False)
     if report.built:
@@ -63,6 +63,8 @@ def searcher(retriever: Any) -> Any:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--files", default=",".join(FILES))
+    ap.add_argument("--quick", action="store_true",
+                    help="seconds, figures meaningless: a 30-article corpus, 12 questions of general (CI)")
     args = ap.parse_args()
 
     from qfarm.common.questions import parse_questions
@@ -71,7 +73,23 @@ def main() -> None:
     from qfarm.worker.retrieval.embedded import EmbeddedRetriever
     from qfarm.worker.retrieval.evaluate import evaluate
 
-    naive_path, lexical_path, dense_path = build(Settings().data_dir / "bench-dense")
+    limit = None
+    if args.quick:
+        import json
+        import tempfile
+
+        from qfarm.worker.retrieval.default_corpus import default_corpus_path
+
+        where = Path(tempfile.mkdtemp(prefix="qfarm-dense-quick-"))
+        articles = json.loads(default_corpus_path().read_text(encoding="utf-8"))
+        small = where / "corpus.jsonl"
+        small.write_text("".join(
+            json.dumps({"id": str(i), "title": a["title"], "text": a["extract"]}) + "\n"
+            for i, a in enumerate(list(articles.values())[:30])))
+        args.files, limit = "general", 12
+        naive_path, lexical_path, dense_path = build(where, small)
+    else:
+        naive_path, lexical_path, dense_path = build(Settings().data_dir / "bench-dense")
     retrievers: dict[str, Any] = {
         "naive": NaiveRetriever(naive_path),
         "lexical": EmbeddedRetriever(lexical_path),
@@ -82,7 +100,7 @@ def main() -> None:
     heldout = None
     for name in args.files.split(","):
         path = QUESTIONS / f"{name}.jsonl"
-        questions = parse_questions(path.name, path.read_text(encoding="utf-8"))
+        questions = parse_questions(path.name, path.read_text(encoding="utf-8"))[:limit]
         titles = titles_by_id(questions)
         figures = {label: evaluate(r, questions, titles, top_k=TOP_K, title_boost=TITLE_BOOST)
                    for label, r in retrievers.items()}  # fmt: skip

@@ -128,7 +128,10 @@ def main() -> None:
     ap.add_argument("--child", choices=["producer", "aggregator"])
     ap.add_argument("--run-id")
     ap.add_argument("--out")
+    ap.add_argument("--quick", action="store_true", help="seconds, figures meaningless: 2,000 jobs (CI)")
     args = ap.parse_args()
+    if args.quick:
+        args.jobs = 2000
     if args.child == "producer":
         child_producer(args.jobs, args.bundle or 1)
         return

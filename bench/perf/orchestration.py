@@ -88,7 +88,11 @@ def main() -> None:
     ap.add_argument("--llm", choices=["http", "canned"], default="http",
                     help="http: the gateway calls the simulator (default); canned: answers "
                          "composed in the workers, no HTTP (bench/perf/cpu_app.py)")
+    ap.add_argument("--quick", action="store_true",
+                    help="seconds, figures meaningless: 48 jobs, 100 no-op tasks (CI)")
     args = ap.parse_args()
+    if args.quick:
+        args.jobs, args.noops, args.threads = 48, 100, 4
     from bench.perf.farmkit import exit_on_sigterm
 
     exit_on_sigterm()

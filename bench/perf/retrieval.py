@@ -129,7 +129,7 @@ class NaiveRetriever:
 
     def search(self, question: str, *, top_k: int, title_boost: float) -> list[Any]:
         from qfarm.common.models import Evidence
-        from qfarm.common.retrieval.ranking import fts5_match_expression
+        from qfarm.common.retrieval.query import fts5_match_expression
 
         expr = fts5_match_expression(question)
         rows = self._conn.execute(NAIVE_SQL, (expr, top_k)).fetchall() if expr else []
@@ -173,7 +173,7 @@ def bench_embedded(
 ) -> tuple[float, list[str | None], list[list[str]]]:
     from bench.questions.strata import print_strata
     from qfarm.common.questions import parse_questions
-    from qfarm.common.retrieval.ranking import fts5_match_expression
+    from qfarm.common.retrieval.query import fts5_match_expression
     from qfarm.worker.retrieval.embedded import EmbeddedRetriever
     from qfarm.worker.retrieval.ingest import CorpusSource, build_embedded_index
 
@@ -241,7 +241,8 @@ def bench_embedded(
 
 def first_stage_embedded(index: Path, questions: list[str]) -> list[list[str]]:
     """Chunk ids of the embedded BM25F first stage (the re-ranking window), best first."""
-    from qfarm.common.retrieval.ranking import RERANK_DEPTH, fts5_match_expression
+    from qfarm.common.retrieval.query import fts5_match_expression
+    from qfarm.common.retrieval.ranking import RERANK_DEPTH
 
     conn = sqlite3.connect(index)
     sql = (
@@ -265,7 +266,8 @@ def first_stage_cluster(
     (per-field BM25 summed, the v1 shape)."""
     import urllib.request
 
-    from qfarm.common.retrieval.ranking import RERANK_DEPTH, search_body
+    from qfarm.common.retrieval.query import search_body
+    from qfarm.common.retrieval.ranking import RERANK_DEPTH
 
     out: list[list[str]] = []
     for q in questions:
@@ -391,7 +393,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--questions", type=int, default=1000)
     ap.add_argument("--no-opensearch", action="store_true")
+    ap.add_argument("--quick", action="store_true",
+                    help="seconds, figures meaningless: 30 questions, no OpenSearch (CI)")
     args = ap.parse_args()
+    if args.quick:
+        args.questions, args.no_opensearch = 30, True
 
     from qfarm.worker.retrieval.default_corpus import default_corpus_path
 

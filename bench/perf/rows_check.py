@@ -36,7 +36,7 @@ def _key(row: dict[str, Any]) -> tuple:
     return (row["question_id"], row["mode"], row["sample_index"])
 
 
-def run(n: int, bundle: int, eager: bool) -> list[dict[str, Any]]:
+def run(n: int, bundle: int, eager: bool, first: int | None = None) -> list[dict[str, Any]]:
     from qfarm.common.settings import Settings
     from qfarm.ops.sim.launch import start_simulator
     from qfarm.producer import QuestionSet, SweepSpec, run_sweep
@@ -44,7 +44,10 @@ def run(n: int, bundle: int, eager: bool) -> list[dict[str, Any]]:
 
     tmp = Path(tempfile.mkdtemp(prefix="qfarm-rows-"))
     index = ensure_default_index(Settings(data_dir=tmp / "data"), progress=False)
-    spec = SweepSpec(questions=QuestionSet.from_file(REPO / "bench/questions/general.jsonl"),
+    questions = QuestionSet.from_file(REPO / "bench/questions/general.jsonl")
+    if first is not None:
+        questions = QuestionSet.from_texts(questions.questions[:first], source=questions.source)
+    spec = SweepSpec(questions=questions,
                      n=n, keep_answers=True, use_cache=False)
     with start_simulator(ttft_ms=0, tpot_ms=0, max_num_seqs=512) as sim:
         settings = Settings(redis_url=bench_redis_url(), llm_endpoints=sim.url, index_path=index,
@@ -69,11 +72,14 @@ def main() -> None:
     ap.add_argument("--eager", action="store_true", help="run in-process instead of on workers")
     ap.add_argument("--out", type=Path, help="write the normalised rows here")
     ap.add_argument("--against", type=Path, help="compare with rows written by --out")
+    ap.add_argument("--quick", action="store_true",
+                    help="seconds: the first 10 questions, 1 sample (CI; not the fixed sweep to compare)")
     args = ap.parse_args()
     exit_on_sigterm()
     from qfarm.common.settings import Settings
 
-    rows = run(args.n, args.bundle or Settings().bundle_size, args.eager)
+    n, first = (1, 10) if args.quick else (args.n, None)
+    rows = run(n, args.bundle or Settings().bundle_size, args.eager, first)
     errors = sum(1 for r in rows if r["error"])
     print(f"rows={len(rows)} error_rows={errors}")
     if args.out:

@@ -222,12 +222,25 @@ def drive_async(
                      cpu_s=process_cpu_s() - cpu0)  # fmt: skip
 
 
+# The table's workloads: ``general``, the 152 questions of general.jsonl with n samples each
+# (1,976 = 152 x 1 x 13: the samples of a question share its search), and ``distinct``,
+# the 2,000 independent questions (tuning and held-out halves), one job each.
+WORKLOADS = {
+    "general": ("general.jsonl",),
+    "distinct": ("independent_tune.jsonl", "independent_heldout.jsonl"),
+}
+_WORKLOAD = ["general"]  # the one the eager and farm drivers sweep (print_table sets it)
+
+
 def real_questions(n_jobs: int, modes: Sequence[Mode]) -> tuple[QuestionSet, int]:
-    """Questions of ``bench/questions/general.jsonl`` and ``n`` so that questions x modes x n
-    is ``n_jobs`` or a few more (1,976 = 152 x 1 x 13: the table's quote prompts)."""
+    """Questions of the current workload (``WORKLOADS``) and ``n`` so that questions x modes
+    x n is ``n_jobs`` or a few more (1,976 = 152 x 1 x 13: the table's quote prompts)."""
     from bench.perf.farmkit import REPO
 
-    every = QuestionSet.from_file(REPO / "bench/questions/general.jsonl")
+    files = [REPO / "bench/questions" / name for name in WORKLOADS[_WORKLOAD[0]]]
+    sets = [QuestionSet.from_file(f) for f in files]
+    every = sets[0] if len(sets) == 1 else QuestionSet.from_texts(
+        [q for qs in sets for q in qs.questions], source="+".join(WORKLOADS[_WORKLOAD[0]]))
     n = -(-n_jobs // (len(every.questions) * len(modes)))
     count = -(-n_jobs // (len(modes) * n))
     return replace(every, questions=every.questions[:count]), n
@@ -502,8 +515,11 @@ def span(values: Sequence[float], fmt: str) -> str:
     return format(lo, fmt) if format(lo, fmt) == format(hi, fmt) else f"{lo:{fmt}}–{hi:{fmt}}"
 
 
-def print_table(jobs: int, repeat: int, only: Sequence[str] = ()) -> None:
-    """Every row of the saturation table for qfarm, ``repeat`` times each; ranges printed."""
+def print_table(jobs: int, repeat: int, only: Sequence[str] = (),
+                workloads: Sequence[str] = ("general",)) -> None:  # fmt: skip
+    """Every row of the saturation table for qfarm, ``repeat`` times each, per workload
+    (``WORKLOADS``; the gateway-alone rows send synthetic prompts, so only once); ranges
+    printed."""
     from bench.perf.farmkit import exit_on_sigterm
 
     exit_on_sigterm()
@@ -511,7 +527,9 @@ def print_table(jobs: int, repeat: int, only: Sequence[str] = ()) -> None:
     lat = TABLE_ENDPOINT.latency
     print(f"load before: {os.getloadavg()[0]:.2f} (1-min load average, {os.cpu_count()} cores)")
     table_index()  # built before any timing
-    results: dict[tuple[str, str, int], list[Measured]] = {}
+    results: dict[tuple[str, str, str, int], list[Measured]] = {}
+    runs = [(w, row) for w in workloads for row in rows
+            if row[1] in ("eager", "farm") or w == workloads[0]]
     with ExitStack() as stack:
         sims = [
             stack.enter_context(start_simulator(max_num_seqs=TABLE_ENDPOINT.max_num_seqs,
@@ -523,10 +541,12 @@ def print_table(jobs: int, repeat: int, only: Sequence[str] = ()) -> None:
               flush=True)  # fmt: skip
         log = RequestLog(sims)
         for attempt in range(repeat):
-            for client, driver, n_eps in rows:
+            for workload, (client, driver, n_eps) in runs:
+                _WORKLOAD[0] = workload
                 m = measure(driver, sims[:n_eps], log, jobs)
-                results.setdefault((client, driver, n_eps), []).append(m)
-                print(f"run {attempt + 1}: {client}, {n_eps} endpoint(s): flow={m.flow:.3f} "
+                shown = workload if driver in ("eager", "farm") else "synthetic"
+                results.setdefault((client, shown, driver, n_eps), []).append(m)
+                print(f"run {attempt + 1}: {client}, {shown}, {n_eps} endpoint(s): flow={m.flow:.3f} "
                       f"whole={m.whole:.3f} cpu={m.cpu_ms:.2f} ms/request "
                       f"sim_cpu={m.sim_cpu_ms:.2f} ms/request "
                       f"requests={m.requests} errors={m.errors} load={os.getloadavg()[0]:.2f}"
@@ -534,14 +554,15 @@ def print_table(jobs: int, repeat: int, only: Sequence[str] = ()) -> None:
                          f"{m.after_s:.2f}s" if driver == "eager" else ""),
                       flush=True)  # fmt: skip
     print()
-    print("| client | endpoints | achieved / ideal while requests flow | whole command | "
-          "client CPU per 1k requests |")
-    print("|---|---|---|---|---|")
-    for (client, _driver, n_eps), ms in results.items():
-        print(f"| {client} | {n_eps} | {span([m.flow for m in ms], '.2f')} | "
-              f"{span([m.whole for m in ms], '.2f')} | {span([m.cpu_ms for m in ms], '.2f')} s |")
-    print(f"\n{repeat} run(s) each, ranges min–max; load after: {os.getloadavg()[0]:.2f}. "
-          "All figures come from the vLLM simulator (SIMULATED).")
+    print("| client | workload | endpoints | achieved / ideal while requests flow | whole command | "
+          "client CPU per request | simulator CPU per request |")
+    print("|---|---|---|---|---|---|---|")
+    for (client, workload, _driver, n_eps), ms in results.items():
+        print(f"| {client} | {workload} | {n_eps} | {span([m.flow for m in ms], '.2f')} | "
+              f"{span([m.whole for m in ms], '.2f')} | {span([m.cpu_ms for m in ms], '.2f')} ms | "
+              f"{span([m.sim_cpu_ms for m in ms], '.2f')} ms |")
+    print(f"\n{repeat} run(s) each, ranges min–max; {jobs} jobs a run; {os.cpu_count()} cores, "
+          f"load after: {os.getloadavg()[0]:.2f}. All figures come from the vLLM simulator (SIMULATED).")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -554,21 +575,31 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--batch-wait-ms", type=float, default=5.0)
     p.add_argument("--driver", choices=sorted(DRIVERS), default="thread-pool")
-    p.add_argument("--quick", action="store_true", help="300 jobs, 200 per comparison, 8 serial")
+    p.add_argument("--quick", action="store_true",
+                   help="seconds, figures meaningless: 100 jobs, 60 per comparison, 4 serial (CI)")
     p.add_argument("--table", action="store_true",
                    help="the saturation table: eager, distributed, gateway alone at 1 and 2 endpoints")
     p.add_argument("--table-jobs", type=int, default=1976, help="jobs per table run (default 1976)")
     p.add_argument("--repeat", type=int, default=2, help="runs per table row (default 2)")
     p.add_argument("--only", default="", help="table: only these drivers (comma list)")
+    p.add_argument("--workloads", default="general,distinct",
+                   help="table: question workloads of the eager and farm rows (comma list of "
+                        f"{', '.join(WORKLOADS)}; default both)")
     args = p.parse_args(argv)
     if args.table:
-        print_table(args.table_jobs, args.repeat, [d for d in args.only.split(",") if d])
+        workloads = [w for w in args.workloads.split(",") if w]
+        unknown = [w for w in workloads if w not in WORKLOADS]
+        if unknown or not workloads:
+            p.error(f"--workloads {args.workloads}: expected a comma list of {', '.join(WORKLOADS)}")
+        if args.quick:  # CI: one short run of the eager row per workload, figures meaningless
+            args.table_jobs, args.repeat, args.only = 40, 1, args.only or "eager"
+        print_table(args.table_jobs, args.repeat, [d for d in args.only.split(",") if d], workloads)
         return
     from bench.perf.farmkit import exit_on_sigterm
 
     exit_on_sigterm()
     if args.quick:
-        args.jobs, args.compare_jobs, args.serial_jobs = 300, 200, 8
+        args.jobs, args.compare_jobs, args.serial_jobs = 100, 60, 4
     specs = [EndpointSpec(int(c)) for c in args.capacity.split(",")]
     conc = args.concurrency or 2 * sum(s.max_num_seqs for s in specs)
     driver = DRIVERS[args.driver]

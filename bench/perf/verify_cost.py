@@ -275,7 +275,10 @@ def main() -> None:
         "--n", type=int, default=3000, help="answers to verify (split over the modes)"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="seconds, figures meaningless: 60 answers (CI)")
     args = parser.parse_args()
+    if args.quick:
+        args.n = 60
     run(args.n, args.seed)
 
 

@@ -112,7 +112,10 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--real-run", type=Path, default=None,
                         help="also time the re-verified row pages of this run directory")
+    parser.add_argument("--quick", action="store_true", help="seconds, figures meaningless: 600 rows (CI)")
     args = parser.parse_args()
+    if args.quick:
+        args.rows = 600
     if args.real_run is not None:
         time_reverified_rows(args.real_run)
     with tempfile.TemporaryDirectory() as tmp:
@@ -132,17 +135,19 @@ def main() -> None:
         t0 = time.perf_counter()
         viewer.handle("/runs/bench-run", {})
         build = time.perf_counter() - t0
+        # Pages, rows and questions that exist in a run of any --rows (a small one too).
+        page, row, question = min(1000, max(1, n_rows // 100)), min(77777, n_rows - 1), min(1234, n_questions - 1)
         cases: dict[str, tuple[str, dict[str, str]]] = {
-            "rows, no filter, page 1000": ("/runs/bench-run/rows", {"page": "1000"}),
+            f"rows, no filter, page {page}": ("/runs/bench-run/rows", {"page": str(page)}),
             "rows, kind + mode filter": ("/runs/bench-run/rows",
                                          {"kind": "CITATION_MISMATCH", "mode": "quote"}),
-            "rows, question text search": ("/runs/bench-run/rows", {"q": "number 1234?"}),
+            "rows, question text search": ("/runs/bench-run/rows", {"q": f"number {question}?"}),
             "rows, question + answer search": ("/runs/bench-run/rows", {"q": "[e3]"}),
             "rows, failures only": ("/runs/bench-run/rows", {"failures": "1"}),
-            "rows, sorted by latency, page 1000": ("/runs/bench-run/rows",
-                                                   {"sort": "latency", "desc": "1",
-                                                    "page": "1000"}),
-            "row page": (f"/runs/bench-run/rows/{min(77777, n_rows - 1)}", {}),
+            f"rows, sorted by latency, page {page}": ("/runs/bench-run/rows",
+                                                    {"sort": "latency", "desc": "1",
+                                                     "page": str(page)}),
+            "row page": (f"/runs/bench-run/rows/{row}", {}),
             "run page": ("/runs/bench-run", {}),
         }
         print(f"{n_rows} rows, {rows_path.stat().st_size / 1e6:.1f} MB")

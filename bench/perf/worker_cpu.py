@@ -112,7 +112,11 @@ def main() -> None:
     ap.add_argument("--noops", type=int, default=2000)
     ap.add_argument("--concurrency", type=int, default=2, help="prefork children (CPU stages)")
     ap.add_argument("--threads", type=int, default=4, help="threads of the generate worker")
+    ap.add_argument("--quick", action="store_true",
+                    help="seconds, figures meaningless: 1 sample, 100 no-op tasks, 20 questions (CI)")
     args = ap.parse_args()
+    if args.quick:
+        args.n, args.noops = 1, 100
     exit_on_sigterm()
 
     from bench.perf.cpu_app import CANNED_DIR_ENV
@@ -130,6 +134,8 @@ def main() -> None:
     canned.mkdir()
     index = ensure_default_index(Settings(data_dir=tmp / "data"), progress=False)
     questions = QuestionSet.from_file(REPO / "bench/questions/general.jsonl")
+    if args.quick:
+        questions = QuestionSet.from_texts(questions.questions[:20], source=questions.source)
     client = flush()
     env = farm_env(QFARM_LLM_ENDPOINTS="http://127.0.0.1:9", QFARM_INDEX_PATH=str(index),
                    **{CANNED_DIR_ENV: str(canned)})

@@ -11,7 +11,8 @@ import pytest
 
 from qfarm.common.errors import RetrievalError
 from qfarm.common.retrieval.chunking import chunk_document
-from qfarm.common.retrieval.ranking import RANKING_VERSION, index_version_for
+from qfarm.common.retrieval.index import index_version_for
+from qfarm.common.retrieval.ranking import RANKING_VERSION
 from qfarm.common.settings import Settings
 from qfarm.worker.retrieval import Retriever, open_retriever
 from qfarm.worker.retrieval.default_corpus import default_corpus_path
@@ -246,3 +247,21 @@ def test_a_file_that_is_not_an_index_is_refused(tmp_path: Path) -> None:
     sqlite3.connect(other).execute("CREATE TABLE meta(key TEXT, value TEXT)").connection.commit()
     with pytest.raises(RetrievalError, match="not a qfarm index"):
         EmbeddedRetriever(other)
+
+
+def test_a_question_searched_again_is_answered_from_memory_with_the_same_hits(
+    retriever: EmbeddedRetriever, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = retriever.search("Who wrote Pride and Prejudice?", top_k=8, title_boost=2.0)
+    other_k = retriever.search("Who wrote Pride and Prejudice?", top_k=3, title_boost=2.0)
+    calls: list[str] = []
+    real = retriever._search
+    monkeypatch.setattr(retriever, "_search", lambda q, **kw: calls.append(q) or real(q, **kw))
+    again = retriever.search("Who wrote Pride and Prejudice?", top_k=8, title_boost=2.0)
+    assert again == first and again is not first and calls == []
+    # Other settings, or a document filter, are searched, not remembered.
+    assert retriever.search("Who wrote Pride and Prejudice?", top_k=3, title_boost=2.0) == other_k
+    retriever.search("Who wrote Pride and Prejudice?", top_k=8, title_boost=1.0)
+    retriever.search("Who wrote Pride and Prejudice?", top_k=8, title_boost=2.0,
+                     doc_ids=[first[0].doc_id])
+    assert len(calls) == 2

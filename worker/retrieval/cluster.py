@@ -1,7 +1,7 @@
 """What the Elasticsearch and OpenSearch backends share: search, ``_msearch``,
 versioned indices behind an alias, and translation of client errors.
 
-Both official clients take the same request bodies (``qfarm.common.retrieval.ranking``)
+Both official clients take the same request bodies (``qfarm.common.retrieval.query``)
 through ``body=``; the backend modules only build the client and name its
 exception classes. Workers search the alias (``QFARM_ES_INDEX``); ``qfarm
 index`` fills ``<alias>-<index version>`` and moves the alias in one
@@ -19,7 +19,9 @@ from typing import Any
 
 from qfarm.common.errors import ConfigError, RetrievalError
 from qfarm.common.models import Evidence
-from qfarm.common.retrieval import ranking as sq
+from qfarm.common.retrieval import index as indexes
+from qfarm.common.retrieval import query as search_query
+from qfarm.common.retrieval import ranking
 
 VERSION_TTL_S = 30.0  # how long index_version() trusts its last alias lookup
 
@@ -131,9 +133,9 @@ class ClusterRetriever:
             return []
         while True:
             # The first stage's window; stage 2 (``rerank_hits``) keeps the best top_k.
-            body = sq.search_body(
+            body = search_query.search_body(
                 query,
-                top_k=max(top_k, sq.RERANK_DEPTH),
+                top_k=max(top_k, ranking.RERANK_DEPTH),
                 title_boost=title_boost,
                 doc_ids=doc_ids,
                 query_type=self.query_type,
@@ -147,7 +149,7 @@ class ClusterRetriever:
                 if self._fall_back(exc.__cause__):
                     continue
                 raise
-            return sq.evidence_from_hits(sq.rerank_hits(query, response["hits"]["hits"], top_k))
+            return search_query.evidence_from_hits(ranking.rerank_hits(query, response["hits"]["hits"], top_k))
 
     def search_many(
         self, queries: Sequence[str], *, top_k: int, title_boost: float
@@ -158,9 +160,9 @@ class ClusterRetriever:
             return results
         while True:
             bodies = [
-                sq.search_body(
+                search_query.search_body(
                     q,
-                    top_k=max(top_k, sq.RERANK_DEPTH),
+                    top_k=max(top_k, ranking.RERANK_DEPTH),
                     title_boost=title_boost,
                     query_type=self.query_type,
                 )
@@ -170,7 +172,7 @@ class ClusterRetriever:
             if not wanted:
                 return results
             with self.translate_errors("msearch"):
-                response = self.client.msearch(body=sq.msearch_body(self.alias, wanted))
+                response = self.client.msearch(body=search_query.msearch_body(self.alias, wanted))
             errors = [a["error"] for a in response["responses"] if "error" in a]
             if errors and self._fall_back(errors[0]):
                 continue
@@ -186,8 +188,8 @@ class ClusterRetriever:
                 raise RetrievalError(
                     f"{self.backend} at {self.url}: msearch failed: {answer['error']}"
                 )
-            results[i] = sq.evidence_from_hits(
-                sq.rerank_hits(queries[i], answer["hits"]["hits"], top_k)
+            results[i] = search_query.evidence_from_hits(
+                ranking.rerank_hits(queries[i], answer["hits"]["hits"], top_k)
             )
         return results
 
@@ -215,7 +217,7 @@ class ClusterRetriever:
         if not targets:
             raise self.missing_index_error("index version")
         # The ranking this code applies, not the one of the build (served_index_version).
-        version = sq.served_index_version(self.index_meta(targets[0])) or targets[0]
+        version = indexes.served_index_version(self.index_meta(targets[0])) or targets[0]
         self._version = (now, version)
         return version
 
@@ -247,7 +249,7 @@ class ClusterRetriever:
         """Every ``<alias>-*`` index on the cluster (built versions, finished or not)."""
         with self.translate_errors("list indices"):
             found = self.client.indices.get(index=f"{self.alias.lower()}-*", allow_no_indices=True)
-        return sorted(i for i in found if sq.is_versioned_index_of(self.alias, i))
+        return sorted(i for i in found if indexes.is_versioned_index_of(self.alias, i))
 
     def create_index(self, name: str, body: Mapping[str, Any]) -> None:
         with self.translate_errors(f"create index {name}"):
@@ -279,7 +281,7 @@ class ClusterRetriever:
         with self.translate_errors(f"finish index {name}"):
             self.client.indices.refresh(index=name)
             self.client.indices.put_settings(
-                index=name, body=sq.serving_settings(replicas=replicas)
+                index=name, body=indexes.serving_settings(replicas=replicas)
             )
             self.client.indices.put_mapping(index=name, body={"_meta": dict(meta)})
 
@@ -293,7 +295,7 @@ class ClusterRetriever:
             )
         with self.translate_errors(f"switch alias {self.alias}"):
             self.client.indices.update_aliases(
-                body=sq.alias_switch_actions(self.alias, new_index, old)
+                body=indexes.alias_switch_actions(self.alias, new_index, old)
             )
         self._version = None
         return old

