@@ -12,7 +12,7 @@ import json
 import sys
 
 from common.errors import InputError
-from common.models import JobRecord, Row
+from common.models import ALL_MODES, JobRecord, Mode, Row
 from common.settings import load_settings
 from producer.api import ask
 from qfarm import runtime
@@ -21,7 +21,10 @@ from qfarm import runtime
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("ask", help="answer one question and print its audit line")
     p.add_argument("question")
-    p.add_argument("--mode", default="claim_lattice_pointer")
+    p.add_argument("--mode", default=Mode.CLAIM_LATTICE_POINTER.value,
+                   metavar="{" + ",".join(m.value for m in ALL_MODES) + "}",
+                   help="how the model grounds its answer (docs/grounding.md, 'Jobs and modes'; "
+                        f"default {Mode.CLAIM_LATTICE_POINTER.value})")
     p.add_argument("--eager", action="store_true", help="run in this process (no Redis, no workers)")
     p.add_argument("--json", action="store_true", help="print the row (and sidecar dict) as JSON")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the row")
