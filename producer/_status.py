@@ -24,7 +24,8 @@ class RunProgress:
     source: str = "redis"
     done: int = 0
     total: int = 0
-    failed: int | None = None  # error rows; None from disk (the rows file is not read whole)
+    # Errored rows; None for a run listed from disk (listing does not read every rows file).
+    failed: int | None = None
     stages: dict[str, int] = field(default_factory=dict)
     modes: tuple[str, ...] = ()
     created_at: float | None = None
@@ -111,10 +112,14 @@ def _one_run(run_id: str, settings: Settings, store: Any, redis_error: str | Non
             f"{settings.results_dir} (no {where}/manifest.json); `qfarm status` lists runs, "
             "--results-dir (or QFARM_RESULTS_DIR) looks in another results directory"
         )
+    from producer._outcome import count_rows
+
     try:
         info = describe_run(run_id, settings, store)
     except ManifestError as exc:
         return RunProgress(run_id, RunStatus.FAILED, error=str(exc))
+    if info["source"] == "disk":  # one run: its errored rows are worth the read
+        info["progress"]["failed"] = count_rows(settings.results_dir / run_id / "rows.jsonl")[1]
     return _from_item({**info, **info["manifest"]})
 
 

@@ -45,9 +45,9 @@ def run(args: argparse.Namespace) -> int:
             continue
         age = f"{(time.time() - r.created_at) / 60:.1f} min" if r.created_at else "?"
         stages = " ".join(f"{k}={v}" for k, v in r.stages.items())
-        failed = "?" if r.failed is None else r.failed
+        failed = "" if r.failed is None else f"  failed={r.failed}"
         where = "redis" if r.source == "redis" else f"disk ({'eager' if r.eager else 'distributed'})"
-        print(f"{r.run_id}  {r.state:9s} {r.done}/{r.total} rows  failed={failed}  "
+        print(f"{r.run_id}  {r.state:9s} {r.done}/{r.total} rows{failed}  "
               + (f"stages: {stages}  " if stages else "")
               + f"modes={','.join(r.modes)}  age={age}  from {where}")
         if r.error:
