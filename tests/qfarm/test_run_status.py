@@ -118,6 +118,9 @@ def test_an_eager_run_stopped_by_a_signal_says_so_and_resumes(tmp_path, env, slo
     rows_before = [json.loads(line) for line in (run_dir / "rows.jsonl").read_text().splitlines()
                    if line.endswith("}")]
     assert 0 < len(rows_before) < 12, err
+    # Jobs in flight when the signal came end without a row (--resume runs them), not as
+    # error rows that --resume would keep and the run's error policy would fail.
+    assert [r["error"] for r in rows_before if r["error"]] == [], err
     if sig == signal.SIGKILL:
         assert proc.returncode == -signal.SIGKILL
         assert json.loads((run_dir / "status.json").read_text())["status"] == "running"
