@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from common.vocab import ExitCode
+from qfarm.common.vocab import ExitCode
 
 
 class QfarmError(Exception):

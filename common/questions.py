@@ -17,8 +17,8 @@ import json
 import math
 import re
 
-from common.errors import InputError
-from common.models import Question, QuestionSelection
+from qfarm.common.errors import InputError
+from qfarm.common.models import Question, QuestionSelection
 
 
 def question_id_for(text: str) -> str:

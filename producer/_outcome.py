@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common.errors import InputError
-from common.models import Manifest
-from common.vocab import ExitCode, RunStatus
-from producer._types import RunResult
+from qfarm.common.errors import InputError
+from qfarm.common.models import Manifest
+from qfarm.common.vocab import ExitCode, RunStatus
+from qfarm.producer._types import RunResult
 
 # How a run that did not end complete maps to a code: the operator stopped it, or it is
 # not (yet) whole.
@@ -96,9 +96,9 @@ def judge_run(result: RunResult, max_error_rate: float = 0.0, *,
 
 def judge_run_dir(run_dir: Path, max_error_rate: float = 0.0) -> RunOutcome:
     """Judge a run from its directory alone (``qfarm report``): its status as the summary
-    shows it (``common.runstatus``), and its rows."""
-    from producer.reports import read_run, shown_status  # matplotlib is slow to import
-    from producer.runs import read_run_status
+    shows it (``qfarm.common.runstatus``), and its rows."""
+    from qfarm.producer.reports import read_run, shown_status  # matplotlib is slow to import
+    from qfarm.producer.runs import read_run_status
 
     manifest, stats = read_run(run_dir)
     recorded = read_run_status(run_dir)
@@ -117,7 +117,7 @@ def judge_run_dir(run_dir: Path, max_error_rate: float = 0.0) -> RunOutcome:
 def count_rows(rows_path: Path) -> tuple[int, int]:
     """(rows, errored rows) of a rows file, read as the summary reads it: a row with an
     error, or with no verdict, is an errored row."""
-    from producer.reports import read_stats  # matplotlib is slow to import
+    from qfarm.producer.reports import read_stats  # matplotlib is slow to import
 
     stats = read_stats(rows_path)
     return stats.rows, sum(stats.errors.values())

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common.errors import ConfigError, InputError, ManifestError
-from common.settings import Settings
-from common.vocab import RunStatus
+from qfarm.common.errors import ConfigError, InputError, ManifestError
+from qfarm.common.settings import Settings
+from qfarm.common.vocab import RunStatus
 
 
 @dataclass(frozen=True)
@@ -62,9 +62,9 @@ def farm_status(settings: Settings, run_id: str | None = None, limit: int = 10) 
     it) or that of the ``limit`` most recent runs of both, and what Redis and the workers
     report. Redis down is no error: the runs on disk are shown, and ``redis_error`` says
     what could not be read."""
-    from producer.control import list_runs
-    from producer.store import ProducerStore, connect
-    from worker.llm.pool import endpoint_report
+    from qfarm.producer.control import list_runs
+    from qfarm.producer.store import ProducerStore, connect
+    from qfarm.worker.llm.pool import endpoint_report
 
     store, redis_error = None, None
     try:
@@ -87,7 +87,7 @@ def farm_status(settings: Settings, run_id: str | None = None, limit: int = 10) 
 
 
 def _unreachable(settings: Settings, exc: ConfigError) -> str:
-    from common.urls import redact_url
+    from qfarm.common.urls import redact_url
 
     cause = exc.__cause__
     why = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
@@ -95,8 +95,8 @@ def _unreachable(settings: Settings, exc: ConfigError) -> str:
 
 
 def _one_run(run_id: str, settings: Settings, store: Any, redis_error: str | None) -> RunProgress:
-    from common.urls import redact_url
-    from producer.control import describe_run
+    from qfarm.common.urls import redact_url
+    from qfarm.producer.control import describe_run
 
     in_redis = store is not None and store.has_manifest(run_id)
     if not in_redis and not (settings.results_dir / run_id / "manifest.json").exists():
@@ -112,7 +112,7 @@ def _one_run(run_id: str, settings: Settings, store: Any, redis_error: str | Non
             f"{settings.results_dir} (no {where}/manifest.json); `qfarm status` lists runs, "
             "--results-dir (or QFARM_RESULTS_DIR) looks in another results directory"
         )
-    from producer._outcome import count_rows
+    from qfarm.producer._outcome import count_rows
 
     try:
         info = describe_run(run_id, settings, store)
@@ -124,7 +124,7 @@ def _one_run(run_id: str, settings: Settings, store: Any, redis_error: str | Non
 
 
 def _from_item(item: dict[str, Any]) -> RunProgress:
-    """A run as ``producer.control`` describes it (the HTTP API's words and figures)."""
+    """A run as ``qfarm.producer.control`` describes it (the HTTP API's words and figures)."""
     prog = item.get("progress")
     if prog is None:  # unreadable
         return RunProgress(item["run_id"], RunStatus.FAILED, error=item.get("error"))
@@ -137,7 +137,7 @@ def _from_item(item: dict[str, Any]) -> RunProgress:
 
 
 def _workers(settings: Settings) -> dict[str, list[str]]:
-    from worker.celery_app import configure_app
+    from qfarm.worker.celery_app import configure_app
 
     app = configure_app(settings)
     replies = app.control.inspect(timeout=1.0).active_queues() or {}

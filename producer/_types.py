@@ -13,10 +13,18 @@ from typing import Any
 
 import httpx
 
-from common.errors import ConfigError, InputError
-from common.models import ALL_MODES, JobRecord, Manifest, Mode, Question, QuestionSelection, Row
-from common.policy import Policy
-from common.questions import (
+from qfarm.common.errors import ConfigError, InputError
+from qfarm.common.models import (
+    ALL_MODES,
+    JobRecord,
+    Manifest,
+    Mode,
+    Question,
+    QuestionSelection,
+    Row,
+)
+from qfarm.common.policy import Policy
+from qfarm.common.questions import (
     DEFAULT_MAX_QUESTION_CHARS,
     check_question,
     digest_content,
@@ -24,10 +32,10 @@ from common.questions import (
     select_questions,
     text_problem,
 )
-from common.settings import Settings
-from producer.endpoints import probe_endpoints
-from producer.store import Progress
-from producer.sweep import load_questions
+from qfarm.common.settings import Settings
+from qfarm.producer.endpoints import probe_endpoints
+from qfarm.producer.store import Progress
+from qfarm.producer.sweep import load_questions
 
 Say = Callable[[str], None]
 
@@ -79,7 +87,7 @@ def configured_endpoints(settings: Settings) -> Iterator[Endpoints]:
 def recognised_server(url: str, api_key: str | None, timeout_s: float = 5.0) -> str | None:
     """The name of a server that says what it is in ``/openapi.json`` (llama.cpp's Python
     server does), for the manifest; None for vLLM and anything not recognised."""
-    from worker.llm.client import server_info_from_openapi
+    from qfarm.worker.llm.client import server_info_from_openapi
 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
@@ -103,7 +111,7 @@ class QuestionSet:
     def selected(self, *, limit: int | None = None, sample: int | None = None,
                  seed: int | None = None) -> QuestionSet:
         """The first ``limit`` questions, or ``sample`` of them chosen by ``seed``
-        (``common.questions.select_questions``); this set when neither is given."""
+        (``qfarm.common.questions.select_questions``); this set when neither is given."""
         chosen, selection = select_questions(self.questions, limit=limit, sample=sample,
                                              seed=seed)
         if selection is None:

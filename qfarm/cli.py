@@ -12,8 +12,8 @@ import importlib
 import os
 import sys
 
-from common.errors import QfarmError
-from producer import interrupts
+from qfarm.common.errors import QfarmError
+from qfarm.producer import interrupts
 
 COMMANDS = (
     "sweep",
@@ -66,7 +66,7 @@ def version_line() -> str:
     rules rows depend on (they fold into the governance hash)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from common import versions
+    from qfarm.common import versions
 
     try:
         dist = version("qfarm")

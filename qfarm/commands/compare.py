@@ -12,8 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-from common.settings import load_settings
-from common.vocab import ExitCode
+from qfarm.common.settings import load_settings
+from qfarm.common.vocab import ExitCode
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -71,10 +71,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from common.errors import InputError
-    from common.reporting.compare import headline
-    from common.reporting.phase import phase_line
-    from producer.reports import (
+    from qfarm.common.errors import InputError
+    from qfarm.common.reporting.compare import headline
+    from qfarm.common.reporting.phase import phase_line
+    from qfarm.producer.reports import (
         check_floor,
         compare_dirs,
         comparison_json,
@@ -126,8 +126,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _cycle(args: argparse.Namespace, dirs: list[Path]) -> int:
-    from common.reporting.phase import cycle_lines
-    from producer.reports import compare_cycle, cycle_json, write_cycle
+    from qfarm.common.reporting.phase import cycle_lines
+    from qfarm.producer.reports import compare_cycle, cycle_json, write_cycle
 
     cycle = compare_cycle(dirs, args.floor)
     path = write_cycle(cycle, args.out or dirs[-1])

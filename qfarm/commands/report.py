@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from common.settings import load_settings
+from qfarm.common.settings import load_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,8 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from producer.api import check_error_rate, judge_run_dir
-    from producer.reports import resolve_run, write_summary  # matplotlib is slow to import
+    from qfarm.producer.api import check_error_rate, judge_run_dir
+    from qfarm.producer.reports import resolve_run, write_summary  # matplotlib is slow to import
 
     check_error_rate(args.max_error_rate)
     results_dir = args.results_dir or load_settings().results_dir

@@ -8,7 +8,7 @@ import json
 import time
 from pathlib import Path
 
-from common.settings import load_settings
+from qfarm.common.settings import load_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from producer.api import farm_status
+    from qfarm.producer.api import farm_status
 
     settings = load_settings()
     if args.results_dir is not None:
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     if status.workers is None:
         return 0
     if not status.workers:
-        print("workers: none answered (start one: celery -A worker worker -Q retrieve,verify)")
+        print("workers: none answered (start one: celery -A qfarm.worker worker -Q retrieve,verify)")
     for name, queues in status.workers.items():
         print(f"worker {name}: " + ",".join(queues))
     return 0

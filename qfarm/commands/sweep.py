@@ -1,7 +1,7 @@
 """`qfarm sweep`: run question × mode × n jobs, eagerly in-process or through Redis workers.
 
 Parses arguments, shows progress and prints the outcome; the run itself is
-``producer.api.run_sweep`` / ``follow_run``."""
+``qfarm.producer.api.run_sweep`` / ``follow_run``."""
 
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from common.errors import InputError
-from common.jobs import check_samples, parse_modes
-from common.models import ALL_MODES
-from common.settings import load_settings
-from common.vocab import RunStatus
-from producer.api import (
+from qfarm import question_sets, runtime
+from qfarm.common.errors import InputError
+from qfarm.common.jobs import check_samples, parse_modes
+from qfarm.common.models import ALL_MODES
+from qfarm.common.settings import load_settings
+from qfarm.common.vocab import RunStatus
+from qfarm.producer.api import (
     QuestionSet,
     RunOutcome,
     RunResult,
@@ -28,7 +29,6 @@ from producer.api import (
     resume_eager,
     run_sweep,
 )
-from qfarm import question_sets, runtime
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -126,7 +126,7 @@ def _sweep(args: argparse.Namespace, settings, bar: _ProgressBar) -> RunResult:
 
 def _report(result: RunResult, *, detached: bool, outcome: RunOutcome | None = None,
             out: TextIO | None = None) -> int:
-    """Print how the run ended; returns its exit code (``producer.api.judge_run``)."""
+    """Print how the run ended; returns its exit code (``qfarm.producer.api.judge_run``)."""
     outcome = outcome or judge_run(result, detached=detached)
     code = int(outcome.exit_code)
     out = out or sys.stdout

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from bench.perf.viewer import write_synthetic_run
-from common.errors import InputError
-from common.vocab import ExitCode, RunStatus
-from producer.api import RunResult, check_error_rate, judge_run, judge_run_dir
-from producer.runs import read_manifest
+from qfarm.common.errors import InputError
+from qfarm.common.vocab import ExitCode, RunStatus
+from qfarm.producer.api import RunResult, check_error_rate, judge_run, judge_run_dir
+from qfarm.producer.runs import read_manifest
 
 
 def _result(run_dir: Path, status: str, rows: int) -> RunResult:

@@ -27,7 +27,7 @@ def qfarm(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.C
 @pytest.fixture(scope="module")
 def broken_sim():
     """A simulator whose every completion is a 200 with a body that is not JSON."""
-    from ops.sim.launch import start_simulator
+    from qfarm.ops.sim.launch import start_simulator
 
     with start_simulator(ttft_ms=0, tpot_ms=0, fault_rates={"malformed": 1.0}) as sim:
         yield sim.url

@@ -119,7 +119,7 @@ def test_a_bad_selection_stops_the_sweep_before_anything_runs(env, flags, needle
 
 
 def test_version_names_the_release_and_the_rule_versions(capsys: pytest.CaptureFixture[str]):
-    from common import versions
+    from qfarm.common import versions
 
     with pytest.raises(SystemExit) as stop:
         main(["--version"])
