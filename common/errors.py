@@ -26,17 +26,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from qfarm.common.vocab import ExitCode
+
 
 class QfarmError(Exception):
     """Base of every error qfarm raises on purpose."""
 
-    exit_code = 1
+    exit_code: int = ExitCode.FAILED
 
 
 class InputError(QfarmError):
     """User input is wrong; the message says where and how to fix it."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 class PolicyError(InputError):
@@ -46,7 +48,7 @@ class PolicyError(InputError):
 class ConfigError(QfarmError):
     """A setting (QFARM_* variable) is missing or invalid."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 class ServiceError(QfarmError):

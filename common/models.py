@@ -310,6 +310,17 @@ class Sampling(Frozen):
     response_format: dict[str, Any] | None = None  # e.g. {"type": "json_schema", ...}
 
 
+class QuestionSelection(Frozen):
+    """Which questions of the file a run took, when not all (``--limit``, ``--sample``):
+    the first ``limit``, or ``sample`` of them chosen by ``seed`` (``qfarm.common.questions.
+    select_questions``). ``of``: the questions in the file. ``--resume`` chooses them again."""
+
+    limit: int | None = None
+    sample: int | None = None
+    seed: int | None = None
+    of: int
+
+
 class Manifest(Frozen):
     """What a run is: written to disk (and Redis) before any job is enqueued."""
 
@@ -341,6 +352,8 @@ class Manifest(Frozen):
     # Written when the run ends (and after a retry): what decided its rows, with the
     # digests of its files (common/record.py; ``qfarm verify`` checks it).
     record: RunRecord | None = None
+    # None: every question of the file (``n_questions`` of them).
+    selection: QuestionSelection | None = None
 
     @field_validator("endpoints")
     @classmethod

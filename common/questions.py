@@ -18,7 +18,7 @@ import math
 import re
 
 from qfarm.common.errors import InputError
-from qfarm.common.models import Question
+from qfarm.common.models import Question, QuestionSelection
 
 
 def question_id_for(text: str) -> str:
@@ -199,3 +199,47 @@ def parse_questions(
 def digest_content(content: str | bytes) -> str:
     data = content.encode() if isinstance(content, str) else content
     return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def select_questions(questions: list[Question], *, limit: int | None = None,
+                     sample: int | None = None, seed: int | None = None,
+                     ) -> tuple[list[Question], QuestionSelection | None]:
+    """The questions a run takes, before expansion into jobs: the first ``limit``, or
+    ``sample`` of them chosen by ``seed`` (0 when not given), kept in file order.
+
+    The sample is the ``sample`` questions with the smallest SHA-256 of ``"<seed>:<id>"``:
+    the same for the same seed and question ids on any machine and Python, and a question's
+    place in the file does not change whether it is drawn. Asking for as many questions as
+    the file has, or more, takes them all. Returns the selection to record in the manifest
+    (None: no flag given).
+    """
+    if limit is not None and sample is not None:
+        raise InputError("--limit and --sample both choose the questions: give one of them")
+    if seed is not None and sample is None:
+        raise InputError(f"--seed {seed} chooses which questions --sample takes: give --sample N "
+                         "too, e.g. --sample 50 --seed 1")
+    for flag, value in (("--limit", limit), ("--sample", sample)):
+        if value is not None and value < 1:
+            raise InputError(f"{flag} {value}: the number of questions to run is at least 1, "
+                             f"e.g. {flag} 20")
+    if limit is None and sample is None:
+        return questions, None
+    if limit is not None:
+        chosen = questions[:limit]
+    else:
+        assert sample is not None
+        seed = 0 if seed is None else seed
+        key = {q.id: hashlib.sha256(f"{seed}:{q.id}".encode()).hexdigest() for q in questions}
+        drawn = set(sorted(key, key=lambda qid: (key[qid], qid))[:sample])
+        chosen = [q for q in questions if q.id in drawn]
+    return chosen, QuestionSelection(limit=limit, sample=sample, seed=seed, of=len(questions))
+
+
+def reselect_questions(questions: list[Question],
+                       selection: QuestionSelection | None) -> list[Question]:
+    """The questions a run recorded in its manifest took, chosen again from its file."""
+    if selection is None:
+        return questions
+    chosen, _ = select_questions(questions, limit=selection.limit, sample=selection.sample,
+                                 seed=selection.seed)
+    return chosen

@@ -13,7 +13,7 @@ Nothing here imports anything of ours, so ``qfarm.common.policy`` (which
 
 from __future__ import annotations
 
-from enum import StrEnum
+from enum import IntEnum, StrEnum
 
 
 class Mode(StrEnum):
@@ -147,6 +147,21 @@ class RunStatus(StrEnum):
     DETACHED = "detached: Redis unreachable"
     # A run the viewer lists from Redis whose manifest has expired.
     LOST = "lost"
+
+
+class ExitCode(IntEnum):
+    """What the ``qfarm`` command (and a worker that refuses its settings) exits with, so a CI
+    job can gate on it (README, 'Exit codes'). Defined beside the run statuses because
+    ``qfarm.common.errors`` gives each error class its code, and every entry point shares them.
+    """
+
+    OK = 0  # the command did what was asked; a sweep: complete, errored rows within the limit
+    FAILED = 1  # a run incomplete, interrupted, cancelled or failed; a service failed
+    USAGE = 2  # bad input, flags or settings: nothing was started
+    ROW_ERRORS = 3  # the run completed, but more of its rows errored than --max-error-rate allows
+    WORSE = 4  # `qfarm compare --fail-on-worse`: B is worse than A beyond noise
+    INTERRUPTED = 130  # Ctrl-C or SIGTERM (128 + SIGINT, the shell's convention)
+    BROKEN_PIPE = 141  # the reader of stdout went away (128 + SIGPIPE)
 
 
 # States in which a producer is still at work (its process may have died since).

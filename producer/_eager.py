@@ -39,7 +39,7 @@ from qfarm.producer.runs import (
     this_process,
     update_run_status,
 )
-from qfarm.producer.sweep import SweepPlan, enqueue_jobs, load_questions
+from qfarm.producer.sweep import SweepPlan, enqueue_jobs, run_questions
 
 
 def run_eager(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], settings: Settings,
@@ -85,13 +85,7 @@ def resume_eager(
     if status.get("status") == RunStatus.RUNNING and producer_alive(status):
         raise InputError(f"run {run_id} is still running (process {status.get('pid')}); "
                          "stop it first or wait for it to end")
-    questions, digest = load_questions(Path(manifest.question_file))
-    if digest != manifest.question_file_digest:
-        raise InputError(
-            f"{manifest.question_file}: changed since run {run_id} started "
-            f"({digest} != {manifest.question_file_digest}); restore it or start a new sweep"
-        )
-    plan = SweepPlan(manifest=manifest, questions=questions)
+    plan = SweepPlan(manifest=manifest, questions=run_questions(manifest))
     rows_path = run_dir / "rows.jsonl"
     cut_partial_line(rows_path)  # a line the killed process was writing: its job runs again
     have = {job_id for job_id, _ in file_rows(rows_path)}

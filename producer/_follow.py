@@ -23,9 +23,9 @@ from qfarm.producer.sweep import (
     Follower,
     RedisGone,
     SweepPlan,
-    load_questions,
     missing_jobs,
     reconcile_run,
+    run_questions,
 )
 
 
@@ -56,13 +56,8 @@ def follow_run(
     app = configure_app(settings)
     plan = None
     try:
-        questions, digest = load_questions(Path(manifest.question_file), settings.max_question_chars)
-        if digest != manifest.question_file_digest:
-            raise InputError(
-                f"{manifest.question_file}: changed since run {run_id} started "
-                f"({digest} != {manifest.question_file_digest}); restore it or start a new sweep"
-            )
-        plan = SweepPlan(manifest=manifest, questions=questions)
+        plan = SweepPlan(manifest=manifest,
+                         questions=run_questions(manifest, settings.max_question_chars))
     except InputError:
         if resend_missing:
             raise

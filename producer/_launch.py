@@ -52,7 +52,8 @@ def run_sweep(
                       say=say, endpoints=endpoints, serial=serial)
     modes = parse_modes([str(m) for m in spec.modes])
     check_samples(spec.n)
-    questions = spec.question_set(settings.max_question_chars)
+    questions = spec.question_set(settings.max_question_chars).selected(
+        limit=spec.limit, sample=spec.sample, seed=spec.seed)
     if eager:
         return run_eager(spec, questions, modes, settings, endpoints, on_progress, index_progress,
                           serial=serial)

@@ -4,6 +4,7 @@ uses, a run's result and an asked question's answer."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -13,13 +14,22 @@ from typing import Any
 import httpx
 
 from qfarm.common.errors import ConfigError, InputError
-from qfarm.common.models import ALL_MODES, JobRecord, Manifest, Mode, Question, Row
+from qfarm.common.models import (
+    ALL_MODES,
+    JobRecord,
+    Manifest,
+    Mode,
+    Question,
+    QuestionSelection,
+    Row,
+)
 from qfarm.common.policy import Policy
 from qfarm.common.questions import (
     DEFAULT_MAX_QUESTION_CHARS,
     check_question,
     digest_content,
     question_id_for,
+    select_questions,
     text_problem,
 )
 from qfarm.common.settings import Settings
@@ -90,11 +100,23 @@ def recognised_server(url: str, api_key: str | None, timeout_s: float = 5.0) -> 
 
 @dataclass(frozen=True)
 class QuestionSet:
-    """Questions with where they came from and the digest of their source."""
+    """Questions with where they came from and the digest of their source; ``selection``:
+    which of the source's questions these are, when not all (``selected``)."""
 
     questions: list[Question]
     source: str
     digest: str
+    selection: QuestionSelection | None = None
+
+    def selected(self, *, limit: int | None = None, sample: int | None = None,
+                 seed: int | None = None) -> QuestionSet:
+        """The first ``limit`` questions, or ``sample`` of them chosen by ``seed``
+        (``qfarm.common.questions.select_questions``); this set when neither is given."""
+        chosen, selection = select_questions(self.questions, limit=limit, sample=sample,
+                                             seed=seed)
+        if selection is None:
+            return self
+        return dataclasses.replace(self, questions=chosen, selection=selection)
 
     @classmethod
     def from_file(cls, path: Path, max_chars: int = DEFAULT_MAX_QUESTION_CHARS) -> QuestionSet:
@@ -124,7 +146,9 @@ class QuestionSet:
 
 @dataclass(frozen=True)
 class SweepSpec:
-    """What to run: every question in every mode, ``n`` samples each."""
+    """What to run: every question in every mode, ``n`` samples each; with ``limit`` only
+    the first ``limit`` questions, with ``sample`` that many chosen by ``seed`` (the
+    manifest records which: ``Manifest.selection``)."""
 
     questions: Path | Sequence[str | Question] | QuestionSet
     modes: Sequence[Mode | str] = ALL_MODES
@@ -132,6 +156,9 @@ class SweepSpec:
     policy: Policy = field(default_factory=Policy)
     keep_answers: bool = False
     use_cache: bool = True
+    limit: int | None = None
+    sample: int | None = None
+    seed: int | None = None
 
     def question_set(self, max_chars: int = DEFAULT_MAX_QUESTION_CHARS) -> QuestionSet:
         """The questions, each checked (``max_chars``: QFARM_MAX_QUESTION_CHARS)."""

@@ -18,7 +18,8 @@ questions and modes, then Redis, the index, the LLM endpoints and capacity.
 
 This module is the front: the work is done by private modules beside it (``_launch``
 starts a sweep, ``_eager`` and ``_distributed`` run it, ``_follow`` follows one, ``_ask``
-asks one question, ``_index`` builds the index, ``_status`` reads the farm's state), and
+asks one question, ``_index`` builds the index, ``_status`` reads the farm's state,
+``_outcome`` judges how a run ended against a failure policy: its exit code), and
 what callers may use is re-exported here.
 """
 
@@ -38,6 +39,7 @@ from qfarm.producer._eager import resume_eager
 from qfarm.producer._follow import follow_run
 from qfarm.producer._index import build_index, index_info
 from qfarm.producer._launch import run_sweep
+from qfarm.producer._outcome import RunOutcome, check_error_rate, judge_run, judge_run_dir
 from qfarm.producer._services import open_local_retriever
 from qfarm.producer._status import FarmStatus, RunProgress, farm_status
 from qfarm.producer._types import (
@@ -62,6 +64,7 @@ __all__ = [
     "FarmStatus",
     "OnProgress",
     "QuestionSet",
+    "RunOutcome",
     "RunProgress",
     "RunResult",
     "Say",
@@ -70,10 +73,13 @@ __all__ = [
     "ask",
     "ask_context",
     "build_index",
+    "check_error_rate",
     "configured_endpoints",
     "farm_status",
     "follow_run",
     "index_info",
+    "judge_run",
+    "judge_run_dir",
     "open_local_retriever",
     "poll_pauses",
     "resume_eager",

@@ -155,6 +155,7 @@ def list_runs(settings: Settings, store: ProducerStore | None, *, offset: int,
             "created_at": m["created_at"], "modes": m["modes"], "n": m["n"],
             "question_file": m["question_file"],
             "question_set": question_set_name(m["question_file"]), "simulated": m["simulated"],
+            "source": info["source"], "eager": m["eager"],
         })
     nxt = offset + limit if offset + limit < len(ordered) else None
     return items, nxt

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from qfarm.common.errors import InputError
 from qfarm.common.models import Manifest
-from qfarm.common.reporting.compare import Comparison, compare_runs, render_compare
+from qfarm.common.reporting.compare import Comparison, MetricDelta, compare_runs, render_compare
 from qfarm.common.reporting.phase import CycleDecision, decide_cycle, render_cycle
 from qfarm.common.reporting.report import render_stats
 from qfarm.common.reporting.runstats import RunStats
@@ -377,3 +377,51 @@ def write_comparison(cmp: Comparison, out_dir: Path) -> Path:
     path = out_dir / COMPARE
     _write_atomic(path, render_compare(cmp, plots=plots))
     return path
+
+
+# --------------------------------------------------------------------------- machine-readable
+
+
+def regressions(cmp: Comparison) -> list[MetricDelta]:
+    """The deltas where B is worse than A beyond noise: signals (the floor cleared, the
+    interval excluding zero) on a metric with a better direction, in the wrong one
+    (``qfarm compare --fail-on-worse``)."""
+    return [d for d in cmp.signals if d.effect == "worse"]
+
+
+def comparison_json(cmp: Comparison) -> dict[str, Any]:
+    """``qfarm compare --json``: every delta with its interval and verdict, the warnings,
+    and the regressions ``--fail-on-worse`` fails on."""
+    from qfarm.common.reporting.phase import phase_line
+
+    def delta(d: MetricDelta) -> dict[str, Any]:
+        return {"mode": d.mode, "metric": d.metric.key, "label": d.metric.label, "a": d.a,
+                "b": d.b, "n_a": d.n_a, "n_b": d.n_b, "delta": d.delta, "low": d.low,
+                "high": d.high, "method": d.method, "verdict": str(d.verdict),
+                "effect": None if d.effect == "—" else d.effect}
+
+    return {
+        "run_a": cmp.run_a,
+        "run_b": cmp.run_b,
+        "floor": cmp.floor,
+        "simulated": cmp.manifest_a.simulated or cmp.manifest_b.simulated,
+        "deltas": [delta(d) for d in cmp.deltas],
+        "signals": [delta(d) for d in cmp.signals],
+        "regressions": [delta(d) for d in regressions(cmp)],
+        "warnings": list(cmp.warnings),
+        "mixed": list(cmp.mixed),
+        "phase": phase_line(cmp.phase).replace("**", "") if cmp.phase is not None else None,
+    }
+
+
+def cycle_json(cycle: CycleDecision) -> dict[str, Any]:
+    """``qfarm compare --json`` of the four runs of an A/B/D cycle: roles and decision."""
+    from qfarm.common.reporting.phase import cycle_lines
+
+    return {
+        "runs": dict(cycle.runs),
+        "outcome": cycle.outcome,
+        "why": cycle.why,
+        "lines": [line.replace("**", "") for line in cycle_lines(cycle)],
+        "warnings": list(cycle.warnings),
+    }

@@ -27,9 +27,14 @@ from qfarm.common.jobs import (
     profile_id_for_model,
     ref_for,
 )
-from qfarm.common.models import Job, Manifest, Mode, Question
+from qfarm.common.models import Job, Manifest, Mode, Question, QuestionSelection
 from qfarm.common.policy import Policy, governance_policy_hash, verifier_policy_hash
-from qfarm.common.questions import DEFAULT_MAX_QUESTION_CHARS, digest_content, parse_questions
+from qfarm.common.questions import (
+    DEFAULT_MAX_QUESTION_CHARS,
+    digest_content,
+    parse_questions,
+    reselect_questions,
+)
 from qfarm.producer import interrupts
 from qfarm.producer.aggregator import Aggregator
 from qfarm.producer.lease import FollowerLease
@@ -54,6 +59,19 @@ def load_questions(
         line = data[: exc.start].count(b"\n") + 1
         raise InputError(f"{path}:{line}: not UTF-8 text; save the file as UTF-8") from exc
     return parse_questions(str(path), text, max_chars=max_chars), digest_content(data)
+
+
+def run_questions(manifest: Manifest, max_chars: int = DEFAULT_MAX_QUESTION_CHARS) -> list[Question]:
+    """The questions of a run, read again from its question file (``--resume``, a follower
+    re-sending lost jobs): the file must not have changed, and a ``--limit``/``--sample``
+    run takes the same questions again."""
+    questions, digest = load_questions(Path(manifest.question_file), max_chars)
+    if digest != manifest.question_file_digest:
+        raise InputError(
+            f"{manifest.question_file}: changed since run {manifest.run_id} started "
+            f"({digest} != {manifest.question_file_digest}); restore it or start a new sweep"
+        )
+    return reselect_questions(questions, manifest.selection)
 
 
 @dataclass(frozen=True)
@@ -94,6 +112,7 @@ def make_manifest(
     eager: bool,
     keep_answers: bool = False,
     use_cache: bool = True,
+    selection: QuestionSelection | None = None,
 ) -> Manifest:
     check_samples(n)
     return Manifest(
@@ -119,6 +138,7 @@ def make_manifest(
         eager=eager,
         keep_answers=keep_answers,
         use_cache=use_cache,
+        selection=selection,
     )
 
 

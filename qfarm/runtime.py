@@ -44,6 +44,19 @@ def add_retrieval_flags(p: argparse.ArgumentParser, *, many_backends: bool = Fal
                        help="search backend (default: QFARM_RETRIEVER)")
 
 
+def add_selection_flags(p: argparse.ArgumentParser) -> None:
+    """--limit, --sample and --seed: run part of a question file (chosen before the
+    questions are expanded into jobs; a sweep's manifest records which)."""
+    g = p.add_argument_group("question selection (default: every question of the file)")
+    g.add_argument("--limit", type=int, metavar="N",
+                   help="only the first N questions of the file")
+    g.add_argument("--sample", type=int, metavar="N",
+                   help="N questions drawn by --seed, kept in file order (the same N for the "
+                        "same seed and file on any machine)")
+    g.add_argument("--seed", type=int, metavar="S",
+                   help="which questions --sample draws (default 0)")
+
+
 def check_retrieval_flags(args: argparse.Namespace) -> None:
     """The policy's own ranges (finite, bounded): retrieval commands refuse what a sweep refuses."""
     try:

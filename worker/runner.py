@@ -65,12 +65,17 @@ class InProcessRunner:
         self._cpu_threads = max(1, cpu_threads)
         self._slots = threading.Semaphore(self._max_inflight)
         self._pool: ThreadPoolExecutor | None = None
+        # Set when a run is interrupted: a job still in flight then ends without a row (its
+        # stages are shut down under it), so that `--resume` runs it again; an error row
+        # would keep it from running and fail the run's error policy.
+        self._stopping = False
 
     def run(self, jobs: Iterable[Job], *, tick: Callable[[], None] | None = None,
             tick_s: float = 0.25) -> None:  # fmt: skip
         """Every job to its row; ``tick`` is called about every ``tick_s`` seconds (progress)."""
         tick = tick or (lambda: None)
         last = time.monotonic()
+        self._stopping = False
         self._pool = ThreadPoolExecutor(self._cpu_threads, thread_name_prefix="qfarm-eager")
         drained = 0
         # Bundles admitted (their slots taken) and not finished: an interruption
@@ -106,6 +111,7 @@ class InProcessRunner:
                 drained += 1
             self._pool.shutdown(wait=True)
         except BaseException:
+            self._stopping = True
             self._pool.shutdown(wait=False, cancel_futures=True)
             with lock:
                 cancelled = [n for future, n in waiting.items() if future.cancelled()]
@@ -129,6 +135,8 @@ class InProcessRunner:
         try:
             self._retrieve_bundle(jobs, held)
         except Exception as exc:
+            if self._stopping:
+                return
             log.error("bundle failed unexpectedly (%s: %s)", type(exc).__name__, exc)
             self._error_rows([pipeline.begin(job, worker=self._svc.worker_name)
                               for job in held.jobs()], exc)  # fmt: skip
@@ -141,6 +149,8 @@ class InProcessRunner:
         try:
             flow.handle_retrieve(refs, self._svc, lambda stage, rs: sent.append((stage, rs)))
         except Exception as exc:  # the serial path's _guarded: a bug is the jobs' error rows
+            if self._stopping:
+                return
             log.error("bundle failed unexpectedly (%s: %s)", type(exc).__name__, exc)
             flow.internal_error_rows(refs, self._svc, exc)
         step, records = self._walk(sent)
@@ -191,8 +201,12 @@ class InProcessRunner:
                    future: Future[Any]) -> None:  # fmt: skip
         """On the gateway's loop: queue the rest of the chain, free the slot. Nothing slow here."""
         try:
-            self._submit(functools.partial(self._past_model, step), _answered(record, t0, future))
+            if not self._stopping:
+                self._submit(functools.partial(self._past_model, step),
+                             _answered(record, t0, future))
         except Exception as exc:  # the pool is gone (or a bug): this job's row is written here
+            if self._stopping:
+                return
             log.error("job %s failed unexpectedly (%s: %s)", record.job.job_id,
                       type(exc).__name__, exc)  # fmt: skip
             self._error_rows([record], exc)
@@ -211,6 +225,8 @@ class InProcessRunner:
             if rest is not None:
                 raise RuntimeError("a second model link: the in-process runner runs one")
         except Exception as exc:
+            if self._stopping:
+                return
             log.error("job %s failed unexpectedly (%s: %s)", record.job.job_id,
                       type(exc).__name__, exc)  # fmt: skip
             self._error_rows([record], exc)

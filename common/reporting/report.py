@@ -156,7 +156,8 @@ def _header(
         ("question file", f"`{man.question_file}` ({man.question_file_digest})"),
         (
             "questions × modes × n",
-            f"{man.n_questions} × {len(man.modes)} × {man.n} = {man.n_jobs} jobs",
+            f"{man.n_questions} × {len(man.modes)} × {man.n} = {man.n_jobs} jobs"
+            + selection_note(man),
         ),
         ("modes", ", ".join(f"`{m}`" for m in man.modes)),
         ("rows", f"{stats.rows} of {man.n_jobs} expected"),
@@ -672,3 +673,13 @@ def render_summary(
     """``summary.md`` for a run: one streaming pass over ``rows``, bounded memory."""
     stats = accumulate(rows)
     return render_stats(manifest, stats, plots=plots, finished_at=finished_at, status=status)
+
+
+def selection_note(man: Manifest) -> str:
+    """What a limited run says beside its question count: the run is not the whole file."""
+    sel = man.selection
+    if sel is None:
+        return ""
+    how = (f"the first {sel.limit}" if sel.limit is not None
+           else f"a sample (`--sample {sel.sample} --seed {sel.seed}`)")
+    return f" (LIMITED: {how} of the file's {sel.of} questions)"

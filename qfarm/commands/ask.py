@@ -13,7 +13,7 @@ import sys
 
 from qfarm import runtime
 from qfarm.common.errors import InputError
-from qfarm.common.models import JobRecord, Row
+from qfarm.common.models import ALL_MODES, JobRecord, Mode, Row
 from qfarm.common.settings import load_settings
 from qfarm.producer.api import ask
 
@@ -21,7 +21,10 @@ from qfarm.producer.api import ask
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("ask", help="answer one question and print its audit line")
     p.add_argument("question")
-    p.add_argument("--mode", default="claim_lattice_pointer")
+    p.add_argument("--mode", default=Mode.CLAIM_LATTICE_POINTER.value,
+                   metavar="{" + ",".join(m.value for m in ALL_MODES) + "}",
+                   help="how the model grounds its answer (docs/grounding.md, 'Jobs and modes'; "
+                        f"default {Mode.CLAIM_LATTICE_POINTER.value})")
     p.add_argument("--eager", action="store_true", help="run in this process (no Redis, no workers)")
     p.add_argument("--json", action="store_true", help="print the row (and sidecar dict) as JSON")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the row")

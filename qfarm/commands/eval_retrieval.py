@@ -28,6 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("file", type=Path, help="JSONL question file with `answers` (and optional `title`), or a shipped set's name")
     runtime.add_retrieval_flags(p, many_backends=True)
+    runtime.add_selection_flags(p)
     p.add_argument(
         "--out",
         type=Path,
@@ -52,7 +53,7 @@ def _line(fig: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from qfarm.common.questions import parse_questions
+    from qfarm.common.questions import parse_questions, select_questions
     from qfarm.common.retrieval.evaluation import titles_by_id
     from qfarm.common.settings import load_settings
     from qfarm.producer.api import open_local_retriever
@@ -64,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
         content = args.file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{args.file}: cannot read the question file ({exc})") from exc
-    questions = parse_questions(str(args.file), content)
+    questions, selection = select_questions(parse_questions(str(args.file), content),
+                                            limit=args.limit, sample=args.sample, seed=args.seed)
     if not any(q.answers for q in questions):
         raise InputError(
             f"{args.file}: no question carries `answers`; eval-retrieval needs a JSONL file with "
@@ -84,7 +86,12 @@ def run(args: argparse.Namespace) -> int:
             retriever.close()
         print(_line(fig))
         results.append(fig)
-    report = {"file": str(args.file), "title_boost": args.title_boost, "backends": results}
+    if selection is not None:
+        print(f"questions: {len(questions)} of the file's {selection.of} (limited)")
+    report = {"file": str(args.file), "title_boost": args.title_boost,
+              "n_questions": len(questions),
+              "selection": selection.model_dump(mode="json") if selection else None,
+              "backends": results}
     out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"report: {out}")
     return 0

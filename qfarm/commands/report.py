@@ -1,8 +1,11 @@
-"""`qfarm report RUN`: re-render a run's summary.md and plots from its rows file."""
+"""`qfarm report RUN`: re-render a run's summary.md and plots from its rows file, and exit
+as the run's sweep would have (a CI job re-checks a run after `qfarm sweep --detach`)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from pathlib import Path
 
 from qfarm.common.settings import load_settings
@@ -12,7 +15,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "report",
         help="re-render summary.md and its plots for a run",
-        description="Re-render RUN's summary.md and plots from manifest.json and rows.jsonl.",
+        description="Re-render RUN's summary.md and plots from manifest.json and rows.jsonl. "
+                    "Exits as `qfarm sweep` would: 0 complete, 1 not complete (running, "
+                    "incomplete, interrupted, cancelled, failed), 3 complete with errored rows "
+                    "beyond --max-error-rate.",
     )
     p.add_argument(
         "run",
@@ -26,13 +32,26 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="where run ids are looked up (default: QFARM_RESULTS_DIR)",
     )
+    p.add_argument("--max-error-rate", type=float, default=0.0, metavar="R",
+                   help="fraction of rows that may error before the exit code is 3 (default 0)")
+    p.add_argument("--json", action="store_true",
+                   help="print the run's outcome as one JSON object (as `qfarm sweep --json`)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from qfarm.producer.api import check_error_rate, judge_run_dir
     from qfarm.producer.reports import resolve_run, write_summary  # matplotlib is slow to import
 
+    check_error_rate(args.max_error_rate)
     results_dir = args.results_dir or load_settings().results_dir
-    summary = write_summary(resolve_run(args.run, results_dir))
-    print(f"summary: {summary}")
-    return 0
+    run_dir = resolve_run(args.run, results_dir)
+    summary = write_summary(run_dir)
+    outcome = judge_run_dir(run_dir, args.max_error_rate)
+    if args.json:
+        print(json.dumps(outcome.as_json(), ensure_ascii=False))
+    else:
+        print(f"summary: {summary}")
+    if outcome.reason:
+        print(outcome.reason, file=sys.stderr)
+    return int(outcome.exit_code)

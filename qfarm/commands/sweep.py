@@ -6,10 +6,11 @@ Parses arguments, shows progress and prints the outcome; the run itself is
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from qfarm import question_sets, runtime
 from qfarm.common.errors import InputError
@@ -19,9 +20,12 @@ from qfarm.common.settings import load_settings
 from qfarm.common.vocab import RunStatus
 from qfarm.producer.api import (
     QuestionSet,
+    RunOutcome,
     RunResult,
     SweepSpec,
+    check_error_rate,
     follow_run,
+    judge_run,
     resume_eager,
     retry_errors,
     run_sweep,
@@ -32,10 +36,21 @@ if TYPE_CHECKING:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sweep", help="run a sweep of question × mode × n jobs")
+    p = sub.add_parser(
+        "sweep", help="run a sweep of question × mode × n jobs",
+        description="Run every question in every mode, n samples each. Exit codes: 0 complete "
+                    "(errored rows within --max-error-rate), 1 incomplete or failed, 2 bad "
+                    "input, 3 completed with errored rows, 130 interrupted.",
+    )
     p.add_argument("questions", nargs="?", type=Path, help="question file (.txt or .jsonl), or a shipped set's name (qfarm sets)")
-    p.add_argument("--modes", default=",".join(m.value for m in ALL_MODES))
-    p.add_argument("-n", type=int, default=1, help="samples per question and mode")
+    p.add_argument("--modes", default=",".join(m.value for m in ALL_MODES), metavar="MODE[,MODE...]",
+                   help="comma-separated modes, from: " + ", ".join(m.value for m in ALL_MODES)
+                        + " (default: all three)")
+    p.add_argument("-n", type=int, default=1, help="samples per question and mode (default 1)")
+    runtime.add_selection_flags(p)
+    p.add_argument("--max-error-rate", type=float, default=0.0, metavar="R",
+                   help="fraction of rows that may error before the run fails with exit 3 "
+                        "(default 0: any errored row fails it; 0.05 tolerates 5%%)")
     p.add_argument("--eager", action="store_true", help="run in this process (no Redis, no workers)")
     p.add_argument("--serial", action="store_true",
                    help="with --eager: one job at a time, every stage inline (for debugging)")
@@ -52,12 +67,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--attach", metavar="RUN_ID", help="follow a running sweep again")
     p.add_argument("--detach", action="store_true", help="enqueue and return without following")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object as the last line of stdout (run id, status, "
+                        "rows, errored rows, exit code, paths); the other lines go to stderr")
+    p.add_argument("--json-file", type=Path, metavar="PATH",
+                   help="write that JSON object to PATH as well")
     runtime.add_local_model_flag(p)
     runtime.add_policy_flags(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    check_error_rate(args.max_error_rate)
     settings = load_settings()
     if args.out is not None:
         settings = settings.model_copy(update={"results_dir": args.out})
@@ -76,7 +97,15 @@ def run(args: argparse.Namespace) -> int:
             result = _sweep(args, settings, bar)
     finally:
         bar.close()
-    return _report(result, detached=args.detach)
+    outcome = judge_run(result, args.max_error_rate, detached=args.detach)
+    code = _report(result, detached=args.detach, outcome=outcome,
+                   out=sys.stderr if args.json else sys.stdout)
+    record = json.dumps(outcome.as_json(), ensure_ascii=False)
+    if args.json_file:
+        args.json_file.write_text(record + "\n", encoding="utf-8")
+    if args.json:
+        print(record, flush=True)
+    return code
 
 
 def _sweep(args: argparse.Namespace, settings, bar: _ProgressBar) -> RunResult:
@@ -94,7 +123,8 @@ def _sweep(args: argparse.Namespace, settings, bar: _ProgressBar) -> RunResult:
             "start it with `qfarm local-model` and give the workers the variables it prints"
         )
     spec = SweepSpec(questions=QuestionSet.from_file(question_sets.resolve(args.questions)), modes=modes, n=args.n,
-                     policy=policy, keep_answers=args.keep_answers, use_cache=not args.burn)
+                     policy=policy, keep_answers=args.keep_answers, use_cache=not args.burn,
+                     limit=args.limit, sample=args.sample, seed=args.seed)
     return run_sweep(spec, eager=args.eager, detach=args.detach, settings=settings, serial=args.serial,
                      on_progress=bar.show, say=bar.say, index_progress=not args.quiet,
                      endpoints=lambda s: runtime.llm_endpoints(s, quiet=not args.eager,
@@ -114,45 +144,53 @@ def _retry(args: argparse.Namespace, settings, bar: _ProgressBar) -> RunResult:
                                                                   local_model=args.local_model))
 
 
-def _report(result: RunResult, *, detached: bool) -> int:
+def _report(result: RunResult, *, detached: bool, outcome: RunOutcome | None = None,
+            out: TextIO | None = None) -> int:
+    """Print how the run ended; returns its exit code (``qfarm.producer.api.judge_run``)."""
+    outcome = outcome or judge_run(result, detached=detached)
+    code = int(outcome.exit_code)
+    out = out or sys.stdout
     run_id = result.run_id
     if result.status == RunStatus.ENQUEUE_INTERRUPTED:
         _err(f"\ninterrupted while enqueueing run {run_id}; send the rest with: "
              f"qfarm sweep --resume {run_id}")
-        return 130
+        return code
     if result.status == RunStatus.RUNNING and detached:
         _err(f"detached; follow with: qfarm sweep --attach {run_id}")
-        return 0
+        return code
     if result.status == RunStatus.INTERRUPTED and result.error:  # a retry that stopped
         _err(f"\ninterrupted: {result.error}")
-        return 130
+        return code
     if result.status == RunStatus.INTERRUPTED and result.manifest.eager:
         _err(f"\ninterrupted: run {run_id} stopped with {result.rows_written} of "
              f"{result.manifest.n_jobs} jobs done (rows: {result.rows_path}); run the rest "
              f"with: qfarm sweep --resume {run_id} --eager")
-        return 130
+        return code
     if result.status == RunStatus.INTERRUPTED:
         _err(f"\ndetached; the run goes on. Re-attach with: qfarm sweep --attach {run_id}"
              f"  (cancel with: qfarm cancel {run_id})")
-        return 130
+        return code
     if result.status == RunStatus.DETACHED:
         _err(f"\nrun {run_id}: {result.error}; detached (workers carry on once Redis is back). "
              f"Re-attach with: qfarm sweep --attach {run_id}")
-        return 1
+        return code
     if result.status == RunStatus.FAILED:
         _err(f"run {run_id} failed: {result.error}")
-        return 1
+        return code
     if result.status == RunStatus.CANCELLED:
         _err(f"run {run_id} was cancelled: {result.jobs_without_row} jobs have no row")
-    print(f"rows:    {result.rows_path}  ({result.rows_written}/{result.manifest.n_jobs} jobs)")
-    print(f"summary: {result.summary}")
+    print(f"rows:    {result.rows_path}  ({result.rows_written}/{result.manifest.n_jobs} jobs)",
+          file=out)
+    print(f"summary: {result.summary}", file=out)
     if result.status == RunStatus.INCOMPLETE:
         how = (f"qfarm sweep --resume {run_id} --eager" if result.manifest.eager
                else f"qfarm sweep --resume {run_id}")
         _err(f"run {run_id} is incomplete: {result.jobs_without_row} of "
              f"{result.manifest.n_jobs} jobs have no row; run them with: {how}")
-        return 1
-    return 0
+        return code
+    if outcome.reason:
+        _err(outcome.reason)
+    return code
 
 
 def _err(line: str) -> None:

@@ -1,4 +1,5 @@
-"""Question files: JSONL lines are JSON (any Unicode inside a string), ids are strings or numbers."""
+"""Question files: JSONL lines are JSON (any Unicode inside a string), ids are strings or numbers;
+``--limit``/``--sample`` choose questions the same way every time."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from qfarm.common.errors import InputError
-from qfarm.common.questions import parse_questions
+from qfarm.common.models import Question, QuestionSelection
+from qfarm.common.questions import parse_questions, reselect_questions, select_questions
 from qfarm.producer.sweep import load_questions
 
 
@@ -130,3 +132,51 @@ def test_a_text_file_question_with_nul_is_refused(tmp_path: Path) -> None:
     path.write_bytes(b"Who was Bach?\nWhat is\x00 jazz?\n")
     with pytest.raises(InputError, match=r"q.txt:2: the question holds a control character \(U\+0000\)"):
         load_questions(path)
+
+
+# --------------------------------------------------------------------------- --limit, --sample
+
+
+def _numbered(k: int) -> list[Question]:
+    return [Question(id=f"q{i:03d}", text=f"What is river number {i}?") for i in range(k)]
+
+
+def test_limit_takes_the_first_questions_and_says_so() -> None:
+    chosen, selection = select_questions(_numbered(20), limit=5)
+    assert [q.id for q in chosen] == ["q000", "q001", "q002", "q003", "q004"]
+    assert selection == QuestionSelection(limit=5, of=20)
+    assert select_questions(_numbered(20)) == (_numbered(20), None)  # no flag: all, unrecorded
+
+
+def test_a_sample_is_fixed_by_its_seed_kept_in_file_order_and_blind_to_it() -> None:
+    questions = _numbered(50)
+    chosen, selection = select_questions(questions, sample=10, seed=3)
+    assert selection == QuestionSelection(sample=10, seed=3, of=50)
+    ids = [q.id for q in chosen]
+    assert len(ids) == 10 and ids == sorted(ids)  # file order
+    assert [q.id for q in select_questions(questions, sample=10, seed=3)[0]] == ids
+    shuffled = list(reversed(questions))  # where a question stands does not decide its draw
+    assert sorted(q.id for q in select_questions(shuffled, sample=10, seed=3)[0]) == ids
+    others = {tuple(q.id for q in select_questions(questions, sample=10, seed=s)[0])
+              for s in range(5)}
+    assert len(others) == 5  # another seed, another sample
+    assert select_questions(questions, sample=10)[1] == QuestionSelection(sample=10, seed=0, of=50)
+    # The recorded selection chooses the same questions again (``--resume``).
+    assert reselect_questions(questions, selection) == chosen
+    assert reselect_questions(questions, None) == questions
+
+
+def test_asking_for_more_questions_than_the_file_has_takes_them_all() -> None:
+    assert select_questions(_numbered(3), limit=10)[0] == _numbered(3)
+    assert select_questions(_numbered(3), sample=10, seed=1)[0] == _numbered(3)
+
+
+@pytest.mark.parametrize(("flags", "needle"), [
+    ({"limit": 0}, "--limit 0"),
+    ({"sample": -1}, "--sample -1"),
+    ({"limit": 2, "sample": 2}, "give one of them"),
+    ({"seed": 4}, "--seed 4 chooses which questions --sample takes"),
+])
+def test_a_bad_selection_is_one_clear_input_error(flags: dict, needle: str) -> None:
+    with pytest.raises(InputError, match=needle):
+        select_questions(_numbered(3), **flags)

@@ -118,6 +118,9 @@ def test_an_eager_run_stopped_by_a_signal_says_so_and_resumes(tmp_path, env, slo
     rows_before = [json.loads(line) for line in (run_dir / "rows.jsonl").read_text().splitlines()
                    if line.endswith("}")]
     assert 0 < len(rows_before) < 12, err
+    # Jobs in flight when the signal came end without a row (--resume runs them), not as
+    # error rows that --resume would keep and the run's error policy would fail.
+    assert [r["error"] for r in rows_before if r["error"]] == [], err
     if sig == signal.SIGKILL:
         assert proc.returncode == -signal.SIGKILL
         assert json.loads((run_dir / "status.json").read_text())["status"] == "running"
@@ -128,7 +131,8 @@ def test_an_eager_run_stopped_by_a_signal_says_so_and_resumes(tmp_path, env, slo
         assert json.loads((run_dir / "status.json").read_text())["status"] == "interrupted"
     report = subprocess.run([QFARM, "report", str(run_dir)], cwd=REPO, env=run_env,
                             capture_output=True, text=True, timeout=120)
-    assert report.returncode == 0, report.stderr
+    assert report.returncode == 1, report.stderr  # the report is written; the run is not whole
+    assert f"run {run_dir.name} is interrupted: " in report.stderr
     assert "| status | interrupted |" in (run_dir / "summary.md").read_text()
 
     resumed = subprocess.run([QFARM, "sweep", "--resume", run_dir.name, "--eager", "--quiet"],
@@ -143,15 +147,19 @@ def test_an_eager_run_stopped_by_a_signal_says_so_and_resumes(tmp_path, env, slo
 
 
 def test_one_function_words_a_run_for_the_cli_the_api_and_the_viewer():
-    """``qfarm status`` (``qfarm.producer._status``), the HTTP API (``qfarm.producer.control.describe_run``
-    and the rows cursor) and the viewer (``qfarm.producer.viewer.source``) all call ``qfarm.common.runstatus.run_state``: none keeps a copy."""
+    """The HTTP API (``qfarm.producer.control.describe_run`` and the rows cursor) and the viewer
+    (``qfarm.producer.viewer.source``) all call ``qfarm.common.runstatus.run_state``: none keeps a copy;
+    ``qfarm status`` (``qfarm.producer._status``) describes runs through the API's ``describe_run``."""
+    import inspect
+
     from qfarm.common import runstatus
     from qfarm.producer import _status, control
     from qfarm.producer.http import runs
     from qfarm.producer.viewer import source
 
-    for caller in (control, runs, source, _status):
+    for caller in (control, runs, source):
         assert caller.run_state is runstatus.run_state, caller.__name__
+    assert "describe_run" in inspect.getsource(_status) and "run_state" not in inspect.getsource(_status)
 
 
 @pytest.mark.parametrize(("done", "cancelled", "error", "expected"), [
