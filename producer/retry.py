@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,7 +36,6 @@ from qfarm.producer._follow import finish_run
 from qfarm.producer._services import (
     eager_services,
     enqueue_counted,
-    import_plotting,
     open_local_retriever,
     require_endpoints_for_workers,
 )
@@ -232,7 +230,6 @@ def retry_errors(
     eager = manifest.eager if eager is None else eager
     if not eager:
         require_endpoints_for_workers(settings)
-    threading.Thread(target=import_plotting, name="qfarm-import-plotting", daemon=True).start()
     retriever = open_local_retriever(settings, progress=False)
     with endpoints(settings) as eps:
         # The endpoints' own settings (a local model's name, its gateway limits) count for
