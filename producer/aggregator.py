@@ -24,9 +24,10 @@ import hashlib
 import json
 import os
 import re
+from array import array
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
 
 from producer.store import ProducerStore
 
@@ -81,39 +82,36 @@ def cut_partial_line(path: Path) -> int:
 
 
 def fingerprint(job_id: str) -> int:
-    """64 bits of a job id's digest: two of a million ids share one with odds of 3 in 10^8."""
-    return int.from_bytes(hashlib.blake2b(job_id.encode(), digest_size=8).digest(), "big")
+    """63 bits of a job id's digest (a NumPy int64 holds them as they are): two of a million
+    ids share one with odds of 5 in 10^8."""
+    digest = hashlib.blake2b(job_id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
 
 
 class JobIdSet:
-    """Job ids seen, as fingerprints: a sorted ``uint64`` array (8 bytes an id) and a small
-    set of the latest ones, merged into the array once it holds ``MERGE_AT``. NumPy is
-    imported at the first merge: a run of fewer rows, and the command line, never load it."""
+    """Job ids seen, as fingerprints: a sorted array of 8-byte integers searched by bisection
+    and a small set of the latest ones, merged into the array once it holds ``MERGE_AT``
+    (NumPy merges; imported then, so the command line and small runs never load it)."""
 
     MERGE_AT = 1 << 15
 
     def __init__(self, ids: Iterable[str] = ()) -> None:
-        self._sorted: Any = None  # numpy uint64 array once a merge has happened
+        self._sorted = array("q")
         self._recent: set[int] = set()
-        self._count = 0
         for job_id in ids:
             self.add(job_id)
 
     def __len__(self) -> int:
-        return self._count
+        return len(self._sorted) + len(self._recent)
 
     def __contains__(self, job_id: object) -> bool:
-        if not isinstance(job_id, str):
-            return False
-        return self._has(fingerprint(job_id))
+        return isinstance(job_id, str) and self._has(fingerprint(job_id))
 
     def _has(self, fp: int) -> bool:
         if fp in self._recent:
             return True
-        if self._sorted is None:
-            return False
-        at = int(self._sorted.searchsorted(fp))
-        return at < len(self._sorted) and int(self._sorted[at]) == fp
+        at = bisect_left(self._sorted, fp)
+        return at < len(self._sorted) and self._sorted[at] == fp
 
     def add(self, job_id: str) -> bool:
         """Add ``job_id``; False if it was there already."""
@@ -121,7 +119,6 @@ class JobIdSet:
         if self._has(fp):
             return False
         self._recent.add(fp)
-        self._count += 1
         if len(self._recent) >= self.MERGE_AT:
             self._merge()
         return True
@@ -129,15 +126,18 @@ class JobIdSet:
     def _merge(self) -> None:
         import numpy as np  # a dependency of matplotlib's
 
-        fresh = np.fromiter(self._recent, dtype=np.uint64, count=len(self._recent))
-        self._sorted = fresh if self._sorted is None else np.union1d(self._sorted, fresh)
-        self._sorted.sort()
+        fresh = np.fromiter(self._recent, dtype=np.int64, count=len(self._recent))
+        merged = np.union1d(np.frombuffer(self._sorted, dtype=np.int64), fresh)
+        self._sorted = array("q", merged.tobytes())
         self._recent = set()
 
 
 class Aggregator:
-    def __init__(self, store: ProducerStore, run_id: str, rows_path: Path):
+    def __init__(self, store: ProducerStore, run_id: str, rows_path: Path, *,
+                 forget_drained: bool = False):
         self.store = store
+        # An eager run's store is this process's memory: rows leave it once in the file.
+        self.forget_drained = forget_drained
         self.run_id = run_id
         self.rows_path = rows_path
         self.cursor = 0  # position in the run's row log
@@ -179,12 +179,17 @@ class Aggregator:
                 self._sync_with_file()
                 for ids, read in self.store.read_log(self.run_id, self.cursor):
                     new = [j for j in dict.fromkeys(ids) if j not in self.seen]
+                    appended: list[str] = []
                     for job_id, raw in zip(new, self.store.rows_for(self.run_id, new), strict=True):
-                        if raw is None:
+                        if not raw:  # None: no row; empty: forgotten, already in the file
                             continue
                         fh.write(raw.rstrip(b"\n") + b"\n")
                         self.seen.add(job_id)
-                        n += 1
+                        appended.append(job_id)
+                    n += len(appended)
+                    if self.forget_drained:
+                        fh.flush()
+                        self.store.forget_rows(self.run_id, appended)
                     self.cursor += read
                 fh.flush()
                 os.fsync(fh.fileno())

@@ -143,6 +143,13 @@ class ProducerStore:
             return []
         return self.client.hmget(keys.rows_key(run_id), job_ids)  # type: ignore[return-value]
 
+    def forget_rows(self, run_id: str, job_ids: list[str]) -> None:
+        """Empty the stored rows of ``job_ids``, keeping their ids (progress counts them and
+        the write-once script still refuses a second row): an eager run's private store
+        drops each row once it is in rows.jsonl, so a million-row run does not hold them."""
+        if job_ids:
+            self.client.hset(keys.rows_key(run_id), mapping=dict.fromkeys(job_ids, b""))
+
     def restore_rows(self, run_id: str, rows: Iterable[tuple[str, bytes]], chunk: int = 500) -> int:
         """Write (job id, row JSON) pairs that Redis lacks, set-if-absent as workers do
         (rows hash, log, failure count); returns how many were missing."""

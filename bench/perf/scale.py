@@ -134,6 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="passage counts, comma-separated (0: no passages section)")
     ap.add_argument("--drivers", default="eager,distributed",
                     help="which sweeps to run at each job count: eager, distributed or both")
+    ap.add_argument("--questions", type=int, default=None,
+                    help="sweep only the first N questions of the general set (the quick test)")
     ap.add_argument("--eager-up-to", type=int, default=None,
                     help="run the eager sweep only at job counts up to this one")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "scale",
@@ -164,7 +166,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench.perf import scale_jobs
 
         drivers = [d.strip() for d in args.drivers.split(",") if d.strip()]
-        points = scale_jobs.measure(job_sizes, drivers, work, eager_up_to=args.eager_up_to)
+        points = scale_jobs.measure(job_sizes, drivers, work, eager_up_to=args.eager_up_to,
+                                    questions=args.questions)
         text = table("Jobs (SIMULATED LLM, zero latency)", points, scale_jobs.UNITS,
                      scale_jobs.KINDS)
         plot("jobs: each figure ÷ its smallest-size value (SIMULATED LLM)", points,

@@ -36,11 +36,11 @@ def spawn(*args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def samples_for(jobs: int) -> int:
-    """n such that the general set × 3 modes × n holds at least ``jobs`` jobs."""
+def samples_for(jobs: int, questions: Path = GENERAL) -> int:
+    """n such that the question set × 3 modes × n holds at least ``jobs`` jobs."""
     from common.questions import parse_questions
 
-    count = len(parse_questions(GENERAL.name, GENERAL.read_text(encoding="utf-8")))
+    count = len(parse_questions(questions.name, questions.read_text(encoding="utf-8")))
     return max(1, math.ceil(jobs / (count * N_MODES)))
 
 
@@ -52,21 +52,22 @@ def _settings(results: str, index: str, sim_url: str, redis_url: str | None = No
                     **extra)
 
 
-def _spec(jobs: int) -> Any:
+def _spec(jobs: int, questions: Path) -> Any:
     from common.models import ALL_MODES
     from producer import SweepSpec
 
-    return SweepSpec(questions=GENERAL, modes=ALL_MODES, n=samples_for(jobs), use_cache=False)
+    return SweepSpec(questions=questions, modes=ALL_MODES, n=samples_for(jobs, questions),
+                     use_cache=False)
 
 
 def child_sweep(driver: str, jobs: str, results: str, index: str, sim_url: str,
-                redis_url: str = "") -> dict[str, Any]:
+                redis_url: str = "", questions: str = str(GENERAL)) -> dict[str, Any]:
     """An eager sweep to its end, or a distributed one enqueued and left (detach)."""
     from producer import run_sweep
 
     settings = _settings(results, index, sim_url, redis_url or None)
     t0 = time.perf_counter()
-    result = run_sweep(_spec(int(jobs)), eager=driver == "eager", detach=driver != "eager",
+    result = run_sweep(_spec(int(jobs), Path(questions)), eager=driver == "eager", detach=driver != "eager",
                        settings=settings)
     return {"seconds": time.perf_counter() - t0, "rss_mb": peak_rss_mb(),
             "run_id": result.manifest.run_id, "run_dir": str(result.run_dir),

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from bench.perf.farmkit import REPO, farm_env, workers
-from bench.perf.scale_children import spawn
+from bench.perf.scale_children import GENERAL, spawn
 
 # figure -> unit; KINDS: "grows" (a time or a size that may grow at most linearly),
 # "flat" (memory and per-job figures, expected not to grow), "rate" (jobs/s).
@@ -184,9 +184,10 @@ def _report_and_viewer(run_dir: Path, fig: dict[str, float | None]) -> None:
 
 
 def eager_point(jobs: int, work: Path, index: Path, sim_url: str,
-                fig: dict[str, float | None]) -> Path:
+                fig: dict[str, float | None], questions: Path) -> Path:
     results = work / f"eager-{jobs}"
-    res = spawn("sweep", "eager", str(jobs), str(results), str(index), sim_url)
+    res = spawn("sweep", "eager", str(jobs), str(results), str(index), sim_url, "",
+                str(questions))
     run_dir = Path(res["run_dir"])
     fig["eager: wall"] = res["seconds"]
     fig["eager: process peak RSS"] = res["rss_mb"]
@@ -197,14 +198,15 @@ def eager_point(jobs: int, work: Path, index: Path, sim_url: str,
 
 
 def distributed_point(jobs: int, work: Path, index: Path, sim_url: str,
-                      fig: dict[str, float | None]) -> Path:
+                      fig: dict[str, float | None], questions: Path) -> Path:
     import redis
 
     results = work / f"dist-{jobs}"
     with redis_server(work / f"redis-{jobs}") as url:
         client = redis.Redis.from_url(url)
         mem0 = int(client.info("memory")["used_memory"])
-        res = spawn("sweep", "distributed", str(jobs), str(results), str(index), sim_url, url)
+        res = spawn("sweep", "distributed", str(jobs), str(results), str(index), sim_url, url,
+                    str(questions))
         mem1 = int(client.info("memory")["used_memory"])
         fig["enqueue"] = res["enqueue_s"]
         fig["enqueue: producer peak RSS"] = res["rss_mb"]
@@ -236,11 +238,17 @@ def distributed_point(jobs: int, work: Path, index: Path, sim_url: str,
 
 
 def measure(sizes: list[int], drivers: list[str], work: Path, *,
-            eager_up_to: int | None = None) -> dict[int, dict[str, float | None]]:
+            eager_up_to: int | None = None,
+            questions: int | None = None) -> dict[int, dict[str, float | None]]:
     from common.settings import Settings
     from ops.sim.launch import start_simulator
     from worker.retrieval import ensure_default_index
 
+    question_file = GENERAL
+    if questions:
+        question_file = work / f"general-{questions}.jsonl"
+        lines = GENERAL.read_text(encoding="utf-8").splitlines()
+        question_file.write_text("\n".join(lines[:questions]) + "\n", encoding="utf-8")
     index = ensure_default_index(Settings(data_dir=Path(os.environ.get(
         "QFARM_DATA_DIR", Path.home() / ".cache" / "qfarm"))), progress=False)
     points: dict[int, dict[str, float | None]] = {}
@@ -251,10 +259,10 @@ def measure(sizes: list[int], drivers: list[str], work: Path, *,
             runs: list[Path] = []
             eager = "eager" in drivers and (eager_up_to is None or jobs <= eager_up_to)
             if eager:
-                runs.append(eager_point(jobs, work, index, sim.url, fig))
+                runs.append(eager_point(jobs, work, index, sim.url, fig, question_file))
             if "distributed" in drivers:
                 dist_fig: dict[str, float | None] = {}
-                runs.append(distributed_point(jobs, work, index, sim.url, dist_fig))
+                runs.append(distributed_point(jobs, work, index, sim.url, dist_fig, question_file))
                 if not eager:
                     _report_and_viewer(runs[-1], dist_fig)
                 fig.update({k: v for k, v in dist_fig.items() if k not in fig})
