@@ -84,7 +84,7 @@ class RowColumns(Sequence[RowEntry]):
     one code per column (52 bytes), each distinct value held once.
 
     A million rows index in about 52 MB plus their distinct values (questions, error
-    texts), where an object per row took about 1 KB; ``entries[i]`` builds the row's
+    texts), where an object per row took about 700 bytes; ``entries[i]`` builds the row's
     ``RowEntry`` when a page shows it.
     """
 

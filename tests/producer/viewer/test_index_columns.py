@@ -82,5 +82,5 @@ def test_memory_grows_by_a_bounded_amount_a_row() -> None:
     small, large = index_bytes(2_000), index_bytes(20_000)
     per_row = (large - small) / 18_000
     # 52 bytes of codes a row (arrays grow by up to an eighth at a time); an object per
-    # row took about a kilobyte.
+    # row took about 700 bytes.
     assert per_row < 80, per_row
