@@ -91,9 +91,11 @@ def enlarged_corpus(base: dict[str, dict[str, Any]], documents: int) -> Iterator
         yield {"id": f"{title}#{copy}" if copy else title, "title": new_title, "text": new_text}
 
 
-def write_corpus(base: dict[str, dict[str, Any]], passages: int, path: Path) -> int:
-    """A JSONL corpus of about ``passages`` passages; returns its document count."""
-    documents = max(1, round(passages / passages_per_article(base)))
+def write_corpus(base: dict[str, dict[str, Any]], passages: int, path: Path,
+                 ratio: float) -> int:
+    """A JSONL corpus of about ``passages`` passages (``ratio`` passages an article);
+    returns its document count."""
+    documents = max(1, round(passages / ratio))
     if documents >= 0.9 * len(base):  # "10k" is the whole default corpus (10,887 passages)
         documents = max(documents, len(base))
     with path.open("w", encoding="utf-8") as fh:
@@ -107,11 +109,12 @@ def measure(sizes: list[int], work: Path, *, queries: int, heldout: int,
     from worker.retrieval.default_corpus import default_corpus_path
 
     base = load_default()
+    ratio = passages_per_article(base)
     points: dict[int, dict[str, float | None]] = {}
     for size in sizes:
         corpus = work / f"corpus-{size}.jsonl"
         index = work / f"index-{size}.sqlite"
-        docs = write_corpus(base, size, corpus)
+        docs = write_corpus(base, size, corpus, ratio)
         built = spawn("build", str(corpus), str(index))
         corpus.unlink()
         fig: dict[str, float | None] = {
