@@ -16,6 +16,7 @@ of its articles, built into the embedded index and queried.
     python -m bench.perf.scale --jobs 0 --passages 10000,100000     # passages only
     python -m bench.perf.scale --drivers eager                      # no Celery workers
 
+The runs, corpora and indexes go to a temporary directory, removed at the end.
 The last line is ``scale_max_exponent=<the largest exponent of a time or count>``.
 """
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -157,6 +159,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     exit_on_sigterm()
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="qfarm-scale-"))
+    try:
+        return _measure(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # gigabytes of runs and indexes at 1M
+
+
+def _measure(args: argparse.Namespace, work: Path) -> int:
     sections: list[str] = []
     worst: list[float] = []
     job_sizes, passage_sizes = _sizes(args.jobs), _sizes(args.passages)
