@@ -38,14 +38,14 @@ def spawn(*args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
 
 def samples_for(jobs: int, questions: Path = GENERAL) -> int:
     """n such that the question set × 3 modes × n holds at least ``jobs`` jobs."""
-    from common.questions import parse_questions
+    from qfarm.common.questions import parse_questions
 
     count = len(parse_questions(questions.name, questions.read_text(encoding="utf-8")))
     return max(1, math.ceil(jobs / (count * N_MODES)))
 
 
 def _settings(results: str, index: str, sim_url: str, redis_url: str | None = None) -> Any:
-    from common.settings import Settings
+    from qfarm.common.settings import Settings
 
     extra = {"redis_url": redis_url} if redis_url else {}
     return Settings(results_dir=Path(results), index_path=Path(index), llm_endpoints=sim_url,
@@ -53,8 +53,8 @@ def _settings(results: str, index: str, sim_url: str, redis_url: str | None = No
 
 
 def _spec(jobs: int, questions: Path) -> Any:
-    from common.models import ALL_MODES
-    from producer import SweepSpec
+    from qfarm.common.models import ALL_MODES
+    from qfarm.producer import SweepSpec
 
     return SweepSpec(questions=questions, modes=ALL_MODES, n=samples_for(jobs, questions),
                      use_cache=False)
@@ -63,7 +63,7 @@ def _spec(jobs: int, questions: Path) -> Any:
 def child_sweep(driver: str, jobs: str, results: str, index: str, sim_url: str,
                 redis_url: str = "", questions: str = str(GENERAL)) -> dict[str, Any]:
     """An eager sweep to its end, or a distributed one enqueued and left (detach)."""
-    from producer import run_sweep
+    from qfarm.producer import run_sweep
 
     settings = _settings(results, index, sim_url, redis_url or None)
     t0 = time.perf_counter()
@@ -78,7 +78,7 @@ def child_sweep(driver: str, jobs: str, results: str, index: str, sim_url: str,
 def child_follow(run_id: str, results: str, index: str, sim_url: str,
                  redis_url: str) -> dict[str, Any]:
     """Follow a distributed run to its end: the aggregator (rows.jsonl, summary.md)."""
-    from producer import follow_run
+    from qfarm.producer import follow_run
 
     t0 = time.perf_counter()
     result = follow_run(run_id, settings=_settings(results, index, sim_url, redis_url))
@@ -99,7 +99,7 @@ def child_cli(*argv: str) -> dict[str, Any]:
 
 def child_viewer(results: str, run_id: str) -> dict[str, Any]:
     """The viewer's first load of a run page (it indexes rows.jsonl), then a filtered page."""
-    from producer.viewer.router import Viewer
+    from qfarm.producer.viewer.router import Viewer
 
     viewer = Viewer(Path(results))
     t0 = time.perf_counter()
@@ -115,7 +115,7 @@ def child_viewer(results: str, run_id: str) -> dict[str, Any]:
 
 
 def child_build(corpus: str, dest: str) -> dict[str, Any]:
-    from worker.retrieval.ingest import CorpusSource, build_embedded_index
+    from qfarm.worker.retrieval.ingest import CorpusSource, build_embedded_index
 
     report = build_embedded_index(CorpusSource.resolve(corpus), Path(dest), progress=False,
                                   force=True)
@@ -127,10 +127,10 @@ def child_query(index: str, corpus: str, queries: str, heldout: str,
                 profile: str = "") -> dict[str, Any]:
     """Query latency on generated questions, recall@8 of the shipped sets."""
     from bench.perf.retrieval import TITLE_BOOST, TOP_K, make_questions, percentiles, time_each
-    from common.questions import parse_questions
-    from common.retrieval.evaluation import titles_by_id
-    from worker.retrieval.embedded import EmbeddedRetriever
-    from worker.retrieval.evaluate import evaluate
+    from qfarm.common.questions import parse_questions
+    from qfarm.common.retrieval.evaluation import titles_by_id
+    from qfarm.worker.retrieval.embedded import EmbeddedRetriever
+    from qfarm.worker.retrieval.evaluate import evaluate
 
     retriever = EmbeddedRetriever(Path(index))
     base = json.loads(Path(corpus).read_text(encoding="utf-8"))

@@ -132,8 +132,8 @@ class Sampler:
     def _run(self) -> None:
         from prometheus_client import CollectorRegistry, generate_latest
 
-        from producer.http.metrics import FarmCollector
-        from producer.store import ProducerStore, connect
+        from qfarm.producer.http.metrics import FarmCollector
+        from qfarm.producer.store import ProducerStore, connect
 
         registry = CollectorRegistry()
         registry.register(FarmCollector(ProducerStore(connect(self.redis_url))))
@@ -240,9 +240,9 @@ def distributed_point(jobs: int, work: Path, index: Path, sim_url: str,
 def measure(sizes: list[int], drivers: list[str], work: Path, *,
             eager_up_to: int | None = None,
             questions: int | None = None) -> dict[int, dict[str, float | None]]:
-    from common.settings import Settings
-    from ops.sim.launch import start_simulator
-    from worker.retrieval import ensure_default_index
+    from qfarm.common.settings import Settings
+    from qfarm.ops.sim.launch import start_simulator
+    from qfarm.worker.retrieval import ensure_default_index
 
     question_file = GENERAL
     if questions:

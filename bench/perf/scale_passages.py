@@ -53,14 +53,14 @@ KINDS: dict[str, str] = {
 
 
 def load_default() -> dict[str, dict[str, Any]]:
-    from worker.retrieval.default_corpus import default_corpus_path
+    from qfarm.worker.retrieval.default_corpus import default_corpus_path
 
     data: dict[str, dict[str, Any]] = json.loads(default_corpus_path().read_text(encoding="utf-8"))
     return data
 
 
 def passages_per_article(base: dict[str, dict[str, Any]]) -> float:
-    from common.retrieval.chunking import chunk_document
+    from qfarm.common.retrieval.chunking import chunk_document
 
     total = sum(len(chunk_document(k, v.get("title") or k, v["extract"])) for k, v in base.items()
                 if v.get("extract"))
@@ -106,7 +106,7 @@ def write_corpus(base: dict[str, dict[str, Any]], passages: int, path: Path,
 
 def measure(sizes: list[int], work: Path, *, queries: int, heldout: int,
             profile: bool) -> dict[int, dict[str, float | None]]:
-    from worker.retrieval.default_corpus import default_corpus_path
+    from qfarm.worker.retrieval.default_corpus import default_corpus_path
 
     base = load_default()
     ratio = passages_per_article(base)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import fakeredis
 
-from common import keys
-from producer.aggregator import Aggregator, JobIdSet
-from producer.store import ProducerStore
+from qfarm.common import keys
+from qfarm.producer.aggregator import Aggregator, JobIdSet
+from qfarm.producer.store import ProducerStore
 
 
 def test_membership_and_duplicates_across_merges() -> None:

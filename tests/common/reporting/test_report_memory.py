@@ -7,7 +7,7 @@ import tracemalloc
 from collections.abc import Iterator
 from typing import Any
 
-from common.reporting.runstats import accumulate
+from qfarm.common.reporting.runstats import accumulate
 
 MODES = ("quote", "claim_lattice_pointer", "claim_lattice")
 VERDICTS = ("STRICT", "HYBRID", "UNGROUNDED")

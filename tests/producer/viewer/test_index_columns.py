@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from producer.viewer.index import FILTERS, RowColumns, RowEntry
+from qfarm.producer.viewer.index import FILTERS, RowColumns, RowEntry
 
 MODES = ("quote", "claim_lattice_pointer", "claim_lattice")
 KINDS = ("CITATION_MISMATCH", "NO_EVIDENCE_POINTER")
