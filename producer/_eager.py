@@ -39,6 +39,7 @@ from qfarm.producer.runs import (
     this_process,
     update_run_status,
 )
+from qfarm.producer.sweep import SweepPlan, enqueue_jobs, load_questions
 from qfarm.producer.sweep import SweepPlan, enqueue_jobs, run_questions
 
 
@@ -108,7 +109,7 @@ def _execute_eager(plan: SweepPlan, jobs: Iterable[Job], run_dir: Path, settings
 
     svc, store = eager_services(settings, retriever)
     store.put_manifest(plan.manifest)
-    agg = Aggregator(store, plan.manifest.run_id, run_dir / "rows.jsonl")
+    agg = Aggregator(store, plan.manifest.run_id, run_dir / "rows.jsonl", forget_drained=True)
 
     def tick() -> None:
         agg.drain()

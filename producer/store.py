@@ -12,6 +12,7 @@ import redis
 
 from qfarm.common import keys
 from qfarm.common.errors import ConfigError
+from qfarm.common.jobs import manifest_from_json
 from qfarm.common.grounding.rows import row_attempt
 from qfarm.common.jobs import make_job_id, manifest_from_json
 from qfarm.common.models import Manifest
@@ -155,6 +156,13 @@ class ProducerStore:
         if not job_ids:
             return []
         return self.client.hmget(keys.rows_key(run_id), job_ids)  # type: ignore[return-value]
+
+    def forget_rows(self, run_id: str, job_ids: list[str]) -> None:
+        """Empty the stored rows of ``job_ids``, keeping their ids (progress counts them and
+        the write-once script still refuses a second row): an eager run's private store
+        drops each row once it is in rows.jsonl, so a million-row run does not hold them."""
+        if job_ids:
+            self.client.hset(keys.rows_key(run_id), mapping=dict.fromkeys(job_ids, b""))
 
     def restore_rows(self, run_id: str, rows: Iterable[tuple[str, bytes]], chunk: int = 500) -> int:
         """Write (job id, row JSON) pairs that Redis lacks, set-if-absent as workers do

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +27,9 @@ from qfarm.common.jobs import (
     profile_id_for_model,
     ref_for,
 )
+from qfarm.common.models import Job, Manifest, Mode, Question
+from qfarm.common.policy import Policy, governance_policy_hash, verifier_policy_hash
+from qfarm.common.questions import DEFAULT_MAX_QUESTION_CHARS, digest_content, parse_questions
 from qfarm.common.models import Job, Manifest, Mode, Question, QuestionSelection
 from qfarm.common.policy import Policy, governance_policy_hash, verifier_policy_hash
 from qfarm.common.questions import (
@@ -177,10 +180,12 @@ def enqueue_jobs(
 
 
 
-def missing_jobs(plan: SweepPlan, store: ProducerStore) -> list[Job]:
-    jobs = list(plan.jobs())
-    have = store.existing_job_ids(plan.manifest.run_id, (j.job_id for j in jobs))
-    return [j for j in jobs if j.job_id not in have]
+def missing_jobs(plan: SweepPlan, store: ProducerStore, chunk: int = 1000) -> Iterator[Job]:
+    """The plan's jobs that have no row, checked a chunk at a time: a million-job plan is
+    never held whole (its jobs would take gigabytes)."""
+    for part in bundles(plan.jobs(), chunk):
+        have = store.existing_job_ids(plan.manifest.run_id, (j.job_id for j in part))
+        yield from (j for j in part if j.job_id not in have)
 
 
 # What a follower treats as "Redis is away for now": wait, reconnect, carry on.
@@ -336,5 +341,4 @@ def reconcile_run(app, plan: SweepPlan, store: ProducerStore, *, bundle_size: in
     """
     if store.pending_message_count(plan.manifest.run_id) > 0:
         return 0
-    todo = missing_jobs(plan, store)
-    return enqueue_jobs(app, todo, bundle_size=bundle_size) if todo else 0
+    return enqueue_jobs(app, missing_jobs(plan, store), bundle_size=bundle_size)
