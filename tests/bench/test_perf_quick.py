@@ -54,14 +54,15 @@ def test_every_script_has_a_quick_mode() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", _scripts())
-def test_quick_mode_runs(name: str, tmp_path: Path) -> None:
+def test_quick_mode_runs(name: str, tmp_path: Path, default_index: Path) -> None:
     reason = _skip_reason(name)
     if reason:
         pytest.skip(reason)
     env = {k: v for k, v in os.environ.items() if not k.startswith("QFARM_")}
     env.update(
         PYTHONPATH=str(REPO),
-        QFARM_DATA_DIR=os.environ.get("QFARM_DATA_DIR", str(tmp_path / "data")),
+        # The session's default index (built once): a script that needs it finds it there.
+        QFARM_DATA_DIR=os.environ.get("QFARM_DATA_DIR", str(default_index.parent.parent)),
         QFARM_BENCH_REDIS_PORT=os.environ.get("QFARM_TEST_REDIS_PORT", "6379"),
         QFARM_BENCH_REDIS_DB=BENCH_DB,
         QFARM_RESULTS_DIR=str(tmp_path / "runs"),
