@@ -46,6 +46,7 @@ def run_manifest(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], set
         eager=eager,
         keep_answers=spec.keep_answers,
         use_cache=spec.use_cache,
+        cost_rates=settings.cost_rates(),
     )
 
 

@@ -22,6 +22,7 @@ class RunProgress:
     manifest: Manifest | None = None
     progress: Progress | None = None
     error: str | None = None
+    cost: dict | None = None  # what it has cost so far (``control.live_cost``), one run asked for
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ def farm_status(settings: Settings, run_id: str | None = None, limit: int = 10) 
     """The farm as Redis and the workers report it: ``run_id``'s progress (InputError when
     Redis has no such run) or that of the ``limit`` most recent runs."""
     from common.urls import redact_url
+    from producer.control import live_cost
     from producer.store import ProducerStore, connect
     from worker.celery_app import configure_app
     from worker.llm.pool import endpoint_report
@@ -54,7 +56,8 @@ def farm_status(settings: Settings, run_id: str | None = None, limit: int = 10) 
         prog = store.progress(rid, manifest.n_jobs)
         state = run_state(None, done=prog.done, total=prog.total, cancelled=prog.cancelled,
                           error=prog.error)
-        runs.append(RunProgress(rid, state, manifest, prog))
+        cost = live_cost(rid, settings, store) if run_id else None
+        runs.append(RunProgress(rid, state, manifest, prog, cost=cost))
     # Sweep messages are bundles of up to QFARM_BUNDLE_SIZE jobs; counting jobs would mean
     # reading every message, so this counts messages.
     lengths = store.queue_lengths()

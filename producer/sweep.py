@@ -27,7 +27,7 @@ from common.jobs import (
     profile_id_for_model,
     ref_for,
 )
-from common.models import Job, Manifest, Mode, Question
+from common.models import CostRates, Job, Manifest, Mode, Question
 from common.policy import Policy, governance_policy_hash, verifier_policy_hash
 from common.questions import DEFAULT_MAX_QUESTION_CHARS, digest_content, parse_questions
 from producer import interrupts
@@ -94,6 +94,7 @@ def make_manifest(
     eager: bool,
     keep_answers: bool = False,
     use_cache: bool = True,
+    cost_rates: CostRates | None = None,
 ) -> Manifest:
     check_samples(n)
     return Manifest(
@@ -119,6 +120,7 @@ def make_manifest(
         eager=eager,
         keep_answers=keep_answers,
         use_cache=use_cache,
+        cost_rates=cost_rates or CostRates(),
     )
 
 

@@ -36,7 +36,7 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
         ["checks", "claims", "quote", "verifier"],
     ),
     "common.retrieval": (["chunking", "corpus", "evaluation", "ranking"], []),
-    "common.reporting": (["audit", "compare", "phase", "report", "runstats", "stats"], []),
+    "common.reporting": (["audit", "compare", "cost", "phase", "report", "runstats", "stats"], []),
     "worker": (
         ["app", "celery"],
         ["broker", "encoding", "flow", "metrics", "pipeline", "stages", "tasks"],

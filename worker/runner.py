@@ -129,7 +129,7 @@ class InProcessRunner:
         try:
             self._retrieve_bundle(jobs, held)
         except Exception as exc:
-            log.error("bundle failed unexpectedly (%s: %s)", type(exc).__name__, exc)
+            log.debug("bundle failed unexpectedly (%s: %s)", type(exc).__name__, exc, exc_info=True)
             self._error_rows([pipeline.begin(job, worker=self._svc.worker_name)
                               for job in held.jobs()], exc)  # fmt: skip
         finally:
@@ -141,7 +141,7 @@ class InProcessRunner:
         try:
             flow.handle_retrieve(refs, self._svc, lambda stage, rs: sent.append((stage, rs)))
         except Exception as exc:  # the serial path's _guarded: a bug is the jobs' error rows
-            log.error("bundle failed unexpectedly (%s: %s)", type(exc).__name__, exc)
+            log.debug("bundle failed unexpectedly (%s: %s)", type(exc).__name__, exc, exc_info=True)
             flow.internal_error_rows(refs, self._svc, exc)
         step, records = self._walk(sent)
         # The rest ended here (row written, or skipped): their slots are free.
@@ -193,8 +193,8 @@ class InProcessRunner:
         try:
             self._submit(functools.partial(self._past_model, step), _answered(record, t0, future))
         except Exception as exc:  # the pool is gone (or a bug): this job's row is written here
-            log.error("job %s failed unexpectedly (%s: %s)", record.job.job_id,
-                      type(exc).__name__, exc)  # fmt: skip
+            log.debug("job %s failed unexpectedly (%s: %s)", record.job.job_id,
+                      type(exc).__name__, exc, exc_info=True)  # its row logs it (flow)
             self._error_rows([record], exc)
         finally:
             self._slots.release()
@@ -211,8 +211,8 @@ class InProcessRunner:
             if rest is not None:
                 raise RuntimeError("a second model link: the in-process runner runs one")
         except Exception as exc:
-            log.error("job %s failed unexpectedly (%s: %s)", record.job.job_id,
-                      type(exc).__name__, exc)  # fmt: skip
+            log.debug("job %s failed unexpectedly (%s: %s)", record.job.job_id,
+                      type(exc).__name__, exc, exc_info=True)  # its row logs it (flow)
             self._error_rows([record], exc)
 
     def _error_rows(self, records: list[JobRecord], exc: Exception) -> None:

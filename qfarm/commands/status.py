@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from common.reporting.cost import cost_line
 from common.settings import load_settings
 
 
@@ -31,6 +32,8 @@ def run(args: argparse.Namespace) -> int:
               f"age={age / 60:.1f} min")
         if prog.error:
             print(f"  error: {prog.error}")
+        if r.cost is not None:
+            print("  " + cost_line(r.cost))
     if not status.runs:
         print("no runs in Redis")
     print("queued messages: " + "  ".join(f"{q}={n}" for q, n in status.queued_messages.items())
