@@ -102,6 +102,15 @@ def run_job(refs: list[dict]) -> None:
 _node: dict[str, object] = {}
 
 
+_logging_done: list[bool] = []
+
+
+@signals.celeryd_init.connect
+def _logging_at_init(options: dict | None = None, **_: object) -> None:
+    # Sent just before Celery's privilege check warns: that warning goes through it too.
+    _setup_logging((options or {}).get("loglevel"))
+
+
 @signals.setup_logging.connect
 def _setup_logging(loglevel: object = None, **_: object) -> None:
     """The worker's logging, configured once (common.logs): connecting this signal keeps
@@ -113,6 +122,8 @@ def _setup_logging(loglevel: object = None, **_: object) -> None:
     from common.errors import ConfigError
     from common.settings import load_settings
 
+    if _logging_done:
+        return
     try:
         settings = load_settings()
     except ConfigError:
@@ -122,6 +133,7 @@ def _setup_logging(loglevel: object = None, **_: object) -> None:
     logs.set_role("worker")
     logs.install(logs.log_handler(sys.stderr, fmt=settings.log_format,
                                   secrets=settings.secrets()), level.lower())
+    _logging_done.append(True)
 
 
 @signals.celeryd_after_setup.connect
