@@ -20,6 +20,7 @@ __all__ = [
     "grounding",
     "jobs",
     "keys",
+    "logs",
     "metrics",
     "models",
     "policy",

@@ -22,7 +22,7 @@ PRODUCT = ("common", "worker", "producer", "ops", "qfarm")
 # package: (its __all__, its internal modules: imported only from inside the package)
 SURFACE: dict[str, tuple[list[str], list[str]]] = {
     "common": (
-        ["errors", "grounding", "jobs", "keys", "metrics", "models", "policy", "profiles",
+        ["errors", "grounding", "jobs", "keys", "logs", "metrics", "models", "policy", "profiles",
          "questions", "reporting", "retrieval", "runstatus", "settings", "text", "urls",
          "versions", "vocab"],
         ["redis_urls"],
