@@ -37,8 +37,8 @@ COMMANDS = (
 
 
 LOG_LEVEL_HELP = ("log level: critical, error, warning, info or debug (default QFARM_LOG_LEVEL, "
-                  "else warning; error with --quiet). QFARM_LOG_FORMAT=json: one JSON object "
-                  "per line")
+                  "else warning, info for `qfarm sim`; error with --quiet). "
+                  "QFARM_LOG_FORMAT=json: one JSON object per line")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,7 +87,7 @@ def setup_logging(args: argparse.Namespace) -> None:
         # what a command prints there for people becomes a log line too.
         if hasattr(args, "quiet"):
             args.quiet = True
-        sys.stderr = _LinesToLog(handler)  # type: ignore[assignment]
+        sys.stderr = _LinesToLog(handler, sys.stderr)  # type: ignore[assignment]
 
 
 class _LinesToLog:
@@ -95,8 +95,9 @@ class _LinesToLog:
     (``qfarm: error: ...`` at error level, the rest at info), so the stream holds JSON
     objects only."""
 
-    def __init__(self, handler: logging.Handler) -> None:
+    def __init__(self, handler: logging.Handler, stream: object) -> None:
         self.handler = handler
+        self.stream = stream  # the real stderr, for what is not a line of text (fileno...)
         self.pending = ""
 
     def write(self, text: str) -> int:
@@ -115,8 +116,8 @@ class _LinesToLog:
     def isatty(self) -> bool:
         return False
 
-    def fileno(self) -> int:
-        raise OSError("stderr carries JSON log lines: no file descriptor")
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.stream, name)
 
 
 def main(argv: list[str] | None = None) -> int:

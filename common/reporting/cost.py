@@ -42,6 +42,12 @@ class BusyTime:
     def add(self, start: float, end: float) -> None:
         if end < start:
             start, end = end, start
+        ends = self.ends
+        if ends and self.starts[-1] <= start <= ends[-1]:
+            # The usual case (requests overlap, rows come roughly in order): it extends the last span.
+            if end > ends[-1]:
+                ends[-1] = end
+            return
         # Every span that touches [start, end] merges into it.
         lo = bisect.bisect_left(self.ends, start)
         hi = bisect.bisect_right(self.starts, end)
@@ -79,18 +85,18 @@ class CostCell:
         self.model_s = 0.0
         self.busy = BusyTime()
 
-    def add(self, usage: Mapping[str, Any], request: Mapping[str, Any] | None) -> None:
+    def add(self, prompt: int, completion: int, estimated: bool,
+            span: tuple[float, float, float] | None) -> None:
+        """One row: its tokens, and (start, end, its share of the request's seconds)."""
         self.rows += 1
-        self.prompt_tokens += int(usage.get("prompt_tokens") or 0)
-        self.completion_tokens += int(usage.get("completion_tokens") or 0)
-        self.estimated_rows += bool(usage.get("estimated"))
-        if request is None:
+        self.prompt_tokens += prompt
+        self.completion_tokens += completion
+        self.estimated_rows += estimated
+        if span is None:
             self.untimed_rows += 1
             return
-        seconds = float(request.get("ms") or 0.0) / 1000.0
-        self.model_s += seconds / max(1, int(request.get("prompts") or 1))
-        sent = float(request.get("sent_at") or 0.0)
-        self.busy.add(sent, sent + seconds)
+        self.model_s += span[2]
+        self.busy.add(span[0], span[1])
 
 
 class CostStats:
@@ -113,9 +119,17 @@ class CostStats:
         endpoint = str(row.get("endpoint") or "(none)")
         if endpoint not in self.endpoints and len(self.endpoints) >= MAX_ENDPOINTS:
             endpoint = "(other)"
-        for cell in (self.total, self.modes.setdefault(mode, CostCell()),
-                     self.endpoints.setdefault(endpoint, CostCell())):
-            cell.add(usage, request)
+        prompt = int(usage.get("prompt_tokens") or 0)
+        completion = int(usage.get("completion_tokens") or 0)
+        estimated = bool(usage.get("estimated"))
+        span = None
+        if request is not None:
+            seconds = float(request.get("ms") or 0.0) / 1000.0
+            sent = float(request.get("sent_at") or 0.0)
+            span = (sent, sent + seconds, seconds / max(1, int(request.get("prompts") or 1)))
+        for cell in (self.total, self.modes.get(mode) or self.modes.setdefault(mode, CostCell()),
+                     self.endpoints.get(endpoint) or self.endpoints.setdefault(endpoint, CostCell())):
+            cell.add(prompt, completion, estimated, span)
 
 
 @dataclass(frozen=True)
