@@ -13,9 +13,9 @@ import logging
 import os
 import sys
 
-from common.errors import QfarmError
-from common.settings import LOG_LEVELS
-from producer import interrupts
+from qfarm.common.errors import QfarmError
+from qfarm.common.settings import LOG_LEVELS
+from qfarm.producer import interrupts
 
 COMMANDS = (
     "sweep",
@@ -62,11 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def setup_logging(args: argparse.Namespace) -> None:
-    """Configure this process's logging once (common.logs): the level from --log-level,
+    """Configure this process's logging once (qfarm.common.logs): the level from --log-level,
     else QFARM_LOG_LEVEL, else warning (error with --quiet); QFARM_LOG_FORMAT's format;
     every secret the settings hold redacted."""
-    from common import logs
-    from common.settings import load_settings
+    from qfarm.common import logs
+    from qfarm.common.settings import load_settings
 
     try:
         settings = load_settings()

@@ -1,5 +1,5 @@
-"""Thin Celery tasks: one per link of worker.stages.CHAIN (a bundle of jobs through
-worker.flow, then the next link's queue), and the interactive one.
+"""Thin Celery tasks: one per link of qfarm.worker.stages.CHAIN (a bundle of jobs through
+qfarm.worker.flow, then the next link's queue), and the interactive one.
 
 A broker/row-store failure sends the bundle's message back for redelivery (jobs
 that already have a row are skipped); LLM retries live in the gateway alone (one
@@ -17,13 +17,13 @@ from typing import Any
 from celery import signals
 from celery.exceptions import Reject
 
-from common.jobs import bundle_label
-from common.keys import INTERACTIVE, Stage
-from common.models import JobRecord
-from worker import flow, metrics, stages
-from worker.celery_app import app
-from worker.flow import REDIS_ERRORS
-from worker.services import Services, get_services
+from qfarm.common.jobs import bundle_label
+from qfarm.common.keys import INTERACTIVE, Stage
+from qfarm.common.models import JobRecord
+from qfarm.worker import flow, metrics, stages
+from qfarm.worker.celery_app import app
+from qfarm.worker.flow import REDIS_ERRORS
+from qfarm.worker.services import Services, get_services
 
 log = logging.getLogger("qfarm.worker")
 
@@ -83,7 +83,7 @@ def _stage_task(stage: Stage) -> Any:
     return app.task(name=stage.task, **TASK_OPTIONS)(task)
 
 
-# One task per link of worker.stages.CHAIN, in its order.
+# One task per link of qfarm.worker.stages.CHAIN, in its order.
 STAGE_TASKS = {step.stage: _stage_task(step.stage) for step in stages.CHAIN}
 retrieve = STAGE_TASKS[stages.CHAIN[0].stage]  # the entry of a sweep's jobs
 
@@ -113,14 +113,14 @@ def _logging_at_init(options: dict | None = None, **_: object) -> None:
 
 @signals.setup_logging.connect
 def _setup_logging(loglevel: object = None, **_: object) -> None:
-    """The worker's logging, configured once (common.logs): connecting this signal keeps
+    """The worker's logging, configured once (qfarm.common.logs): connecting this signal keeps
     Celery from installing handlers of its own, so its lines and ours go through one
     handler, each once. QFARM_LOG_LEVEL wins over celery's --loglevel."""
     import sys
 
-    from common import logs
-    from common.errors import ConfigError
-    from common.settings import load_settings
+    from qfarm.common import logs
+    from qfarm.common.errors import ConfigError
+    from qfarm.common.settings import load_settings
 
     if _logging_done:
         return
@@ -138,9 +138,9 @@ def _setup_logging(loglevel: object = None, **_: object) -> None:
 
 @signals.celeryd_after_setup.connect
 def _note_node(sender: object = None, instance: object = None, **_: object) -> None:
-    from common import logs
-    from common.metrics import role_of
-    from common.settings import load_settings
+    from qfarm.common import logs
+    from qfarm.common.metrics import role_of
+    from qfarm.common.settings import load_settings
 
     queues = app.amqp.queues.consume_from or app.amqp.queues
     _node.update(hostname=str(sender or "worker"), queues=sorted(queues))

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from common.models import CostRates
+from qfarm.common.models import CostRates
 
 MAX_SPANS = 4096
 MAX_ENDPOINTS = 50
@@ -323,7 +323,7 @@ def price_note(rates: CostRates) -> str:
 def render_cost(lines: list[CostLine], rates: CostRates, notes: list[str], *,
                 simulated: bool = False) -> list[str]:
     """The summary's 'What the run cost' section, in markdown lines (no table without rows)."""
-    from common.reporting.report import md_table  # the one markdown table writer
+    from qfarm.common.reporting.report import md_table  # the one markdown table writer
 
     out = ["", "## What the run cost" + (" (SIMULATED)" if simulated else ""), ""]
     if simulated:

@@ -17,10 +17,10 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from common.models import Row
-from common.reporting.cost import CostStats
-from common.reporting.stats import Moments, QuantileSketch
-from common.vocab import Verdict, ViolationKind
+from qfarm.common.models import Row
+from qfarm.common.reporting.cost import CostStats
+from qfarm.common.reporting.stats import Moments, QuantileSketch
+from qfarm.common.vocab import Verdict, ViolationKind
 
 STAGES: tuple[tuple[str, str], ...] = (
     ("queue_wait_ms", "queue wait"),
@@ -242,7 +242,7 @@ class RunStats:
         self.simulated_rows = 0
         self.truncated: Counter[str] = Counter()  # mode -> answers cut off at max_tokens
         self.budget_lowered: Counter[str] = Counter()  # mode -> max_tokens lowered to fit context
-        self.cost = CostStats()  # tokens and model time (common.reporting.cost)
+        self.cost = CostStats()  # tokens and model time (qfarm.common.reporting.cost)
 
     def note_unreadable(self, lineno: int) -> None:
         self.unreadable += 1

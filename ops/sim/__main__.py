@@ -1,4 +1,4 @@
-"""``python -m ops.sim --port N [options]``: run the vLLM simulator in the foreground."""
+"""``python -m qfarm.ops.sim --port N [options]``: run the vLLM simulator in the foreground."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import argparse
 import os
 import sys
 
-from ops.sim.config import add_sim_arguments, config_from_args
-from ops.sim.server import run
+from qfarm.ops.sim.config import add_sim_arguments, config_from_args
+from qfarm.ops.sim.server import run
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m ops.sim",
+        prog="python -m qfarm.ops.sim",
         description="vLLM-compatible simulator: answers are SIMULATED from the prompt's evidence.",
     )
     add_sim_arguments(parser)
@@ -37,10 +37,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _setup_logging(level: str | None, api_key: str | None) -> None:
-    """The simulator's logging, configured once (common.logs), like every qfarm process."""
-    from common import logs
-    from common.errors import ConfigError
-    from common.settings import load_settings
+    """The simulator's logging, configured once (qfarm.common.logs), like every qfarm process."""
+    from qfarm.common import logs
+    from qfarm.common.errors import ConfigError
+    from qfarm.common.settings import load_settings
 
     try:
         settings = load_settings()

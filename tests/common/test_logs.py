@@ -8,8 +8,8 @@ import logging
 
 import pytest
 
-from common import logs
-from common.settings import Settings
+from qfarm.common import logs
+from qfarm.common.settings import Settings
 
 SECRET = "sk-very-secret-key-123"
 
@@ -110,8 +110,8 @@ def test_install_leaves_one_handler_and_quiets_chatty_libraries() -> None:
 
 
 def test_bad_log_settings_name_their_variable() -> None:
-    from common.errors import ConfigError
-    from common.settings import load_settings
+    from qfarm.common.errors import ConfigError
+    from qfarm.common.settings import load_settings
 
     with pytest.raises(ConfigError, match="QFARM_LOG_LEVEL"):
         load_settings(log_level="loud")

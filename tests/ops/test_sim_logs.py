@@ -7,7 +7,7 @@ import signal
 
 import httpx
 
-from ops.sim.launch import start_simulator
+from qfarm.ops.sim.launch import start_simulator
 
 KEY = "sim-key-0a1b2c3d4e5f"
 

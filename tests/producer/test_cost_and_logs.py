@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from common import keys
-from ops.sim.launch import start_simulator
+from qfarm.common import keys
+from qfarm.ops.sim.launch import start_simulator
 from tests.producer.conftest import Farm
 
 pytestmark = pytest.mark.slow

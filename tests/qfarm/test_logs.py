@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ops.sim.launch import start_simulator
+from qfarm.ops.sim.launch import start_simulator
 
 pytestmark = pytest.mark.slow
 

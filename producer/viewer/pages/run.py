@@ -7,7 +7,7 @@ from collections import Counter
 from typing import Any
 from urllib.parse import quote
 
-from common.reporting.report import (
+from qfarm.common.reporting.report import (
     GOLD_COLUMNS,
     fmt_ms,
     fmt_num,
@@ -16,18 +16,18 @@ from common.reporting.report import (
     gold_cells,
     run_warnings,
 )
-from common.reporting.runstats import NO_VERDICT, STAGES, UNKNOWN_KIND
-from common.vocab import Verdict
-from producer.reports import LATENCY_PLOT, STRICT_PLOT
-from producer.viewer.html import REDIS_BADGE, Response, h
-from producer.viewer.html import badge as _badge
-from producer.viewer.html import count_link as _count_link
-from producer.viewer.html import meaning as _meaning
-from producer.viewer.html import page as _page
-from producer.viewer.html import rows_link as _rows_link
-from producer.viewer.html import table as _table
-from producer.viewer.index import RunRows
-from producer.viewer.source import LIVE_STATES, RunSource, finished_at
+from qfarm.common.reporting.runstats import NO_VERDICT, STAGES, UNKNOWN_KIND
+from qfarm.common.vocab import Verdict
+from qfarm.producer.reports import LATENCY_PLOT, STRICT_PLOT
+from qfarm.producer.viewer.html import REDIS_BADGE, Response, h
+from qfarm.producer.viewer.html import badge as _badge
+from qfarm.producer.viewer.html import count_link as _count_link
+from qfarm.producer.viewer.html import meaning as _meaning
+from qfarm.producer.viewer.html import page as _page
+from qfarm.producer.viewer.html import rows_link as _rows_link
+from qfarm.producer.viewer.html import table as _table
+from qfarm.producer.viewer.index import RunRows
+from qfarm.producer.viewer.source import LIVE_STATES, RunSource, finished_at
 
 
 def run_page(src: RunSource, run_id: str) -> Response:
@@ -171,9 +171,15 @@ def _error_filter(kind: str) -> dict[str, str]:
 
 
 def cost_section(manifest: Any, stats: Any, status: dict[str, Any]) -> list[str]:
-    """What the run cost: the summary's table (common.reporting.cost), so far while it runs."""
-    from common.reporting.cost import COST_HEADER, cost_cells, cost_lines, cost_notes, price_note
-    from common.reporting.report import run_wall_s
+    """What the run cost: the summary's table (qfarm.common.reporting.cost), so far while it runs."""
+    from qfarm.common.reporting.cost import (
+        COST_HEADER,
+        cost_cells,
+        cost_lines,
+        cost_notes,
+        price_note,
+    )
+    from qfarm.common.reporting.report import run_wall_s
 
     end = status.get("finished_at")
     wall = run_wall_s(manifest, stats, float(end) if isinstance(end, int | float) else None)

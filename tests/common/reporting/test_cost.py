@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from common.models import CostRates
-from common.reporting import cost as c
-from common.reporting.report import render_summary
-from common.reporting.runstats import RunStats
+from qfarm.common.models import CostRates
+from qfarm.common.reporting import cost as c
+from qfarm.common.reporting.report import render_summary
+from qfarm.common.reporting.runstats import RunStats
 
 
 def a_row(mode: str = "quote", endpoint: str = "http://gpu1:8000", *, prompt: int = 100,

@@ -9,10 +9,10 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from common.policy import build_policy
-from ops.sim.launch import start_simulator
-from producer import QuestionSet, SweepSpec, run_sweep
-from producer.http.app import create_app
+from qfarm.common.policy import build_policy
+from qfarm.ops.sim.launch import start_simulator
+from qfarm.producer import QuestionSet, SweepSpec, run_sweep
+from qfarm.producer.http.app import create_app
 from tests.producer.conftest import REPO
 
 pytestmark = pytest.mark.slow
