@@ -28,6 +28,7 @@ __all__ = [
     "grounding",
     "jobs",
     "keys",
+    "logs",
     "metrics",
     "models",
     "policy",

@@ -34,6 +34,10 @@ LLM_ERRORS = "llm_errors"  # endpoint, error class
 LLM_LATENCY_BUCKET = "llm_latency_bucket"  # endpoint, bucket index (non-cumulative)
 LLM_LATENCY_SUM = "llm_latency_sum_us"  # endpoint; microseconds, so HINCRBY stays integral
 CACHE = "cache"  # result: hit, miss
+# What rows cost (docs/reports.md, 'What a run cost'), counted as rows are written:
+LLM_PROMPT_TOKENS = "llm_prompt_tokens"  # endpoint, mode, estimated ("true": no server usage)
+LLM_COMPLETION_TOKENS = "llm_completion_tokens"  # endpoint, mode, estimated
+LLM_MODEL_US = "llm_model_us"  # endpoint, mode; the answering requests' durations, microseconds
 
 LABELS: dict[str, tuple[str, ...]] = {
     ROWS: ("mode", "verdict"),
@@ -44,6 +48,9 @@ LABELS: dict[str, tuple[str, ...]] = {
     LLM_LATENCY_BUCKET: ("endpoint", "bucket"),
     LLM_LATENCY_SUM: ("endpoint",),
     CACHE: ("result",),
+    LLM_PROMPT_TOKENS: ("endpoint", "mode", "estimated"),
+    LLM_COMPLETION_TOKENS: ("endpoint", "mode", "estimated"),
+    LLM_MODEL_US: ("endpoint", "mode"),
 }
 
 # The Prometheus names /metrics exposes (ops/grafana's dashboard may use only these).
@@ -56,6 +63,9 @@ EXPOSED_METRICS: tuple[str, ...] = (
     "qfarm_llm_requests_total",
     "qfarm_llm_request_errors_total",
     "qfarm_llm_request_seconds",
+    "qfarm_llm_prompt_tokens_total",
+    "qfarm_llm_completion_tokens_total",
+    "qfarm_llm_model_seconds_total",
     "qfarm_llm_inflight",
     "qfarm_llm_breaker_state",
     "qfarm_workers",

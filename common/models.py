@@ -141,8 +141,22 @@ class Retrieval(Frozen):
 
 
 class Usage(Frozen):
+    """Tokens a job's answer cost: the server's ``usage`` (a micro-batch's shared out in
+    proportion to characters), or, when the server gave none, qfarm's estimate
+    (``estimated``: characters / 4, docs/reports.md, 'What a run cost')."""
+
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    estimated: bool = False
+
+
+class LlmRequest(Frozen):
+    """The HTTP request that answered a job: when it was sent (epoch seconds), how long it
+    took, and how many prompts it carried (a micro-batch's are answered together)."""
+
+    sent_at: float
+    ms: float
+    prompts: int = 1
 
 
 class Generation(Frozen):
@@ -153,6 +167,7 @@ class Generation(Frozen):
     endpoint: str | None = None
     attempts: int = 1
     usage: Usage = Field(default_factory=Usage)
+    request: LlmRequest | None = None  # None: no request answered (a failure)
     llm_ms: float = 0.0
     ttft_ms: float | None = None
     simulated: bool = False
@@ -321,6 +336,21 @@ class QuestionSelection(Frozen):
     of: int
 
 
+class CostRates(Frozen):
+    """What the operator said a run's model time costs (QFARM_LLM_GPUS*, QFARM_LLM_PRICE_*),
+    recorded in the manifest so a summary rendered later prices the run the same way."""
+
+    gpus_per_endpoint: float | None = None  # every endpoint's GPUs, unless listed below
+    gpus_by_endpoint: dict[str, float] = Field(default_factory=dict)  # URL (redacted) -> GPUs
+    price_per_gpu_hour: float | None = None
+    price_per_m_prompt_tokens: float | None = None
+    price_per_m_completion_tokens: float | None = None
+    currency: str = "USD"
+
+    def gpus_for(self, endpoint: str) -> float | None:
+        return self.gpus_by_endpoint.get(endpoint.rstrip("/"), self.gpus_per_endpoint)
+
+
 class Manifest(Frozen):
     """What a run is: written to disk (and Redis) before any job is enqueued."""
 
@@ -354,6 +384,9 @@ class Manifest(Frozen):
     record: RunRecord | None = None
     # None: every question of the file (``n_questions`` of them).
     selection: QuestionSelection | None = None
+    cost_rates: CostRates = Field(default_factory=CostRates)
+    # What the run cost (qfarm.common.reporting.cost.cost_summary), written when the run ends.
+    cost: dict[str, Any] | None = None
 
     @field_validator("endpoints")
     @classmethod
@@ -421,6 +454,7 @@ class Row(Frozen):
     error_kind: ErrorKind | None = None  # where the error came from; None without one
     timings: Timings = Field(default_factory=Timings)
     usage: Usage = Field(default_factory=Usage)
+    llm_request: LlmRequest | None = None  # the request that answered; None: no model call
     worker: str | None = None
     started_at: float | None = None
     finished_at: float | None = None

@@ -7,7 +7,7 @@ the result down, so tests can set variables per test.
 from __future__ import annotations
 
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote, unquote_plus, urlsplit
 
 from pydantic import (
     AliasChoices,
@@ -20,6 +20,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from qfarm.common.errors import ConfigError
+from qfarm.common.models import CostRates
 from qfarm.common.questions import DEFAULT_MAX_QUESTION_CHARS
 from qfarm.common.redis_urls import broker_url, redis_url_problem
 from qfarm.common.urls import redact_url, redact_urls
@@ -140,6 +141,17 @@ class Settings(BaseSettings):
     # Workers flush their in-process counters (and a heartbeat) to Redis this often; the
     # API's /metrics reads them (docs/api.md, 'Metrics'). 0 turns the flushing off.
     metrics_flush_s: float = Field(default=2.0, ge=0)
+    # What a run cost (docs/reports.md, 'What a run cost'): GPUs behind every endpoint, or
+    # per endpoint ("URL=N,URL=N", as QFARM_LLM_API_KEYS names its endpoints), and prices.
+    llm_gpus_per_endpoint: float | None = Field(default=None, gt=0)
+    llm_gpus: str = ""
+    llm_price_per_gpu_hour: float | None = Field(default=None, ge=0)
+    llm_price_per_m_prompt_tokens: float | None = Field(default=None, ge=0)
+    llm_price_per_m_completion_tokens: float | None = Field(default=None, ge=0)
+    llm_price_currency: str = Field(default="USD", min_length=1, max_length=12)
+    # Logging (docs/architecture.md, 'Logs'): level and format of every process's log lines.
+    log_level: str | None = None  # None: the process's default (warning for commands)
+    log_format: str = "text"
 
     @property
     def broker_url(self) -> str:
@@ -184,6 +196,29 @@ class Settings(BaseSettings):
             api_keys_by_endpoint(value.get_secret_value(), endpoints)
         return value
 
+    @field_validator("llm_gpus")
+    @classmethod
+    def _gpus_name_endpoints(cls, value: str, info: ValidationInfo) -> str:
+        endpoints = [e for e in info.data.get("llm_endpoints", "").split(",") if e]
+        gpus_by_endpoint(value, endpoints)
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level_known(cls, value: str | None) -> str | None:
+        if value is not None and value.lower() not in LOG_LEVELS:
+            raise ConfigError(f"QFARM_LOG_LEVEL: {value!r} is not a level; choose from "
+                              f"{', '.join(LOG_LEVELS)}")
+        return value.lower() if value is not None else None
+
+    @field_validator("log_format")
+    @classmethod
+    def _log_format_known(cls, value: str) -> str:
+        if value.lower() not in LOG_FORMATS:
+            raise ConfigError(f"QFARM_LOG_FORMAT: {value!r} is not a format; choose from "
+                              f"{', '.join(LOG_FORMATS)}")
+        return value.lower()
+
     @field_validator("api_tokens")
     @classmethod
     def _api_tokens_parse(cls, value: SecretStr | None) -> SecretStr | None:
@@ -202,6 +237,33 @@ class Settings(BaseSettings):
     @property
     def endpoints(self) -> list[str]:
         return [e for e in self.llm_endpoints.split(",") if e]
+
+    def cost_rates(self) -> CostRates:
+        """The GPU counts and prices a run's manifest records (URLs redacted)."""
+        by_endpoint = gpus_by_endpoint(self.llm_gpus, self.endpoints)
+        return CostRates(
+            gpus_per_endpoint=self.llm_gpus_per_endpoint,
+            gpus_by_endpoint={redact_url(url): n for url, n in by_endpoint.items()},
+            price_per_gpu_hour=self.llm_price_per_gpu_hour,
+            price_per_m_prompt_tokens=self.llm_price_per_m_prompt_tokens,
+            price_per_m_completion_tokens=self.llm_price_per_m_completion_tokens,
+            currency=self.llm_price_currency,
+        )
+
+    def secrets(self) -> list[str]:
+        """Every secret this process knows, for the log redaction filter (qfarm.common.logs)."""
+        found: list[str] = []
+        for value in (self.llm_api_key, self.es_api_key, self.es_password):
+            if value is not None:
+                found.append(value.get_secret_value())
+        if self.llm_api_keys is not None:
+            raw = self.llm_api_keys.get_secret_value()
+            found += [e.partition("=")[2].strip() for e in raw.split(",") if "=" in e]
+        if self.api_tokens is not None:
+            found += list(api_tokens_by_scope(self.api_tokens.get_secret_value()))
+            found += [e.strip() for e in self.api_tokens.get_secret_value().split(",")]
+        found += url_passwords([self.redis_url, self.es_url, *self.endpoints])
+        return [s for s in dict.fromkeys(found) if s]
 
     def embedded_index_path(self) -> Path:
         return self.index_path or (self.data_dir / "index" / "default.sqlite")
@@ -239,6 +301,52 @@ def api_keys_by_endpoint(raw: str | None, endpoints: list[str]) -> dict[str, str
             )
         keys[url] = key.strip()
     return keys
+
+
+GPUS_FORM = "URL=N,URL=N (e.g. http://gpu1:8000=8,http://gpu2:8000=4)"
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+LOG_FORMATS = ("text", "json")
+
+
+def gpus_by_endpoint(raw: str, endpoints: list[str]) -> dict[str, float]:
+    """``URL=N,URL=N`` → {url: GPUs}; each URL one of QFARM_LLM_ENDPOINTS."""
+    gpus: dict[str, float] = {}
+    for pos, entry in enumerate((e for e in raw.split(",") if e.strip()), start=1):
+        url, sep, count = entry.strip().rpartition("=")
+        url = url.strip().rstrip("/")
+        try:
+            n = float(count)
+        except ValueError:
+            n = float("nan")
+        if not sep or "://" not in url or not n > 0 or n == float("inf"):
+            raise ConfigError(f"QFARM_LLM_GPUS: entry {pos} is not URL=N with N > 0; expected "
+                              f"{GPUS_FORM}")
+        if url not in endpoints:
+            raise ConfigError(
+                f"QFARM_LLM_GPUS: entry {pos} names {redact_url(url)}, which is not in "
+                f"QFARM_LLM_ENDPOINTS ({','.join(redact_urls(endpoints)) or 'empty'}); each "
+                "entry names one of those endpoints"
+            )
+        gpus[url] = n
+    return gpus
+
+
+def url_passwords(urls: list[str]) -> list[str]:
+    """The passwords inside URLs (userinfo or ``?password=``), for redaction."""
+    found: list[str] = []
+    for url in urls:
+        try:
+            parts = urlsplit(url)
+            password = parts.password
+        except ValueError:
+            continue
+        if password:
+            found += [password, unquote(password)]
+        for field in parts.query.split("&"):
+            name, _, value = field.partition("=")
+            if unquote_plus(name).lower() == "password" and value:
+                found += [value, unquote_plus(value)]
+    return found
 
 
 API_SCOPES = ("ask", "admin")  # admin may do everything ask may

@@ -39,7 +39,6 @@ from qfarm.producer.runs import (
     this_process,
     update_run_status,
 )
-from qfarm.producer.sweep import SweepPlan, enqueue_jobs, load_questions
 from qfarm.producer.sweep import SweepPlan, enqueue_jobs, run_questions
 
 

@@ -149,7 +149,7 @@ def finish_run(manifest: Manifest, run_dir: Path, written: int, *, cancelled: bo
     # ``written`` counts distinct job ids: the run is complete when every planned job has a row.
     final = {"status": state, "finished_at": time.time(), "rows": written, **(extra or {})}
     # The summary first: whoever sees the final status (the API, the viewer) finds it.
-    summary = write_summary(run_dir, status={**read_run_status(run_dir), **final})
+    summary = write_summary(run_dir, status={**read_run_status(run_dir), **final}, record_cost=True)
     update_run_status(run_dir, **final)
     write_record(run_dir)  # last: it digests the files written above
     return RunResult(manifest, run_dir, state, written, summary=summary)

@@ -47,6 +47,7 @@ def run_manifest(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], set
         keep_answers=spec.keep_answers,
         use_cache=spec.use_cache,
         selection=questions.selection,
+        cost_rates=settings.cost_rates(),
     )
 
 

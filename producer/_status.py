@@ -5,7 +5,7 @@ the workers that answer. With Redis unreachable it shows what the run directorie
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +31,14 @@ class RunProgress:
     created_at: float | None = None
     eager: bool | None = None
     error: str | None = None
+    cost: dict | None = None  # what it has cost so far (``control.live_cost``), one run asked for
 
     def as_json(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "state": str(self.state), "source": self.source,
                 "done": self.done, "total": self.total, "failed": self.failed,
                 "stages": dict(self.stages), "modes": list(self.modes),
-                "created_at": self.created_at, "eager": self.eager, "error": self.error}
+                "created_at": self.created_at, "eager": self.eager, "error": self.error,
+                "cost": self.cost}
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,7 @@ def _unreachable(settings: Settings, exc: ConfigError) -> str:
 
 def _one_run(run_id: str, settings: Settings, store: Any, redis_error: str | None) -> RunProgress:
     from qfarm.common.urls import redact_url
-    from qfarm.producer.control import describe_run
+    from qfarm.producer.control import describe_run, live_cost
 
     in_redis = store is not None and store.has_manifest(run_id)
     if not in_redis and not (settings.results_dir / run_id / "manifest.json").exists():
@@ -120,7 +122,9 @@ def _one_run(run_id: str, settings: Settings, store: Any, redis_error: str | Non
         return RunProgress(run_id, RunStatus.FAILED, error=str(exc))
     if info["source"] == "disk":  # one run: its errored rows are worth the read
         info["progress"]["failed"] = count_rows(settings.results_dir / run_id / "rows.jsonl")[1]
-    return _from_item({**info, **info["manifest"]})
+    # One run asked for: what it has cost so far is worth a pass over its rows.
+    return replace(_from_item({**info, **info["manifest"]}),
+                   cost=live_cost(run_id, settings, store))
 
 
 def _from_item(item: dict[str, Any]) -> RunProgress:

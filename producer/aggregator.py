@@ -26,8 +26,7 @@ import os
 import re
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from qfarm.producer.store import ProducerStore

@@ -166,7 +166,7 @@ def summary_data(run_dir: Path) -> dict[str, Any]:
     intervals (Wilson, or clustered by question when questions were sampled n > 1 times:
     ``interval``), violation kinds, labels, errors, cache hits and latency quantiles."""
     from qfarm.common.reporting.stats import interval_method, rate_interval
-    from qfarm.producer.reports import read_run
+    from qfarm.producer.reports import read_run, run_cost
 
     manifest, stats = read_run(run_dir)
     modes = {}
@@ -200,4 +200,32 @@ def summary_data(run_dir: Path) -> dict[str, Any]:
         "errors": {kind: {"rows": count, "example": stats.error_examples.get(kind)}
                    for kind, count in stats.errors.most_common()},
         "modes": modes,
+        "cost": run_cost(manifest, stats, _finished_at(run_dir)),
     }
+
+
+def _finished_at(run_dir: Path) -> float | None:
+    value = read_run_status(run_dir).get("finished_at")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def live_cost(run_id: str, settings: Settings, store: ProducerStore | None) -> dict[str, Any]:
+    """What a run has cost so far (``qfarm.common.reporting.cost``): from its rows.jsonl when it
+    has a directory here, else from its rows in Redis (a run another host follows). One
+    pass over the rows: for one run at a time (``qfarm status RUN``, ``GET /v1/runs/RUN``)."""
+    from qfarm.common.reporting.runstats import RunStats
+    from qfarm.producer.reports import parse_row, read_run, run_cost
+
+    run_dir = settings.results_dir / run_id
+    if (run_dir / "manifest.json").exists():
+        on_disk, stats = read_run(run_dir)
+        return run_cost(on_disk, stats, _finished_at(run_dir))
+    manifest = store.manifest(run_id) if store is not None else None
+    if store is None or manifest is None:
+        raise InputError(f"run {run_id}: not found in Redis or under {settings.results_dir.name}/")
+    stats = RunStats()
+    for raw in store.read_rows(run_id, 0):
+        row = parse_row(raw)
+        if row is not None:
+            stats.add(row)
+    return run_cost(manifest, stats, None)

@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from qfarm.common.errors import InputError
 from qfarm.common.models import Manifest
 from qfarm.common.reporting.compare import Comparison, MetricDelta, compare_runs, render_compare
+from qfarm.common.reporting.cost import cost_summary
 from qfarm.common.reporting.phase import CycleDecision, decide_cycle, render_cycle
-from qfarm.common.reporting.report import render_stats
+from qfarm.common.reporting.report import render_stats, run_wall_s
 from qfarm.common.reporting.runstats import RunStats
 from qfarm.common.reporting.stats import rate_interval
 from qfarm.common.runstatus import run_status
-from qfarm.producer.runs import producer_alive, read_manifest, read_run_status
+from qfarm.producer.runs import producer_alive, read_manifest, read_run_status, write_json_atomic
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -259,13 +260,14 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def write_summary(run_dir: Path, *, finished_at: float | None = None,
-                  status: dict | None = None) -> Path:  # fmt: skip
+                  status: dict | None = None, record_cost: bool = False) -> Path:  # fmt: skip
     """(Re)write ``summary.md`` and its plots in ``run_dir``; returns the summary's path.
 
     The end time is ``finished_at``, else the producer's ``status.json``, else
     the last row's ``finished_at``. ``status`` stands in for ``status.json``: a
     run that ends writes its summary before the status that says it ended, so a
-    reader who sees "complete" finds the summary.
+    reader who sees "complete" finds the summary. ``record_cost``: also write what
+    the run cost into its manifest (the run's end does).
     """
     run_dir = Path(run_dir)
     manifest, stats = read_run(run_dir)
@@ -288,6 +290,8 @@ def write_summary(run_dir: Path, *, finished_at: float | None = None,
     text = summary_text(manifest, stats, status, plots, finished_at)
     path = run_dir / SUMMARY
     _write_atomic(path, text)
+    if record_cost:
+        write_cost(run_dir, manifest, stats, finished_at)
     return path
 
 
@@ -313,6 +317,21 @@ def existing_plots(run_dir: Path) -> dict[str, str]:
 
 def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def run_cost(manifest: Manifest, stats: RunStats, finished_at: float | None) -> dict[str, Any]:
+    """What the run cost, as JSON (``qfarm.common.reporting.cost.cost_summary``)."""
+    modes = stats.mode_order(m.value for m in manifest.modes)
+    return cost_summary(stats.cost, manifest.cost_rates,
+                        run_wall_s(manifest, stats, finished_at), modes)
+
+
+def write_cost(run_dir: Path, manifest: Manifest, stats: RunStats,
+               finished_at: float | None) -> None:
+    """Record the run's cost in ``manifest.json`` (its ``cost``), the rest unchanged."""
+    cost = run_cost(manifest, stats, finished_at)
+    write_json_atomic(run_dir / MANIFEST, manifest.model_copy(update={"cost": cost})
+                      .model_dump(mode="json"))
 
 
 def shown_status(manifest: Manifest, status: dict[str, Any], rows: int) -> str:

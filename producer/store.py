@@ -12,7 +12,6 @@ import redis
 
 from qfarm.common import keys
 from qfarm.common.errors import ConfigError
-from qfarm.common.jobs import manifest_from_json
 from qfarm.common.grounding.rows import row_attempt
 from qfarm.common.jobs import make_job_id, manifest_from_json
 from qfarm.common.models import Manifest

@@ -27,10 +27,7 @@ from qfarm.common.jobs import (
     profile_id_for_model,
     ref_for,
 )
-from qfarm.common.models import Job, Manifest, Mode, Question
-from qfarm.common.policy import Policy, governance_policy_hash, verifier_policy_hash
-from qfarm.common.questions import DEFAULT_MAX_QUESTION_CHARS, digest_content, parse_questions
-from qfarm.common.models import Job, Manifest, Mode, Question, QuestionSelection
+from qfarm.common.models import CostRates, Job, Manifest, Mode, Question, QuestionSelection
 from qfarm.common.policy import Policy, governance_policy_hash, verifier_policy_hash
 from qfarm.common.questions import (
     DEFAULT_MAX_QUESTION_CHARS,
@@ -116,6 +113,7 @@ def make_manifest(
     keep_answers: bool = False,
     use_cache: bool = True,
     selection: QuestionSelection | None = None,
+    cost_rates: CostRates | None = None,
 ) -> Manifest:
     check_samples(n)
     return Manifest(
@@ -142,6 +140,7 @@ def make_manifest(
         keep_answers=keep_answers,
         use_cache=use_cache,
         selection=selection,
+        cost_rates=cost_rates or CostRates(),
     )
 
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 
 from qfarm.common.errors import QfarmError
+from qfarm.common.settings import LOG_LEVELS
 from qfarm.producer import interrupts
 
 COMMANDS = (
@@ -35,6 +37,11 @@ COMMANDS = (
 )
 
 
+LOG_LEVEL_HELP = ("log level: critical, error, warning, info or debug (default QFARM_LOG_LEVEL, "
+                  "else warning, info for `qfarm sim`; error with --quiet). "
+                  "QFARM_LOG_FORMAT=json: one JSON object per line")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="qfarm", description="Distributed bench-sweep and query farm for grounded QA.",
@@ -44,11 +51,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action=_Version, nargs=0,
                         help="print qfarm's version and its rule versions, and exit")
+    parser.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, default=None,
+                        help=LOG_LEVEL_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMANDS:
         module = importlib.import_module(f"qfarm.commands.{name.replace('-', '_')}")
         module.register(sub)
+    # Every command takes --log-level after its name too (`qfarm sweep ... --log-level debug`);
+    # SUPPRESS keeps a command's silence from hiding the one given before it.
+    for command in sub.choices.values():
+        if not any("--log-level" in a.option_strings for a in command._actions):
+            command.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS,
+                                 default=argparse.SUPPRESS, help=LOG_LEVEL_HELP)
     return parser
 
 
@@ -78,12 +93,72 @@ def version_line() -> str:
             f"{versions.ROW_SCHEMA_VERSION}; Python {sys.version.split()[0]})")
 
 
+def setup_logging(args: argparse.Namespace) -> None:
+    """Configure this process's logging once (qfarm.common.logs): the level from --log-level,
+    else QFARM_LOG_LEVEL, else warning (error with --quiet); QFARM_LOG_FORMAT's format;
+    every secret the settings hold redacted."""
+    from qfarm.common import logs
+    from qfarm.common.settings import load_settings
+
+    try:
+        settings = load_settings()
+    except QfarmError:
+        settings = None  # the command reports the bad variable itself
+    # The simulator's start-up line is an info line, and a foreground server should say it.
+    default = ("error" if getattr(args, "quiet", False) else
+               "info" if args.command == "sim" else "warning")
+    level = getattr(args, "log_level", None) or (settings and settings.log_level) or default
+    logs.set_role("api" if args.command == "serve" else
+                  "simulator" if args.command == "sim" else "cli")
+    fmt = settings.log_format if settings else "text"
+    secrets = settings.secrets() if settings else []
+    handler = logs.log_handler(sys.stderr, fmt=fmt, secrets=secrets)
+    logs.install(handler, level)
+    if fmt == "json":
+        # Every line on stderr one JSON object: no progress bar (it redraws one line), and
+        # what a command prints there for people becomes a log line too.
+        if hasattr(args, "quiet"):
+            args.quiet = True
+        sys.stderr = _LinesToLog(handler, sys.stderr)  # type: ignore[assignment]
+
+
+class _LinesToLog:
+    """stderr in JSON-log mode: each line printed becomes one record of ``handler``
+    (``qfarm: error: ...`` at error level, the rest at info), so the stream holds JSON
+    objects only."""
+
+    def __init__(self, handler: logging.Handler, stream: object) -> None:
+        self.handler = handler
+        self.stream = stream  # the real stderr, for what is not a line of text (fileno...)
+        self.pending = ""
+
+    def write(self, text: str) -> int:
+        self.pending += text
+        *lines, self.pending = self.pending.replace("\r", "\n").split("\n")
+        for line in lines:
+            if line.strip():
+                level = logging.ERROR if line.startswith("qfarm: error") else logging.INFO
+                self.handler.handle(logging.LogRecord("qfarm.cli", level, "", 0, line.strip(),
+                                                      None, None))
+        return len(text)
+
+    def flush(self) -> None:
+        self.handler.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     interrupts.install()
     try:
         # Inside the try: a flag's type (e.g. --out) may raise an InputError of its own.
         args = parser.parse_args(argv)
+        setup_logging(args)
         return int(args.func(args) or 0)
     except QfarmError as exc:
         print(f"qfarm: error: {exc}", file=sys.stderr)

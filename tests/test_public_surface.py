@@ -23,7 +23,7 @@ FOLDERS = ("common", "worker", "producer", "ops")  # installed as qfarm.<folder>
 # package: (its __all__, its internal modules: imported only from inside the package)
 SURFACE: dict[str, tuple[list[str], list[str]]] = {
     "qfarm.common": (
-        ["errors", "grounding", "jobs", "keys", "metrics", "models", "policy", "profiles",
+        ["errors", "grounding", "jobs", "keys", "logs", "metrics", "models", "policy", "profiles",
          "questions", "record", "reporting", "retrieval", "runstatus", "settings", "text", "urls",
          "versions", "vocab"],
         ["redis_urls"],
@@ -37,7 +37,7 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
         ["checks", "claims", "quote", "verifier"],
     ),
     "qfarm.common.retrieval": (["chunking", "corpus", "evaluation", "index", "query", "ranking"], []),
-    "qfarm.common.reporting": (["audit", "compare", "phase", "report", "runstats", "stats"], []),
+    "qfarm.common.reporting": (["audit", "compare", "cost", "phase", "report", "runstats", "stats"], []),
     "qfarm.worker": (
         ["app", "celery"],
         ["broker", "encoding", "flow", "metrics", "pipeline", "stages", "tasks"],

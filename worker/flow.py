@@ -38,6 +38,7 @@ from pydantic_core import PydanticSerializationError
 from qfarm.common import keys
 from qfarm.common.errors import ManifestError
 from qfarm.common.jobs import job_from_ref
+from qfarm.common.logs import job_fields
 from qfarm.common.models import Evidence, Job, JobRecord, JobRef, Row, Timings, Usage
 from qfarm.common.policy import governance_policy_hash
 from qfarm.common.text import replace_lone_surrogates
@@ -87,7 +88,7 @@ def _each(payloads: Iterable[dict], svc: Services, parse: Callable[[dict], T | N
         except REDIS_ERRORS:
             raise
         except Exception as exc:
-            log.exception("unusable job in a bundle; writing an error row")
+            log.debug("unusable job in a bundle; writing an error row", exc_info=True)
             internal_error_row(payload, svc, exc)
             continue
         if item is not None:
@@ -110,8 +111,10 @@ def failed(record: JobRecord, exc: Exception) -> JobRecord:
     in-process runner's (worker/runner.py)."""
     # One line per failed job (its row carries the error); the traceback only at DEBUG,
     # so an eager sweep's terminal is not flooded with them.
-    log.warning("job %s failed (%s: %s); it will be an error row", record.job.job_id,
-                type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG))
+    # The row's write logs the error once, with its kind (``write_rows``); here only the
+    # traceback, for whoever debugs.
+    log.debug("job %s failed (%s: %s)", record.job.job_id, type(exc).__name__, exc,
+              exc_info=True, extra=job_fields(record.job.run_id, record.job.job_id))
     if isinstance(exc, PydanticSerializationError):
         return record.model_copy(update={"error": unserialisable_error(exc),
                                          "error_kind": ErrorKind.INTERNAL})
@@ -249,7 +252,7 @@ def _safely_row(record: JobRecord, cached: dict) -> Row:
     try:
         return row_from_cache(cached, record)
     except Exception as exc:  # a cache entry from an older row schema: an error, not a crash
-        log.exception("unusable cache entry for job %s", record.job.job_id)
+        log.debug("unusable cache entry for job %s", record.job.job_id, exc_info=True)
         return pipeline.finish(record.failed(ErrorKind.INTERNAL, f"cache entry: {exc}"))
 
 
@@ -264,6 +267,9 @@ def write_rows(rows: Sequence[Row], svc: Services, cache_keys: Sequence[str | No
     jsons = [raw for _, raw in stored]
     wrote = svc.store.write_rows(rows, jsons)
     metrics.count_rows(rows, wrote)
+    for row, w in zip(rows, wrote, strict=True):
+        if w and row.error:
+            log_error_row(row)
     keys_ = list(cache_keys) or [None] * len(rows)
     svc.store.put_cached_many([
         (key, raw)
@@ -271,6 +277,14 @@ def write_rows(rows: Sequence[Row], svc: Services, cache_keys: Sequence[str | No
         if w and key and not row.error and not row.cache_hit
     ])
     return sum(wrote)
+
+
+def log_error_row(row: Row) -> None:
+    """The one line for a job that ended in an error: logged where its row is written
+    (once: the write is set-if-absent), with its kind, not once per layer it crossed."""
+    log.warning("job %s ended with an error row [%s]: %s", row.job_id,
+                row.error_kind.value if row.error_kind else "unknown", row.error,
+                extra=job_fields(row.run_id, row.job_id, row.endpoint, row.error_kind))
 
 
 def handle_stage(stage: keys.Stage, payload: str | list[dict], svc: Services, send: Send) -> None:

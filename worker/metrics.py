@@ -63,8 +63,26 @@ def count_rows(rows: Sequence[Row], written: Iterable[bool]) -> None:
         items.append((m.field(m.ROWS, row.mode.value, verdict), 1))
         if row.error:
             items.append((m.field(m.ROW_ERRORS, row.mode.value), 1))
+        items += _cost_items(row)
     if items:
         COUNTERS.add_many(items)
+
+
+def _cost_items(row: Row) -> list[tuple[str, int]]:
+    """The row's tokens and model time (a cache hit's cost nothing in this run)."""
+    if row.cache_hit or (row.llm_request is None and row.usage.prompt_tokens is None):
+        return []
+    endpoint, mode = row.endpoint or "(none)", row.mode.value
+    estimated = "true" if row.usage.estimated else "false"
+    items = [
+        (m.field(m.LLM_PROMPT_TOKENS, endpoint, mode, estimated), row.usage.prompt_tokens or 0),
+        (m.field(m.LLM_COMPLETION_TOKENS, endpoint, mode, estimated),
+         row.usage.completion_tokens or 0),
+    ]
+    if row.llm_request is not None:
+        share_us = row.llm_request.ms * 1000.0 / max(1, row.llm_request.prompts)
+        items.append((m.field(m.LLM_MODEL_US, endpoint, mode), int(share_us)))
+    return items
 
 
 def count_cache(hits: int, misses: int) -> None:

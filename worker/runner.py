@@ -137,7 +137,7 @@ class InProcessRunner:
         except Exception as exc:
             if self._stopping:
                 return
-            log.error("bundle failed unexpectedly (%s: %s)", type(exc).__name__, exc)
+            log.debug("bundle failed unexpectedly (%s: %s)", type(exc).__name__, exc, exc_info=True)
             self._error_rows([pipeline.begin(job, worker=self._svc.worker_name)
                               for job in held.jobs()], exc)  # fmt: skip
         finally:
@@ -151,7 +151,7 @@ class InProcessRunner:
         except Exception as exc:  # the serial path's _guarded: a bug is the jobs' error rows
             if self._stopping:
                 return
-            log.error("bundle failed unexpectedly (%s: %s)", type(exc).__name__, exc)
+            log.debug("bundle failed unexpectedly (%s: %s)", type(exc).__name__, exc, exc_info=True)
             flow.internal_error_rows(refs, self._svc, exc)
         step, records = self._walk(sent)
         # The rest ended here (row written, or skipped): their slots are free.
@@ -207,8 +207,8 @@ class InProcessRunner:
         except Exception as exc:  # the pool is gone (or a bug): this job's row is written here
             if self._stopping:
                 return
-            log.error("job %s failed unexpectedly (%s: %s)", record.job.job_id,
-                      type(exc).__name__, exc)  # fmt: skip
+            log.debug("job %s failed unexpectedly (%s: %s)", record.job.job_id,
+                      type(exc).__name__, exc, exc_info=True)  # its row logs it (flow)
             self._error_rows([record], exc)
         finally:
             self._slots.release()
@@ -227,8 +227,8 @@ class InProcessRunner:
         except Exception as exc:
             if self._stopping:
                 return
-            log.error("job %s failed unexpectedly (%s: %s)", record.job.job_id,
-                      type(exc).__name__, exc)  # fmt: skip
+            log.debug("job %s failed unexpectedly (%s: %s)", record.job.job_id,
+                      type(exc).__name__, exc, exc_info=True)  # its row logs it (flow)
             self._error_rows([record], exc)
 
     def _error_rows(self, records: list[JobRecord], exc: Exception) -> None:

@@ -57,8 +57,9 @@ def _guarded(payloads: str | list[dict], body: Callable[[Services], None]) -> No
         except REDIS_ERRORS:
             raise
         except Exception as exc:
-            log.error("bundle failed unexpectedly (%s: %s); writing error rows for its jobs",
-                      type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG))
+            # Each job's error row logs it once, with its kind (flow.write_rows).
+            log.debug("bundle failed unexpectedly (%s: %s); writing error rows for its jobs",
+                      type(exc).__name__, exc, exc_info=True)
             flow.internal_error_rows(payloads, svc, exc)
     except REDIS_ERRORS as exc:
         # Never acknowledge work whose rows or next stage were not stored: redeliver it
@@ -101,10 +102,53 @@ def run_job(refs: list[dict]) -> None:
 _node: dict[str, object] = {}
 
 
+_logging_done: list[bool] = []
+
+
+@signals.celeryd_init.connect
+def _logging_at_init(options: dict | None = None, **_: object) -> None:
+    # Sent just before Celery's privilege check warns: that warning goes through it too.
+    _setup_logging((options or {}).get("loglevel"))
+
+
+@signals.setup_logging.connect
+def _setup_logging(loglevel: object = None, **_: object) -> None:
+    """The worker's logging, configured once (qfarm.common.logs): connecting this signal keeps
+    Celery from installing handlers of its own, so its lines and ours go through one
+    handler, each once. QFARM_LOG_LEVEL wins over celery's --loglevel."""
+    import sys
+
+    from qfarm.common import logs
+    from qfarm.common.errors import ConfigError
+    from qfarm.common.settings import load_settings
+
+    if _logging_done:
+        return
+    try:
+        settings = load_settings()
+    except ConfigError:
+        return  # the app's configuration reports the bad variable and exits (celery_app)
+    level = settings.log_level or (logging.getLevelName(loglevel) if isinstance(loglevel, int)
+                                   else str(loglevel or "warning"))
+    logs.set_role("worker")
+    logs.install(logs.log_handler(sys.stderr, fmt=settings.log_format,
+                                  secrets=settings.secrets()), level.lower())
+    _logging_done.append(True)
+
+
 @signals.celeryd_after_setup.connect
 def _note_node(sender: object = None, instance: object = None, **_: object) -> None:
+    from qfarm.common import logs
+    from qfarm.common.metrics import role_of
+    from qfarm.common.settings import load_settings
+
     queues = app.amqp.queues.consume_from or app.amqp.queues
     _node.update(hostname=str(sender or "worker"), queues=sorted(queues))
+    logs.set_role(f"worker:{role_of(queues)}")
+    if load_settings().log_format == "json" and instance is not None:
+        # Celery prints its banner to stdout before the first line: with JSON lines
+        # wanted, every line must be one object.
+        instance.quiet = True  # type: ignore[attr-defined]
 
 
 @signals.worker_ready.connect

@@ -25,7 +25,8 @@ from typing import Any
 from bench.perf.farmkit import REPO, bench_redis_url, exit_on_sigterm, farm_env, flush, workers
 
 # What a run stamps on a row that is not its result.
-VOLATILE = ("run_id", "job_id", "timings", "started_at", "finished_at", "worker", "endpoint")
+VOLATILE = ("run_id", "job_id", "timings", "started_at", "finished_at", "worker", "endpoint",
+            "llm_request")
 
 
 def normalised(row: dict[str, Any]) -> dict[str, Any]:

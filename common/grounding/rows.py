@@ -86,6 +86,7 @@ def build_row(record: JobRecord) -> Row:
         error_kind=record.error_kind,
         timings=record.timings,
         usage=gen.usage if gen else Usage(),
+        llm_request=gen.request if gen else None,
         worker=record.worker,
         started_at=record.started_at,
         finished_at=record.finished_at,

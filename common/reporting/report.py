@@ -22,6 +22,7 @@ from typing import Any
 
 from qfarm.common.models import Label, Manifest, Row
 from qfarm.common.policy import Policy
+from qfarm.common.reporting.cost import cost_lines, cost_notes, render_cost
 from qfarm.common.reporting.runstats import (
     MAX_QUESTION_ROWS,
     STAGES,
@@ -145,7 +146,7 @@ def _header(
         ]
     end = finished_at if finished_at is not None else stats.last_finished
     start = man.created_at
-    wall = (end - start) if end is not None else None
+    wall = run_wall_s(man, stats, finished_at)
     overrides = policy_overrides(man.policy)
     override_text = (
         ", ".join(f"`{k}={json.dumps(v)}`" for k, v in overrides.items()) or "none (defaults)"
@@ -181,6 +182,18 @@ def _header(
     out += md_table(["run", ""], [[k, v] for k, v in facts])
     out += run_warnings(man, stats, status, cancelled_jobs)
     return out
+
+
+def run_wall_s(man: Manifest, stats: RunStats, finished_at: float | None) -> float | None:
+    """The run's wall time: from its manifest to its end (or its last row so far)."""
+    end = finished_at if finished_at is not None else stats.last_finished
+    return (end - man.created_at) if end is not None else None
+
+
+def _cost(man: Manifest, stats: RunStats, modes: list[str], finished_at: float | None) -> list[str]:
+    lines = cost_lines(stats.cost, man.cost_rates, run_wall_s(man, stats, finished_at), modes)
+    return render_cost(lines, man.cost_rates, cost_notes(stats.cost),
+                       simulated=man.simulated or stats.simulated_rows > 0)
 
 
 def run_warnings(
@@ -657,6 +670,7 @@ def render_stats(
         _errors(stats),
         _truncations(stats, modes),
         _timings(stats),
+        _cost(man, stats, modes, finished_at),
         plots_section(plots),
     ]
     return "\n".join(line for section in sections for line in section).rstrip() + "\n"

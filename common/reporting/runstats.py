@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from qfarm.common.models import Row
+from qfarm.common.reporting.cost import CostStats
 from qfarm.common.reporting.stats import Moments, QuantileSketch
 from qfarm.common.vocab import Verdict, ViolationKind
 
@@ -255,6 +256,7 @@ class RunStats:
         self.simulated_rows = 0
         self.truncated: Counter[str] = Counter()  # mode -> answers cut off at max_tokens
         self.budget_lowered: Counter[str] = Counter()  # mode -> max_tokens lowered to fit context
+        self.cost = CostStats()  # tokens and model time (qfarm.common.reporting.cost)
 
     def note_unreadable(self, lineno: int) -> None:
         self.unreadable += 1
@@ -290,6 +292,7 @@ class RunStats:
         else:
             self._add_verdict_row(r, m, kinds, timings)
         self._add_provenance(r)
+        self.cost.add(r)
         if r.get("truncated"):
             self.truncated[mode] += 1
         if r.get("max_tokens_effective") is not None:

@@ -38,6 +38,7 @@ class SimConfig:
     port_file: str | None = None  # written once the port is bound (for port 0)
     log_requests: bool = False
     disable_log_stats: bool = False  # like vllm --disable-log-stats: no vllm:* series in /metrics
+    omit_usage: bool = False  # replies without "usage", as some OpenAI-compatible servers send
 
     def accepted_models(self) -> set[str]:
         return {self.model, *self.served_model_names}
@@ -146,6 +147,12 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="serve /metrics without vLLM's series, as vllm --disable-log-stats does",
     )
+    p.add_argument(
+        "--omit-usage",
+        action="store_true",
+        help="reply without token usage, as some OpenAI-compatible servers do (qfarm then "
+        "estimates tokens and says so)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> SimConfig:
@@ -188,6 +195,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         port_file=args.port_file,
         log_requests=args.log_requests,
         disable_log_stats=args.disable_log_stats,
+        omit_usage=args.omit_usage,
     )
 
 
@@ -196,6 +204,7 @@ OPTION_NAMES = frozenset(
         "model", "served_model_names", "max_num_seqs", "max_model_len", "latency", "ttft_ms",
         "tpot_ms", "profile", "rates", "fault_rates", "retry_after_s", "hang_s",
         "shuffle_choices", "stream_interval", "seed", "log_requests", "disable_log_stats",
+        "omit_usage",
     }
 )  # fmt: skip
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
 import math
 import random
-import sys
 import time
 from collections import deque
 from typing import Any
@@ -47,6 +47,7 @@ from qfarm.ops.sim.protocol import (
     response_body,
 )
 
+log = logging.getLogger("qfarm.sim")
 STATE: web.AppKey[SimState] = web.AppKey("sim_state")
 LOG_SIZE = 50_000
 
@@ -197,16 +198,17 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
     await asyncio.gather(*(hold_slot(state, s) for s in seqs))
     if fault and fault != "abort":
         return post_fault(fault, req_id)
-    return web.json_response(
-        response_body(
-            req_id,
-            params["model"],
-            seqs,
-            sum(prompt_counts),
-            chat,
-            state.rng if state.config.shuffle_choices else None,
-        )
+    body = response_body(
+        req_id,
+        params["model"],
+        seqs,
+        sum(prompt_counts),
+        chat,
+        state.rng if state.config.shuffle_choices else None,
     )
+    if state.config.omit_usage:
+        del body["usage"]
+    return web.json_response(body)
 
 
 def _pieces(text: str, interval: int) -> list[str]:
@@ -285,7 +287,7 @@ async def stream(
             await send(chunk(seq.index, piece, seq.completion.finish_reason if last else None))
 
     await asyncio.gather(*(hold_slot(state, s, on_token) for s in seqs))
-    if params["include_usage"] and fault in (None, "abort"):
+    if params["include_usage"] and fault in (None, "abort") and not state.config.omit_usage:
         completion_tokens = sum(s.completion.completion_tokens for s in seqs)
         await send({"id": req_id, "object": obj, "created": int(time.time()),
                     "model": params["model"], "choices": [],
@@ -427,7 +429,7 @@ def _finish(resp: web.StreamResponse, entry: dict[str, Any], state: SimState) ->
     entry["t_done"] = time.time()
     state.metrics.count_http(resp.status)
     if state.config.log_requests:
-        print(f"[simulated] {entry['path']} {resp.status} fault={entry['fault']}", flush=True)
+        log.info("[simulated] %s %s fault=%s", entry["path"], resp.status, entry["fault"])
     return resp
 
 
@@ -462,10 +464,8 @@ async def serve(config: SimConfig, stop: asyncio.Event | None = None) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-    print(
-        f"qfarm vLLM SIMULATOR (answers are simulated, not from a model) at {url}: {describe(config)}",
-        flush=True,
-    )
+    log.info("qfarm vLLM SIMULATOR (answers are simulated, not from a model) at %s: %s",
+             url, describe(config))
     if config.port_file:
         from pathlib import Path
 
@@ -476,7 +476,7 @@ async def serve(config: SimConfig, stop: asyncio.Event | None = None) -> None:
         await stop.wait()
     finally:
         await runner.cleanup()
-        print("qfarm vLLM SIMULATOR stopped", file=sys.stderr, flush=True)
+        log.info("qfarm vLLM SIMULATOR stopped")
 
 
 def run(config: SimConfig) -> None:

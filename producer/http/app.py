@@ -355,9 +355,11 @@ def _run_routes(app: FastAPI, farm: Farm, asker: Any, admin: Any) -> None:
 
     @app.get("/v1/runs/{run_id}", tags=["runs"], dependencies=[asker], responses=ERRORS)
     def get_run(run_id: str) -> dict[str, Any]:
-        """Manifest, state, progress per stage and ETA (from Redis, or the run's files)."""
+        """Manifest, state, progress per stage, ETA and what the run has cost so far
+        (tokens, model time, GPU-hours, price: docs/reports.md) from Redis or the run's files."""
         check_run_id(run_id)
         info = control.describe_run(run_id, settings, farm.store_or_none())
+        info["cost"] = control.live_cost(run_id, settings, farm.store_or_none())
         info["following"] = farm.followers.is_following(run_id)
         info["follower_error"] = farm.followers.errors.get(run_id)
         return info

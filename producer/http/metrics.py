@@ -99,11 +99,32 @@ class FarmCollector(Collector):
             for labels, value in fields.get(name, ()):
                 family.add_metric(list(labels), value)
         yield from (req, err)
+        yield from self._cost(fields)
         hist = HistogramMetricFamily("qfarm_llm_request_seconds",
                                      "latency of one LLM HTTP request", labels=["endpoint"])
         for endpoint, h in sorted(m.histograms(fields).items()):
             hist.add_metric([endpoint], h.buckets, h.sum_s)
         yield hist
+
+    def _cost(self, fields: m.Fields) -> Iterator[Metric]:
+        """Tokens and model time of the rows written (docs/reports.md, 'What a run cost')."""
+        labels = ["endpoint", "mode", "estimated"]
+        prompt = CounterMetricFamily(
+            "qfarm_llm_prompt_tokens", "prompt tokens of the requests that answered jobs "
+            "(estimated=true: the server gave no usage, counted as characters / 4)", labels=labels)
+        completion = CounterMetricFamily(
+            "qfarm_llm_completion_tokens", "completion tokens of the answers (estimated=true: "
+            "the server gave no usage, counted as characters / 4)", labels=labels)
+        for family, name in ((prompt, m.LLM_PROMPT_TOKENS), (completion, m.LLM_COMPLETION_TOKENS)):
+            for values, value in fields.get(name, ()):
+                family.add_metric(list(values), value)
+        model = CounterMetricFamily(
+            "qfarm_llm_model_seconds", "model seconds: the durations of the requests that "
+            "answered jobs, summed (a micro-batch's shared among its prompts)",
+            labels=["endpoint", "mode"])
+        for values, value in fields.get(m.LLM_MODEL_US, ()):
+            model.add_metric(list(values), value / 1_000_000)
+        yield from (prompt, completion, model)
 
     def _workers(self) -> Iterator[Metric]:
         live = self.store.live_workers()

@@ -9,7 +9,7 @@ import argparse
 
 from qfarm import runtime
 from qfarm.common.errors import InputError
-from qfarm.common.settings import load_settings
+from qfarm.common.settings import LOG_LEVELS, load_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,8 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=runtime.port_arg, default=8080, help="port to listen on (default 8080)")
     p.add_argument("--eager", action="store_true",
                    help="answer in this process (no Redis, no workers): demos and tests")
-    p.add_argument("--log-level", default="warning",
-                   choices=("critical", "error", "warning", "info", "debug"))
+    p.add_argument("--log-level", type=str.lower, default=argparse.SUPPRESS, choices=LOG_LEVELS,
+                   help="log level (default QFARM_LOG_LEVEL, else warning); "
+                        "QFARM_LOG_FORMAT=json for JSON lines")
     p.set_defaults(func=run)
 
 
@@ -40,7 +41,6 @@ def run(args: argparse.Namespace) -> int:
 
     settings = load_settings()
     check_bind(args.host, Tokens.from_settings(settings))
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     app = create_app(settings, eager=args.eager)
     try:  # fail with one line, not a traceback, when the port is taken
         with socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET) as s:
@@ -51,5 +51,8 @@ def run(args: argparse.Namespace) -> int:
                          "pick another --port") from None
     print(f"qfarm API at http://{args.host}:{args.port}/  (docs: /docs; Ctrl-C stops)", flush=True)
     # No access log: a viewer login's address carries ?token=, and a log must never hold one.
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+    # log_config=None: uvicorn's loggers go through the process's one handler (qfarm.cli).
+    level = logging.getLevelName(logging.getLogger().level).lower()
+    uvicorn.run(app, host=args.host, port=args.port, log_level=level, access_log=False,
+                log_config=None)
     return 0

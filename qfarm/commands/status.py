@@ -8,6 +8,7 @@ import json
 import time
 from pathlib import Path
 
+from qfarm.common.reporting.cost import cost_line
 from qfarm.common.settings import load_settings
 
 
@@ -52,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
               + f"modes={','.join(r.modes)}  age={age}  from {where}")
         if r.error:
             print(f"  error: {r.error}")
+        if r.cost is not None:
+            print("  " + cost_line(r.cost))
     if not status.runs:
         print(f"no runs in Redis or in {status.results_dir}")
     if status.queued_messages is not None:

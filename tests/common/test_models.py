@@ -79,7 +79,8 @@ def test_row_round_trips_and_has_every_documented_field():
     assert set(dumped["timings"]) == {
         "queue_wait_ms", "retrieval_ms", "llm_ms", "ttft_ms", "verify_ms", "total_ms"
     }
-    assert set(dumped["usage"]) == {"prompt_tokens", "completion_tokens"}
+    assert set(dumped["usage"]) == {"prompt_tokens", "completion_tokens", "estimated"}
+    assert "llm_request" in dumped  # the request that answered (None: no model call)
     assert dumped["answerability"]["answerability_confidence"] == "weak"
     assert dumped["answer"] is None  # not kept unless --keep-answers
 
@@ -114,7 +115,7 @@ ROW_KEYS = [
     "endpoint", "simulated", "llm_server", "retriever", "index_version", "evidence_ids", "top_doc_titles",
     "top_scores", "evidence_passage_ids", "answerability", "gold_in_claims", "gold_in_evidence", "gold_evidence_rank",
     "article_in_evidence", "article_rank", "verifier_policy_hash", "governance_policy_hash",
-    "cache_hit", "attempts", "error", "error_kind", "timings", "usage", "worker", "started_at", "finished_at",
+    "cache_hit", "attempts", "error", "error_kind", "timings", "usage", "llm_request", "worker", "started_at", "finished_at",
     "answer", "finish_reason", "truncated", "max_tokens_effective",
 ]
 

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from qfarm.common import keys
 from qfarm.common import metrics as m
-from qfarm.common.models import Mode, Row
+from qfarm.common.models import LlmRequest, Mode, Row, Usage
 from qfarm.common.settings import Settings
 from qfarm.producer.http.metrics import FarmCollector
 from qfarm.producer.store import ProducerStore
@@ -109,3 +109,28 @@ def test_a_failed_flush_keeps_the_counts(client):
     flusher = metrics._Flusher(settings, node="n", queues=["retrieve"])
     flusher.flush()  # nothing listens on port 9
     assert metrics.COUNTERS.take() == {m.field(m.ROWS, Mode.QUOTE.value, "STRICT"): 1}
+
+
+def test_rows_count_their_tokens_and_model_seconds(client):
+    settings = Settings(redis_url=f"redis://127.0.0.1:{PORT}/{DB}", metrics_flush_s=60)
+
+    def costly(job: str, *, estimated: bool = False, cache_hit: bool = False,
+               prompts: int = 1) -> Row:
+        return row("quote").model_copy(update={
+            "job_id": job, "endpoint": "http://gpu1:8000", "cache_hit": cache_hit,
+            "usage": Usage(prompt_tokens=100, completion_tokens=20, estimated=estimated),
+            "llm_request": LlmRequest(sent_at=0.0, ms=2000.0, prompts=prompts),
+        })
+
+    metrics.count_rows([costly("a"), costly("b", prompts=2), costly("c", estimated=True),
+                        costly("d", cache_hit=True), costly("e")], [True, True, True, True, False])
+    metrics.start_flushing(settings, node="gpu@host", queues=["generate"])
+    got = samples(ProducerStore(client))
+    labels = (("endpoint", "http://gpu1:8000"), ("estimated", "false"), ("mode", "quote"))
+    assert got[("qfarm_llm_prompt_tokens_total", labels)] == 200
+    assert got[("qfarm_llm_completion_tokens_total", labels)] == 40
+    estimated = (("endpoint", "http://gpu1:8000"), ("estimated", "true"), ("mode", "quote"))
+    assert got[("qfarm_llm_prompt_tokens_total", estimated)] == 100
+    # 2 s + half of a 2 s request shared by two prompts + 2 s; the cache hit cost nothing
+    seconds = (("endpoint", "http://gpu1:8000"), ("mode", "quote"))
+    assert got[("qfarm_llm_model_seconds_total", seconds)] == pytest.approx(5.0)

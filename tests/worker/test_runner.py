@@ -17,7 +17,7 @@ from qfarm.worker.llm.client import LLMClient
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 # What differs between two runs of the same jobs: identity of the run, and timings.
-PER_RUN = {"run_id", "started_at", "finished_at", "timings"}
+PER_RUN = {"run_id", "started_at", "finished_at", "timings", "llm_request"}
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ import json
 import re
 import time
 from collections.abc import Coroutine, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import httpx
@@ -147,6 +147,7 @@ class Reply:
     simulated: bool
     elapsed_ms: float
     ttft_ms: float | None = None
+    sent_at: float | None = None  # epoch seconds the request was sent
 
 
 def display_url(url: str) -> str:
@@ -311,6 +312,7 @@ class LLMClient:
             raise TransientServiceError("the LLM client is closed", job_id=job_id)
         body = json.dumps(build_body(self.model, prompts, sampling, stream=stream)).encode()
         url = f"{target.url}/v1/completions"
+        sent_at = time.time()
         t0 = time.perf_counter()
         try:
             async with self._http.request(
@@ -319,8 +321,10 @@ class LLMClient:
                 if resp.status >= 400:
                     self._raise_for_status(resp, await resp.read(), target, job_id)
                 if stream:
-                    return await self._stream(resp, target, t0, job_id)
-                return self._parse(resp, await resp.read(), target, t0, job_id)
+                    reply = await self._stream(resp, target, t0, job_id)
+                else:
+                    reply = self._parse(resp, await resp.read(), target, t0, job_id)
+                return replace(reply, sent_at=sent_at)
         except TransportFailure as exc:
             raise self._translate(exc, target, job_id) from exc
 

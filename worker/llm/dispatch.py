@@ -19,6 +19,7 @@ from qfarm.common.errors import (
     TransientServiceError,
     UnfinishedChoiceError,
 )
+from qfarm.common.logs import job_fields
 from qfarm.common.models import Generation, Sampling
 from qfarm.common.settings import Settings
 from qfarm.worker import metrics
@@ -227,14 +228,18 @@ class Dispatcher:
                         exc.retry_after_s = compute_backoff(overloads, self._policy, self._rng)
                 self._release(ep, ok=False, error=exc)
                 last = exc
-                log.warning("job %s: attempt %d failed: %s", job_id, attempts, exc)
+                # Not the job's end (it is retried): the job's error row, if it comes to
+                # that, is the one warning (worker/flow.py, log_error_row).
+                log.info("job %s: attempt %d failed: %s", job_id, attempts, exc,
+                         extra=job_fields(job_id=job_id, endpoint=ep.target.display))
                 continue
             except BaseException:
                 self._cancel(ep)  # cancelled (closing) or a bug: give the slot back
                 raise
             self._release(ep, ok=True)
             return to_generation(
-                choice, reply, ep, attempts, started, reply.usage, sampling.max_tokens, sent
+                choice, reply, ep, attempts, started, reply.usage, sampling.max_tokens, sent,
+                prompt,
             )
         assert last is not None
         raise TransientServiceError(
@@ -352,7 +357,8 @@ class Dispatcher:
                 continue
             item.future.set_result(
                 to_generation(
-                    choice, reply, ep, 1, item.started, shares[i], sampling.max_tokens, sampling
+                    choice, reply, ep, 1, item.started, shares[i], sampling.max_tokens, sampling,
+                    item.prompt, prompts=len(items),
                 )
             )
 

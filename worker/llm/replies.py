@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from qfarm.common.models import Generation, Sampling, Usage
+from qfarm.common.models import Generation, LlmRequest, Sampling, Usage
 from qfarm.worker.llm.balancer import EndpointState
 from qfarm.worker.llm.batcher import BatchItem
 from qfarm.worker.llm.client import Choice, Reply
@@ -13,6 +13,9 @@ from qfarm.worker.llm.client import Choice, Reply
 # Characters per token assumed when estimating a prompt's size: Llama-3's tokenizer averages
 # ~4 on English prose, so 3 over-estimates the tokens and under-estimates what is left.
 CHARS_PER_TOKEN_ESTIMATE = 3
+# Characters per token assumed when a server's reply has no ``usage``: Llama-3's average
+# on English prose, so run totals come out near the truth (rows say they are estimates).
+CHARS_PER_TOKEN_USAGE = 4
 
 
 def estimate_tokens(prompt: str) -> int:
@@ -45,6 +48,23 @@ def _effective_max_tokens(
     return budget if budget < asked else None
 
 
+def with_estimate(usage: Usage, prompt: str, completion: str) -> Usage:
+    """``usage`` with the counts the server did not give estimated from characters, and
+    flagged ``estimated`` (never silently)."""
+    if usage.prompt_tokens is not None and usage.completion_tokens is not None:
+        return usage
+
+    def guess(text: str) -> int:
+        return -(-len(text) // CHARS_PER_TOKEN_USAGE)
+
+    return Usage(
+        prompt_tokens=guess(prompt) if usage.prompt_tokens is None else usage.prompt_tokens,
+        completion_tokens=(guess(completion) if usage.completion_tokens is None
+                           else usage.completion_tokens),
+        estimated=True,
+    )
+
+
 def to_generation(
     choice: Choice,
     reply: Reply,
@@ -54,7 +74,13 @@ def to_generation(
     usage: Usage,
     asked_max_tokens: int,
     sent: Sampling,
+    prompt: str,
+    prompts: int = 1,
 ) -> Generation:
+    """A reply's choice as a job's ``Generation``; ``prompts``: how many the request carried."""
+    request = None
+    if reply.sent_at is not None:
+        request = LlmRequest(sent_at=reply.sent_at, ms=round(reply.elapsed_ms, 3), prompts=prompts)
     return Generation(
         text=choice.text,
         finish_reason=choice.finish_reason,
@@ -64,7 +90,8 @@ def to_generation(
         ),
         endpoint=ep.target.display,
         attempts=attempts,
-        usage=usage,
+        usage=with_estimate(usage, prompt, choice.text),
+        request=request,
         llm_ms=round((time.perf_counter() - started) * 1000.0, 3),
         ttft_ms=round(reply.ttft_ms, 3) if reply.ttft_ms is not None else None,
         simulated=reply.simulated,

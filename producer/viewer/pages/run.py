@@ -64,6 +64,7 @@ def run_page(src: RunSource, run_id: str) -> Response:
     out += gold_section(stats, modes)
     out += error_section(run_id, stats)
     out += timing_section(stats)
+    out += cost_section(manifest, stats, status)
     plots = [p for p in (STRICT_PLOT, LATENCY_PLOT) if (src.results_dir / run_id / p).is_file()]
     out.append("<h2>Plots</h2>" + ("".join(
         f'<img src="/runs/{h(quote(run_id))}/files/{p}" alt="{p}">' for p in plots)
@@ -171,6 +172,30 @@ def _error_filter(kind: str) -> dict[str, str]:
     if kind == UNKNOWN_KIND:
         return {"error": "any"}
     return {"error_kind": kind}
+
+
+def cost_section(manifest: Any, stats: Any, status: dict[str, Any]) -> list[str]:
+    """What the run cost: the summary's table (qfarm.common.reporting.cost), so far while it runs."""
+    from qfarm.common.reporting.cost import (
+        COST_HEADER,
+        cost_cells,
+        cost_lines,
+        cost_notes,
+        price_note,
+    )
+    from qfarm.common.reporting.report import run_wall_s
+
+    end = status.get("finished_at")
+    wall = run_wall_s(manifest, stats, float(end) if isinstance(end, int | float) else None)
+    lines = cost_lines(stats.cost, manifest.cost_rates, wall, stats.mode_order(manifest.modes))
+    if not lines[0].rows:
+        return []
+    title = "What the run cost" + (" (SIMULATED)" if manifest.simulated else "")
+    notes = [price_note(manifest.cost_rates), *cost_notes(stats.cost)]
+    return [f"<h2>{title}</h2>",
+            _table(COST_HEADER, ([h(c) for c in cost_cells(line, manifest.cost_rates.currency)]
+                                 for line in lines), cls="cost"),
+            "".join(f"<p class=note>{h(n)}</p>" for n in notes)]
 
 
 def timing_section(stats: Any) -> list[str]:
