@@ -20,7 +20,7 @@ def registered(module: str) -> list[str]:
 def test_the_product_has_no_noop_task_and_the_benchmark_app_adds_it():
     from qfarm.common import keys
 
-    product = registered("worker")
+    product = registered("qfarm.worker")
     assert {stage.task for stage in keys.STAGES} <= set(product)
     assert "qfarm.noop" not in product
     assert set(registered("bench.perf.noop_app")) == set(product) | {"qfarm.noop"}
