@@ -61,6 +61,7 @@ def celery_config(settings: Settings, *, eager: bool = False) -> dict[str, Any]:
         # silent worker's jobs come back soon after their visibility timeout.
         "unacked_restore_interval": leases.restore_interval_s(settings.visibility_timeout_s),
         "unacked_restore_throttle": 1,
+        "unacked_mutex_expire": leases.RESTORE_MUTEX_EXPIRE_S,
     }
     return {
         "broker_url": "memory://" if eager else settings.broker_url,

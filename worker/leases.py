@@ -60,10 +60,19 @@ def restore_interval_s(visibility_timeout_s: int) -> int:
     return max(1, min(10, visibility_timeout_s // 2))
 
 
+# kombu's scans for expired messages take a lock in Redis (``unacked_mutex``) that expires
+# after 300 s by default: a worker cut off or reset between taking and releasing it stopped
+# every worker's scans for five minutes. A scan is short, and two at once are harmless
+# (each restore is a WATCHed transaction: a message goes back once).
+RESTORE_MUTEX_EXPIRE_S = 10
+
+
 def redelivery_bound_s(visibility_timeout_s: int) -> float:
     """The longest a silent worker's messages wait before they are back in their queue:
-    the timeout since the last renewal, plus one scan interval of a live worker."""
-    return visibility_timeout_s + renew_interval_s(visibility_timeout_s) + restore_interval_s(visibility_timeout_s)
+    the timeout since its last renewal, one scan interval of a live worker, and, if the
+    silent worker went away holding the scans' lock, that lock's expiry."""
+    return (visibility_timeout_s + renew_interval_s(visibility_timeout_s)
+            + restore_interval_s(visibility_timeout_s) + RESTORE_MUTEX_EXPIRE_S)  # fmt: skip
 
 
 class MessageLeases:
@@ -125,4 +134,4 @@ def held_delivery_tags() -> list[str]:
     return tags
 
 
-__all__ = ["MessageLeases", "held_delivery_tags", "redelivery_bound_s", "renew_interval_s", "restore_interval_s"]
+__all__ = ["RESTORE_MUTEX_EXPIRE_S", "MessageLeases", "held_delivery_tags", "redelivery_bound_s", "renew_interval_s", "restore_interval_s"]

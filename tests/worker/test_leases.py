@@ -86,5 +86,5 @@ def test_the_thread_renews_until_stopped_and_says_one_line_per_outage(client, ca
 
 def test_the_redelivery_bound_follows_the_visibility_timeout():
     assert leases.renew_interval_s(60) == 10 and leases.restore_interval_s(60) == 10
-    assert leases.redelivery_bound_s(60) == 80
-    assert leases.redelivery_bound_s(8) == 8 + 2 + 4
+    assert leases.redelivery_bound_s(60) == 60 + 10 + 10 + 10
+    assert leases.redelivery_bound_s(8) == 8 + 2 + 4 + 10
