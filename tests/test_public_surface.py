@@ -39,7 +39,7 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
     "common.reporting": (["audit", "compare", "phase", "report", "runstats", "stats"], []),
     "worker": (
         ["app", "celery"],
-        ["broker", "encoding", "flow", "metrics", "pipeline", "stages", "tasks"],
+        ["broker", "encoding", "flow", "leases", "metrics", "pipeline", "stages", "tasks"],
     ),
     "worker.llm": (
         ["Gateway", "open_gateway"],

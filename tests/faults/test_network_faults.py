@@ -50,11 +50,11 @@ def split(hosts) -> Split:
     rh = net.add("redis")
     redis_url = hosts.redis(rh)
     proxy, ctl = hosts.proxy(rh, ("127.0.0.1", 6379))
-    sims = [hosts.simulator(net.add(f"sim{i}")) for i in (1, 2)]
+    sims = [hosts.simulator(net.add(f"sim{i}"), ttft_ms=30, tpot_ms=10) for i in (1, 2)]
     hosts.base_env.update(
         QFARM_REDIS_URL=f"redis://{proxy}/0",
         QFARM_LLM_ENDPOINTS=",".join(sims),
-        # An answer takes about a second; a request to a cut endpoint fails over after 10 s.
+        # An answer takes about half a second; a request to a cut endpoint fails over after 10 s.
         QFARM_LLM_TIMEOUT_S="10",
         QFARM_LLM_CONNECT_TIMEOUT_S="2",
         QFARM_LLM_BREAKER_COOLDOWN_S="2",
@@ -175,7 +175,7 @@ def test_worker_redis_link_stalls_then_resets_and_no_row_is_lost_or_doubled(spli
     from faultproxy import control  # type: ignore[import-not-found]
 
     farm = split.hosts.producer_of(split.redis_url)
-    n = 8
+    n = 6
     planned = kit.planned_ids(n)
     before = set(farm.redis.keys("qfarm:run:*:rows"))
     sweep = _sweep(farm, tmp_path, n)
@@ -258,7 +258,7 @@ def test_the_producer_host_cut_from_redis_waits_reconnects_and_finishes(split, t
     hosts, net = split.hosts, split.hosts.net
     farm = hosts.producer_of(split.redis_url)
     prod = net.hosts["prod"]
-    n = 6
+    n = 4
     planned = kit.planned_ids(n)
     q = tmp_path / "q.txt"
     q.write_text("\n".join(kit.questions) + "\n")
@@ -294,7 +294,7 @@ def test_a_generate_host_cut_or_lost_mid_sweep_has_its_bundles_run_elsewhere_wit
     net = split.hosts.net
     farm = split.hosts.producer_of(split.redis_url)
     gen1 = split.workers["gen1"]
-    n = 8
+    n = 6
     planned = kit.planned_ids(n)
     before = set(farm.redis.keys("qfarm:run:*:rows"))
     sweep = _sweep(farm, tmp_path, n)
