@@ -120,8 +120,16 @@ def _run_id(farm, before: set[bytes]) -> str:
     return key.decode().split(":")[2]
 
 
-def _cost(kit, farm, run_id, name, t_fault, planned, err, **extra) -> dict:
-    cost = kit.fault_cost(farm, run_id, name, t_fault, planned=len(planned), stderr=err)
+def _llm_calls(split: Split) -> int:
+    """Generation requests both simulators have answered so far."""
+    import httpx
+
+    return sum(sum(1 for r in httpx.get(f"{sim}/sim/stats", timeout=10).json()["requests"]
+                   if "completions" in r["path"]) for sim in split.sims)  # fmt: skip
+
+
+def _cost(kit, farm, run_id, name, t_fault, planned, err, calls: int | None = None, **extra) -> dict:
+    cost = kit.fault_cost(farm, run_id, name, t_fault, planned=len(planned), stderr=err, llm_calls=calls)
     cost.update(extra)
     print("net-fault " + json.dumps(cost))
     return cost
@@ -178,6 +186,7 @@ def test_worker_redis_link_stalls_then_resets_and_no_row_is_lost_or_doubled(spli
     n = 6
     planned = kit.planned_ids(n)
     before = set(farm.redis.keys("qfarm:run:*:rows"))
+    calls = _llm_calls(split)
     sweep = _sweep(farm, tmp_path, n)
     run_id = _run_id(farm, before)
     rows_key = f"qfarm:run:{run_id}:rows"
@@ -201,7 +210,7 @@ def test_worker_redis_link_stalls_then_resets_and_no_row_is_lost_or_doubled(spli
         assert _inspect(split.redis_url, name, "active") is not None, f"{name} does not answer after the faults"
     _no_operator_needed(split)
     _cost(kit, farm, run_id, f"worker<->Redis stall {STALL_S}s, then resets every {RESET_EVERY_S}s for "
-          f"{RESETS_FOR_S}s", t_stall, planned, err, rows_after_flow_s=round(flowing_after_s, 1),
+          f"{RESETS_FOR_S}s", t_stall, planned, err, _llm_calls(split) - calls, rows_after_flow_s=round(flowing_after_s, 1),
           proxy=resets)  # fmt: skip
 
 
@@ -231,6 +240,7 @@ def test_an_endpoint_host_cut_with_requests_in_flight_fails_over_and_its_breaker
     n = 8
     planned = kit.planned_ids(n)
     before = set(farm.redis.keys("qfarm:run:*:rows"))
+    calls = _llm_calls(split)
     sweep = _sweep(farm, tmp_path, n)
     run_id = _run_id(farm, before)
     assert farm.wait_for(lambda: httpx.get(f"{sim2}/sim/stats", timeout=5).json()["running"] > 0,
@@ -250,6 +260,7 @@ def test_an_endpoint_host_cut_with_requests_in_flight_fails_over_and_its_breaker
     assert closed, f"sim2's breaker did not close again: {_breakers(farm, sim2)}"
     _no_operator_needed(split)
     _cost(kit, farm, run_id, f"endpoint host cut {ENDPOINT_CUT_S}s with requests in flight", t_cut, planned, err,
+          _llm_calls(split) - calls,
           breaker_closed_after_return_s=round(closed_after_s, 1),
           rows_by_endpoint={e: sum(r["endpoint"] == e for r in rows) for e in (sim1, sim2)})
 
@@ -264,6 +275,7 @@ def test_the_producer_host_cut_from_redis_waits_reconnects_and_finishes(split, t
     q.write_text("\n".join(kit.questions) + "\n")
     log = tmp_path / "producer.log"
     before = set(farm.redis.keys("qfarm:run:*:rows"))
+    calls = _llm_calls(split)
     proc = net.popen(prod, [str(_bin("qfarm")), "sweep", str(q), "-n", str(n), "--quiet", "--burn"],
                      env=farm.env, log=log, cwd=_repo())  # fmt: skip
     run_id = _run_id(farm, before)
@@ -280,7 +292,7 @@ def test_the_producer_host_cut_from_redis_waits_reconnects_and_finishes(split, t
     assert "Redis unreachable" in err and "Redis is back" in err, err
     assert worked > 0, "the workers stopped while the producer was away"
     kit.assert_exactly_once(farm, run_id, planned)
-    _cost(kit, farm, run_id, f"producer host cut {PRODUCER_CUT_S}s", t_cut, planned, err,
+    _cost(kit, farm, run_id, f"producer host cut {PRODUCER_CUT_S}s", t_cut, planned, err, _llm_calls(split) - calls,
           rows_made_while_producer_away=worked)
 
 
@@ -297,6 +309,7 @@ def test_a_generate_host_cut_or_lost_mid_sweep_has_its_bundles_run_elsewhere_wit
     n = 6
     planned = kit.planned_ids(n)
     before = set(farm.redis.keys("qfarm:run:*:rows"))
+    calls = _llm_calls(split)
     sweep = _sweep(farm, tmp_path, n)
     run_id = _run_id(farm, before)
     rows_key = f"qfarm:run:{run_id}:rows"
@@ -328,7 +341,7 @@ def test_a_generate_host_cut_or_lost_mid_sweep_has_its_bundles_run_elsewhere_wit
         assert {j: r for j, r in farm.rows(run_id).items() if j in held} == held_rows, "a late result changed a row"
         kit.assert_exactly_once(farm, run_id, planned)
     _no_operator_needed(split)
-    _cost(kit, farm, run_id, f"generate host {fault} mid-sweep", t_fault, planned, err,
+    _cost(kit, farm, run_id, f"generate host {fault} mid-sweep", t_fault, planned, err, _llm_calls(split) - calls,
           held_jobs=len(held), held_jobs_done_elsewhere_after_s=round(redelivered_s, 1))
 
 
