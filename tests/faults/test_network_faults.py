@@ -25,9 +25,9 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-# The link cut lasts 60 s; here a generate host stays cut until its bundles have
-# rows made elsewhere, which must happen within that (the bound of the suite's 8 s
-# visibility timeout is 24 s: worker.leases.redelivery_bound_s).
+# A link cut of 60 s is the fault to ride out; here a generate host stays cut until its
+# bundles have rows made elsewhere, which must happen within that (the bound of the
+# suite's 8 s visibility timeout is 24 s: worker.leases.redelivery_bound_s).
 MAX_CUT_S = 60
 STALL_S = 20  # the worker<->Redis link holds every byte this long (4 x the suite's 5 s socket timeout)
 RESETS_FOR_S, RESET_EVERY_S = 20, 2  # then resets every connection this often
