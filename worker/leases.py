@@ -104,7 +104,7 @@ class MessageLeases:
                 if self._failing:
                     log.info("message leases renewed again")
                 self._failing = False
-            except redis.RedisError as exc:
+            except Exception as exc:  # noqa: BLE001 - the thread must outlive any one failure
                 if not self._failing:  # one line per outage, not one per interval
                     log.warning("cannot renew message leases (%s: %s); retrying every %.0f s",
                                 type(exc).__name__, exc, self.interval_s)
@@ -125,8 +125,16 @@ def held_delivery_tags() -> list[str]:
     active ones."""
     from celery.worker import state
 
+    for _ in range(5):
+        try:  # the consumer adds requests from another thread: a copy can meet a change
+            requests = [*list(state.reserved_requests), *list(state.active_requests)]
+            break
+        except RuntimeError:
+            continue
+    else:
+        return []
     tags: list[str] = []
-    for request in [*list(state.reserved_requests), *list(state.active_requests)]:
+    for request in requests:
         message = getattr(request, "message", None)
         tag = getattr(message, "delivery_tag", None)
         if tag:

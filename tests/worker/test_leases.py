@@ -88,3 +88,26 @@ def test_the_redelivery_bound_follows_the_visibility_timeout():
     assert leases.renew_interval_s(60) == 10 and leases.restore_interval_s(60) == 10
     assert leases.redelivery_bound_s(60) == 60 + 10 + 10 + 10
     assert leases.redelivery_bound_s(8) == 8 + 2 + 4 + 10
+
+
+def test_held_tags_are_those_of_the_reserved_and_active_requests():
+    from celery.worker import state
+
+    class Message:
+        def __init__(self, tag: str | None):
+            self.delivery_tag = tag
+
+    class Request:
+        def __init__(self, tag: str | None):
+            self.message = Message(tag)
+
+    held = [Request("reserved-1"), Request("active-1"), Request(None)]
+    state.reserved_requests.add(held[0])
+    state.active_requests.add(held[1])
+    state.reserved_requests.add(held[2])
+    try:
+        assert sorted(leases.held_delivery_tags()) == ["active-1", "reserved-1"]
+    finally:
+        for r in held:
+            state.reserved_requests.discard(r)
+            state.active_requests.discard(r)
