@@ -3,7 +3,9 @@
 Each test gets a private ``redis-server`` on a free port (with a data directory,
 so it can be restarted with or without AOF, gracefully or by ``kill -9``), real
 ``celery worker`` processes and the real ``qfarm`` CLI. The farm helpers are
-the distributed tests' (tests/producer/conftest.py), loaded by path.
+the distributed tests' (tests/producer/conftest.py), loaded by path. ``hosts`` spreads a
+farm over network namespaces (netns.py, netfarm.py, faultproxy.py: as root only; the
+scenarios skip with one line elsewhere).
 """
 
 from __future__ import annotations
