@@ -80,13 +80,20 @@ class NetFarm:
         assert _until(lambda: _answers(ctl), 20), f"proxy on {host.name} did not start"
         return f"{host.addr}:{port}", ctl
 
-    def simulator(self, host: Host, port: int = 8000, *, ttft_ms: int = 50, tpot_ms: int = 20) -> str:
+    def simulator(self, host: Host, port: int = 8000, *, ttft_ms: int = 50, tpot_ms: int = 20,
+                  wait: bool = True) -> str:  # fmt: skip
+        """A simulator on ``host``; returns its URL (``wait_http`` waits for one not waited for)."""
         self.net.popen(host, [sys.executable, "-m", "ops.sim", "--host", "0.0.0.0", "--port", str(port),
                               "--ttft-ms", str(ttft_ms), "--tpot-ms", str(tpot_ms), "--max-num-seqs", "256"],
                        env=os.environ, cwd=REPO, log=self._log(f"{host.name}-sim"))  # fmt: skip
         url = f"http://{host.addr}:{port}"
-        assert _until(lambda: _http_ok(url + "/v1/models"), 30), f"simulator on {host.name} did not start"
+        if wait:
+            self.wait_http(url)
         return url
+
+    @staticmethod
+    def wait_http(url: str) -> None:
+        assert _until(lambda: _http_ok(url + "/v1/models"), 60), f"simulator at {url} did not start"
 
     def up(self, host: Host, roles: str, *, wait: bool = True, **env: str) -> WorkerHost:
         """Supervised roles on ``host`` (supervisord in the host's namespace); without

@@ -50,7 +50,9 @@ def split(hosts) -> Split:
     rh = net.add("redis")
     redis_url = hosts.redis(rh)
     proxy, ctl = hosts.proxy(rh, ("127.0.0.1", 6379))
-    sims = [hosts.simulator(net.add(f"sim{i}"), ttft_ms=30, tpot_ms=10) for i in (1, 2)]
+    sims = [hosts.simulator(net.add(f"sim{i}"), ttft_ms=30, tpot_ms=10, wait=False) for i in (1, 2)]
+    for sim in sims:  # they start side by side
+        hosts.wait_http(sim)
     hosts.base_env.update(
         QFARM_REDIS_URL=f"redis://{proxy}/0",
         QFARM_LLM_ENDPOINTS=",".join(sims),
