@@ -11,7 +11,7 @@ again, and the README's table is computed from the rows rather than typed:
     python -m bench.real_model habits bench/runs/smollm2-135m-cpu    # what the texts do, by mode
 
 ``reread`` fetches each row's passages from the embedded index by id
-(``producer.viewer.reread``, the row page's path) and verifies the kept answer
+(``qfarm.producer.viewer.reread``, the row page's path) and verifies the kept answer
 under the run's policy; every figure the current code reproduces differently is
 listed. It needs the index the run used (``qfarm index`` on the default corpus).
 """
@@ -28,11 +28,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from common.grounding.preflight import run_preflight
-from common.settings import Settings
-from common.vocab import Mode
-from producer.runs import read_manifest
-from producer.viewer.reread import reread_row
+from qfarm.common.grounding.preflight import run_preflight
+from qfarm.common.settings import Settings
+from qfarm.common.vocab import Mode
+from qfarm.producer.runs import read_manifest
+from qfarm.producer.viewer.reread import reread_row
 
 MODES = ("quote", "claim_lattice_pointer", "claim_lattice")
 LABELS = ("EVIDENCE-WARRANTED", "ANCHOR-WARRANTED", "POINTER-LINKED", "UNGROUNDED")
@@ -108,7 +108,7 @@ def mode_figures(
 def reverified_rows(run_dir: Path, index_path: Path | None = None) -> list[dict[str, Any]]:
     """The run's rows with verdict, label, counts and kinds as the current code reads the
     kept answers (rows without an answer, or that cannot be re-read, as recorded)."""
-    from common.models import ViolationKind
+    from qfarm.common.models import ViolationKind
 
     out = []
     for row, got in _rereads(run_dir, index_path):
@@ -199,7 +199,7 @@ def habits_table(rows: Sequence[Mapping[str, Any]]) -> str:
 
 def _rereads(run_dir: Path, index_path: Path | None = None) -> Iterator[tuple[dict, Any]]:
     """Each row and its re-read by the current code (None for a row without an answer)."""
-    from worker.retrieval.embedded import EmbeddedRetriever
+    from qfarm.worker.retrieval.embedded import EmbeddedRetriever
 
     manifest = read_manifest(run_dir)
     path = index_path or Settings().embedded_index_path()
@@ -232,10 +232,10 @@ def reread_rows(run_dir: Path, index_path: Path | None = None) -> Iterator[tuple
 def fixture_lines(run_dir: Path, wanted: Sequence[tuple[str, ...]]) -> Iterator[str]:
     """Rows as regression cases: question, mode, the blocks the model was shown, its answer
     and what the current code makes of them (``expected``, to be read and confirmed)."""
-    from common.grounding.preflight import run_preflight as preflight
-    from common.grounding.sidecar import assess_answerability
-    from common.grounding.verify import verify_answer
-    from worker.retrieval.embedded import EmbeddedRetriever
+    from qfarm.common.grounding.preflight import run_preflight as preflight
+    from qfarm.common.grounding.sidecar import assess_answerability
+    from qfarm.common.grounding.verify import verify_answer
+    from qfarm.worker.retrieval.embedded import EmbeddedRetriever
 
     manifest = read_manifest(run_dir)
     source = EmbeddedRetriever(Settings().embedded_index_path())

@@ -7,10 +7,10 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from pydantic import ValidationError
 
-from common.errors import InputError, ManifestError, first_validation_error
-from common.models import ALL_MODES, Job, JobRef, Manifest, Mode, Question
-from common.policy import Policy
-from common.profiles import (
+from qfarm.common.errors import InputError, ManifestError, first_validation_error
+from qfarm.common.models import ALL_MODES, Job, JobRef, Manifest, Mode, Question
+from qfarm.common.policy import Policy
+from qfarm.common.profiles import (
     DEFAULT_PROFILE_ID,
     HERMES_3_8B_PROFILE_ID,
     SMALL_LOCAL_MODEL_MARKERS,

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from common.vocab import Role
+from qfarm.common.vocab import Role
 
 SEP = "|"
 

@@ -20,10 +20,10 @@ from pydantic import (
     model_validator,
 )
 
-from common.policy import Policy
-from common.urls import redact_urls
-from common.versions import ROW_SCHEMA_VERSION
-from common.vocab import (
+from qfarm.common.policy import Policy
+from qfarm.common.urls import redact_urls
+from qfarm.common.versions import ROW_SCHEMA_VERSION
+from qfarm.common.vocab import (
     ALL_MODES,
     Backend,
     Confidence,
@@ -36,7 +36,7 @@ from common.vocab import (
     error_text,
 )
 
-# The vocabulary is defined in common.vocab; these records carry it, so importers
+# The vocabulary is defined in qfarm.common.vocab; these records carry it, so importers
 # of a record can take its words from here too.
 __all__ = [
     "ALL_MODES", "Confidence", "ErrorKind", "Intensity", "Label", "Mode", "Verdict", "ViolationKind",

@@ -29,9 +29,9 @@ from typing import Any, Literal, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from common import versions
-from common.errors import PolicyError
-from common.vocab import ALL_INTENSITIES, ALL_MODES, LATTICE_MODES, Confidence
+from qfarm.common import versions
+from qfarm.common.errors import PolicyError
+from qfarm.common.vocab import ALL_INTENSITIES, ALL_MODES, LATTICE_MODES, Confidence
 
 # Bounds of the values inside the two per-mode / per-intensity maps (inclusive).
 CONTEXT_CHARS_RANGE = (0, 200_000)
@@ -223,7 +223,7 @@ _hash_memo: dict[tuple[str, str, tuple[object, ...]], str] = {}
 
 
 def _memoised(kind: str, policy: Policy, compute: Callable[[Policy], str]) -> str:
-    from common.profiles import MODEL_PROFILES  # imported here: it imports this module
+    from qfarm.common.profiles import MODEL_PROFILES  # imported here: it imports this module
 
     stamps = (
         id(MODEL_PROFILES),
@@ -264,8 +264,8 @@ def _verifier_policy_hash(policy: Policy) -> str:
 
 
 def _governance_policy_hash(policy: Policy) -> str:
-    # Imported here: common.profiles imports this module.
-    from common.profiles import MODEL_PROFILES
+    # Imported here: qfarm.common.profiles imports this module.
+    from qfarm.common.profiles import MODEL_PROFILES
 
     payload = policy.model_dump(mode="json")
     payload["_model_profiles"] = {pid: dict(caps) for pid, caps in MODEL_PROFILES.items()}

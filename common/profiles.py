@@ -24,8 +24,8 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Final
 
-from common.errors import InputError
-from common.vocab import ALL_INTENSITIES, Intensity
+from qfarm.common.errors import InputError
+from qfarm.common.vocab import ALL_INTENSITIES, Intensity
 
 EXPLICIT_COUNT: Final = -1  # sentinel: use the question's explicit count
 DEFAULT_PROFILE_ID: Final = "default"

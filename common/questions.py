@@ -17,8 +17,8 @@ import json
 import math
 import re
 
-from common.errors import InputError
-from common.models import Question
+from qfarm.common.errors import InputError
+from qfarm.common.models import Question
 
 
 def question_id_for(text: str) -> str:

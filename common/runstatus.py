@@ -10,7 +10,7 @@ run known only from its directory, ``run_status(...)``) instead of the word.
 
 from __future__ import annotations
 
-from common.vocab import LIVE_RUN_STATUSES, RunStatus
+from qfarm.common.vocab import LIVE_RUN_STATUSES, RunStatus
 
 # Words status.json may hold that no later reading overrides.
 _SETTLED = frozenset(

@@ -19,11 +19,11 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from common.errors import ConfigError
-from common.questions import DEFAULT_MAX_QUESTION_CHARS
-from common.redis_urls import broker_url, redis_url_problem
-from common.urls import redact_url, redact_urls
-from common.vocab import Backend
+from qfarm.common.errors import ConfigError
+from qfarm.common.questions import DEFAULT_MAX_QUESTION_CHARS
+from qfarm.common.redis_urls import broker_url, redis_url_problem
+from qfarm.common.urls import redact_url, redact_urls
+from qfarm.common.vocab import Backend
 
 DEFAULT_MODEL = "adamo1139/Hermes-3-Llama-3.1-8B-FP8-Dynamic"
 API_KEYS_FORM = "URL=KEY,URL=KEY (e.g. http://gpu1:8000=KEY1,http://gpu2:8000=KEY2)"

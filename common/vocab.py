@@ -3,12 +3,12 @@
 Each is a ``StrEnum``, so a member *is* its string: it serializes as itself in
 rows, manifests and JSON, compares equal to the plain string read back from
 ``rows.jsonl``, and formats as its value in reports. Every other module imports
-these names (``common.models`` re-exports them for the records that carry
+these names (``qfarm.common.models`` re-exports them for the records that carry
 them); nothing else spells a member's value. The rules behind each word are in
 docs/grounding.md.
 
-Nothing here imports anything of ours, so ``common.policy`` (which
-``common.models`` depends on) can use the vocabulary too.
+Nothing here imports anything of ours, so ``qfarm.common.policy`` (which
+``qfarm.common.models`` depends on) can use the vocabulary too.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ class Confidence(StrEnum):
 class RunStatus(StrEnum):
     """A run's state, as ``status.json`` records it and as readers show it.
 
-    ``common.runstatus`` derives the word to show from the record, the rows and the
+    ``qfarm.common.runstatus`` derives the word to show from the record, the rows and the
     producer's process; the CLI's exit codes and messages follow it (docs/reports.md,
     'Run status').
     """

@@ -1,4 +1,4 @@
-"""Run a farm's roles under supervisord: ``python -m ops.farm up|status|down|ctl``.
+"""Run a farm's roles under supervisord: ``python -m qfarm.ops.farm up|status|down|ctl``.
 
 One supervisord per farm directory runs the Procfile's roles as programs
 (ops/supervisor/qfarm.conf) and starts again any that exits, with a bounded restart
@@ -7,7 +7,7 @@ the others and exits itself, so one crashed worker takes the whole farm down.
 
 Everything the config leaves open is an environment variable (``FARM_*``, listed in
 ``DEFAULTS``); those already set win, so a host or a test can change any of them, e.g.
-``FARM_GPU_CONCURRENCY=4 python -m ops.farm up --roles cpu,gpu``. The farm's settings
+``FARM_GPU_CONCURRENCY=4 python -m qfarm.ops.farm up --roles cpu,gpu``. The farm's settings
 (``QFARM_REDIS_URL``, ``QFARM_LLM_ENDPOINTS``, ...) are passed to every program as they
 are in this environment. systemd units for the same roles: ops/systemd/.
 """
@@ -23,7 +23,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from common.vocab import FARM_ROLES, WORKER_ROLES, Role
+from qfarm.common.vocab import FARM_ROLES, WORKER_ROLES, Role
 
 CONF = Path(__file__).resolve().parent / "supervisor" / "qfarm.conf"
 # The Procfile's roles, in its order; the config has one program for each.
@@ -136,7 +136,7 @@ def down(env: Mapping[str, str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ops.farm", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m qfarm.ops.farm", description=__doc__.split("\n\n")[0])
     p.add_argument("--dir", type=Path, default=Path(os.environ.get("FARM_DIR", ".farm")),
                    help="supervisord's socket, pid file and the roles' logs (default .farm)")
     sub = p.add_subparsers(dest="command", required=True)
@@ -157,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "up":
         return up(env, roles, wait_s=args.wait, foreground=args.foreground)
     if not (Path(env["FARM_DIR"]) / "supervisor.sock").exists():
-        print(f"no farm runs in {env['FARM_DIR']} (`python -m ops.farm --dir {args.dir} up` starts one)",
+        print(f"no farm runs in {env['FARM_DIR']} (`python -m qfarm.ops.farm --dir {args.dir} up` starts one)",
               file=sys.stderr)
         return 1
     if args.command == "down":

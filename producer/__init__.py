@@ -1,7 +1,7 @@
-"""Producer side of qfarm: plans, submits and follows runs. ``producer.api`` is the
+"""Producer side of qfarm: plans, submits and follows runs. ``qfarm.producer.api`` is the
 Python API (``run_sweep``, ``follow_run``, ``ask``), re-exported here."""
 
-from producer.api import (
+from qfarm.producer.api import (
     Answer,
     Endpoints,
     QuestionSet,

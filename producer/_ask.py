@@ -9,21 +9,21 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from common import keys
-from common.errors import InputError, QfarmError
-from common.jobs import parse_modes
-from common.models import JobRecord, Manifest, Mode, Question, Row
-from common.policy import Policy
-from common.questions import check_question, digest_content, question_id_for
-from common.settings import Settings, load_settings
-from producer._services import (
+from qfarm.common import keys
+from qfarm.common.errors import InputError, QfarmError
+from qfarm.common.jobs import parse_modes
+from qfarm.common.models import JobRecord, Manifest, Mode, Question, Row
+from qfarm.common.policy import Policy
+from qfarm.common.questions import check_question, digest_content, question_id_for
+from qfarm.common.settings import Settings, load_settings
+from qfarm.producer._services import (
     eager_services,
     enqueue_counted,
     open_local_retriever,
     require_endpoints_for_workers,
     run_manifest,
 )
-from producer._types import (
+from qfarm.producer._types import (
     Answer,
     Endpoints,
     EndpointsFor,
@@ -31,9 +31,9 @@ from producer._types import (
     SweepSpec,
     configured_endpoints,
 )
-from producer.runs import new_run_id
-from producer.store import ProducerStore, connect
-from producer.sweep import SweepPlan
+from qfarm.producer.runs import new_run_id
+from qfarm.producer.store import ProducerStore, connect
+from qfarm.producer.sweep import SweepPlan
 
 
 def ask(
@@ -88,7 +88,7 @@ def _submit(store: ProducerStore, manifest: Manifest, question: Question, app: A
 
 def _ask_eager(settings: Settings, question: Question, modes: list[Mode], policy: Policy,
                use_cache: bool, endpoints: EndpointsFor) -> Answer:
-    from worker.celery_app import app  # Celery is slow to import
+    from qfarm.worker.celery_app import app  # Celery is slow to import
 
     retriever = open_local_retriever(settings, progress=False)
     with endpoints(settings) as eps:
@@ -112,7 +112,7 @@ def _ask_distributed(settings: Settings, question: Question, modes: list[Mode], 
         return answer
     raise QfarmError(
         f"no answer within {timeout_s:.0f}s (run {ticket.run_id}); is a worker consuming the "
-        "interactive queue? start one with: celery -A worker worker -Q interactive -P threads -c 8"
+        "interactive queue? start one with: celery -A qfarm.worker worker -Q interactive -P threads -c 8"
     )
 
 
@@ -139,7 +139,7 @@ class AskTicket:
 def ask_context(settings: Settings, endpoints: EndpointsFor = configured_endpoints) -> AskContext:
     """Check and open what distributed questions need: endpoints set and answering, Redis,
     the local index (for the manifest's index version)."""
-    from worker.celery_app import configure_app  # Celery is slow to import
+    from qfarm.worker.celery_app import configure_app  # Celery is slow to import
 
     require_endpoints_for_workers(settings)
     store = ProducerStore(connect(settings.redis_url))
@@ -223,7 +223,7 @@ def _require_interactive_worker(app: Any, store: ProducerStore | None = None) ->
     if not any(q.get("name") == keys.INTERACTIVE.queue for qs in replies.values() for q in qs):
         raise QfarmError(
             "no worker is consuming the interactive queue; start one with: "
-            "celery -A worker worker -Q interactive -P threads -c 8  (or use --eager)"
+            "celery -A qfarm.worker worker -Q interactive -P threads -c 8  (or use --eager)"
         )
 
 

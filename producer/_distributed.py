@@ -5,28 +5,28 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from common.models import Mode
-from common.settings import Settings
-from common.vocab import RunStatus
-from producer._follow import follow_to_end, reconciler
-from producer._services import (
+from qfarm.common.models import Mode
+from qfarm.common.settings import Settings
+from qfarm.common.vocab import RunStatus
+from qfarm.producer._follow import follow_to_end, reconciler
+from qfarm.producer._services import (
     corpus_label,
     enqueue_counted,
     open_local_retriever,
     require_endpoints_for_workers,
     run_manifest,
 )
-from producer._types import EndpointsFor, OnProgress, QuestionSet, RunResult, Say, SweepSpec
-from producer.capacity import check_plan_fits
-from producer.runs import create_run_dir, this_process, update_run_status
-from producer.store import ProducerStore, connect
-from producer.sweep import SweepPlan
+from qfarm.producer._types import EndpointsFor, OnProgress, QuestionSet, RunResult, Say, SweepSpec
+from qfarm.producer.capacity import check_plan_fits
+from qfarm.producer.runs import create_run_dir, this_process, update_run_status
+from qfarm.producer.store import ProducerStore, connect
+from qfarm.producer.sweep import SweepPlan
 
 
 def run_distributed(spec: SweepSpec, questions: QuestionSet, modes: list[Mode],
                      settings: Settings, endpoints: EndpointsFor, on_progress: OnProgress | None,
                      say: Say, *, detach: bool, index_progress: bool) -> RunResult:
-    from worker.celery_app import configure_app  # Celery is slow to import
+    from qfarm.worker.celery_app import configure_app  # Celery is slow to import
 
     require_endpoints_for_workers(settings)
     client = connect(settings.redis_url)

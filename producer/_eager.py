@@ -9,20 +9,20 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from common.errors import InputError
-from common.models import Job, Mode
-from common.settings import Settings, load_settings
-from common.vocab import RunStatus
-from producer import interrupts
-from producer._follow import finish_run
-from producer._services import (
+from qfarm.common.errors import InputError
+from qfarm.common.models import Job, Mode
+from qfarm.common.settings import Settings, load_settings
+from qfarm.common.vocab import RunStatus
+from qfarm.producer import interrupts
+from qfarm.producer._follow import finish_run
+from qfarm.producer._services import (
     corpus_label,
     eager_services,
     import_plotting,
     open_local_retriever,
     run_manifest,
 )
-from producer._types import (
+from qfarm.producer._types import (
     Endpoints,
     EndpointsFor,
     OnProgress,
@@ -31,9 +31,9 @@ from producer._types import (
     SweepSpec,
     configured_endpoints,
 )
-from producer.aggregator import Aggregator
-from producer.capacity import check_plan_fits
-from producer.runs import (
+from qfarm.producer.aggregator import Aggregator
+from qfarm.producer.capacity import check_plan_fits
+from qfarm.producer.runs import (
     create_run_dir,
     producer_alive,
     read_manifest,
@@ -41,7 +41,7 @@ from producer.runs import (
     this_process,
     update_run_status,
 )
-from producer.sweep import SweepPlan, enqueue_jobs, load_questions
+from qfarm.producer.sweep import SweepPlan, enqueue_jobs, load_questions
 
 
 def run_eager(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], settings: Settings,
@@ -76,7 +76,7 @@ def resume_eager(
     """Run, in this process, the jobs of an eager run that have no row in its rows.jsonl
     (``qfarm sweep --resume RUN --eager``): an interrupted or killed eager run's rows are
     valid, and its job ids are fixed by its manifest and question file."""
-    from producer.aggregator import cut_partial_line, file_rows
+    from qfarm.producer.aggregator import cut_partial_line, file_rows
 
     settings = settings or load_settings()
     run_dir = settings.results_dir / run_id
@@ -114,7 +114,7 @@ def _execute_eager(plan: SweepPlan, jobs: Iterable[Job], run_dir: Path, settings
                    serial: bool) -> RunResult:
     """Run ``jobs`` in this process, appending their rows to the run's rows.jsonl. A Ctrl-C
     (or SIGTERM, for the command line) ends the run as interrupted with its rows so far."""
-    from worker.celery_app import app  # imported late: Celery is slow to import
+    from qfarm.worker.celery_app import app  # imported late: Celery is slow to import
 
     svc, store = eager_services(settings, retriever)
     store.put_manifest(plan.manifest)
@@ -132,7 +132,7 @@ def _execute_eager(plan: SweepPlan, jobs: Iterable[Job], run_dir: Path, settings
                     enqueue_jobs(app, [job])  # Celery eager mode: runs every stage inline
                     tick()
             else:
-                from worker.runner import InProcessRunner
+                from qfarm.worker.runner import InProcessRunner
 
                 # As many jobs in flight as the endpoints take from one process.
                 inflight = len(eps.urls) * max(1, settings.llm_max_inflight_per_endpoint)

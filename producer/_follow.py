@@ -8,18 +8,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from common.errors import InputError
-from common.models import Manifest
-from common.settings import Settings, load_settings
-from common.vocab import RunStatus
-from producer import interrupts
-from producer._services import enqueue_counted, require_endpoints_for_workers, say_to_log
-from producer._types import OnProgress, RunResult, Say
-from producer.aggregator import Aggregator
-from producer.lease import FollowerLease
-from producer.runs import read_manifest, read_run_status, update_run_status
-from producer.store import ProducerStore, connect
-from producer.sweep import (
+from qfarm.common.errors import InputError
+from qfarm.common.models import Manifest
+from qfarm.common.settings import Settings, load_settings
+from qfarm.common.vocab import RunStatus
+from qfarm.producer import interrupts
+from qfarm.producer._services import enqueue_counted, require_endpoints_for_workers, say_to_log
+from qfarm.producer._types import OnProgress, RunResult, Say
+from qfarm.producer.aggregator import Aggregator
+from qfarm.producer.lease import FollowerLease
+from qfarm.producer.runs import read_manifest, read_run_status, update_run_status
+from qfarm.producer.store import ProducerStore, connect
+from qfarm.producer.sweep import (
     Follower,
     RedisGone,
     SweepPlan,
@@ -39,7 +39,7 @@ def follow_run(
 ) -> RunResult:
     """Follow a distributed run again (``qfarm sweep --attach``); with ``resend_missing``
     (``--resume``) first put back rows Redis lost and re-send the jobs without a row."""
-    from worker.celery_app import configure_app  # Celery is slow to import
+    from qfarm.worker.celery_app import configure_app  # Celery is slow to import
 
     settings = settings or load_settings()
     say = say or say_to_log
@@ -143,7 +143,7 @@ def _written(follower: Follower) -> int:
 
 def finish_run(manifest: Manifest, run_dir: Path, written: int, *, cancelled: bool = False,
             interrupted: bool = False, extra: dict[str, object] | None = None) -> RunResult:
-    from producer.reports import write_summary  # matplotlib is slow to import
+    from qfarm.producer.reports import write_summary  # matplotlib is slow to import
 
     total = manifest.n_jobs
     state = (RunStatus.COMPLETE if written >= total else RunStatus.CANCELLED if cancelled

@@ -5,25 +5,25 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from common.errors import ConfigError, RetrievalError
-from common.settings import Settings
-from common.vocab import Backend
+from qfarm.common.errors import ConfigError, RetrievalError
+from qfarm.common.settings import Settings
+from qfarm.common.vocab import Backend
 
 if TYPE_CHECKING:  # the retrieval backends are imported only when an index is built or read
-    from worker.retrieval.ingest import CorpusSource, IngestReport
+    from qfarm.worker.retrieval.ingest import CorpusSource, IngestReport
 
 
 def build_index(settings: Settings, corpus: str = "default", *, progress: bool = False,
                 max_errors: int = 100, force: bool = False, prune: bool = False) -> IngestReport:
     """Index ``corpus`` (a path or ``default``) on the configured backend; the served index
     switches only when complete. ``prune`` (clusters) deletes older versioned indices."""
-    from worker.retrieval.ingest import CorpusSource, build_embedded_index
+    from qfarm.worker.retrieval.ingest import CorpusSource, build_embedded_index
 
     source = CorpusSource.resolve(corpus)
     if settings.retriever == Backend.EMBEDDED:
         encoder = None
         if settings.dense:
-            from worker.retrieval.dense import open_encoder
+            from qfarm.worker.retrieval.dense import open_encoder
 
             encoder = open_encoder(settings.dense_model)
         return build_embedded_index(
@@ -46,9 +46,9 @@ def build_index(settings: Settings, corpus: str = "default", *, progress: bool =
 def _build_cluster(settings: Settings, source: CorpusSource, *, progress: bool, max_errors: int,
                    force: bool, prune: bool) -> IngestReport:
     """Elasticsearch/OpenSearch: a new versioned index, then the alias moves to it."""
-    from worker.retrieval import open_retriever
-    from worker.retrieval.cluster import ClusterRetriever
-    from worker.retrieval.ingest import build_cluster_index
+    from qfarm.worker.retrieval import open_retriever
+    from qfarm.worker.retrieval.cluster import ClusterRetriever
+    from qfarm.worker.retrieval.ingest import build_cluster_index
 
     retriever = open_retriever(settings)
     if not isinstance(retriever, ClusterRetriever):  # pragma: no cover - guarded by settings
@@ -71,8 +71,8 @@ def _build_cluster(settings: Settings, source: CorpusSource, *, progress: bool, 
 def index_info(settings: Settings, corpus: str | None = None) -> dict[str, Any]:
     """What the configured backend serves (counts, version, alias target...), with
     ``up_to_date`` when ``corpus`` names the corpus it was built from."""
-    from worker.retrieval import open_retriever
-    from worker.retrieval.ingest import CorpusSource
+    from qfarm.worker.retrieval import open_retriever
+    from qfarm.worker.retrieval.ingest import CorpusSource
 
     retriever = open_retriever(settings)
     try:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from common.jobs import check_samples, parse_modes
-from common.settings import Settings, load_settings
-from producer._distributed import run_distributed
-from producer._eager import run_eager
-from producer._services import say_to_log
-from producer._types import (
+from qfarm.common.jobs import check_samples, parse_modes
+from qfarm.common.settings import Settings, load_settings
+from qfarm.producer._distributed import run_distributed
+from qfarm.producer._eager import run_eager
+from qfarm.producer._services import say_to_log
+from qfarm.producer._types import (
     EndpointsFor,
     OnProgress,
     RunResult,

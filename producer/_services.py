@@ -8,15 +8,15 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from common import keys
-from common.errors import ConfigError
-from common.models import Job, Manifest, Mode
-from common.settings import Settings
-from common.vocab import Backend
-from producer._types import Endpoints, QuestionSet, SweepSpec
-from producer.runs import new_run_id
-from producer.store import ProducerStore
-from producer.sweep import enqueue_jobs, make_manifest
+from qfarm.common import keys
+from qfarm.common.errors import ConfigError
+from qfarm.common.models import Job, Manifest, Mode
+from qfarm.common.settings import Settings
+from qfarm.common.vocab import Backend
+from qfarm.producer._types import Endpoints, QuestionSet, SweepSpec
+from qfarm.producer.runs import new_run_id
+from qfarm.producer.store import ProducerStore
+from qfarm.producer.sweep import enqueue_jobs, make_manifest
 
 log = logging.getLogger("qfarm.producer")
 
@@ -59,8 +59,8 @@ def open_local_retriever(settings: Settings, *, progress: bool = True) -> Any:
 
     An embedded index with a damaged page is refused here, before any job runs.
     """
-    from worker.retrieval import ensure_default_index, open_retriever
-    from worker.retrieval.embedded import EmbeddedRetriever, check_index_pages
+    from qfarm.worker.retrieval import ensure_default_index, open_retriever
+    from qfarm.worker.retrieval.embedded import EmbeddedRetriever, check_index_pages
 
     if settings.retriever == Backend.EMBEDDED and settings.index_path is None:
         ensure_default_index(settings, progress=progress)
@@ -74,9 +74,9 @@ def eager_services(settings: Settings, retriever: Any) -> tuple[Any, ProducerSto
     """In-process services for eager runs: Celery eager mode and an in-memory Redis."""
     import fakeredis  # only eager runs need it
 
-    from worker.celery_app import configure_app
-    from worker.services import Services, install_services
-    from worker.store import WorkerStore
+    from qfarm.worker.celery_app import configure_app
+    from qfarm.worker.services import Services, install_services
+    from qfarm.worker.store import WorkerStore
 
     client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
     configure_app(settings, eager=True)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.errors import InputError, ManifestError
-from common.models import Manifest
-from common.runstatus import run_state
-from common.settings import Settings
-from common.vocab import RunStatus
-from producer.store import Progress
+from qfarm.common.errors import InputError, ManifestError
+from qfarm.common.models import Manifest
+from qfarm.common.runstatus import run_state
+from qfarm.common.settings import Settings
+from qfarm.common.vocab import RunStatus
+from qfarm.producer.store import Progress
 
 
 @dataclass(frozen=True)
@@ -36,10 +36,10 @@ class FarmStatus:
 def farm_status(settings: Settings, run_id: str | None = None, limit: int = 10) -> FarmStatus:
     """The farm as Redis and the workers report it: ``run_id``'s progress (InputError when
     Redis has no such run) or that of the ``limit`` most recent runs."""
-    from common.urls import redact_url
-    from producer.store import ProducerStore, connect
-    from worker.celery_app import configure_app
-    from worker.llm.pool import endpoint_report
+    from qfarm.common.urls import redact_url
+    from qfarm.producer.store import ProducerStore, connect
+    from qfarm.worker.celery_app import configure_app
+    from qfarm.worker.llm.pool import endpoint_report
 
     store = ProducerStore(connect(settings.redis_url))
     runs = []

@@ -12,20 +12,20 @@ from typing import Any
 
 import httpx
 
-from common.errors import ConfigError, InputError
-from common.models import ALL_MODES, JobRecord, Manifest, Mode, Question, Row
-from common.policy import Policy
-from common.questions import (
+from qfarm.common.errors import ConfigError, InputError
+from qfarm.common.models import ALL_MODES, JobRecord, Manifest, Mode, Question, Row
+from qfarm.common.policy import Policy
+from qfarm.common.questions import (
     DEFAULT_MAX_QUESTION_CHARS,
     check_question,
     digest_content,
     question_id_for,
     text_problem,
 )
-from common.settings import Settings
-from producer.endpoints import probe_endpoints
-from producer.store import Progress
-from producer.sweep import load_questions
+from qfarm.common.settings import Settings
+from qfarm.producer.endpoints import probe_endpoints
+from qfarm.producer.store import Progress
+from qfarm.producer.sweep import load_questions
 
 Say = Callable[[str], None]
 
@@ -77,7 +77,7 @@ def configured_endpoints(settings: Settings) -> Iterator[Endpoints]:
 def recognised_server(url: str, api_key: str | None, timeout_s: float = 5.0) -> str | None:
     """The name of a server that says what it is in ``/openapi.json`` (llama.cpp's Python
     server does), for the manifest; None for vLLM and anything not recognised."""
-    from worker.llm.client import server_info_from_openapi
+    from qfarm.worker.llm.client import server_info_from_openapi
 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:

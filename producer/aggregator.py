@@ -11,7 +11,7 @@ Its cursor into the run's row log lives in memory: a new aggregator scans the
 log's ids from the start (ids only; a row is fetched only if the file lacks it).
 Appends happen under an exclusive ``flock`` of the file, so two processes on one
 host can never interleave lines; across hosts the follower lease
-(``producer.lease``) leaves one drainer per run.
+(``qfarm.producer.lease``) leaves one drainer per run.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from producer.store import ProducerStore
+from qfarm.producer.store import ProducerStore
 
 _JOB_ID = re.compile(rb'"job_id"\s*:\s*"([^"\\]+)"')
 

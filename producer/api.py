@@ -8,7 +8,7 @@ notebook calls them the same way::
 
 Eager runs execute every job in this process (an in-memory Redis; the stages run
 concurrently, or one job at a time through Celery's eager mode with ``serial=True``);
-distributed runs publish the jobs to Redis for ``celery -A worker``
+distributed runs publish the jobs to Redis for ``celery -A qfarm.worker``
 workers and follow the run until every job has a row. Both write the same run
 directory (``manifest.json``, ``rows.jsonl``, ``status.json``, ``summary.md``).
 
@@ -24,7 +24,7 @@ what callers may use is re-exported here.
 
 from __future__ import annotations
 
-from producer._ask import (
+from qfarm.producer._ask import (
     AskContext,
     AskTicket,
     answer_for,
@@ -34,13 +34,13 @@ from producer._ask import (
     submit_ask,
     wait_for_answer,
 )
-from producer._eager import resume_eager
-from producer._follow import follow_run
-from producer._index import build_index, index_info
-from producer._launch import run_sweep
-from producer._services import open_local_retriever
-from producer._status import FarmStatus, RunProgress, farm_status
-from producer._types import (
+from qfarm.producer._eager import resume_eager
+from qfarm.producer._follow import follow_run
+from qfarm.producer._index import build_index, index_info
+from qfarm.producer._launch import run_sweep
+from qfarm.producer._services import open_local_retriever
+from qfarm.producer._status import FarmStatus, RunProgress, farm_status
+from qfarm.producer._types import (
     Answer,
     Endpoints,
     EndpointsFor,

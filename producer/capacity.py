@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from common.errors import InputError
-from common.models import Manifest
-from common.settings import Settings
+from qfarm.common.errors import InputError
+from qfarm.common.models import Manifest
+from qfarm.common.settings import Settings
 
 if TYPE_CHECKING:  # the CLI imports this module for every command; redis only when used
     import redis

@@ -12,15 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common import keys
-from common.errors import InputError, ManifestError
-from common.models import Manifest
-from common.runstatus import run_state
-from common.settings import Settings
-from common.vocab import RunStatus
-from producer.aggregator import file_rows
-from producer.runs import producer_alive, read_manifest, read_run_status, update_run_status
-from producer.store import ProducerStore
+from qfarm.common import keys
+from qfarm.common.errors import InputError, ManifestError
+from qfarm.common.models import Manifest
+from qfarm.common.runstatus import run_state
+from qfarm.common.settings import Settings
+from qfarm.common.vocab import RunStatus
+from qfarm.producer.aggregator import file_rows
+from qfarm.producer.runs import producer_alive, read_manifest, read_run_status, update_run_status
+from qfarm.producer.store import ProducerStore
 
 
 @dataclass(frozen=True)
@@ -131,8 +131,8 @@ def list_runs(settings: Settings, store: ProducerStore | None, *, offset: int,
 def summary_data(run_dir: Path) -> dict[str, Any]:
     """The summary's main figures as JSON: per mode, verdict counts and rates with 95%
     Wilson intervals, violation kinds, labels, errors, cache hits and latency quantiles."""
-    from common.reporting.stats import wilson_interval
-    from producer.reports import read_run
+    from qfarm.common.reporting.stats import wilson_interval
+    from qfarm.producer.reports import read_run
 
     manifest, stats = read_run(run_dir)
     modes = {}

@@ -18,9 +18,9 @@ from typing import Any
 
 import httpx
 
-from common.errors import ConfigError
-from common.urls import redact_url
-from common.vocab import SIMULATOR_HEADER
+from qfarm.common.errors import ConfigError
+from qfarm.common.urls import redact_url
+from qfarm.common.vocab import SIMULATOR_HEADER
 
 MAX_IDS_SHOWN = 10
 

@@ -15,7 +15,7 @@ import socket
 
 import redis
 
-from common import keys
+from qfarm.common import keys
 
 LEASE_TTL_S = 15.0
 

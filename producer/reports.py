@@ -1,7 +1,7 @@
 """Reports on disk: ``summary.md`` and ``compare.md`` with their PNG plots.
 
-The I/O edge around the pure renderers in ``common.reporting.report`` and
-``common.reporting.compare``: read ``manifest.json``, stream ``rows.jsonl`` line by line
+The I/O edge around the pure renderers in ``qfarm.common.reporting.report`` and
+``qfarm.common.reporting.compare``: read ``manifest.json``, stream ``rows.jsonl`` line by line
 (never loading it whole), draw plots with matplotlib's Agg canvas (no display,
 no pyplot global state) and write markdown atomically. A plot that fails to
 draw is logged and left out; the markdown is still written.
@@ -17,15 +17,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from common.errors import InputError
-from common.models import Manifest
-from common.reporting.compare import Comparison, compare_runs, render_compare
-from common.reporting.phase import CycleDecision, decide_cycle, render_cycle
-from common.reporting.report import render_stats
-from common.reporting.runstats import RunStats
-from common.reporting.stats import wilson_interval
-from common.runstatus import run_status
-from producer.runs import producer_alive, read_manifest, read_run_status
+from qfarm.common.errors import InputError
+from qfarm.common.models import Manifest
+from qfarm.common.reporting.compare import Comparison, compare_runs, render_compare
+from qfarm.common.reporting.phase import CycleDecision, decide_cycle, render_cycle
+from qfarm.common.reporting.report import render_stats
+from qfarm.common.reporting.runstats import RunStats
+from qfarm.common.reporting.stats import wilson_interval
+from qfarm.common.runstatus import run_status
+from qfarm.producer.runs import producer_alive, read_manifest, read_run_status
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -285,7 +285,7 @@ def write_summary(run_dir: Path, *, finished_at: float | None = None,
 
 
 def shown_status(manifest: Manifest, status: dict[str, Any], rows: int) -> str:
-    """The run's status from its rows and its producer's process (``common.runstatus``),
+    """The run's status from its rows and its producer's process (``qfarm.common.runstatus``),
     not ``status.json``'s word copied."""
     recorded = status.get("status")
     return run_status(str(recorded) if recorded else None, rows=rows, n_jobs=manifest.n_jobs,

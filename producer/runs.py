@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from common.errors import InputError, first_validation_error
-from common.models import Manifest
+from qfarm.common.errors import InputError, first_validation_error
+from qfarm.common.models import Manifest
 
 # What a run id may be: a directory name under the results directory (nothing that could
 # leave it), short enough for every file system (255 bytes is the usual name limit).

@@ -10,12 +10,12 @@ from dataclasses import dataclass
 
 import redis
 
-from common import keys
-from common.errors import ConfigError
-from common.jobs import manifest_from_json
-from common.models import Manifest
-from common.urls import redact_url
-from common.vocab import Role
+from qfarm.common import keys
+from qfarm.common.errors import ConfigError
+from qfarm.common.jobs import manifest_from_json
+from qfarm.common.models import Manifest
+from qfarm.common.urls import redact_url
+from qfarm.common.vocab import Role
 
 
 def connect(url: str, *, timeout_s: float = 5.0) -> redis.Redis:
@@ -220,7 +220,7 @@ class ProducerStore:
 
     # operator metrics -------------------------------------------------------------
     def count_enqueued(self, per_mode: Mapping[str, int]) -> None:
-        from common import metrics
+        from qfarm.common import metrics
 
         pipe = self.client.pipeline(transaction=False)
         for mode, n in per_mode.items():

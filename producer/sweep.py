@@ -1,6 +1,6 @@
 """The parts of a sweep: its plan and manifest, enqueueing, following, reconciling.
 
-``producer.api`` puts them together (and checks every input before a run
+``qfarm.producer.api`` puts them together (and checks every input before a run
 directory exists or a message is sent, so bad input leaves nothing half-written
 or half-enqueued).
 """
@@ -17,9 +17,9 @@ from pathlib import Path
 import redis
 from kombu.exceptions import OperationalError
 
-from common import keys
-from common.errors import InputError
-from common.jobs import (
+from qfarm.common import keys
+from qfarm.common.errors import InputError
+from qfarm.common.jobs import (
     bundle_label,
     bundles,
     check_samples,
@@ -27,13 +27,13 @@ from common.jobs import (
     profile_id_for_model,
     ref_for,
 )
-from common.models import Job, Manifest, Mode, Question
-from common.policy import Policy, governance_policy_hash, verifier_policy_hash
-from common.questions import DEFAULT_MAX_QUESTION_CHARS, digest_content, parse_questions
-from producer import interrupts
-from producer.aggregator import Aggregator
-from producer.lease import FollowerLease
-from producer.store import ProducerStore, Progress
+from qfarm.common.models import Job, Manifest, Mode, Question
+from qfarm.common.policy import Policy, governance_policy_hash, verifier_policy_hash
+from qfarm.common.questions import DEFAULT_MAX_QUESTION_CHARS, digest_content, parse_questions
+from qfarm.producer import interrupts
+from qfarm.producer.aggregator import Aggregator
+from qfarm.producer.lease import FollowerLease
+from qfarm.producer.store import ProducerStore, Progress
 
 ENQUEUE_BATCH = 1000
 

@@ -12,8 +12,8 @@ import importlib
 import os
 import sys
 
-from common.errors import QfarmError
-from producer import interrupts
+from qfarm.common.errors import QfarmError
+from qfarm.producer import interrupts
 
 COMMANDS = (
     "sweep",

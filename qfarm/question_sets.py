@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.errors import InputError
+from qfarm.common.errors import InputError
 
 SUFFIXES = (".jsonl", ".txt")
 PACKAGED = Path(__file__).resolve().parent / "sets"  # written by the build, not in the tree

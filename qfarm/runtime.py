@@ -10,11 +10,11 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from common.errors import InputError, PolicyError
-from common.policy import LOCAL_CPU_POLICY, Policy, build_policy, parse_overrides
-from common.settings import Settings, results_dir_problem
-from common.vocab import Backend
-from producer.api import Endpoints, configured_endpoints
+from qfarm.common.errors import InputError, PolicyError
+from qfarm.common.policy import LOCAL_CPU_POLICY, Policy, build_policy, parse_overrides
+from qfarm.common.settings import Settings, results_dir_problem
+from qfarm.common.vocab import Backend
+from qfarm.producer.api import Endpoints, configured_endpoints
 
 BACKENDS = tuple(b.value for b in Backend)  # plain strings: argparse shows their repr
 
@@ -128,7 +128,7 @@ def llm_endpoints(settings: Settings, *, quiet: bool = False,
         with configured_endpoints(settings) as eps:
             yield eps
         return
-    from ops.sim.launch import start_simulator
+    from qfarm.ops.sim.launch import start_simulator
 
     # Zero latency: eager runs call the model one job at a time, and a smoke run should take
     # seconds; the latency model matters for distributed runs and benchmarks.
@@ -145,7 +145,7 @@ def llm_endpoints(settings: Settings, *, quiet: bool = False,
 @contextlib.contextmanager
 def local_model_endpoints(*, quiet: bool = False) -> Iterator[Endpoints]:
     """llama.cpp's server on the local model, started for this command and stopped after."""
-    from ops.local.launch import start_local_model
+    from qfarm.ops.local.launch import start_local_model
 
     if not quiet:
         print("starting llama.cpp's server on the local model (CPU; about 20 s a job)...",

@@ -27,8 +27,8 @@ def unused_port() -> int:
 @pytest.fixture(scope="session")
 def default_index(tmp_path_factory: pytest.TempPathFactory):
     """The embedded index of the real default corpus, built once per test session."""
-    from common.settings import Settings
-    from worker.retrieval import ensure_default_index
+    from qfarm.common.settings import Settings
+    from qfarm.worker.retrieval import ensure_default_index
 
     data_dir = tmp_path_factory.mktemp("qfarm-data")
     settings = Settings(data_dir=data_dir)
@@ -82,8 +82,8 @@ def local_install() -> None:
     Skips, with the reason in one line, where they are not; with QFARM_REQUIRE_LOCAL=1
     (`make test` sets it, after installing them) a missing install fails instead.
     """
-    from common.errors import ConfigError
-    from ops.local.launch import find_model_file, server_version
+    from qfarm.common.errors import ConfigError
+    from qfarm.ops.local.launch import find_model_file, server_version
 
     try:
         server_version()
@@ -97,7 +97,7 @@ def local_install() -> None:
 @pytest.fixture(scope="session")
 def local_model(local_install):
     """llama.cpp's server on the local CPU model, started once per session (slow tests)."""
-    from ops.local.launch import start_local_model
+    from qfarm.ops.local.launch import start_local_model
 
     with start_local_model() as handle:
         yield handle

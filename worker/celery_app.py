@@ -22,7 +22,7 @@ Celery's and kombu's docs (see docs/distributed.md):
   bundles redelivered within ``leases.redelivery_bound_s`` of its last renewal.
 * Results ignored: rows are written to Redis by job id (set-if-absent); no
   chords or groups, which would collect every result into one key.
-* Redis URLs go through ``worker.broker.Transport``: kombu's Redis transport,
+* Redis URLs go through ``qfarm.worker.broker.Transport``: kombu's Redis transport,
   repaired so that a worker survives the loss of Redis (see that module).
 """
 
@@ -34,10 +34,10 @@ from typing import Any
 
 from celery import Celery
 
-from common.errors import ConfigError
-from common.keys import INTERACTIVE, QUEUES, STAGES
-from common.settings import Settings, load_settings
-from worker import broker, leases
+from qfarm.common.errors import ConfigError
+from qfarm.common.keys import INTERACTIVE, QUEUES, STAGES
+from qfarm.common.settings import Settings, load_settings
+from qfarm.worker import broker, leases
 
 TASK_ROUTES = {stage.task: {"queue": stage.queue} for stage in STAGES}
 # Probe an idle broker connection after 10 s, then every 5 s; 3 unanswered probes drop it.
@@ -96,7 +96,7 @@ class QfarmCelery(Celery):
             try:
                 settings = load_settings()
             except ConfigError as exc:
-                # A worker (`celery -A worker worker`) reads its settings here, at start-up:
+                # A worker (`celery -A qfarm.worker worker`) reads its settings here, at start-up:
                 # a bad QFARM_* value is one line and exit 2, not Celery's traceback.
                 print(f"qfarm worker: error: {exc}", file=sys.stderr, flush=True)
                 raise SystemExit(exc.exit_code) from None

@@ -3,7 +3,7 @@
 A Python str can hold what no UTF-8 encoder accepts (a lone surrogate such as
 ``"\\ud800"``, from a question that got past loading), and pydantic then refuses to
 serialise the whole row. Each row is therefore serialised on its own before a bundle's
-write (``worker.flow.write_rows``): one that cannot be becomes its own job's error row,
+write (``qfarm.worker.flow.write_rows``): one that cannot be becomes its own job's error row,
 its text made valid, and its bundle-mates' rows go as they are.
 """
 
@@ -13,9 +13,9 @@ import logging
 
 from pydantic_core import PydanticSerializationError
 
-from common.models import Row
-from common.text import replace_lone_surrogates, replace_lone_surrogates_in
-from common.vocab import ErrorKind, error_text
+from qfarm.common.models import Row
+from qfarm.common.text import replace_lone_surrogates, replace_lone_surrogates_in
+from qfarm.common.vocab import ErrorKind, error_text
 
 log = logging.getLogger("qfarm.worker")
 

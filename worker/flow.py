@@ -33,16 +33,16 @@ from kombu.exceptions import OperationalError
 from pydantic import BaseModel, TypeAdapter
 from pydantic_core import PydanticSerializationError
 
-from common import keys
-from common.errors import ManifestError
-from common.jobs import job_from_ref
-from common.models import Evidence, Job, JobRecord, JobRef, Row, Timings, Usage
-from common.policy import governance_policy_hash
-from common.text import replace_lone_surrogates
-from common.vocab import ErrorKind
-from worker import metrics, pipeline, stages
-from worker.encoding import storable, unserialisable_error
-from worker.services import Services
+from qfarm.common import keys
+from qfarm.common.errors import ManifestError
+from qfarm.common.jobs import job_from_ref
+from qfarm.common.models import Evidence, Job, JobRecord, JobRef, Row, Timings, Usage
+from qfarm.common.policy import governance_policy_hash
+from qfarm.common.text import replace_lone_surrogates
+from qfarm.common.vocab import ErrorKind
+from qfarm.worker import metrics, pipeline, stages
+from qfarm.worker.encoding import storable, unserialisable_error
+from qfarm.worker.services import Services
 
 log = logging.getLogger("qfarm.worker")
 
@@ -248,7 +248,7 @@ def _safely_row(record: JobRecord, cached: dict) -> Row:
 def write_rows(rows: Sequence[Row], svc: Services, cache_keys: Sequence[str | None] = ()) -> int:
     """Write each row once; results of fresh successful jobs go into the cache. Returns rows written.
 
-    Each row is serialised on its own first (``worker.encoding.storable``): one that cannot
+    Each row is serialised on its own first (``qfarm.worker.encoding.storable``): one that cannot
     be fails only its job, as an error row, and its bundle-mates' rows are written as they are.
     """
     stored = [storable(row) for row in rows]
@@ -266,7 +266,7 @@ def write_rows(rows: Sequence[Row], svc: Services, cache_keys: Sequence[str | No
 
 
 def handle_stage(stage: keys.Stage, payload: str | list[dict], svc: Services, send: Send) -> None:
-    """A sweep stage's task body (``worker.stages.CHAIN``): enter, step, leave.
+    """A sweep stage's task body (``qfarm.worker.stages.CHAIN``): enter, step, leave.
 
     The first link takes job refs (``payload`` a list of dicts) and loads, preflights
     and serves cache hits before its step; later links take the records the previous

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 
 import redis
 
-from common.keys import UNACKED_INDEX_KEY, UNACKED_KEY
+from qfarm.common.keys import UNACKED_INDEX_KEY, UNACKED_KEY
 
 log = logging.getLogger("qfarm.worker.leases")
 

@@ -24,10 +24,10 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from common import keys
-from common import metrics as m
-from common.models import Row
-from common.settings import Settings
+from qfarm.common import keys
+from qfarm.common import metrics as m
+from qfarm.common.models import Row
+from qfarm.common.settings import Settings
 
 log = logging.getLogger("qfarm.metrics")
 

@@ -13,15 +13,15 @@ import time
 from collections.abc import Sequence
 from typing import Protocol
 
-from common import profiles
-from common.errors import QfarmError, ServiceError
-from common.grounding.gold import match_gold
-from common.grounding.preflight import rejected_verification, run_preflight
-from common.grounding.prompts import STOP, build_prompt
-from common.grounding.rows import build_row
-from common.grounding.sidecar import assess_answerability
-from common.grounding.verify import verify_answer
-from common.models import (
+from qfarm.common import profiles
+from qfarm.common.errors import QfarmError, ServiceError
+from qfarm.common.grounding.gold import match_gold
+from qfarm.common.grounding.preflight import rejected_verification, run_preflight
+from qfarm.common.grounding.prompts import STOP, build_prompt
+from qfarm.common.grounding.rows import build_row
+from qfarm.common.grounding.sidecar import assess_answerability
+from qfarm.common.grounding.verify import verify_answer
+from qfarm.common.models import (
     Evidence,
     Generation,
     Job,
@@ -32,14 +32,14 @@ from common.models import (
     Sampling,
     Timings,
 )
-from common.retrieval.evaluation import judge
-from common.text import replace_lone_surrogates
-from common.vocab import ErrorKind
-from worker.retrieval.base import Retriever
+from qfarm.common.retrieval.evaluation import judge
+from qfarm.common.text import replace_lone_surrogates
+from qfarm.common.vocab import ErrorKind
+from qfarm.worker.retrieval.base import Retriever
 
 
 class Gateway(Protocol):
-    """What the pipeline needs of ``worker.llm.Gateway`` (tests pass canned ones)."""
+    """What the pipeline needs of ``qfarm.worker.llm.Gateway`` (tests pass canned ones)."""
 
     def generate_many(
         self, items: list[tuple[str, Sampling, str]]
@@ -148,7 +148,7 @@ def _fit_evidence(
 def sampling_for(job: Job) -> Sampling:
     response_format = None
     if job.policy.structured_output and job.mode.value == "claim_lattice":
-        from common.grounding.schemas import claim_lattice_response_format
+        from qfarm.common.grounding.schemas import claim_lattice_response_format
 
         response_format = claim_lattice_response_format()
     return Sampling(

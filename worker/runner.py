@@ -4,7 +4,7 @@ Eager runs (``qfarm sweep --eager``, ``qfarm ask --eager``, ``run_sweep(...,
 eager=True)``) have no broker and no workers, but the GPU still wants
 ``QFARM_LLM_MAX_INFLIGHT_PER_ENDPOINT`` requests in flight per endpoint. So:
 
-* it walks the same chain as the Celery tasks (``worker.stages.CHAIN``), its CPU
+* it walks the same chain as the Celery tasks (``qfarm.worker.stages.CHAIN``), its CPU
   links in a small thread pool through the queue handlers' own functions
   (``flow.handle_retrieve`` for the first: entry check, preflight, cache,
   retrieval; ``flow.through``/``flow.leave`` for the others: their step, rows for
@@ -34,12 +34,12 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from common import keys
-from common.errors import ServiceError
-from common.jobs import bundles, ref_for
-from common.models import Job, JobRecord
-from worker import flow, pipeline, stages
-from worker.services import Services
+from qfarm.common import keys
+from qfarm.common.errors import ServiceError
+from qfarm.common.jobs import bundles, ref_for
+from qfarm.common.models import Job, JobRecord
+from qfarm.worker import flow, pipeline, stages
+from qfarm.worker.services import Services
 
 log = logging.getLogger("qfarm.worker")
 

@@ -14,12 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from common.settings import Settings, load_settings
+from qfarm.common.settings import Settings, load_settings
 
 if TYPE_CHECKING:  # imported where used at run time: a prefork parent opens no connections
-    from worker.pipeline import Gateway
-    from worker.retrieval.base import Retriever
-    from worker.store import WorkerStore
+    from qfarm.worker.pipeline import Gateway
+    from qfarm.worker.retrieval.base import Retriever
+    from qfarm.worker.store import WorkerStore
 
 
 @dataclass
@@ -40,7 +40,7 @@ class Services:
                 if self.retriever_factory is not None:
                     self._retriever = self.retriever_factory()
                 else:
-                    from worker.retrieval import open_retriever
+                    from qfarm.worker.retrieval import open_retriever
 
                     self._retriever = open_retriever(self.settings)
             return self._retriever
@@ -52,7 +52,7 @@ class Services:
                 if self.gateway_factory is not None:
                     self._gateway = self.gateway_factory()
                 else:
-                    from worker.llm import open_gateway
+                    from qfarm.worker.llm import open_gateway
 
                     self._gateway = open_gateway(self.settings)
             return self._gateway
@@ -73,7 +73,7 @@ _guard = threading.Lock()
 def build_services(settings: Settings | None = None) -> Services:
     import redis
 
-    from worker.store import WorkerStore
+    from qfarm.worker.store import WorkerStore
 
     settings = settings or load_settings()
     client = redis.Redis.from_url(

@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from common import keys
-from common.models import JobRecord
-from worker import pipeline
-from worker.services import Services
+from qfarm.common import keys
+from qfarm.common.models import JobRecord
+from qfarm.worker import pipeline
+from qfarm.worker.services import Services
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ STEPS: dict[keys.Stage, Step] = {
 
 CHAIN: tuple[Step, ...] = tuple(STEPS[stage] for stage in keys.SWEEP_STAGES)
 if set(STEPS) != set(keys.SWEEP_STAGES):  # a stage without a step, or a step off the chain
-    raise RuntimeError("worker.stages.STEPS must give every keys.SWEEP_STAGES stage one step")
+    raise RuntimeError("qfarm.worker.stages.STEPS must give every keys.SWEEP_STAGES stage one step")
 
 
 def step_for(stage: keys.Stage) -> Step:

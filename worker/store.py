@@ -8,9 +8,9 @@ from collections.abc import Sequence
 
 import redis
 
-from common import keys
-from common.jobs import manifest_from_json
-from common.models import JobRecord, Manifest, Row
+from qfarm.common import keys
+from qfarm.common.jobs import manifest_from_json
+from qfarm.common.models import JobRecord, Manifest, Row
 
 
 class WorkerStore:

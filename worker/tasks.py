@@ -1,5 +1,5 @@
-"""Thin Celery tasks: one per link of worker.stages.CHAIN (a bundle of jobs through
-worker.flow, then the next link's queue), and the interactive one.
+"""Thin Celery tasks: one per link of qfarm.worker.stages.CHAIN (a bundle of jobs through
+qfarm.worker.flow, then the next link's queue), and the interactive one.
 
 A broker/row-store failure sends the bundle's message back for redelivery (jobs
 that already have a row are skipped); LLM retries live in the gateway alone (one
@@ -17,13 +17,13 @@ from typing import Any
 from celery import signals
 from celery.exceptions import Reject
 
-from common.jobs import bundle_label
-from common.keys import INTERACTIVE, Stage
-from common.models import JobRecord
-from worker import flow, leases, metrics, stages
-from worker.celery_app import app
-from worker.flow import REDIS_ERRORS
-from worker.services import Services, get_services
+from qfarm.common.jobs import bundle_label
+from qfarm.common.keys import INTERACTIVE, Stage
+from qfarm.common.models import JobRecord
+from qfarm.worker import flow, leases, metrics, stages
+from qfarm.worker.celery_app import app
+from qfarm.worker.flow import REDIS_ERRORS
+from qfarm.worker.services import Services, get_services
 
 log = logging.getLogger("qfarm.worker")
 
@@ -82,7 +82,7 @@ def _stage_task(stage: Stage) -> Any:
     return app.task(name=stage.task, **TASK_OPTIONS)(task)
 
 
-# One task per link of worker.stages.CHAIN, in its order.
+# One task per link of qfarm.worker.stages.CHAIN, in its order.
 STAGE_TASKS = {step.stage: _stage_task(step.stage) for step in stages.CHAIN}
 retrieve = STAGE_TASKS[stages.CHAIN[0].stage]  # the entry of a sweep's jobs
 

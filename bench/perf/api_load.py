@@ -4,7 +4,7 @@ Starts its own redis-server (free port), the vLLM simulator, interactive worker(
 `qfarm serve`. N client threads ask distinct questions (result cache bypassed, so
 every question runs all stages on a worker):
 
-* direct: ``producer.api`` ``submit_ask`` + ``wait_for_answer`` through the queue, with
+* direct: ``qfarm.producer.api`` ``submit_ask`` + ``wait_for_answer`` through the queue, with
   one shared context (what ``qfarm ask`` does per call, minus its one-off set-up);
 * http: ``POST /v1/ask`` with ``wait_s``, one keep-alive connection per client.
 
@@ -111,7 +111,7 @@ def main() -> None:  # noqa: C901 - a linear script: start, measure, print
     ap.add_argument("--ttft-ms", type=float, default=20.0, help="simulator time to first token")
     args = ap.parse_args()
 
-    from ops.sim.launch import start_simulator
+    from qfarm.ops.sim.launch import start_simulator
 
     work = Path(tempfile.mkdtemp(prefix="qfarm-api-load-"))
     rport = free_port()
@@ -132,15 +132,15 @@ def main() -> None:  # noqa: C901 - a linear script: start, measure, print
                 break
             except redis.ConnectionError:
                 time.sleep(0.05)
-        from common.settings import load_settings
-        from producer.api import open_local_retriever
+        from qfarm.common.settings import load_settings
+        from qfarm.producer.api import open_local_retriever
 
         os.environ.update(env)
         settings = load_settings()
         open_local_retriever(settings, progress=True)  # build the default index before timing
         for w in range(args.workers):
             procs.append(subprocess.Popen(
-                [str(BIN / "celery"), "-A", "worker", "worker", "-Q", "interactive", "-P",
+                [str(BIN / "celery"), "-A", "qfarm.worker", "worker", "-Q", "interactive", "-P",
                  "threads", "-c", str(args.threads), "-n", f"inter{w}@%h", "--without-gossip",
                  "--without-mingle"], cwd=REPO, env=env, stdout=(work / f"w{w}.log").open("wb"),
                 stderr=subprocess.STDOUT, start_new_session=True))
@@ -153,7 +153,7 @@ def main() -> None:  # noqa: C901 - a linear script: start, measure, print
         base = f"http://127.0.0.1:{aport}"
         wait_http(base, api, api_log)
         # Workers are ready once their heartbeats are in (worker/metrics.py).
-        from producer.store import ProducerStore
+        from qfarm.producer.store import ProducerStore
 
         store = ProducerStore(client)
         deadline = time.monotonic() + 90
@@ -162,8 +162,8 @@ def main() -> None:  # noqa: C901 - a linear script: start, measure, print
                 raise SystemExit("workers did not start; see " + str(work))
             time.sleep(0.3)
 
-        from common.policy import Policy
-        from producer.api import ask_context, submit_ask, wait_for_answer
+        from qfarm.common.policy import Policy
+        from qfarm.producer.api import ask_context, submit_ask, wait_for_answer
 
         ctx = ask_context(settings)
 

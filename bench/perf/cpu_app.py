@@ -2,7 +2,7 @@
 
 ``celery -A bench.perf.cpu_app worker`` runs the product's tasks unchanged, except that
 each process's gateway is a canned one: it composes the simulator's answer for each
-prompt in-process (``ops.sim.behaviour.complete``, deterministic for a prompt and seed)
+prompt in-process (``qfarm.ops.sim.behaviour.complete``, deterministic for a prompt and seed)
 instead of sending it over HTTP. What the workers spend is then retrieval, prompts,
 verification, rows and messaging, the worker's own work; the answers' composition is
 timed per thread and written to ``$QFARM_BENCH_CANNED_DIR/<pid>`` so the benchmark can
@@ -17,16 +17,16 @@ import time
 from pathlib import Path
 
 import bench.perf.noop_app  # noqa: F401  (registers the no-op task the baselines send)
-from common.errors import ServiceError
-from common.models import Generation, Sampling, Usage
-from ops.sim.behaviour import complete
-from worker import app, services
+from qfarm.common.errors import ServiceError
+from qfarm.common.models import Generation, Sampling, Usage
+from qfarm.ops.sim.behaviour import complete
+from qfarm.worker import app, services
 
 CANNED_DIR_ENV = "QFARM_BENCH_CANNED_DIR"
 
 
 class CannedGateway:
-    """``worker.pipeline.Gateway`` answering with the simulator's composer, in-process."""
+    """``qfarm.worker.pipeline.Gateway`` answering with the simulator's composer, in-process."""
 
     def __init__(self, out: Path | None):
         self._out = out

@@ -37,8 +37,8 @@ FILES = ("general", "answerability", "independent_tune", "independent_heldout", 
 
 def build(where: Path) -> tuple[Path, Path, Path]:
     """(naive, lexical, dense) index files, built if missing or stale."""
-    from worker.retrieval.dense import open_encoder
-    from worker.retrieval.ingest import CorpusSource, build_embedded_index
+    from qfarm.worker.retrieval.dense import open_encoder
+    from qfarm.worker.retrieval.ingest import CorpusSource, build_embedded_index
 
     source = CorpusSource.resolve("default")
     lexical, dense, naive = where / "lexical.sqlite", where / "dense.sqlite", where / "naive.sqlite"
@@ -65,11 +65,11 @@ def main() -> None:
     ap.add_argument("--files", default=",".join(FILES))
     args = ap.parse_args()
 
-    from common.questions import parse_questions
-    from common.retrieval.evaluation import titles_by_id
-    from common.settings import Settings
-    from worker.retrieval.embedded import EmbeddedRetriever
-    from worker.retrieval.evaluate import evaluate
+    from qfarm.common.questions import parse_questions
+    from qfarm.common.retrieval.evaluation import titles_by_id
+    from qfarm.common.settings import Settings
+    from qfarm.worker.retrieval.embedded import EmbeddedRetriever
+    from qfarm.worker.retrieval.evaluate import evaluate
 
     naive_path, lexical_path, dense_path = build(Settings().data_dir / "bench-dense")
     retrievers: dict[str, Any] = {

@@ -1,6 +1,6 @@
 """Enqueue rate, Redis memory per pending job, producer and aggregator peak RSS.
 
-* enqueue rate: 100k jobs through ``producer.sweep.enqueue_jobs`` (kombu publish
+* enqueue rate: 100k jobs through ``qfarm.producer.sweep.enqueue_jobs`` (kombu publish
   batches, bundles of ``QFARM_BUNDLE_SIZE`` jobs a message as ``qfarm sweep``
   sends them), against a baseline of plain one-by-one ``apply_async`` of
   one-job messages in the same run;
@@ -29,23 +29,23 @@ import time
 from pathlib import Path
 
 from bench.perf.farmkit import bench_redis_url, flush
-from common import keys
+from qfarm.common import keys
 
 N_QUESTIONS = 1000
 
 
 def _questions(count: int):
-    from common.models import Question
+    from qfarm.common.models import Question
 
     return [Question(id=f"q{i:05d}", text=f"What is notable about topic number {i} in the corpus?")
             for i in range(count)]
 
 
 def _plan(run_id: str, jobs: int):
-    from common.models import ALL_MODES
-    from common.policy import Policy
-    from common.settings import DEFAULT_MODEL
-    from producer.sweep import SweepPlan, make_manifest
+    from qfarm.common.models import ALL_MODES
+    from qfarm.common.policy import Policy
+    from qfarm.common.settings import DEFAULT_MODEL
+    from qfarm.producer.sweep import SweepPlan, make_manifest
 
     n = max(1, -(-jobs // (N_QUESTIONS * len(ALL_MODES))))
     manifest = make_manifest(
@@ -57,10 +57,10 @@ def _plan(run_id: str, jobs: int):
 
 
 def child_producer(jobs: int, bundle: int) -> None:
-    from common.settings import Settings
-    from producer.store import ProducerStore, connect
-    from producer.sweep import enqueue_jobs
-    from worker.celery_app import configure_app
+    from qfarm.common.settings import Settings
+    from qfarm.producer.store import ProducerStore, connect
+    from qfarm.producer.sweep import enqueue_jobs
+    from qfarm.worker.celery_app import configure_app
 
     settings = Settings(redis_url=bench_redis_url())
     app = configure_app(settings)
@@ -74,11 +74,11 @@ def child_producer(jobs: int, bundle: int) -> None:
 
 
 def child_aggregator(run_id: str, out: str) -> None:
-    from common.settings import Settings
-    from producer.aggregator import Aggregator
-    from producer.reports import write_summary
-    from producer.runs import write_json_atomic
-    from producer.store import ProducerStore, connect
+    from qfarm.common.settings import Settings
+    from qfarm.producer.aggregator import Aggregator
+    from qfarm.producer.reports import write_summary
+    from qfarm.producer.runs import write_json_atomic
+    from qfarm.producer.store import ProducerStore, connect
 
     store = ProducerStore(connect(Settings(redis_url=bench_redis_url()).redis_url))
     run_dir = Path(out)
@@ -101,8 +101,8 @@ def _child(*args: str) -> dict:
 
 def _fill_rows(client, run_id: str, count: int) -> None:
     """Synthetic rows written with the workers' own write-once script."""
-    from common.models import Mode, Row, Timings, Verdict
-    from worker.store import WorkerStore
+    from qfarm.common.models import Mode, Row, Timings, Verdict
+    from qfarm.worker.store import WorkerStore
 
     plan = _plan(run_id, count)
     store = WorkerStore(client)
@@ -136,15 +136,15 @@ def main() -> None:
         child_aggregator(args.run_id, args.out)
         return
 
-    from common.settings import Settings
-    from worker.celery_app import configure_app
+    from qfarm.common.settings import Settings
+    from qfarm.worker.celery_app import configure_app
 
     client = flush()
     # Baseline: plain apply_async, one round trip per message.
     app = configure_app(Settings(redis_url=bench_redis_url()))
     plan = _plan("baseline", 3000)
     task = app.tasks["qfarm.retrieve"]
-    from common.jobs import ref_for
+    from qfarm.common.jobs import ref_for
 
     refs = [ref_for(j).model_dump(mode="json", exclude_none=True) for j in plan.jobs()]
     t0 = time.perf_counter()

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from common import keys
+from qfarm.common import keys
 
 if TYPE_CHECKING:
-    from common.settings import Settings
-    from producer import SweepSpec
+    from qfarm.common.settings import Settings
+    from qfarm.producer import SweepSpec
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -45,7 +45,7 @@ def exit_on_sigterm() -> None:
 
 @contextmanager
 def workers(env: dict[str, str], specs: list[tuple[str, str, str, int]], log_dir: Path,
-            app: str = "worker"):
+            app: str = "qfarm.worker"):
     """specs: (name, queues, pool, concurrency); ``app`` the module ``celery -A`` loads.
     Yields once every worker is ready."""
     procs: list[subprocess.Popen] = []
@@ -110,7 +110,7 @@ def sweep_on_farm(spec: SweepSpec, settings: Settings) -> tuple[list[dict[str, A
     The wall comes from the rows' own clocks rather than around the call: the call also opens
     the retriever, checks the endpoints, follows at its poll interval and writes the summary,
     none of which a jobs/s figure is about."""
-    from producer import run_sweep
+    from qfarm.producer import run_sweep
 
     result = run_sweep(spec, settings=settings)
     rows = [json.loads(line) for line in result.rows_path.read_text().splitlines() if line.strip()]

@@ -40,11 +40,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from common.grounding.prompts import build_prompt
-from common.models import Mode
-from common.policy import LOCAL_CPU_POLICY, build_policy
-from common.questions import parse_questions
-from common.settings import Settings
+from qfarm.common.grounding.prompts import build_prompt
+from qfarm.common.models import Mode
+from qfarm.common.policy import LOCAL_CPU_POLICY, build_policy
+from qfarm.common.questions import parse_questions
+from qfarm.common.settings import Settings
 
 QUESTIONS = Path(__file__).resolve().parents[1] / "questions" / "real_model.jsonl"
 MODE = Mode.CLAIM_LATTICE_POINTER
@@ -58,7 +58,7 @@ def _questions(n: int) -> list[str]:
 
 def _prompts(questions: list[str], policy_overrides: dict) -> list[str]:
     """The prompts a sweep builds for these questions (same retrieval, same policy)."""
-    from worker.retrieval.embedded import EmbeddedRetriever
+    from qfarm.worker.retrieval.embedded import EmbeddedRetriever
 
     policy = build_policy(policy_overrides)
     retriever = EmbeddedRetriever(Settings().embedded_index_path())
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.quick:
         args.prompts, args.rounds = 3, 1
-    from ops.local.launch import start_local_model
+    from qfarm.ops.local.launch import start_local_model
 
     overrides = {**LOCAL_CPU_POLICY, "temperature": 0.0}
     policy_args = [f"--policy={k}={json.dumps(v)}" for k, v in overrides.items()]

@@ -94,13 +94,13 @@ def main() -> None:
     exit_on_sigterm()
 
     from bench.perf.noop_app import NOOP_TASK
-    from common import keys
-    from common.models import ALL_MODES, Question
-    from common.settings import Settings
-    from ops.sim.launch import start_simulator
-    from producer import SweepSpec
-    from worker.celery_app import configure_app
-    from worker.retrieval import ensure_default_index
+    from qfarm.common import keys
+    from qfarm.common.models import ALL_MODES, Question
+    from qfarm.common.settings import Settings
+    from qfarm.ops.sim.launch import start_simulator
+    from qfarm.producer import SweepSpec
+    from qfarm.worker.celery_app import configure_app
+    from qfarm.worker.retrieval import ensure_default_index
 
     tmp = Path(tempfile.mkdtemp(prefix="qfarm-orch-"))
     index = ensure_default_index(Settings(data_dir=tmp / "data"), progress=False)

@@ -128,8 +128,8 @@ class NaiveRetriever:
         self._conn = sqlite3.connect(path)
 
     def search(self, question: str, *, top_k: int, title_boost: float) -> list[Any]:
-        from common.models import Evidence
-        from common.retrieval.ranking import fts5_match_expression
+        from qfarm.common.models import Evidence
+        from qfarm.common.retrieval.ranking import fts5_match_expression
 
         expr = fts5_match_expression(question)
         rows = self._conn.execute(NAIVE_SQL, (expr, top_k)).fetchall() if expr else []
@@ -148,9 +148,9 @@ class NaiveRetriever:
 
 def quality(retrievers: Sequence[Any]) -> dict[str, dict[str, Any]]:
     """recall@8, article hit@8, MRR and p50 of each retriever on the held-out questions."""
-    from common.questions import parse_questions
-    from common.retrieval.evaluation import titles_by_id
-    from worker.retrieval.evaluate import evaluate
+    from qfarm.common.questions import parse_questions
+    from qfarm.common.retrieval.evaluation import titles_by_id
+    from qfarm.worker.retrieval.evaluate import evaluate
 
     content = HELDOUT.read_text(encoding="utf-8")
     questions = parse_questions(HELDOUT.name, content)
@@ -172,10 +172,10 @@ def bench_embedded(
     tmp: Path, questions: list[str], corpus: dict[str, dict]
 ) -> tuple[float, list[str | None], list[list[str]]]:
     from bench.questions.strata import print_strata
-    from common.questions import parse_questions
-    from common.retrieval.ranking import fts5_match_expression
-    from worker.retrieval.embedded import EmbeddedRetriever
-    from worker.retrieval.ingest import CorpusSource, build_embedded_index
+    from qfarm.common.questions import parse_questions
+    from qfarm.common.retrieval.ranking import fts5_match_expression
+    from qfarm.worker.retrieval.embedded import EmbeddedRetriever
+    from qfarm.worker.retrieval.ingest import CorpusSource, build_embedded_index
 
     dest = tmp / "default.sqlite"
     report = build_embedded_index(CorpusSource.resolve("default"), dest, progress=False, force=True)
@@ -241,7 +241,7 @@ def bench_embedded(
 
 def first_stage_embedded(index: Path, questions: list[str]) -> list[list[str]]:
     """Chunk ids of the embedded BM25F first stage (the re-ranking window), best first."""
-    from common.retrieval.ranking import RERANK_DEPTH, fts5_match_expression
+    from qfarm.common.retrieval.ranking import RERANK_DEPTH, fts5_match_expression
 
     conn = sqlite3.connect(index)
     sql = (
@@ -265,7 +265,7 @@ def first_stage_cluster(
     (per-field BM25 summed, the v1 shape)."""
     import urllib.request
 
-    from common.retrieval.ranking import RERANK_DEPTH, search_body
+    from qfarm.common.retrieval.ranking import RERANK_DEPTH, search_body
 
     out: list[list[str]] = []
     for q in questions:
@@ -332,10 +332,10 @@ def bench_opensearch(
     except ImportError:
         print("opensearch: skipped (pip install osmem-server for the in-memory stand-in)")
         return
-    from common.retrieval.ranking import RERANK_DEPTH
-    from common.settings import Settings
-    from worker.retrieval import open_retriever
-    from worker.retrieval.ingest import CorpusSource, build_cluster_index
+    from qfarm.common.retrieval.ranking import RERANK_DEPTH
+    from qfarm.common.settings import Settings
+    from qfarm.worker.retrieval import open_retriever
+    from qfarm.worker.retrieval.ingest import CorpusSource, build_cluster_index
 
     label = "opensearch on osmem-server (in-memory stand-in, NOT a cluster figure)"
     with OsmemServer.start(japanese=False) as server:
@@ -393,7 +393,7 @@ def main() -> None:
     ap.add_argument("--no-opensearch", action="store_true")
     args = ap.parse_args()
 
-    from worker.retrieval.default_corpus import default_corpus_path
+    from qfarm.worker.retrieval.default_corpus import default_corpus_path
 
     corpus = json.loads(default_corpus_path().read_text(encoding="utf-8"))
     questions = make_questions(corpus, args.questions)

@@ -37,10 +37,10 @@ def _key(row: dict[str, Any]) -> tuple:
 
 
 def run(n: int, bundle: int, eager: bool) -> list[dict[str, Any]]:
-    from common.settings import Settings
-    from ops.sim.launch import start_simulator
-    from producer import QuestionSet, SweepSpec, run_sweep
-    from worker.retrieval import ensure_default_index
+    from qfarm.common.settings import Settings
+    from qfarm.ops.sim.launch import start_simulator
+    from qfarm.producer import QuestionSet, SweepSpec, run_sweep
+    from qfarm.worker.retrieval import ensure_default_index
 
     tmp = Path(tempfile.mkdtemp(prefix="qfarm-rows-"))
     index = ensure_default_index(Settings(data_dir=tmp / "data"), progress=False)
@@ -71,7 +71,7 @@ def main() -> None:
     ap.add_argument("--against", type=Path, help="compare with rows written by --out")
     args = ap.parse_args()
     exit_on_sigterm()
-    from common.settings import Settings
+    from qfarm.common.settings import Settings
 
     rows = run(args.n, args.bundle or Settings().bundle_size, args.eager)
     errors = sum(1 for r in rows if r["error"])

@@ -39,15 +39,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from common.errors import ServiceError
-from common.grounding.prompts import build_prompt
-from common.models import Evidence, Generation, Mode, Sampling
-from common.policy import Policy
-from common.settings import Settings
-from ops.sim.latency import LatencyModel
-from ops.sim.launch import SimulatorHandle, start_simulator
-from producer.api import QuestionSet
-from worker.llm import open_gateway
+from qfarm.common.errors import ServiceError
+from qfarm.common.grounding.prompts import build_prompt
+from qfarm.common.models import Evidence, Generation, Mode, Sampling
+from qfarm.common.policy import Policy
+from qfarm.common.settings import Settings
+from qfarm.ops.sim.latency import LatencyModel
+from qfarm.ops.sim.launch import SimulatorHandle, start_simulator
+from qfarm.producer.api import QuestionSet
+from qfarm.worker.llm import open_gateway
 
 Item = tuple[str, Sampling, str]  # prompt, sampling, job id
 
@@ -243,7 +243,7 @@ def drive_eager(
     import tempfile
     from pathlib import Path
 
-    from producer import SweepSpec, run_sweep
+    from qfarm.producer import SweepSpec, run_sweep
 
     tmp = Path(tempfile.mkdtemp(prefix="qfarm-sat-eager-"))
     questions, n = real_questions(len(items), [Mode.QUOTE])
@@ -277,7 +277,7 @@ def drive_farm(
     from pathlib import Path
 
     from bench.perf.farmkit import bench_redis_url, farm_env, flush, sweep_on_farm, workers
-    from producer import SweepSpec
+    from qfarm.producer import SweepSpec
 
     tmp = Path(tempfile.mkdtemp(prefix="qfarm-sat-"))
     index = table_index()
@@ -354,7 +354,7 @@ _INDEX: list[Path] = []
 def table_index() -> Path:
     """The embedded index of the default corpus, built once per benchmark process."""
     if not _INDEX:
-        from worker.retrieval import ensure_default_index
+        from qfarm.worker.retrieval import ensure_default_index
 
         data = Path(os.environ.get("QFARM_DATA_DIR") or tempfile.mkdtemp(prefix="qfarm-sat-data-"))
         _INDEX.append(ensure_default_index(Settings(data_dir=data), progress=False))

@@ -35,12 +35,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from common.grounding.gold import normalize_tokens
-from common.grounding.preflight import run_preflight
-from common.grounding.verify import verify_answer
-from common.grounding.verify.text import analyze_block, block_ngrams, normalize, tokens
-from common.models import Evidence, Mode
-from common.policy import Policy
+from qfarm.common.grounding.gold import normalize_tokens
+from qfarm.common.grounding.preflight import run_preflight
+from qfarm.common.grounding.verify import verify_answer
+from qfarm.common.grounding.verify.text import analyze_block, block_ngrams, normalize, tokens
+from qfarm.common.models import Evidence, Mode
+from qfarm.common.policy import Policy
 
 BLOCKS_PER_ROW = 8
 SENTENCE_RE = re.compile(r"(?<=[.!?])\s+")

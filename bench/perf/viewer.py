@@ -23,10 +23,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from common.models import Manifest
-from common.policy import Policy, governance_policy_hash, verifier_policy_hash
-from producer.reports import read_stats
-from producer.viewer.router import Viewer
+from qfarm.common.models import Manifest
+from qfarm.common.policy import Policy, governance_policy_hash, verifier_policy_hash
+from qfarm.producer.reports import read_stats
+from qfarm.producer.viewer.router import Viewer
 
 MODES = ("quote", "claim_lattice_pointer", "claim_lattice")
 VERDICTS = ("STRICT", "HYBRID", "UNGROUNDED")
@@ -154,7 +154,7 @@ def main() -> None:
 
 def time_reverified_rows(run_dir: Path) -> None:
     """Row pages of a real run, with and without re-verification, measured in the same run."""
-    from common.settings import load_settings
+    from qfarm.common.settings import load_settings
 
     index = load_settings().embedded_index_path()
     n = sum(1 for _ in (run_dir / "rows.jsonl").open())

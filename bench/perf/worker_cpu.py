@@ -45,7 +45,7 @@ from bench.perf.orchestration import _cpu_s, _process_tree
 def _stage_costs(jobs: list[Any], retriever: Any, bundle: int) -> dict[str, float]:
     """CPU seconds of each stage over ``jobs``, run in bundles as the workers run them."""
     from bench.perf.cpu_app import CannedGateway
-    from worker import flow, pipeline
+    from qfarm.worker import flow, pipeline
 
     spent: dict[str, float] = dict.fromkeys(
         ("preflight", "search", "prompt", "verification", "row", "records_json"), 0.0)
@@ -93,8 +93,8 @@ def _sweep(spec: Any, settings: Any) -> list[dict[str, Any]]:
     import contextlib
     import json
 
-    from producer import run_sweep
-    from producer.api import Endpoints
+    from qfarm.producer import run_sweep
+    from qfarm.producer.api import Endpoints
 
     @contextlib.contextmanager
     def canned(settings: Any) -> Any:
@@ -117,13 +117,13 @@ def main() -> None:
 
     from bench.perf.cpu_app import CANNED_DIR_ENV
     from bench.perf.noop_app import NOOP_TASK
-    from common import keys
-    from common.jobs import expand_jobs
-    from common.policy import Policy
-    from common.settings import Settings
-    from producer import QuestionSet, SweepSpec
-    from worker.celery_app import configure_app
-    from worker.retrieval import ensure_default_index, open_retriever
+    from qfarm.common import keys
+    from qfarm.common.jobs import expand_jobs
+    from qfarm.common.policy import Policy
+    from qfarm.common.settings import Settings
+    from qfarm.producer import QuestionSet, SweepSpec
+    from qfarm.worker.celery_app import configure_app
+    from qfarm.worker.retrieval import ensure_default_index, open_retriever
 
     tmp = Path(tempfile.mkdtemp(prefix="qfarm-wcpu-"))
     canned = tmp / "canned"

@@ -14,7 +14,7 @@ title order:
    query terms cannot change the sets.
 2. Answer = the title without a trailing parenthetical ("Plane (mathematics)"
    → "Plane"); skip it unless the answer occurs, as a token sequence
-   (``common.grounding.gold``), in the article's own text, so a hit means the passage
+   (``qfarm.common.grounding.gold``), in the article's own text, so a hit means the passage
    names it.
 3. Question = "Who was the <description>?" for an article in the ``People``
    topic or a description with "(born …)", "What was the <description>?" for
@@ -52,8 +52,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from common.grounding.gold import contains_answer, normalize_tokens
-from worker.retrieval.default_corpus import default_corpus_path
+from qfarm.common.grounding.gold import contains_answer, normalize_tokens
+from qfarm.worker.retrieval.default_corpus import default_corpus_path
 
 HERE = Path(__file__).resolve().parent
 SPLITS = ("independent_tune.jsonl", "independent_heldout.jsonl")

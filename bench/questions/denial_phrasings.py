@@ -268,7 +268,7 @@ def write(path: Path = OUT) -> int:
 
 def fires(question: str, answer: str) -> bool:
     """Clause A as the sidecar runs it: a denial of the answer, not of a detail."""
-    from common.grounding.sidecar import denial_of_answer
+    from qfarm.common.grounding.sidecar import denial_of_answer
 
     return denial_of_answer(question, answer) is not None
 

@@ -384,7 +384,7 @@ def write(path: Path = OUT) -> int:
 
 def score(path: Path = OUT, part: str | None = None) -> dict[str, tuple[int, int]]:
     """``rung -> (correct, total)``; a counted rung is correct only with its number."""
-    from common.grounding.quantifier import classify_question_quantifier
+    from qfarm.common.grounding.quantifier import classify_question_quantifier
 
     tally: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -401,7 +401,7 @@ def score(path: Path = OUT, part: str | None = None) -> dict[str, tuple[int, int
 
 
 def misses(path: Path = OUT) -> list[tuple[str, str, str]]:
-    from common.grounding.quantifier import classify_question_quantifier
+    from qfarm.common.grounding.quantifier import classify_question_quantifier
 
     out = []
     for line in path.read_text(encoding="utf-8").splitlines():

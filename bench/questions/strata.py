@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.questions.build_independent import content_words
-from common.models import Question
-from common.questions import parse_questions
-from common.retrieval.evaluation import judge
+from qfarm.common.models import Question
+from qfarm.common.questions import parse_questions
+from qfarm.common.retrieval.evaluation import judge
 
 HERE = Path(__file__).resolve().parent
 TOP_K = 8
@@ -152,9 +152,9 @@ def _rate(value: float | None) -> str:
 
 def main() -> None:
     from bench.perf.retrieval import NaiveRetriever, build_naive_index
-    from common.settings import Settings
-    from worker.retrieval import ensure_default_index, open_retriever
-    from worker.retrieval.default_corpus import default_corpus_path
+    from qfarm.common.settings import Settings
+    from qfarm.worker.retrieval import ensure_default_index, open_retriever
+    from qfarm.worker.retrieval.default_corpus import default_corpus_path
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("file", nargs="?", type=Path, default=HERE / "independent_heldout.jsonl")

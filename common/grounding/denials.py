@@ -44,7 +44,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from common.grounding.verify.text import normalize
+from qfarm.common.grounding.verify.text import normalize
 
 # ---------------------------------------------------------------- word tables
 

@@ -17,8 +17,8 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
-from common.grounding.verify.text import joined
-from common.models import Claim, Evidence
+from qfarm.common.grounding.verify.text import joined
+from qfarm.common.models import Claim, Evidence
 
 ARTICLES = frozenset({"a", "an", "the"})
 
@@ -41,7 +41,7 @@ def _split_dashes(text: str) -> str:
 
 
 # Memoised: the n samples and the modes of a question check the same evidence blocks
-# (twice each: gold-in-evidence here and the evidence rank in common.retrieval.evaluation),
+# (twice each: gold-in-evidence here and the evidence rank in qfarm.common.retrieval.evaluation),
 # which was most of the verify stage's gold-answer cost.
 @lru_cache(maxsize=4096)
 def normalize_tokens(text: str) -> tuple[str, ...]:

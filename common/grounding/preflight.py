@@ -28,8 +28,8 @@ Decisions where the rules left room:
 
 from __future__ import annotations
 
-from common.grounding.quantifier import classify_question_quantifier
-from common.models import (
+from qfarm.common.grounding.quantifier import classify_question_quantifier
+from qfarm.common.models import (
     Intensity,
     Label,
     Mode,
@@ -39,9 +39,9 @@ from common.models import (
     Verification,
     ViolationKind,
 )
-from common.policy import Policy
-from common.profiles import cap_for_intensity
-from common.vocab import COUNTED_INTENSITIES
+from qfarm.common.policy import Policy
+from qfarm.common.profiles import cap_for_intensity
+from qfarm.common.vocab import COUNTED_INTENSITIES
 
 REJECTABLE_INTENSITIES: frozenset[Intensity] = frozenset(
     {Intensity.ALL, Intensity.COMPREHENSIVE, Intensity.OPEN_REQUEST}

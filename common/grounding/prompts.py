@@ -17,8 +17,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from common.models import Evidence, Mode, Preflight
-from common.policy import Policy
+from qfarm.common.models import Evidence, Mode, Preflight
+from qfarm.common.policy import Policy
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
@@ -113,7 +113,7 @@ def build_prompt(
     preflight: Preflight | None = None,
 ) -> BuiltPrompt:
     """Render the full ChatML prompt for one job."""
-    from common.grounding.reminders import render_quantifier_reminder  # avoids a cycle
+    from qfarm.common.grounding.reminders import render_quantifier_reminder  # avoids a cycle
 
     blocks = select_evidence(evidence, policy.context_chars(mode.value))
     turns = [

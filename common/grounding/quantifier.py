@@ -61,9 +61,9 @@ import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from common.models import QuantifierInfo
-from common.versions import CLASSIFIER_VERSION
-from common.vocab import BROAD_INTENSITIES, COUNTED_INTENSITIES, Intensity
+from qfarm.common.models import QuantifierInfo
+from qfarm.common.versions import CLASSIFIER_VERSION
+from qfarm.common.vocab import BROAD_INTENSITIES, COUNTED_INTENSITIES, Intensity
 
 PRIORITY: tuple[Intensity, ...] = (
     Intensity.COMPREHENSIVE,

@@ -1,6 +1,6 @@
 """The quantifier reminder turn (docs/grounding.md, 'Quantifier reminder').
 
-Inserted by ``common.grounding.prompts.build_prompt`` right after the grounding
+Inserted by ``qfarm.common.grounding.prompts.build_prompt`` right after the grounding
 reminder, only in guarded modes and only when ``quantifier_reminder_enabled``.
 
 Decisions where the rules left room:
@@ -26,9 +26,9 @@ Decisions where the rules left room:
 
 from __future__ import annotations
 
-from common.grounding.preflight import is_guard_active
-from common.models import Mode, Preflight, QuantifierInfo
-from common.policy import Policy
+from qfarm.common.grounding.preflight import is_guard_active
+from qfarm.common.models import Mode, Preflight, QuantifierInfo
+from qfarm.common.policy import Policy
 
 _POINTER_RULES: dict[Mode, str] = {
     Mode.CLAIM_LATTICE_POINTER: "Every claim must end with the [E#] pointer tags of the blocks that state it.",

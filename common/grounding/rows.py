@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from common.models import (
+from qfarm.common.models import (
     Answerability,
     AnswerabilitySummary,
     GoldCheck,
@@ -14,7 +14,7 @@ from common.models import (
     Usage,
     Verification,
 )
-from common.policy import governance_policy_hash, verifier_policy_hash
+from qfarm.common.policy import governance_policy_hash, verifier_policy_hash
 
 
 def summarize_answerability(result: Answerability | None) -> AnswerabilitySummary | None:

@@ -67,13 +67,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from common.grounding import denials
-from common.grounding.quantifier import classify_question_quantifier
-from common.grounding.verify.text import STOP_WORDS, joined, tokens
-from common.models import Answerability, CandidateSpan, Confidence, Evidence, QuantifierInfo
-from common.policy import Policy
-from common.versions import DENIAL_PATTERNS_VERSION, EXTRACTION_CUES_VERSION
-from common.vocab import BROAD_INTENSITIES
+from qfarm.common.grounding import denials
+from qfarm.common.grounding.quantifier import classify_question_quantifier
+from qfarm.common.grounding.verify.text import STOP_WORDS, joined, tokens
+from qfarm.common.models import Answerability, CandidateSpan, Confidence, Evidence, QuantifierInfo
+from qfarm.common.policy import Policy
+from qfarm.common.versions import DENIAL_PATTERNS_VERSION, EXTRACTION_CUES_VERSION
+from qfarm.common.vocab import BROAD_INTENSITIES
 
 DIAGNOSTIC_VERSION = "answerability-v3"  # v3: title/alias subjects, strong at 2, single answers
 MAX_SPANS = 10

@@ -31,8 +31,8 @@ Decisions where the rules left room:
 
 from __future__ import annotations
 
-from common.grounding.verify.verdict import display_label, render_tails
-from common.models import Claim, JobRecord, Preflight
+from qfarm.common.grounding.verify.verdict import display_label, render_tails
+from qfarm.common.models import Claim, JobRecord, Preflight
 
 SEP = " · "
 MAX_CLAIM_CHARS = 160

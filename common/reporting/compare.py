@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from common.models import Manifest
-from common.reporting.phase import PhaseDecision, phase_decision, render_phase
-from common.reporting.report import md_table, plots_section
-from common.reporting.runstats import RunStats, Tally
-from common.reporting.stats import Moments, newcombe_interval, paired_interval, welch_interval
+from qfarm.common.models import Manifest
+from qfarm.common.reporting.phase import PhaseDecision, phase_decision, render_phase
+from qfarm.common.reporting.report import md_table, plots_section
+from qfarm.common.reporting.runstats import RunStats, Tally
+from qfarm.common.reporting.stats import Moments, newcombe_interval, paired_interval, welch_interval
 
 DEFAULT_FLOOR = 5.0
 
@@ -298,7 +298,7 @@ def _kind_shifts(stats_a: RunStats, stats_b: RunStats, modes: list[str]) -> list
 
 
 def _intensity_shifts(stats_a: RunStats, stats_b: RunStats) -> list[IntensityShift]:
-    from common.grounding.quantifier import PRIORITY  # keeps this module's imports light
+    from qfarm.common.grounding.quantifier import PRIORITY  # keeps this module's imports light
 
     counts_a = Counter(q.intensity for q in stats_a.questions.values() if q.intensity)
     counts_b = Counter(q.intensity for q in stats_b.questions.values() if q.intensity)

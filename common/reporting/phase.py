@@ -2,7 +2,7 @@
 
 The rules: docs/grounding.md, 'Comparing runs: intensity drift, claim count, phase decisions'.
 Each switch is decided on the signals that say whether it
-does its job, every one a ``MetricDelta`` of ``common.reporting.compare`` (|Δ| at least
+does its job, every one a ``MetricDelta`` of ``qfarm.common.reporting.compare`` (|Δ| at least
 the floor *and* a 95% interval excluding zero), oriented as (on) − (off):
 
 * caps (``quantifier_guard_apply_caps``): **turn on** when the claim count per
@@ -33,12 +33,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from common.errors import InputError
+from qfarm.common.errors import InputError
 
 if TYPE_CHECKING:
-    from common.models import Manifest
-    from common.reporting.compare import Comparison, MetricDelta
-    from common.reporting.runstats import RunStats
+    from qfarm.common.models import Manifest
+    from qfarm.common.reporting.compare import Comparison, MetricDelta
+    from qfarm.common.reporting.runstats import RunStats
 
 CAPS = "quantifier_guard_apply_caps"
 REMINDER = "quantifier_reminder_enabled"
@@ -307,7 +307,7 @@ def decide_cycle(
     runs: Sequence[tuple[Manifest, RunStats]], *, floor: float
 ) -> CycleDecision:
     """Caps, reminder, and both together against each alone, over the four runs of a cycle."""
-    from common.reporting.compare import compare_runs  # compare imports this module
+    from qfarm.common.reporting.compare import compare_runs  # compare imports this module
 
     if len(runs) != 4:
         raise InputError(f"an A/B/D cycle is four runs, got {len(runs)}")

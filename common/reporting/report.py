@@ -1,7 +1,7 @@
 """The run summary (``summary.md``), rendered from a manifest and a stream of rows.
 
 Rendering is pure: ``render_summary`` makes one streaming pass over the rows
-into ``common.reporting.runstats.RunStats`` (bounded memory: a 100k-row file renders in
+into ``qfarm.common.reporting.runstats.RunStats`` (bounded memory: a 100k-row file renders in
 a few MB) and turns it into markdown. Eager and distributed runs render the
 same way because both write the same rows.
 
@@ -18,9 +18,9 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from common.models import Label, Manifest, Row
-from common.policy import Policy
-from common.reporting.runstats import (
+from qfarm.common.models import Label, Manifest, Row
+from qfarm.common.policy import Policy
+from qfarm.common.reporting.runstats import (
     MAX_QUESTION_ROWS,
     STAGES,
     ModeStats,
@@ -29,9 +29,9 @@ from common.reporting.runstats import (
     Tally,
     accumulate,
 )
-from common.reporting.stats import wilson_interval
-from common.text import replace_control_chars
-from common.vocab import LATTICE_MODES, RunStatus
+from qfarm.common.reporting.stats import wilson_interval
+from qfarm.common.text import replace_control_chars
+from qfarm.common.vocab import LATTICE_MODES, RunStatus
 
 # --------------------------------------------------------------------------- formatting
 

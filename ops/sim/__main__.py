@@ -1,17 +1,17 @@
-"""``python -m ops.sim --port N [options]``: run the vLLM simulator in the foreground."""
+"""``python -m qfarm.ops.sim --port N [options]``: run the vLLM simulator in the foreground."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from ops.sim.config import add_sim_arguments, config_from_args
-from ops.sim.server import run
+from qfarm.ops.sim.config import add_sim_arguments, config_from_args
+from qfarm.ops.sim.server import run
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m ops.sim",
+        prog="python -m qfarm.ops.sim",
         description="vLLM-compatible simulator: answers are SIMULATED from the prompt's evidence.",
     )
     add_sim_arguments(parser)

@@ -1,6 +1,6 @@
 """Answer generation from the evidence blocks in a prompt (pure, deterministic).
 
-The simulator reads the prompt back with ``common.grounding.prompts.parse_prompt`` (mode,
+The simulator reads the prompt back with ``qfarm.common.grounding.prompts.parse_prompt`` (mode,
 question, evidence blocks) and writes an answer in the format that mode asks
 for. A *good* answer passes the verifier (docs/grounding.md, 'Verification') by construction: quotes are
 whole sentences copied verbatim from the block they cite, pointer claims are
@@ -76,8 +76,8 @@ import random
 import re
 from dataclasses import dataclass, fields, replace
 
-from common.grounding.prompts import parse_prompt
-from common.models import Mode
+from qfarm.common.grounding.prompts import parse_prompt
+from qfarm.common.models import Mode
 
 FAILURE_KINDS: tuple[str, ...] = (
     "format_collapse",

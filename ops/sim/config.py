@@ -1,6 +1,6 @@
 """The simulator's options: one dataclass, one argparse definition, one argv rendering.
 
-``python -m ops.sim``, ``qfarm sim`` and ``launch.start_simulator(**options)``
+``python -m qfarm.ops.sim``, ``qfarm sim`` and ``launch.start_simulator(**options)``
 all go through here, so an option means the same thing everywhere.
 """
 
@@ -11,10 +11,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.settings import DEFAULT_MODEL
-from ops.sim.behaviour import DEFAULT_PROFILE, FAILURE_KINDS, PROFILES, BehaviourRates
-from ops.sim.faults import FAULT_KINDS, check_rates
-from ops.sim.latency import DEFAULT_PRESET, PRESETS, LatencyModel, format_range, parse_range
+from qfarm.common.settings import DEFAULT_MODEL
+from qfarm.ops.sim.behaviour import DEFAULT_PROFILE, FAILURE_KINDS, PROFILES, BehaviourRates
+from qfarm.ops.sim.faults import FAULT_KINDS, check_rates
+from qfarm.ops.sim.latency import DEFAULT_PRESET, PRESETS, LatencyModel, format_range, parse_range
 
 
 @dataclass

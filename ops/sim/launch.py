@@ -20,9 +20,9 @@ from typing import Any
 
 import httpx
 
-from common.errors import ServiceError
-from ops.process import ServerProcess
-from ops.sim.config import options_to_argv
+from qfarm.common.errors import ServiceError
+from qfarm.ops.process import ServerProcess
+from qfarm.ops.sim.config import options_to_argv
 
 START_TIMEOUT_S = 30.0
 
@@ -57,19 +57,19 @@ class SimulatorHandle(ServerProcess):
 
 
 def start_simulator(host: str = "127.0.0.1", port: int = 0, **options: Any) -> SimulatorHandle:
-    """Start ``python -m ops.sim`` and return once ``/health`` answers 200.
+    """Start ``python -m qfarm.ops.sim`` and return once ``/health`` answers 200.
 
     ``options`` are the simulator's settings by name (``max_num_seqs=8``,
     ``ttft_ms=0``, ``tpot_ms=(10, 15)``, ``latency="zero"``, ``profile="clean"``,
     ``rates={...}``, ``fault_rates={"429": 0.1}``, ``api_key=...``,
-    ``shuffle_choices=True``, ...; see ``ops.sim.config``).
+    ``shuffle_choices=True``, ...; see ``qfarm.ops.sim.config``).
     """
     api_key = options.pop("api_key", None)
     argv_opts = options_to_argv(**options)
     workdir = Path(tempfile.mkdtemp(prefix="qfarm-sim-"))
     port_file = workdir / "port"
     log = (workdir / "sim.log").open("wb")
-    cmd = [sys.executable, "-m", "ops.sim", "--host", host, "--port", str(port),
+    cmd = [sys.executable, "-m", "qfarm.ops.sim", "--host", host, "--port", str(port),
            "--port-file", str(port_file), *argv_opts]  # fmt: skip
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("QFARM_SIM_API_KEY", None)

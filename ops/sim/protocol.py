@@ -28,9 +28,9 @@ from typing import Any
 
 from aiohttp import web
 
-from common.grounding.prompts import chatml_turn
-from ops.sim import SIMULATOR_OWNER, behaviour
-from ops.sim.config import SimConfig
+from qfarm.common.grounding.prompts import chatml_turn
+from qfarm.ops.sim import SIMULATOR_OWNER, behaviour
+from qfarm.ops.sim.config import SimConfig
 
 MAX_COMPLETION_PROMPTS = 1024  # vLLM's VLLM_MAX_COMPLETION_PROMPTS default
 MAX_STOP_STRINGS = 4  # vLLM's VLLM_MAX_STOP_STRINGS default

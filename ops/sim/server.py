@@ -29,12 +29,12 @@ from typing import Any
 
 from aiohttp import web
 
-from common.vocab import SIMULATOR_HEADER
-from ops.sim import SIMULATOR_OWNER, behaviour
-from ops.sim.config import SimConfig, describe
-from ops.sim.faults import ARRIVAL_FAULTS, FaultInjector
-from ops.sim.metrics import Metrics
-from ops.sim.protocol import (
+from qfarm.common.vocab import SIMULATOR_HEADER
+from qfarm.ops.sim import SIMULATOR_OWNER, behaviour
+from qfarm.ops.sim.config import SimConfig, describe
+from qfarm.ops.sim.faults import ARRIVAL_FAULTS, FaultInjector
+from qfarm.ops.sim.metrics import Metrics
+from qfarm.ops.sim.protocol import (
     QUEUE_FULL_MESSAGE,
     RequestError,
     Sequence,

@@ -1,7 +1,7 @@
 """The ASGI app of ``qfarm serve``: ``create_app(settings)``.
 
-Every route is a thin adapter over the run API the CLI uses (``producer.api``,
-``producer.control``, ``producer.reports``). Blocking work (Redis, planning and
+Every route is a thin adapter over the run API the CLI uses (``qfarm.producer.api``,
+``qfarm.producer.control``, ``qfarm.producer.reports``). Blocking work (Redis, planning and
 enqueueing, reading rows files) runs in Starlette's thread pool: sync routes do
 that by themselves, and ``POST /v1/ask`` waits for its row with ``asyncio.sleep``
 between short Redis reads, so a waiting question holds no thread.
@@ -32,11 +32,11 @@ from fastapi.responses import (
 )
 from redis.exceptions import RedisError
 
-from common.errors import QfarmError
-from common.settings import Settings
-from common.vocab import ErrorKind, RunStatus, error_text
-from producer import control
-from producer.api import (
+from qfarm.common.errors import QfarmError
+from qfarm.common.settings import Settings
+from qfarm.common.vocab import ErrorKind, RunStatus, error_text
+from qfarm.producer import control
+from qfarm.producer.api import (
     AskContext,
     AskTicket,
     Endpoints,
@@ -50,11 +50,11 @@ from producer.api import (
     run_sweep,
     submit_ask,
 )
-from producer.http import auth
-from producer.http.errors import ApiError, install_errors, problem
-from producer.http.middleware import BodyLimit
-from producer.http.requests import NDJSON, modes_of, policy_of, question_text, sweep_spec
-from producer.http.runs import (
+from qfarm.producer.http import auth
+from qfarm.producer.http.errors import ApiError, install_errors, problem
+from qfarm.producer.http.middleware import BodyLimit
+from qfarm.producer.http.requests import NDJSON, modes_of, policy_of, question_text, sweep_spec
+from qfarm.producer.http.runs import (
     check_run_id,
     compare_json,
     created_body,
@@ -63,9 +63,9 @@ from producer.http.runs import (
     row_filter,
     run_dir_of,
 )
-from producer.http.schemas import AskRequest, ErrorBody, SweepRequest, answer_payload
-from producer.runs import read_manifest, read_run_status
-from producer.store import ProducerStore, connect
+from qfarm.producer.http.schemas import AskRequest, ErrorBody, SweepRequest, answer_payload
+from qfarm.producer.runs import read_manifest, read_run_status
+from qfarm.producer.store import ProducerStore, connect
 
 log = logging.getLogger("qfarm.api")
 
@@ -174,7 +174,7 @@ def create_app(settings: Settings, *, eager: bool = False,
                endpoints: EndpointsFor = configured_endpoints) -> FastAPI:
     """The ASGI app. ``eager`` runs questions and sweeps in this process (no Redis, no
     workers: tests and demos); otherwise they go through Redis to the workers."""
-    from producer.viewer.router import Viewer
+    from qfarm.producer.viewer.router import Viewer
 
     farm = Farm(settings, eager=eager, endpoints=endpoints)
 
@@ -447,7 +447,7 @@ async def _wait_answer(store: ProducerStore, ticket: AskTicket, wait_s: float) -
     """Poll for the row until ``wait_s``; each poll is one short Redis read in the thread
     pool and the waits between them hold no thread."""
     deadline = time.monotonic() + wait_s
-    for pause in poll_pauses():  # the schedule of producer.api.wait_for_answer
+    for pause in poll_pauses():  # the schedule of qfarm.producer.api.wait_for_answer
         answer = await run_in_threadpool(answer_for, store, ticket)
         if answer is not None or time.monotonic() >= deadline:
             return answer
@@ -459,7 +459,7 @@ async def _wait_answer(store: ProducerStore, ticket: AskTicket, wait_s: float) -
 def _register_collector(farm: Farm) -> Any:
     from prometheus_client import CollectorRegistry
 
-    from producer.http.metrics import FarmCollector
+    from qfarm.producer.http.metrics import FarmCollector
 
     class LazyStore:
         """Redis is connected at the first scrape, not when the app is built."""

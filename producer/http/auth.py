@@ -18,8 +18,8 @@ import ipaddress
 from dataclasses import dataclass
 from urllib.parse import urlencode
 
-from common.errors import ConfigError
-from common.settings import Settings, api_tokens_by_scope
+from qfarm.common.errors import ConfigError
+from qfarm.common.settings import Settings, api_tokens_by_scope
 
 COOKIE = "qfarm_token"
 ADMIN, ASK = "admin", "ask"

@@ -11,7 +11,7 @@ from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from common.errors import ConfigError, InputError, ManifestError, QfarmError
+from qfarm.common.errors import ConfigError, InputError, ManifestError, QfarmError
 
 
 class ApiError(Exception):

@@ -22,9 +22,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from common import metrics as m
-from common.vocab import WORKER_ROLES, Role
-from producer.store import ProducerStore
+from qfarm.common import metrics as m
+from qfarm.common.vocab import WORKER_ROLES, Role
+from qfarm.producer.store import ProducerStore
 
 WINDOW_S = 60.0  # rows per second: over the last minute of scrapes
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import http.cookies
 from typing import Any
 
-from producer.http import auth
-from producer.http.errors import ApiError, problem
+from qfarm.producer.http import auth
+from qfarm.producer.http.errors import ApiError, problem
 
 DOC_PATHS = ("/openapi.json", "/docs", "/redoc", "/docs/oauth2-redirect")
 

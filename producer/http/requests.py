@@ -12,15 +12,15 @@ from typing import Any
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 
-from common.errors import InputError, PolicyError
-from common.jobs import parse_modes
-from common.models import Question
-from common.policy import policy_from_mapping
-from common.questions import parse_questions, question_problem
-from common.settings import Settings
-from producer.api import QuestionSet, SweepSpec
-from producer.http.errors import ApiError, from_validation
-from producer.http.schemas import MAX_N, SweepRequest
+from qfarm.common.errors import InputError, PolicyError
+from qfarm.common.jobs import parse_modes
+from qfarm.common.models import Question
+from qfarm.common.policy import policy_from_mapping
+from qfarm.common.questions import parse_questions, question_problem
+from qfarm.common.settings import Settings
+from qfarm.producer.api import QuestionSet, SweepSpec
+from qfarm.producer.http.errors import ApiError, from_validation
+from qfarm.producer.http.schemas import MAX_N, SweepRequest
 
 NDJSON = "application/x-ndjson"
 
@@ -138,6 +138,6 @@ async def sweep_spec(request: Request, settings: Settings) -> SweepSpec:
 
 
 def _all_modes() -> tuple[Any, ...]:
-    from common.models import ALL_MODES
+    from qfarm.common.models import ALL_MODES
 
     return ALL_MODES

@@ -9,15 +9,15 @@ from typing import Any
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from common.errors import InputError
-from common.runstatus import run_state
-from common.settings import Settings
-from common.vocab import RunStatus, Verdict
-from producer.http.errors import ApiError
-from producer.http.requests import NDJSON, modes_of
-from producer.reports import iter_rows, parse_row
-from producer.runs import is_run_id
-from producer.store import ProducerStore
+from qfarm.common.errors import InputError
+from qfarm.common.runstatus import run_state
+from qfarm.common.settings import Settings
+from qfarm.common.vocab import RunStatus, Verdict
+from qfarm.producer.http.errors import ApiError
+from qfarm.producer.http.requests import NDJSON, modes_of
+from qfarm.producer.reports import iter_rows, parse_row
+from qfarm.producer.runs import is_run_id
+from qfarm.producer.store import ProducerStore
 
 
 def check_run_id(run_id: str) -> None:
@@ -60,8 +60,8 @@ def row_filter(mode: str | None, verdict: str | None,
 
 
 def compare_json(settings: Settings, a: str, b: str, floor: float) -> dict[str, Any]:
-    from common.reporting.compare import headline, render_compare
-    from producer.reports import check_floor, compare_dirs
+    from qfarm.common.reporting.compare import headline, render_compare
+    from qfarm.producer.reports import check_floor, compare_dirs
 
     try:
         check_floor(floor)

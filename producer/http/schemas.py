@@ -10,9 +10,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from common.models import Mode
-from common.reporting.audit import render_audit_line
-from producer.api import Answer
+from qfarm.common.models import Mode
+from qfarm.common.reporting.audit import render_audit_line
+from qfarm.producer.api import Answer
 
 MAX_N = 1000  # samples per question and mode; QFARM_API_MAX_JOBS bounds the whole plan
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from common.reporting.compare import Comparison
-from common.reporting.phase import phase_line
-from producer.viewer.html import h, table
-from producer.viewer.index import RunRows
+from qfarm.common.reporting.compare import Comparison
+from qfarm.common.reporting.phase import phase_line
+from qfarm.producer.viewer.html import h, table
+from qfarm.producer.viewer.index import RunRows
 
 
 def _pct_or_ratio(metric_is_rate: bool, x: float | None) -> str:

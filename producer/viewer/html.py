@@ -8,8 +8,8 @@ from html import escape
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from common.models import Manifest, ViolationKind
-from common.text import replace_control_chars
+from qfarm.common.models import Manifest, ViolationKind
+from qfarm.common.text import replace_control_chars
 
 # One line per violation kind: what the verifier saw (docs/grounding.md has the rules).
 MEANINGS: dict[ViolationKind, str] = {

@@ -1,6 +1,6 @@
 """Per-run cache of the rows file: byte offsets of every row plus its filterable fields.
 
-A 100k-row file is parsed once (through ``producer.reports.iter_rows``, the
+A 100k-row file is parsed once (through ``qfarm.producer.reports.iter_rows``, the
 same reader as ``qfarm report``); later requests filter the in-memory columns
 and read only the rows they show by seeking to their offsets. A live run's
 file only grows, so a larger file is read from where the last read stopped;
@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common.reporting.runstats import RunStats
-from producer.reports import ROWS, iter_rows, parse_row, read_row_at
-from producer.store import ProducerStore
+from qfarm.common.reporting.runstats import RunStats
+from qfarm.producer.reports import ROWS, iter_rows, parse_row, read_row_at
+from qfarm.producer.store import ProducerStore
 
 
 @dataclass(frozen=True, slots=True)

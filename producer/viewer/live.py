@@ -14,8 +14,8 @@ import time
 
 import redis
 
-from common.urls import redact_url
-from producer.store import ProducerStore
+from qfarm.common.urls import redact_url
+from qfarm.producer.store import ProducerStore
 
 CONNECT_TIMEOUT_S = 0.5
 RETRY_AFTER_S = 10.0

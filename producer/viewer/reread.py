@@ -16,17 +16,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from common.errors import QfarmError
-from common.grounding.preflight import run_preflight
-from common.grounding.sidecar import assess_answerability
-from common.grounding.verify import verify_answer
-from common.models import Answerability, Evidence, Manifest, Verification
-from common.policy import verifier_policy_hash
-from common.vocab import Mode
+from qfarm.common.errors import QfarmError
+from qfarm.common.grounding.preflight import run_preflight
+from qfarm.common.grounding.sidecar import assess_answerability
+from qfarm.common.grounding.verify import verify_answer
+from qfarm.common.models import Answerability, Evidence, Manifest, Verification
+from qfarm.common.policy import verifier_policy_hash
+from qfarm.common.vocab import Mode
 
 
 class PassageSource(Protocol):
-    """Passages by id, read-only (``worker.retrieval.embedded.EmbeddedRetriever``)."""
+    """Passages by id, read-only (``qfarm.worker.retrieval.embedded.EmbeddedRetriever``)."""
 
     def passages(self, chunk_ids: Sequence[str]) -> dict[str, Evidence]: ...
 

@@ -1,15 +1,15 @@
 """The viewer's router: ``Viewer.handle`` maps a request path and query to one page
-(``producer.viewer.pages``) and turns a missing run, bad input or a lost Redis into an
+(``qfarm.producer.viewer.pages``) and turns a missing run, bad input or a lost Redis into an
 error page.
 
 Every value from a manifest or a row is escaped (row text is model output).
-Runs are read through ``producer.reports`` and ``producer.viewer.index``, the
-same reader as ``qfarm report``; numbers are rendered with ``common.reporting.report``'s
-formatters and compared with ``common.reporting.compare``.
+Runs are read through ``qfarm.producer.reports`` and ``qfarm.producer.viewer.index``, the
+same reader as ``qfarm report``; numbers are rendered with ``qfarm.common.reporting.report``'s
+formatters and compared with ``qfarm.common.reporting.compare``.
 
 A run is read from its directory when it has one, else from Redis (a run in
 progress whose follower has written nothing yet, or one followed on another
-host). Redis is optional (``producer.viewer.live``): without it the pages show
+host). Redis is optional (``qfarm.producer.viewer.live``): without it the pages show
 the results directory and one line saying Redis is not there.
 """
 
@@ -19,15 +19,15 @@ from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 
-from common.errors import InputError
-from producer.reports import DELTA_PLOT, LATENCY_PLOT, STRICT_PLOT
-from producer.store import ProducerStore
-from producer.viewer.html import NotFound, Response, h
-from producer.viewer.html import page as _page
-from producer.viewer.live import REDIS_ERRORS
-from producer.viewer.pages import compare, progress, row, rows, run, runs
-from producer.viewer.reread import PassageSource
-from producer.viewer.source import RunSource
+from qfarm.common.errors import InputError
+from qfarm.producer.reports import DELTA_PLOT, LATENCY_PLOT, STRICT_PLOT
+from qfarm.producer.store import ProducerStore
+from qfarm.producer.viewer.html import NotFound, Response, h
+from qfarm.producer.viewer.html import page as _page
+from qfarm.producer.viewer.live import REDIS_ERRORS
+from qfarm.producer.viewer.pages import compare, progress, row, rows, run, runs
+from qfarm.producer.viewer.reread import PassageSource
+from qfarm.producer.viewer.source import RunSource
 
 PLOTS = (STRICT_PLOT, LATENCY_PLOT, DELTA_PLOT)
 STATIC = {"viewer.css": "text/css; charset=utf-8", "viewer.js": "text/javascript; charset=utf-8"}
@@ -76,7 +76,7 @@ class Viewer:
             case []:
                 return runs.runs_page(self.source)
             case ["static", name] if name in STATIC:
-                data = resources.files("producer.viewer").joinpath("static", name).read_bytes()
+                data = resources.files("qfarm.producer.viewer").joinpath("static", name).read_bytes()
                 return Response(200, STATIC[name], data)
             case ["api", "progress"]:
                 return progress.progress(self.source, q.get("run", ""))

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from common.grounding.verify.spans import Span, claim_spans
-from common.grounding.verify.verdict import display_label
-from common.models import Claim, Evidence, Label, Manifest, ViolationKind
-from common.reporting.report import fmt_ms
-from common.reporting.runstats import STAGES
-from producer.viewer.html import badge, h, meaning, table
-from producer.viewer.reread import Reread
+from qfarm.common.grounding.verify.spans import Span, claim_spans
+from qfarm.common.grounding.verify.verdict import display_label
+from qfarm.common.models import Claim, Evidence, Label, Manifest, ViolationKind
+from qfarm.common.reporting.report import fmt_ms
+from qfarm.common.reporting.runstats import STAGES
+from qfarm.producer.viewer.html import badge, h, meaning, table
+from qfarm.producer.viewer.reread import Reread
 
 POINTER = re.compile(r"\[(E\d+)\]")
 MATCH = "hl"  # class of a span a claim matched (anchor, quote, warrant)

@@ -13,8 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
-from producer.http import auth
-from producer.viewer.router import Viewer
+from qfarm.producer.http import auth
+from qfarm.producer.viewer.router import Viewer
 
 
 def make_server(

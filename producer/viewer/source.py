@@ -1,6 +1,6 @@
 """Runs as the viewer reads them: from their directory when they have one, else from
 Redis (a run in progress whose follower has written nothing yet, or one followed on
-another host). Redis is optional (``producer.viewer.live``)."""
+another host). Redis is optional (``qfarm.producer.viewer.live``)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from common.errors import InputError, ManifestError
-from common.models import Manifest
-from common.runstatus import run_state
-from common.vocab import LIVE_RUN_STATUSES, RunStatus
-from producer.reports import MANIFEST, shown_status
-from producer.runs import is_run_id, read_manifest, read_run_status
-from producer.store import ProducerStore, Progress
-from producer.viewer.html import NotFound
-from producer.viewer.index import RowsCache, RunRows
-from producer.viewer.live import REDIS_ERRORS, RedisSource
-from producer.viewer.reread import PassageSource
+from qfarm.common.errors import InputError, ManifestError
+from qfarm.common.models import Manifest
+from qfarm.common.runstatus import run_state
+from qfarm.common.vocab import LIVE_RUN_STATUSES, RunStatus
+from qfarm.producer.reports import MANIFEST, shown_status
+from qfarm.producer.runs import is_run_id, read_manifest, read_run_status
+from qfarm.producer.store import ProducerStore, Progress
+from qfarm.producer.viewer.html import NotFound
+from qfarm.producer.viewer.index import RowsCache, RunRows
+from qfarm.producer.viewer.live import REDIS_ERRORS, RedisSource
+from qfarm.producer.viewer.reread import PassageSource
 
 LIVE_STATES = LIVE_RUN_STATUSES
 
@@ -124,7 +124,7 @@ class RunSource:
         """The embedded index, opened read-only on first use; None when there is none."""
         with self._passages_lock:
             if self._passages is None and self.index_path is not None:
-                from worker.retrieval.embedded import EmbeddedRetriever, read_meta
+                from qfarm.worker.retrieval.embedded import EmbeddedRetriever, read_meta
 
                 if read_meta(self.index_path) is not None:
                     self._passages = EmbeddedRetriever(self.index_path)

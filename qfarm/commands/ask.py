@@ -1,6 +1,6 @@
 """`qfarm ask`: one question, one mode, answered with the audit line (or the row as JSON).
 
-The asking is ``producer.api.ask``: without ``--eager`` the job goes to the
+The asking is ``qfarm.producer.api.ask``: without ``--eager`` the job goes to the
 ``interactive`` queue, so it never waits behind a sweep; the command waits for
 the row and fails clearly when no worker consumes that queue.
 """
@@ -11,11 +11,11 @@ import argparse
 import json
 import sys
 
-from common.errors import InputError
-from common.models import JobRecord, Row
-from common.settings import load_settings
-from producer.api import ask
 from qfarm import runtime
+from qfarm.common.errors import InputError
+from qfarm.common.models import JobRecord, Row
+from qfarm.common.settings import load_settings
+from qfarm.producer.api import ask
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -63,7 +63,7 @@ def _print(row: Row, record: JobRecord | None, *, as_json: bool) -> None:
         )
         print(json.dumps(data, indent=2, ensure_ascii=False))
         return
-    from common.reporting.audit import render_audit_block, render_claims
+    from qfarm.common.reporting.audit import render_audit_block, render_claims
 
     if row.error:
         print(f"ERROR · via {row.mode.value} · {row.error}", file=sys.stderr)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from common.settings import load_settings
+from qfarm.common.settings import load_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,8 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from producer.control import cancel_run
-    from producer.store import ProducerStore, connect
+    from qfarm.producer.control import cancel_run
+    from qfarm.producer.store import ProducerStore, connect
 
     settings = load_settings()
     done = cancel_run(ProducerStore(connect(settings.redis_url)), args.run_id, settings.results_dir)

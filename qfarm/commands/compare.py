@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from common.settings import load_settings
+from qfarm.common.settings import load_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -55,10 +55,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from common.errors import InputError
-    from common.reporting.compare import headline
-    from common.reporting.phase import cycle_lines, phase_line
-    from producer.reports import (
+    from qfarm.common.errors import InputError
+    from qfarm.common.reporting.compare import headline
+    from qfarm.common.reporting.phase import cycle_lines, phase_line
+    from qfarm.producer.reports import (
         check_floor,
         compare_cycle,
         compare_dirs,

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from common.errors import InputError
 from qfarm import question_sets, runtime
+from qfarm.common.errors import InputError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -52,11 +52,11 @@ def _line(fig: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from common.questions import parse_questions
-    from common.retrieval.evaluation import titles_by_id
-    from common.settings import load_settings
-    from producer.api import open_local_retriever
-    from worker.retrieval.evaluate import evaluate
+    from qfarm.common.questions import parse_questions
+    from qfarm.common.retrieval.evaluation import titles_by_id
+    from qfarm.common.settings import load_settings
+    from qfarm.producer.api import open_local_retriever
+    from qfarm.worker.retrieval.evaluate import evaluate
 
     runtime.check_retrieval_flags(args)
     args.file = question_sets.resolve(args.file)

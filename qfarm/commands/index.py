@@ -18,11 +18,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from common.settings import Settings, load_settings
-from common.vocab import Backend
+from qfarm.common.settings import Settings, load_settings
+from qfarm.common.vocab import Backend
 
 if TYPE_CHECKING:  # the retrieval backends are imported only by the commands that use them
-    from worker.retrieval.ingest import IngestReport
+    from qfarm.worker.retrieval.ingest import IngestReport
 
 ISSUES_SHOWN = 10
 
@@ -101,7 +101,7 @@ def _print_table(rows: dict[str, Any]) -> None:
 
 
 def _check(settings: Settings, corpus: str | None, as_json: bool) -> int:
-    from producer.api import index_info
+    from qfarm.producer.api import index_info
 
     info = index_info(settings, corpus)
     if as_json:
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _build(settings: Settings, args: argparse.Namespace) -> IngestReport:
     """Index the corpus on the configured backend; the served index switches only when complete."""
-    from producer.api import build_index
+    from qfarm.producer.api import build_index
 
     return build_index(settings, args.corpus, progress=not args.no_progress and sys.stderr.isatty(),
                        max_errors=args.max_errors, force=args.force, prune=args.prune)

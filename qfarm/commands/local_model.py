@@ -12,11 +12,11 @@ import shlex
 import time
 from pathlib import Path
 
-from common.errors import ServiceError
+from qfarm.common.errors import ServiceError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from ops.local.launch import DEFAULT_N_CTX
+    from qfarm.ops.local.launch import DEFAULT_N_CTX
 
     p = sub.add_parser(
         "local-model",
@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ops.local.launch import start_local_model
+    from qfarm.ops.local.launch import start_local_model
 
     with start_local_model(args.host, args.port, n_ctx=args.n_ctx, model_file=args.model) as h:
         print(f"serving {h.model} at {h.url}: {h.description} (log {h.log_path})")

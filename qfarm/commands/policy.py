@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from common.policy import (
+from qfarm.common.policy import (
     GOVERNANCE_ONLY_FIELDS,
     POLICY_ALIASES,
     VERIFIER_FIELDS,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from common.settings import load_settings
+from qfarm.common.settings import load_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from producer.reports import resolve_run, write_summary  # matplotlib is slow to import
+    from qfarm.producer.reports import resolve_run, write_summary  # matplotlib is slow to import
 
     results_dir = args.results_dir or load_settings().results_dir
     summary = write_summary(resolve_run(args.run, results_dir))

@@ -14,9 +14,9 @@ import textwrap
 import time
 from typing import Any
 
-from common.settings import load_settings
-from producer.api import open_local_retriever
 from qfarm import runtime
+from qfarm.common.settings import load_settings
+from qfarm.producer.api import open_local_retriever
 
 
 def register(sub: argparse._SubParsersAction) -> None:

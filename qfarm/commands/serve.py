@@ -1,15 +1,15 @@
 """`qfarm serve`: the HTTP front door (docs/api.md) on uvicorn.
 
-Parses flags, refuses an unsafe bind, and runs ``producer.http.app.create_app``.
+Parses flags, refuses an unsafe bind, and runs ``qfarm.producer.http.app.create_app``.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from common.errors import InputError
-from common.settings import load_settings
 from qfarm import runtime
+from qfarm.common.errors import InputError
+from qfarm.common.settings import load_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,8 +35,8 @@ def run(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from producer.http.app import create_app
-    from producer.http.auth import Tokens, check_bind
+    from qfarm.producer.http.app import create_app
+    from qfarm.producer.http.auth import Tokens, check_bind
 
     settings = load_settings()
     check_bind(args.host, Tokens.from_settings(settings))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from common.questions import parse_questions
 from qfarm import question_sets
+from qfarm.common.questions import parse_questions
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import argparse
 
-from common.errors import InputError
+from qfarm.common.errors import InputError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from ops.sim.config import add_sim_arguments  # keep `qfarm --help` light
+    from qfarm.ops.sim.config import add_sim_arguments  # keep `qfarm --help` light
 
     p = sub.add_parser(
         "sim",
@@ -29,8 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ops.sim.config import config_from_args
-    from ops.sim.server import run as serve
+    from qfarm.ops.sim.config import config_from_args
+    from qfarm.ops.sim.server import run as serve
 
     try:
         config = config_from_args(args)

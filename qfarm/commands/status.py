@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from common.settings import load_settings
+from qfarm.common.settings import load_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from producer.api import farm_status
+    from qfarm.producer.api import farm_status
 
     status = farm_status(load_settings(), args.run_id, args.limit)
     for r in status.runs:
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
           + f"  (sweep messages carry up to {status.bundle_size} jobs each)")
     print("\n".join(status.endpoints))
     if not status.workers:
-        print("workers: none answered (start one: celery -A worker worker -Q retrieve,verify)")
+        print("workers: none answered (start one: celery -A qfarm.worker worker -Q retrieve,verify)")
     for name, queues in status.workers.items():
         print(f"worker {name}: " + ",".join(queues))
     return 0

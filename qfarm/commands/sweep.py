@@ -1,7 +1,7 @@
 """`qfarm sweep`: run question × mode × n jobs, eagerly in-process or through Redis workers.
 
 Parses arguments, shows progress and prints the outcome; the run itself is
-``producer.api.run_sweep`` / ``follow_run``."""
+``qfarm.producer.api.run_sweep`` / ``follow_run``."""
 
 from __future__ import annotations
 
@@ -11,13 +11,20 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from common.errors import InputError
-from common.jobs import check_samples, parse_modes
-from common.models import ALL_MODES
-from common.settings import load_settings
-from common.vocab import RunStatus
-from producer.api import QuestionSet, RunResult, SweepSpec, follow_run, resume_eager, run_sweep
 from qfarm import question_sets, runtime
+from qfarm.common.errors import InputError
+from qfarm.common.jobs import check_samples, parse_modes
+from qfarm.common.models import ALL_MODES
+from qfarm.common.settings import load_settings
+from qfarm.common.vocab import RunStatus
+from qfarm.producer.api import (
+    QuestionSet,
+    RunResult,
+    SweepSpec,
+    follow_run,
+    resume_eager,
+    run_sweep,
+)
 
 if TYPE_CHECKING:
     from tqdm import tqdm

@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from common.errors import InputError
-from common.settings import load_settings
 from qfarm import runtime
+from qfarm.common.errors import InputError
+from qfarm.common.settings import load_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -47,8 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from producer.http.auth import Tokens
-    from producer.viewer.server import make_server  # the viewer is imported only to serve
+    from qfarm.producer.http.auth import Tokens
+    from qfarm.producer.viewer.server import make_server  # the viewer is imported only to serve
 
     settings = load_settings()
     results_dir = args.results_dir or settings.results_dir

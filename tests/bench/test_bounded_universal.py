@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import InputError
-from common.jobs import expand_jobs, job_from_ref, ref_for
-from common.models import Manifest, Mode
-from common.policy import Policy, governance_policy_hash, verifier_policy_hash
-from common.questions import parse_questions
+from qfarm.common.errors import InputError
+from qfarm.common.jobs import expand_jobs, job_from_ref, ref_for
+from qfarm.common.models import Manifest, Mode
+from qfarm.common.policy import Policy, governance_policy_hash, verifier_policy_hash
+from qfarm.common.questions import parse_questions
 
 PATH = Path(__file__).resolve().parents[2] / "bench/questions/bounded_universal.jsonl"
 

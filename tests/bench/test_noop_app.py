@@ -18,7 +18,7 @@ def registered(module: str) -> list[str]:
 
 
 def test_the_product_has_no_noop_task_and_the_benchmark_app_adds_it():
-    from common import keys
+    from qfarm.common import keys
 
     product = registered("worker")
     assert {stage.task for stage in keys.STAGES} <= set(product)

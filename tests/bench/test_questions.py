@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from common.grounding.gold import contains_answer, normalize_tokens
-from common.grounding.quantifier import classify_question_quantifier
-from common.grounding.sidecar import match_extraction_shape
-from common.models import Question
-from common.questions import parse_questions
-from worker.retrieval.default_corpus import default_corpus_path
+from qfarm.common.grounding.gold import contains_answer, normalize_tokens
+from qfarm.common.grounding.quantifier import classify_question_quantifier
+from qfarm.common.grounding.sidecar import match_extraction_shape
+from qfarm.common.models import Question
+from qfarm.common.questions import parse_questions
+from qfarm.worker.retrieval.default_corpus import default_corpus_path
 
 QUESTIONS = Path(__file__).resolve().parents[2] / "bench" / "questions"
 BROAD_RUNGS = {"ALL", "MANY", "COMPREHENSIVE", "OPEN_REQUEST"}

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from bench.real_model import figures_table, habits_table, mode_figures, service_seconds
-from common.questions import parse_questions
+from qfarm.common.questions import parse_questions
 
 QUESTIONS = Path(__file__).resolve().parents[2] / "bench" / "questions"
 

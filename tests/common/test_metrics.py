@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from common import metrics as m
+from qfarm.common import metrics as m
 
 
 def test_fields_round_trip_and_refuse_wrong_labels():

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from common.grounding.rows import build_row
-from common.jobs import expand_jobs, job_from_ref, ref_for
-from common.models import (
+from qfarm.common.grounding.rows import build_row
+from qfarm.common.jobs import expand_jobs, job_from_ref, ref_for
+from qfarm.common.models import (
     Answerability,
     CandidateSpan,
     Confidence,
@@ -21,7 +21,7 @@ from common.models import (
     Verification,
     ViolationKind,
 )
-from common.policy import build_policy
+from qfarm.common.policy import build_policy
 
 
 def a_job():
@@ -85,8 +85,8 @@ def test_row_round_trips_and_has_every_documented_field():
 
 
 def test_queue_message_rebuilds_the_same_job():
-    from common.models import Manifest
-    from common.policy import governance_policy_hash, verifier_policy_hash
+    from qfarm.common.models import Manifest
+    from qfarm.common.policy import governance_policy_hash, verifier_policy_hash
 
     job = a_job()
     manifest = Manifest(

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from common import versions
-from common.errors import PolicyError
-from common.policy import (
+from qfarm.common import versions
+from qfarm.common.errors import PolicyError
+from qfarm.common.policy import (
     GOVERNANCE_ONLY_FIELDS,
     VERIFIER_FIELDS,
     Policy,
@@ -24,7 +24,7 @@ from common.policy import (
     type_label,
     verifier_policy_hash,
 )
-from common.vocab import Confidence
+from qfarm.common.vocab import Confidence
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -125,7 +125,7 @@ def test_hashes_ignore_dict_and_set_order() -> None:
 
 SCRIPT = """
 import json
-from common.policy import build_policy, governance_policy_hash, verifier_policy_hash
+from qfarm.common.policy import build_policy, governance_policy_hash, verifier_policy_hash
 p = build_policy({"quantifier_caps_by_intensity": {"MANY": 6, "ALL": 4}, "top_k": 5})
 print(json.dumps([verifier_policy_hash(p), governance_policy_hash(p)]))
 """

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from common.errors import PolicyError
-from common.policy import Policy, build_policy, parse_overrides
-from common.vocab import ALL_MODES
+from qfarm.common.errors import PolicyError
+from qfarm.common.policy import Policy, build_policy, parse_overrides
+from qfarm.common.vocab import ALL_MODES
 
 
 def policy_from(item: str) -> Policy:

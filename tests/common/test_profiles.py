@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from common.errors import InputError
-from common.jobs import profile_id_for_model
-from common.policy import (
+from qfarm.common.errors import InputError
+from qfarm.common.jobs import profile_id_for_model
+from qfarm.common.policy import (
     Policy,
     build_policy,
     governance_policy_hash,
     verifier_policy_hash,
 )
-from common.profiles import (
+from qfarm.common.profiles import (
     DEFAULT_PROFILE_ID,
     EXPLICIT_COUNT,
     HERMES_3_8B_PROFILE_ID,
@@ -20,7 +20,7 @@ from common.profiles import (
     SMALL_LOCAL_PROFILE_ID,
     cap_for_intensity,
 )
-from common.vocab import ALL_INTENSITIES
+from qfarm.common.vocab import ALL_INTENSITIES
 
 # The profile table of docs/grounding.md, restated here so a change to the profiles has to change the test too.
 PROFILE_TABLE = {

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import InputError
-from common.questions import parse_questions
-from producer.sweep import load_questions
+from qfarm.common.errors import InputError
+from qfarm.common.questions import parse_questions
+from qfarm.producer.sweep import load_questions
 
 
 @pytest.mark.parametrize("char", ["\u2028", "\u2029", "\u0085"])

@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from common.grounding.preflight import run_preflight
-from common.grounding.sidecar import assess_answerability
-from common.grounding.verify import verify_answer
-from common.models import Evidence, Mode
-from common.policy import LOCAL_CPU_POLICY, build_policy
-from common.profiles import SMALL_LOCAL_PROFILE_ID
+from qfarm.common.grounding.preflight import run_preflight
+from qfarm.common.grounding.sidecar import assess_answerability
+from qfarm.common.grounding.verify import verify_answer
+from qfarm.common.models import Evidence, Mode
+from qfarm.common.policy import LOCAL_CPU_POLICY, build_policy
+from qfarm.common.profiles import SMALL_LOCAL_PROFILE_ID
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "real_model_answers.jsonl"
 CASES = [json.loads(line) for line in FIXTURE.read_text(encoding="utf-8").splitlines() if line]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from common.runstatus import run_status
+from qfarm.common.runstatus import run_status
 
 
 @pytest.mark.parametrize(
@@ -52,7 +52,7 @@ def test_run_status(recorded, rows, eager, alive, expected):
     ],
 )
 def test_run_state(recorded, done, cancelled, error, from_rows, alive, expected):
-    from common.runstatus import run_state
+    from qfarm.common.runstatus import run_state
 
     got = run_state(recorded, done=done, total=8, cancelled=cancelled, error=error,
                     from_rows=from_rows, eager=True, producer_alive=alive)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import ConfigError
-from common.settings import api_keys_by_endpoint, load_settings
+from qfarm.common.errors import ConfigError
+from qfarm.common.settings import api_keys_by_endpoint, load_settings
 
 SECRET = "sk-9f8e7d6c5b4a"
 
@@ -131,7 +131,7 @@ def test_an_api_token_with_an_unknown_scope_is_an_error_not_an_admin_token(
 
 
 def test_known_scopes_and_bare_tokens_still_load(monkeypatch: pytest.MonkeyPatch) -> None:
-    from common.settings import api_tokens_by_scope
+    from qfarm.common.settings import api_tokens_by_scope
 
     raw = f"{'x' * 20},ask:{'a' * 20},admin:{'b' * 20}"
     assert api_tokens_by_scope(raw) == {"x" * 20: "admin", "a" * 20: "ask", "b" * 20: "admin"}

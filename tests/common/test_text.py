@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from common.text import REPLACEMENT, replace_lone_surrogates, replace_lone_surrogates_in
+from qfarm.common.text import REPLACEMENT, replace_lone_surrogates, replace_lone_surrogates_in
 
 
 @pytest.mark.parametrize(

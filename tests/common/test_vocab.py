@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from common import vocab
-from common.models import QuantifierInfo, Row
-from common.vocab import Intensity, Label, Mode, Verdict, ViolationKind
+from qfarm.common import vocab
+from qfarm.common.models import QuantifierInfo, Row
+from qfarm.common.vocab import Intensity, Label, Mode, Verdict, ViolationKind
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("common", "worker", "producer", "ops", "qfarm")
@@ -38,7 +38,7 @@ def test_no_product_module_spells_a_member_as_a_string_literal() -> None:
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
         if literal.search(line)
     ]
-    assert hits == [], "use the common.vocab member instead:\n" + "\n".join(hits)
+    assert hits == [], "use the qfarm.common.vocab member instead:\n" + "\n".join(hits)
 
 
 def test_no_product_module_redeclares_a_vocabulary_collection() -> None:

@@ -141,7 +141,7 @@ def aof_redis_server(tmp_path: Path):
 
 @pytest.fixture(scope="session")
 def simulator():
-    from ops.sim.launch import start_simulator
+    from qfarm.ops.sim.launch import start_simulator
 
     handle = start_simulator(ttft_ms=0, tpot_ms=0, max_num_seqs=256)
     try:
@@ -216,9 +216,9 @@ QUESTIONS = _load("qfarm_distributed_tests", TESTS / "producer" / "test_distribu
 
 
 def planned_ids(n: int, questions: list[str] = QUESTIONS) -> set[str]:
-    from common.jobs import make_job_id
-    from common.models import ALL_MODES
-    from common.questions import question_id_for
+    from qfarm.common.jobs import make_job_id
+    from qfarm.common.models import ALL_MODES
+    from qfarm.common.questions import question_id_for
 
     return {make_job_id(question_id_for(q), m, i) for q in questions for m in ALL_MODES for i in range(n)}
 
@@ -335,7 +335,7 @@ def hosts(netns_ok, tmp_path_factory: pytest.TempPathFactory, default_index: Pat
 
 
 # The namespace scenarios' visibility timeout: a silent worker's bundles are back in their
-# queue within worker.leases.redelivery_bound_s(8) = 24 s.
+# queue within qfarm.worker.leases.redelivery_bound_s(8) = 24 s.
 NET_VISIBILITY_TIMEOUT_S = 8
 
 

@@ -1,7 +1,7 @@
 """A farm spread over namespace hosts (tests/faults/netns.py): Redis, simulators, fault
 proxies and supervised worker roles, each on a host of its own.
 
-Worker hosts run the farm's own supervision: ``python -m ops.farm up`` started inside the
+Worker hosts run the farm's own supervision: ``python -m qfarm.ops.farm up`` started inside the
 host's namespace, so supervisord and the roles it restarts live on that host (and die
 with it when it is lost). The test process (and the producer, unless a scenario puts it
 on a host) reaches every host over the control link, which is never cut.
@@ -36,7 +36,7 @@ class WorkerHost:
     def farm(self, *args: str, timeout_s: float = 120) -> Any:
         import subprocess
 
-        return subprocess.run([sys.executable, "-m", "ops.farm", "--dir", str(self.dir), *args], cwd=REPO,
+        return subprocess.run([sys.executable, "-m", "qfarm.ops.farm", "--dir", str(self.dir), *args], cwd=REPO,
                               env=self.env, capture_output=True, text=True, timeout=timeout_s)  # fmt: skip
 
     def log(self, role: str) -> str:
@@ -83,7 +83,7 @@ class NetFarm:
     def simulator(self, host: Host, port: int = 8000, *, ttft_ms: int = 50, tpot_ms: int = 20,
                   wait: bool = True) -> str:  # fmt: skip
         """A simulator on ``host``; returns its URL (``wait_http`` waits for one not waited for)."""
-        self.net.popen(host, [sys.executable, "-m", "ops.sim", "--host", "0.0.0.0", "--port", str(port),
+        self.net.popen(host, [sys.executable, "-m", "qfarm.ops.sim", "--host", "0.0.0.0", "--port", str(port),
                               "--ttft-ms", str(ttft_ms), "--tpot-ms", str(tpot_ms), "--max-num-seqs", "256"],
                        env=os.environ, cwd=REPO, log=self._log(f"{host.name}-sim"))  # fmt: skip
         url = f"http://{host.addr}:{port}"
@@ -101,7 +101,7 @@ class NetFarm:
         wenv = {**self.base_env, "FARM_HOME": str(REPO), "FARM_STARTSECS": "2", "FARM_NODE": host.name,
                 "FARM_STOPWAITSECS": "10", **env}
         wh = WorkerHost(host, self.tmp / f"farm-{host.name}", wenv, roles)
-        res = self.net.run(host, [sys.executable, "-m", "ops.farm", "--dir", str(wh.dir), "up", "--roles", roles,
+        res = self.net.run(host, [sys.executable, "-m", "qfarm.ops.farm", "--dir", str(wh.dir), "up", "--roles", roles,
                                   "--wait", "90" if wait else "0"], env=wenv, cwd=REPO, timeout_s=150)  # fmt: skip
         self.workers.append(wh)
         assert res.returncode == 0, res.stderr + "".join(wh.log(r)[-2000:] for r in roles.split(","))

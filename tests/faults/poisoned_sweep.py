@@ -13,9 +13,9 @@ import json
 import sys
 from pathlib import Path
 
-import producer._types
-from common.models import Question
-from producer import QuestionSet, SweepSpec, run_sweep
+import qfarm.producer._types
+from qfarm.common.models import Question
+from qfarm.producer import QuestionSet, SweepSpec, run_sweep
 
 
 def main(path: str, n: int) -> int:

@@ -26,7 +26,7 @@ def test_two_followers_of_one_run_write_each_row_once(redis_server, farm_on, tmp
 
 
 def test_a_watching_follower_takes_over_when_the_drainer_dies(redis_server, farm_on, tmp_path, kit):
-    from ops.sim.launch import start_simulator
+    from qfarm.ops.sim.launch import start_simulator
 
     # Answers take 50 ms + 5 ms a token, so the drainer is killed mid-run: against a
     # zero-latency simulator the run could end before the kill, with nothing to take over.

@@ -4,7 +4,7 @@ One split farm for the module (tests/faults/netns.py, netfarm.py), each piece on
 namespace host of its own: Redis (with a fault proxy in front of it, which every worker
 goes through), two simulators, the cpu role, the generate role on two hosts, the
 interactive role, and a host for a producer. Every role runs under the supervision the
-farm ships (``python -m ops.farm up`` inside its host). The scenarios run in this
+farm ships (``python -m qfarm.ops.farm up`` inside its host). The scenarios run in this
 file's order (the host lost for good is the last). Each asserts that every planned job
 id has exactly one row in Redis and in rows.jsonl and that the summary says so, with no
 hand from the test but the fault, and prints what the fault cost
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 
 # A link cut of 60 s is the fault to ride out; here a generate host stays cut until its
 # bundles have rows made elsewhere, which must happen within that (the bound of the
-# suite's 8 s visibility timeout is 24 s: worker.leases.redelivery_bound_s).
+# suite's 8 s visibility timeout is 24 s: qfarm.worker.leases.redelivery_bound_s).
 MAX_CUT_S = 60
 STALL_S = 20  # the worker<->Redis link holds every byte this long (4 x the suite's 5 s socket timeout)
 RESETS_FOR_S, RESET_EVERY_S = 20, 2  # then resets every connection this often
@@ -76,8 +76,8 @@ def split(hosts) -> Split:
 
 
 def _app(redis_url: str):
-    from common.settings import Settings
-    from worker.celery_app import configure_app
+    from qfarm.common.settings import Settings
+    from qfarm.worker.celery_app import configure_app
 
     return configure_app(Settings(redis_url=redis_url))
 
@@ -96,7 +96,7 @@ def _inspect(redis_url: str, worker: str, what: str = "active") -> list[dict] | 
 def _held_jobs(farm, redis_url: str, worker: str, planned: set[str]) -> set[str]:
     """The job ids in the bundles ``worker`` holds (running or reserved), read from the
     messages kombu keeps in its ``unacked`` hash for them."""
-    from common.keys import UNACKED_KEY
+    from qfarm.common.keys import UNACKED_KEY
 
     task_ids = {t["id"] for what in ("active", "reserved") for t in _inspect(redis_url, worker, what) or []}
     held: set[str] = set()
@@ -218,8 +218,8 @@ def test_worker_redis_link_stalls_then_resets_and_no_row_is_lost_or_doubled(spli
 
 def _breakers(farm, endpoint: str) -> dict[str, str]:
     """Each generate worker's breaker state for ``endpoint``, from its heartbeat."""
-    from common import keys
-    from common import metrics as m
+    from qfarm.common import keys
+    from qfarm.common import metrics as m
 
     out = {}
     for name in farm.redis.zrange(keys.WORKERS_KEY, 0, -1):

@@ -20,9 +20,9 @@ def test_a_question_that_cannot_be_serialised_fails_only_its_own_jobs(redis_serv
     """A lone surrogate in one question (enqueued past the loader): its bundle-mates became
     error rows, its own jobs never got one and the follower re-sent them every 10 s until
     detached. Now its jobs are error rows, the others are answered, and the run completes."""
-    from common.jobs import make_job_id
-    from common.models import ALL_MODES
-    from common.questions import question_id_for
+    from qfarm.common.jobs import make_job_id
+    from qfarm.common.models import ALL_MODES
+    from qfarm.common.questions import question_id_for
 
     farm = farm_on(redis_server)
     n = 2

@@ -65,7 +65,7 @@ def test_redis_restart_under_a_followed_sweep_loses_and_doubles_nothing(
     sweep died with a traceback. Workers and the follower ride the restart out; after a
     restart without persistence the follower puts back what Redis lost (manifest, rows
     from rows.jsonl) and re-sends the jobs with neither a row nor a message, no --attach."""
-    from ops.sim.launch import start_simulator
+    from qfarm.ops.sim.launch import start_simulator
 
     redis_server = request.getfixturevalue(server)
     # Answers take 50 ms + 20 ms a token: against a zero-latency simulator the farm
@@ -111,7 +111,7 @@ def test_workers_with_free_slots_ride_out_a_redis_restart_at_the_default_bundle_
     fewer tasks than its concurrency has a BRPOP pending beside its unacknowledged
     messages, and kombu then closed its channel again after detaching it from its
     connection (worker/broker.py). The Procfile's roles, run with fewer bundles than slots."""
-    from ops.sim.launch import start_simulator
+    from qfarm.ops.sim.launch import start_simulator
 
     # Answers take a second or more (40 ms a token): the restart lands while bundles generate.
     with start_simulator(ttft_ms=50, tpot_ms=40, max_num_seqs=256) as sim:

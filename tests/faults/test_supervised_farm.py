@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 class SupervisedFarm:
-    """``python -m ops.farm`` on a farm directory of the test's own."""
+    """``python -m qfarm.ops.farm`` on a farm directory of the test's own."""
 
     def __init__(self, env: dict[str, str], farm_dir: Path):
         self.dir = farm_dir
@@ -33,7 +33,7 @@ class SupervisedFarm:
         }
 
     def farm(self, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "ops.farm", "--dir", str(self.dir), *args],
+        return subprocess.run([sys.executable, "-m", "qfarm.ops.farm", "--dir", str(self.dir), *args],
                               cwd=REPO, env=self.env, capture_output=True, text=True,
                               timeout=timeout_s)  # fmt: skip
 
@@ -94,7 +94,7 @@ def test_a_supervised_farm_survives_a_worker_kill_and_a_redis_restart(
     ``kill -9`` of the generate worker's main process, then a Redis restart, mid-sweep.
     Nothing but the faults: supervisord restarts the worker, the workers reconnect, the
     follower re-sends what was lost, and every job has exactly one row."""
-    from ops.sim.launch import start_simulator
+    from qfarm.ops.sim.launch import start_simulator
 
     # Answers take 50 ms + 20 ms a token, so the run lasts long enough for both faults.
     with start_simulator(ttft_ms=50, tpot_ms=20, max_num_seqs=256) as sim:

@@ -21,7 +21,7 @@ def children(pid: int) -> list[int]:
 
 
 def test_kill_9_of_pool_children_and_then_of_the_main_process(redis_server, farm_on, tmp_path, kit):
-    from ops.sim.launch import start_simulator
+    from qfarm.ops.sim.launch import start_simulator
 
     # Answers take 50 ms + 5 ms a token here, not zero: with bundles of 8 a zero-latency
     # farm finished all 300 jobs before the second kill, and there was nothing left to lose.
@@ -53,7 +53,7 @@ def test_kill_9_of_pool_children_and_then_of_the_main_process(redis_server, farm
 
 
 def test_an_endpoint_killed_mid_run_fails_over_to_the_other(redis_server, farm_on, tmp_path, kit):
-    from ops.sim.launch import start_simulator
+    from qfarm.ops.sim.launch import start_simulator
 
     with start_simulator(ttft_ms=0, tpot_ms=0) as one, start_simulator(ttft_ms=0, tpot_ms=0) as two:
         farm = farm_on(redis_server, endpoints=f"{one.url},{two.url}")
@@ -75,7 +75,7 @@ def test_an_endpoint_killed_mid_run_fails_over_to_the_other(redis_server, farm_o
 
 
 def test_injected_http_faults_end_as_rows_each_job_once(redis_server, farm_on, tmp_path, kit):
-    from ops.sim.launch import start_simulator
+    from qfarm.ops.sim.launch import start_simulator
 
     faults = {"429": 0.05, "503": 0.1, "drop": 0.05, "malformed": 0.05, "empty": 0.05}
     with start_simulator(ttft_ms=0, tpot_ms=0, fault_rates=faults, retry_after_s=0.2, seed=7) as sim:

@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from common.metrics import EXPOSED_METRICS
+from qfarm.common.metrics import EXPOSED_METRICS
 
 OPS = Path(__file__).resolve().parents[2] / "ops"
 SUFFIXES = ("_total", "_bucket", "_count", "_sum")

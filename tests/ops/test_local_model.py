@@ -11,11 +11,11 @@ import importlib.util
 import httpx
 import pytest
 
-from common.errors import ConfigError
-from common.models import ALL_MODES
-from common.policy import LOCAL_CPU_CONTEXT_CHARS, LOCAL_CPU_POLICY, Policy
-from ops.local import launch
 from qfarm import runtime
+from qfarm.common.errors import ConfigError
+from qfarm.common.models import ALL_MODES
+from qfarm.common.policy import LOCAL_CPU_CONTEXT_CHARS, LOCAL_CPU_POLICY, Policy
+from qfarm.ops.local import launch
 
 
 def _args(*policy: str, local: bool) -> argparse.Namespace:
@@ -57,7 +57,7 @@ def test_the_env_a_worker_needs_names_every_gateway_setting(tmp_path) -> None:
     assert env["QFARM_LLM_MAX_INFLIGHT_PER_ENDPOINT"] == "1"
     assert env["QFARM_LLM_CONTEXT_WINDOW"] == "2048"
     assert env["QFARM_LLM_METRICS_WEIGHTING"] == "false"
-    from common.settings import Settings, load_settings
+    from qfarm.common.settings import Settings, load_settings
 
     for key in env:  # every name is a real setting, every value parses
         assert key.removeprefix("QFARM_").lower() in Settings.model_fields

@@ -23,20 +23,20 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from common.errors import (
+from qfarm.common.errors import (
     ContextOverflowError,
     MalformedReplyError,
     PermanentStatusError,
 )
-from common.grounding.prompts import build_prompt
-from common.models import Evidence, Generation, Mode, Sampling
-from common.policy import Policy
-from common.settings import Settings
-from ops.sim.launch import start_simulator
-from worker.llm import open_gateway
-from worker.llm.balancer import Balancer
-from worker.llm.client import FINISHED_OK, LLMClient, Target
-from worker.llm.health import HealthPoller
+from qfarm.common.grounding.prompts import build_prompt
+from qfarm.common.models import Evidence, Generation, Mode, Sampling
+from qfarm.common.policy import Policy
+from qfarm.common.settings import Settings
+from qfarm.ops.sim.launch import start_simulator
+from qfarm.worker.llm import open_gateway
+from qfarm.worker.llm.balancer import Balancer
+from qfarm.worker.llm.client import FINISHED_OK, LLMClient, Target
+from qfarm.worker.llm.health import HealthPoller
 
 pytestmark = pytest.mark.slow
 WINDOW = 2048  # the simulator's max_model_len; the local server's --n_ctx (its default)
@@ -115,7 +115,7 @@ def test_the_gateway_recognises_a_one_slot_server(server: Server) -> None:
 
 
 def test_status_reports_health_server_and_window(server: Server) -> None:
-    from worker.llm.pool import endpoint_report
+    from qfarm.worker.llm.pool import endpoint_report
 
     (line,) = endpoint_report(Settings(llm_endpoints=server.url, model=server.model,
                                        llm_context_window=WINDOW), timeout_s=30)  # fmt: skip
@@ -129,7 +129,7 @@ def test_status_reports_health_server_and_window(server: Server) -> None:
 
 
 def test_runs_name_a_server_that_says_what_it_is(server: Server) -> None:
-    from producer.api import configured_endpoints
+    from qfarm.producer.api import configured_endpoints
 
     settings = Settings(llm_endpoints=server.url, model=server.model)
     with configured_endpoints(settings) as eps:
@@ -248,7 +248,7 @@ def test_a_parameter_out_of_range_is_a_permanent_error(server: Server, client: L
 
 
 def client_error(resp: httpx.Response) -> tuple[str, str | None]:
-    from worker.llm.client import _error_message
+    from qfarm.worker.llm.client import _error_message
 
     return _error_message(resp.text)
 

@@ -8,10 +8,10 @@ from collections import Counter
 
 import pytest
 
-from common.grounding.prompts import build_prompt
-from common.models import Evidence, Mode
-from common.policy import Policy
-from ops.sim.behaviour import (
+from qfarm.common.grounding.prompts import build_prompt
+from qfarm.common.models import Evidence, Mode
+from qfarm.common.policy import Policy
+from qfarm.ops.sim.behaviour import (
     PROFILES,
     BehaviourRates,
     apply_limits,
@@ -207,9 +207,9 @@ def test_default_profile_mixes_good_and_each_failure() -> None:
 
 
 def test_all_three_verdicts_occur_under_the_verifier() -> None:
-    verify = pytest.importorskip("common.grounding.verify")
+    verify = pytest.importorskip("qfarm.common.grounding.verify")
     if not hasattr(verify, "verify_answer"):
-        pytest.skip("common.grounding.verify.verify_answer is not written yet")
+        pytest.skip("qfarm.common.grounding.verify.verify_answer is not written yet")
     verdicts = Counter()
     evidence = make_evidence()
     for mode in Mode:
@@ -279,7 +279,7 @@ def test_sentences_are_safe_to_quote() -> None:
 
 
 def test_a_prompt_with_the_quantifier_reminder_is_heeded() -> None:
-    from ops.sim.behaviour import PROFILES, follows_reminder
+    from qfarm.ops.sim.behaviour import PROFILES, follows_reminder
 
     rates = PROFILES["small-model"]
     plain, cap = follows_reminder("no reminder here", rates)
@@ -309,7 +309,7 @@ APOSTROPHE_TEXTS = {
 
 
 def verify_text(text: str, mode: Mode, evidence: list[Evidence] | None = None):  # noqa: ANN201
-    from common.grounding.verify import verify_answer
+    from qfarm.common.grounding.verify import verify_answer
 
     return verify_answer(text, question=QUESTION, mode=mode,
                          evidence=evidence or make_evidence(), policy=Policy())

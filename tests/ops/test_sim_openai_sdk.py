@@ -9,8 +9,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from common.models import Mode
-from ops.sim.launch import SimulatorHandle, start_simulator
+from qfarm.common.models import Mode
+from qfarm.ops.sim.launch import SimulatorHandle, start_simulator
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_sim_behaviour import make_prompt  # noqa: E402

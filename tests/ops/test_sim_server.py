@@ -12,9 +12,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from common.errors import ServiceError
-from common.models import Mode
-from ops.sim.launch import SimulatorHandle, start_simulator
+from qfarm.common.errors import ServiceError
+from qfarm.common.models import Mode
+from qfarm.ops.sim.launch import SimulatorHandle, start_simulator
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
 from test_sim_behaviour import BLOCKS, make_prompt  # noqa: E402
@@ -101,7 +101,7 @@ def test_max_tokens_defaults_to_16_and_stop_cuts(sim: SimulatorHandle) -> None:
 
 
 def test_chat_completions(sim: SimulatorHandle) -> None:
-    from common.grounding.prompts import SYSTEM_PROMPTS
+    from qfarm.common.grounding.prompts import SYSTEM_PROMPTS
 
     evidence = '<evidence id="E1" title="The Beatles">\n' + BLOCKS["E1"] + "\n</evidence>"
     messages = [
@@ -255,7 +255,7 @@ def test_hundreds_of_concurrent_connections() -> None:
 
 
 def test_bad_options_fail_at_start() -> None:
-    from ops.sim.config import options_to_argv
+    from qfarm.ops.sim.config import options_to_argv
 
     with pytest.raises(TypeError, match="unknown simulator option"):
         options_to_argv(max_seqs=3)

@@ -18,10 +18,10 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from common.models import Mode
-from ops.sim import behaviour
-from ops.sim.config import add_sim_arguments, config_from_args
-from ops.sim.launch import SimulatorHandle, start_simulator
+from qfarm.common.models import Mode
+from qfarm.ops.sim import behaviour
+from qfarm.ops.sim.config import add_sim_arguments, config_from_args
+from qfarm.ops.sim.launch import SimulatorHandle, start_simulator
 
 sys.path.insert(0, str(Path(__file__).parent))
 import vllm_protocol as v  # noqa: E402

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ops import farm
+from qfarm.ops import farm
 
 REPO = Path(__file__).resolve().parents[2]
 SYSTEMD = REPO / "ops" / "systemd"

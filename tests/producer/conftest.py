@@ -53,7 +53,7 @@ class Farm:
         log = (self.log_dir / f"worker-{name}.log").open("ab")
         proc = subprocess.Popen(
             [
-                str(VENV_BIN / "celery"), "-A", "worker", "worker",
+                str(VENV_BIN / "celery"), "-A", "qfarm.worker", "worker",
                 "-Q", queues, "-P", pool, "-c", str(concurrency),
                 "-n", f"{name}@%h", "--without-gossip", "--without-mingle",
                 "--loglevel", "INFO",
@@ -141,7 +141,7 @@ class Farm:
 @pytest.fixture(scope="session")
 def simulator_url():
     """One zero-latency simulator process for the distributed tests."""
-    from ops.sim.launch import start_simulator
+    from qfarm.ops.sim.launch import start_simulator
 
     handle = start_simulator(ttft_ms=0, tpot_ms=0, max_num_seqs=256)
     try:

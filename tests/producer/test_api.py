@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import ConfigError, InputError
-from common.models import Question
-from common.settings import Settings
-from producer import SweepSpec, ask, run_sweep
-from producer.api import QuestionSet
+from qfarm.common.errors import ConfigError, InputError
+from qfarm.common.models import Question
+from qfarm.common.settings import Settings
+from qfarm.producer import SweepSpec, ask, run_sweep
+from qfarm.producer.api import QuestionSet
 
 
 def settings(tmp_path: Path) -> Settings:

@@ -1,4 +1,4 @@
-"""``producer.api`` is the producer's front: the CLI and the HTTP app import only what it
+"""``qfarm.producer.api`` is the producer's front: the CLI and the HTTP app import only what it
 exports, and never the private modules behind it."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import producer.api
+import qfarm.producer.api
 
 REPO = Path(__file__).resolve().parents[2]
 CALLERS = ("qfarm", "producer/http")
@@ -36,6 +36,6 @@ def test_the_cli_and_the_http_app_use_only_what_the_api_exports() -> None:
                 where = f"{path.relative_to(REPO)}: {module} {name}".strip()
                 if any(part.startswith("_") for part in module.split(".")):
                     offenders.append(where)
-                elif module == "producer.api" and name not in producer.api.__all__:
+                elif module == "qfarm.producer.api" and name not in producer.api.__all__:
                     offenders.append(where)
     assert offenders == []

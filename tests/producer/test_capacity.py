@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from common.settings import Settings
-from producer.capacity import (
+from qfarm.common.settings import Settings
+from qfarm.producer.capacity import (
     HOST_MEMORY_SHARE,
     MESSAGE_BYTES,
     estimated_queue_bytes,

@@ -7,15 +7,15 @@ import time
 import fakeredis
 import pytest
 
-from common import keys
-from common.errors import InputError
-from common.models import Mode
-from common.policy import Policy
-from common.settings import Settings
-from producer.control import cancel_run, describe_run, list_runs
-from producer.runs import create_run_dir, update_run_status
-from producer.store import ProducerStore
-from producer.sweep import make_manifest
+from qfarm.common import keys
+from qfarm.common.errors import InputError
+from qfarm.common.models import Mode
+from qfarm.common.policy import Policy
+from qfarm.common.settings import Settings
+from qfarm.producer.control import cancel_run, describe_run, list_runs
+from qfarm.producer.runs import create_run_dir, update_run_status
+from qfarm.producer.store import ProducerStore
+from qfarm.producer.sweep import make_manifest
 
 
 def manifest(run_id: str, n_questions: int = 5):

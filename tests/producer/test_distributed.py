@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from common.jobs import make_job_id
-from common.models import ALL_MODES
-from common.questions import question_id_for
+from qfarm.common.jobs import make_job_id
+from qfarm.common.models import ALL_MODES
+from qfarm.common.questions import question_id_for
 
 pytestmark = pytest.mark.slow
 
@@ -101,17 +101,17 @@ def test_kill_9_of_a_worker_mid_sweep_loses_and_duplicates_nothing(farm, tmp_pat
 
 
 def test_a_task_delivered_twice_writes_one_row(farm, tmp_path):
-    from common.policy import Policy
-    from common.settings import Settings
-    from producer.store import ProducerStore
-    from producer.sweep import enqueue_jobs, make_manifest
-    from worker.celery_app import configure_app
+    from qfarm.common.policy import Policy
+    from qfarm.common.settings import Settings
+    from qfarm.producer.store import ProducerStore
+    from qfarm.producer.sweep import enqueue_jobs, make_manifest
+    from qfarm.worker.celery_app import configure_app
 
     settings = Settings(redis_url=farm.env["QFARM_REDIS_URL"])
     app = configure_app(settings)
     store = ProducerStore(farm.redis)
-    from common.jobs import expand_jobs
-    from common.models import Mode, Question
+    from qfarm.common.jobs import expand_jobs
+    from qfarm.common.models import Mode, Question
 
     q = Question(id="dup", text="Who were the members of the Beatles?")
     manifest = make_manifest(
@@ -131,7 +131,7 @@ def test_a_task_delivered_twice_writes_one_row(farm, tmp_path):
 
 
 def test_resume_after_the_queue_is_lost_finishes_exactly_the_missing_jobs(farm, tmp_path):
-    from ops.sim.launch import start_simulator
+    from qfarm.ops.sim.launch import start_simulator
 
     # Answers take 50 ms + 5 ms a token and bundles are 8 jobs: against a zero-latency
     # simulator the farm finished all its jobs before the kill, leaving nothing to lose.

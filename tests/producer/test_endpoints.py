@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from common.errors import ConfigError
-from common.settings import Settings
-from ops.sim.launch import start_simulator
-from producer.api import configured_endpoints
+from qfarm.common.errors import ConfigError
+from qfarm.common.settings import Settings
+from qfarm.ops.sim.launch import start_simulator
+from qfarm.producer.api import configured_endpoints
 
 pytestmark = pytest.mark.slow
 

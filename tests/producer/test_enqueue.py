@@ -8,12 +8,12 @@ import os
 import pytest
 import redis
 
-from common.jobs import bundles, expand_jobs
-from common.models import ALL_MODES, Question
-from common.policy import Policy
-from common.settings import Settings
-from producer.store import ProducerStore
-from producer.sweep import enqueue_jobs
+from qfarm.common.jobs import bundles, expand_jobs
+from qfarm.common.models import ALL_MODES, Question
+from qfarm.common.policy import Policy
+from qfarm.common.settings import Settings
+from qfarm.producer.store import ProducerStore
+from qfarm.producer.sweep import enqueue_jobs
 
 DB = int(os.environ.get("QFARM_TEST_ENQUEUE_REDIS_DB", "10"))
 PORT = int(os.environ.get("QFARM_TEST_REDIS_PORT", "6379"))
@@ -35,7 +35,7 @@ def client():
 
 @pytest.fixture
 def app():
-    from worker.celery_app import configure_app
+    from qfarm.worker.celery_app import configure_app
 
     return configure_app(Settings(redis_url=URL))
 
@@ -74,10 +74,10 @@ def test_status_scans_find_and_purge_a_runs_bundles_only(client, app):
 def test_task_args_decodes_real_messages_of_each_stage(client, app):
     """Messages as kombu's Redis transport stores them: first-stage refs, a forwarded
     bundle (records as one JSON string), and one a worker holds unacknowledged."""
-    from common import keys
-    from common.models import JobRecord
-    from producer.store import message_run_id, task_args
-    from worker.tasks import send_stage
+    from qfarm.common import keys
+    from qfarm.common.models import JobRecord
+    from qfarm.producer.store import message_run_id, task_args
+    from qfarm.worker.tasks import send_stage
 
     js = jobs("fwd", n_questions=1, n=1)
     enqueue_jobs(app, js[:2], bundle_size=2)

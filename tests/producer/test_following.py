@@ -13,10 +13,10 @@ import fakeredis
 import pytest
 import redis
 
-from common import keys
-from producer.aggregator import Aggregator
-from producer.lease import FollowerLease
-from producer.store import ProducerStore
+from qfarm.common import keys
+from qfarm.producer.aggregator import Aggregator
+from qfarm.producer.lease import FollowerLease
+from qfarm.producer.store import ProducerStore
 
 
 def land(client, run_id: str, *job_ids: str, error: str | None = None) -> None:
@@ -111,9 +111,9 @@ class Flaky(ProducerStore):
 
 
 def a_manifest(run_id: str, n_jobs: int):
-    from common.models import Mode
-    from common.policy import Policy
-    from producer.sweep import make_manifest
+    from qfarm.common.models import Mode
+    from qfarm.common.policy import Policy
+    from qfarm.producer.sweep import make_manifest
 
     return make_manifest(
         run_id=run_id, question_file="-", question_file_digest="-", n_questions=n_jobs,
@@ -123,7 +123,7 @@ def a_manifest(run_id: str, n_jobs: int):
 
 
 def test_the_follower_waits_for_redis_and_carries_on(tmp_path):
-    from producer.sweep import Follower
+    from qfarm.producer.sweep import Follower
 
     store = Flaky(fakeredis.FakeRedis(), down=3)
     manifest = a_manifest("r", 2)
@@ -138,7 +138,7 @@ def test_the_follower_waits_for_redis_and_carries_on(tmp_path):
 
 
 def test_the_follower_gives_up_after_the_reconnect_budget(tmp_path):
-    from producer.sweep import Follower, RedisGone
+    from qfarm.producer.sweep import Follower, RedisGone
 
     store = Flaky(fakeredis.FakeRedis(), down=10**6)
     manifest = a_manifest("r", 2)
@@ -149,7 +149,7 @@ def test_the_follower_gives_up_after_the_reconnect_budget(tmp_path):
 
 
 def test_the_follower_heals_a_run_redis_lost(tmp_path):
-    from producer.sweep import Follower
+    from qfarm.producer.sweep import Follower
 
     store = ProducerStore(fakeredis.FakeRedis())
     manifest = a_manifest("r", 3)
@@ -181,8 +181,8 @@ class CtrlCInAFinalizer:
 
 
 def test_a_ctrl_c_that_a_finalizer_swallowed_still_ends_the_follow(tmp_path, monkeypatch):
-    from producer import interrupts
-    from producer.sweep import Follower
+    from qfarm.producer import interrupts
+    from qfarm.producer.sweep import Follower
 
     store = ProducerStore(fakeredis.FakeRedis())
     manifest = a_manifest("r", 2)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from common.urls import redact_url
+from qfarm.common.urls import redact_url
 
 SECRET = "s3cr3t"
 

@@ -12,9 +12,9 @@ import pytest
 from kombu.transport.redis import Channel
 from redis.connection import parse_url
 
-from common.errors import ConfigError
-from common.redis_urls import broker_url, redis_url_problem
-from common.settings import Settings
+from qfarm.common.errors import ConfigError
+from qfarm.common.redis_urls import broker_url, redis_url_problem
+from qfarm.common.settings import Settings
 
 from .conftest import REPO, VENV_BIN, Farm
 
@@ -106,7 +106,7 @@ def test_a_worker_given_a_url_the_broker_cannot_read_stops_with_one_line(
     port = own_redis().split(":")[2].split("/")[0]
     env = dict(farm.env, QFARM_REDIS_URL=url.format(port=port))
     res = subprocess.run(
-        [str(VENV_BIN / "celery"), "-A", "worker", "worker", "-Q", "retrieve", "-P", "threads",
+        [str(VENV_BIN / "celery"), "-A", "qfarm.worker", "worker", "-Q", "retrieve", "-P", "threads",
          "-c", "1", "--without-gossip", "--without-mingle"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
     )

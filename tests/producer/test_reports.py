@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from common.errors import InputError
-from common.models import Manifest
-from common.policy import Policy, build_policy, governance_policy_hash, verifier_policy_hash
-from common.reporting.report import render_stats
-from producer.reports import (
+from qfarm.cli import main
+from qfarm.common.errors import InputError
+from qfarm.common.models import Manifest
+from qfarm.common.policy import Policy, build_policy, governance_policy_hash, verifier_policy_hash
+from qfarm.common.reporting.report import render_stats
+from qfarm.producer.reports import (
     LATENCY_PLOT,
     STRICT_PLOT,
     check_floor,
@@ -25,7 +26,6 @@ from producer.reports import (
     write_comparison,
     write_summary,
 )
-from qfarm.cli import main
 
 MODES = ("quote", "claim_lattice_pointer", "claim_lattice")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -306,8 +306,8 @@ def test_cli_compare_decides_an_abd_cycle_from_four_runs(
 
 
 def test_the_api_comparison_carries_the_phase_decision(tmp_path: Path) -> None:
-    from common.settings import Settings
-    from producer.http.runs import compare_json
+    from qfarm.common.settings import Settings
+    from qfarm.producer.http.runs import compare_json
 
     write_run(tmp_path, "A", n_questions=20)
     write_run(tmp_path, "B", n_questions=20, policy=build_policy({"quantifier_guard_apply_caps": True}))

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import RetrievalError
-from worker.retrieval.embedded import EmbeddedRetriever
+from qfarm.common.errors import RetrievalError
+from qfarm.worker.retrieval.embedded import EmbeddedRetriever
 
 pytestmark = pytest.mark.slow  # each case starts the qfarm command
 

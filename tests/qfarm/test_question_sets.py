@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import InputError
-from common.questions import parse_questions
 from qfarm import question_sets
 from qfarm.cli import main
+from qfarm.common.errors import InputError
+from qfarm.common.questions import parse_questions
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = REPO / "bench" / "questions"
@@ -48,7 +48,7 @@ def test_a_set_is_named_from_any_folder(tmp_path, monkeypatch) -> None:
 
 
 def test_settings_put_runs_under_qfarm_runs_of_the_current_folder(monkeypatch) -> None:
-    from common.settings import Settings
+    from qfarm.common.settings import Settings
 
     monkeypatch.delenv("QFARM_RESULTS_DIR", raising=False)
     assert Settings().results_dir == Path("qfarm-runs")

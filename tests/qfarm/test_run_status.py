@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from bench.perf.viewer import write_synthetic_run
-from producer.reports import write_summary
-from producer.viewer.router import Viewer
+from qfarm.producer.reports import write_summary
+from qfarm.producer.viewer.router import Viewer
 
 REPO = Path(__file__).resolve().parents[2]
 QFARM = str(Path(sys.executable).parent / "qfarm")
@@ -68,9 +68,9 @@ def test_a_killed_eager_run_is_interrupted_not_running(tmp_path: Path):
 
 
 def test_an_incomplete_run_exits_non_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
-    from producer.api import RunResult
-    from producer.runs import read_manifest
     from qfarm.commands.sweep import _report
+    from qfarm.producer.api import RunResult
+    from qfarm.producer.runs import read_manifest
 
     run_dir = write_synthetic_run(tmp_path, "run-i", 2, status="incomplete")
     result = RunResult(read_manifest(run_dir), run_dir, "incomplete", rows_written=10,
@@ -86,7 +86,7 @@ def test_an_incomplete_run_exits_non_zero(tmp_path: Path, capsys: pytest.Capture
 
 @pytest.fixture(scope="module")
 def slow_sim():
-    from ops.sim.launch import start_simulator
+    from qfarm.ops.sim.launch import start_simulator
 
     with start_simulator(ttft_ms=400, tpot_ms=0, profile="clean") as sim:
         yield sim.url
@@ -143,12 +143,12 @@ def test_an_eager_run_stopped_by_a_signal_says_so_and_resumes(tmp_path, env, slo
 
 
 def test_one_function_words_a_run_for_the_cli_the_api_and_the_viewer():
-    """``qfarm status`` (``producer._status``), the HTTP API (``producer.control.describe_run``
-    and the rows cursor) and the viewer (``producer.viewer.source``) all call ``common.runstatus.run_state``: none keeps a copy."""
-    from common import runstatus
-    from producer import _status, control
-    from producer.http import runs
-    from producer.viewer import source
+    """``qfarm status`` (``qfarm.producer._status``), the HTTP API (``qfarm.producer.control.describe_run``
+    and the rows cursor) and the viewer (``qfarm.producer.viewer.source``) all call ``qfarm.common.runstatus.run_state``: none keeps a copy."""
+    from qfarm.common import runstatus
+    from qfarm.producer import _status, control
+    from qfarm.producer.http import runs
+    from qfarm.producer.viewer import source
 
     for caller in (control, runs, source, _status):
         assert caller.run_state is runstatus.run_state, caller.__name__
@@ -167,18 +167,18 @@ def test_a_redis_run_has_the_same_word_in_the_cli_the_api_and_the_viewer(
 ):
     import fakeredis
 
-    import producer.store
-    import worker.celery_app
-    import worker.llm.pool
-    from common import keys
-    from common.models import Mode
-    from common.policy import Policy
-    from common.settings import Settings
-    from producer.control import describe_run
-    from producer.store import ProducerStore
-    from producer.sweep import make_manifest
-    from producer.viewer.source import redis_status
+    import qfarm.producer.store
+    import qfarm.worker.celery_app
+    import qfarm.worker.llm.pool
     from qfarm.cli import main
+    from qfarm.common import keys
+    from qfarm.common.models import Mode
+    from qfarm.common.policy import Policy
+    from qfarm.common.settings import Settings
+    from qfarm.producer.control import describe_run
+    from qfarm.producer.store import ProducerStore
+    from qfarm.producer.sweep import make_manifest
+    from qfarm.producer.viewer.source import redis_status
 
     client = fakeredis.FakeRedis()
     store = ProducerStore(client)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from common.settings import Settings
+from qfarm.common.settings import Settings
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ import pytest
 from kombu import Connection
 from kombu.transport import redis as kombu_redis
 
-from worker import broker
+from qfarm.worker import broker
 
 PORT = int(os.environ.get("QFARM_TEST_REDIS_PORT", "6379"))
 URL = f"redis://127.0.0.1:{PORT}/{os.environ.get('QFARM_TEST_REDIS_DB', '9')}"

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from common.grounding.rows import build_row
-from common.jobs import expand_jobs
-from common.models import JobRecord, Mode, Question
-from common.policy import Policy
-from worker.flow import row_from_cache
+from qfarm.common.grounding.rows import build_row
+from qfarm.common.jobs import expand_jobs
+from qfarm.common.models import JobRecord, Mode, Question
+from qfarm.common.policy import Policy
+from qfarm.worker.flow import row_from_cache
 
 
 def test_a_cache_hit_takes_the_scope_of_the_question_file_that_asked() -> None:

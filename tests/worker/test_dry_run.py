@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from common.models import Mode
-from common.policy import Policy
-from common.reporting.compare import compare_runs
-from common.reporting.runstats import accumulate
-from common.settings import Settings
-from common.vocab import ViolationKind
-from ops.sim.launch import SimulatorHandle, start_simulator
-from producer import SweepSpec, run_sweep
-from producer.api import QuestionSet
+from qfarm.common.models import Mode
+from qfarm.common.policy import Policy
+from qfarm.common.reporting.compare import compare_runs
+from qfarm.common.reporting.runstats import accumulate
+from qfarm.common.settings import Settings
+from qfarm.common.vocab import ViolationKind
+from qfarm.ops.sim.launch import SimulatorHandle, start_simulator
+from qfarm.producer import SweepSpec, run_sweep
+from qfarm.producer.api import QuestionSet
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

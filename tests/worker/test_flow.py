@@ -7,13 +7,13 @@ import json
 import fakeredis
 import pytest
 
-from common import keys
-from common.jobs import expand_jobs, ref_for
-from common.models import Generation, Mode, Question
-from common.policy import Policy
-from common.settings import Settings
-from producer.store import ProducerStore
-from producer.sweep import make_manifest
+from qfarm.common import keys
+from qfarm.common.jobs import expand_jobs, ref_for
+from qfarm.common.models import Generation, Mode, Question
+from qfarm.common.policy import Policy
+from qfarm.common.settings import Settings
+from qfarm.producer.store import ProducerStore
+from qfarm.producer.sweep import make_manifest
 
 
 class Canned:
@@ -48,10 +48,10 @@ class BrokenRetriever:
 
 @pytest.fixture
 def eager(default_index):
-    from worker.celery_app import configure_app
-    from worker.retrieval import open_retriever
-    from worker.services import Services, install_services
-    from worker.store import WorkerStore
+    from qfarm.worker.celery_app import configure_app
+    from qfarm.worker.retrieval import open_retriever
+    from qfarm.worker.services import Services, install_services
+    from qfarm.worker.store import WorkerStore
 
     client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
     settings = Settings(index_path=default_index)
@@ -79,7 +79,7 @@ def a_ref():
 
 
 def test_the_three_stage_tasks_write_one_row(eager):
-    from worker import tasks
+    from qfarm.worker import tasks
 
     svc, store, gateway = eager
     job, ref = a_ref()
@@ -91,7 +91,7 @@ def test_the_three_stage_tasks_write_one_row(eager):
 
 
 def test_an_unexpected_exception_becomes_an_error_row(eager):
-    from worker import tasks
+    from qfarm.worker import tasks
 
     svc, store, _ = eager
     svc._retriever = BrokenRetriever()  # swap the backend under the task
@@ -107,7 +107,7 @@ class DownRetriever(BrokenRetriever):
     """A search backend that fails the way a backend does (``RetrievalError``)."""
 
     def search_many(self, queries, *, top_k, title_boost):
-        from common.errors import RetrievalError
+        from qfarm.common.errors import RetrievalError
 
         raise RetrievalError("search cluster unreachable")
 
@@ -115,8 +115,8 @@ class DownRetriever(BrokenRetriever):
 def test_each_stage_names_the_kind_of_its_error_rows(eager):
     """A retrieval failure, an LLM failure and a bug: each row says where it came from
     (``error_kind``) and its ``error`` text still starts with that kind."""
-    from common.errors import LLMConnectError
-    from worker import tasks
+    from qfarm.common.errors import LLMConnectError
+    from qfarm.worker import tasks
 
     svc, store, gateway = eager
     good = svc.retriever
@@ -139,7 +139,7 @@ def test_each_stage_names_the_kind_of_its_error_rows(eager):
 
 
 def test_a_row_without_an_error_has_no_error_kind(eager):
-    from worker import tasks
+    from qfarm.worker import tasks
 
     _, store, _ = eager
     tasks.retrieve.apply_async(args=[[a_ref()[1]]])
@@ -149,7 +149,7 @@ def test_a_row_without_an_error_has_no_error_kind(eager):
 
 
 def test_a_cancelled_run_starts_nothing(eager):
-    from worker import tasks
+    from qfarm.worker import tasks
 
     svc, store, gateway = eager
     store.set_cancelled("r", 0.0)
@@ -189,7 +189,7 @@ def manifest_for(store, run_id, n_questions, n, use_cache=False):
 
 
 def test_a_bundle_searches_once_per_question_and_sends_its_prompts_together(eager):
-    from worker import tasks
+    from qfarm.worker import tasks
 
     svc, store, gateway = eager
     counting = CountingRetriever(svc.retriever)
@@ -206,7 +206,7 @@ def test_a_bundle_searches_once_per_question_and_sends_its_prompts_together(eage
 
 
 def test_one_failing_job_does_not_take_its_bundle_down(eager):
-    from worker import tasks
+    from qfarm.worker import tasks
 
     svc, store, gateway = eager
     manifest_for(store, "p", 2, 2)
@@ -221,7 +221,7 @@ def test_one_failing_job_does_not_take_its_bundle_down(eager):
 
 
 def test_a_redelivered_bundle_only_redoes_jobs_without_a_row(eager):
-    from worker import tasks
+    from qfarm.worker import tasks
 
     svc, store, gateway = eager
     manifest_for(store, "d", 2, 3)
@@ -235,7 +235,7 @@ def test_a_redelivered_bundle_only_redoes_jobs_without_a_row(eager):
 
 
 def test_a_bundle_is_served_from_the_cache_on_a_second_run(eager):
-    from worker import tasks
+    from qfarm.worker import tasks
 
     svc, store, gateway = eager
     for run_id in ("c1", "c2"):
@@ -249,7 +249,7 @@ def test_a_bundle_is_served_from_the_cache_on_a_second_run(eager):
 
 def _unreadable_second_record(records, payload_format: str) -> str:
     """A forwarded bundle whose second record lost its job (no id, no question)."""
-    from worker import flow
+    from qfarm.worker import flow
 
     if payload_format == "list":  # the earlier format: whole records in a JSON list
         items = json.loads(flow.RECORDS.dump_json(records))
@@ -262,7 +262,7 @@ def _unreadable_second_record(records, payload_format: str) -> str:
 
 @pytest.mark.parametrize("payload_format", ["bundle", "list"])
 def test_an_unreadable_record_in_a_forwarded_bundle_spares_the_others(eager, payload_format):
-    from worker import flow, pipeline
+    from qfarm.worker import flow, pipeline
 
     svc, store, gateway = eager
     manifest_for(store, "v", 2, 1)
@@ -281,7 +281,7 @@ def test_an_unreadable_record_in_a_forwarded_bundle_spares_the_others(eager, pay
 
 
 def test_a_bundle_carries_each_evidence_list_once_and_reads_back_equal(eager):
-    from worker import flow, pipeline
+    from qfarm.worker import flow, pipeline
 
     svc, store, _ = eager
     manifest_for(store, "w", 2, 3)
@@ -305,7 +305,7 @@ def test_a_failed_hand_off_to_the_next_stage_leaves_the_message_for_redelivery(e
     from celery.exceptions import Reject
     from kombu.exceptions import OperationalError
 
-    from worker import tasks
+    from qfarm.worker import tasks
 
     svc, store, gateway = eager
     _, ref = a_ref()
@@ -324,7 +324,7 @@ def test_an_error_row_that_cannot_be_stored_leaves_the_message_for_redelivery(ea
     import redis
     from celery.exceptions import Reject
 
-    from worker import tasks
+    from qfarm.worker import tasks
 
     svc, store, _ = eager
     svc._retriever = BrokenRetriever()  # a bug, so the task writes error rows
@@ -353,7 +353,7 @@ class SurrogateForOne(Canned):
 def test_a_lone_surrogate_in_one_reply_fails_nothing(eager, capsys):
     """A failure seen once: a reply with "\\ud800" made all 8 jobs of its bundle
     `internal: PydanticSerializationError`, and eager mode printed a traceback."""
-    from worker import tasks
+    from qfarm.worker import tasks
 
     svc, store, _ = eager
     svc._gateway = SurrogateForOne()
@@ -367,7 +367,7 @@ def test_a_lone_surrogate_in_one_reply_fails_nothing(eager, capsys):
 
 
 def test_a_record_that_cannot_be_sent_is_that_jobs_error_row_only(eager):
-    from worker import flow, pipeline
+    from qfarm.worker import flow, pipeline
 
     svc, store, gateway = eager
     manifest_for(store, "x", 2, 1)
@@ -390,8 +390,8 @@ def test_a_record_that_cannot_be_sent_is_that_jobs_error_row_only(eager):
 def test_a_manifest_workers_cannot_read_is_a_run_level_error(eager):
     """A failure seen once: `title_boost=inf` went into the manifest as null; every job then failed
     to load, no row was written and the producer re-sent the jobs forever."""
-    from common import keys
-    from worker import tasks
+    from qfarm.common import keys
+    from qfarm.worker import tasks
 
     svc, store, gateway = eager
     manifest_for(store, "m", 2, 1)
@@ -408,7 +408,7 @@ def test_a_manifest_workers_cannot_read_is_a_run_level_error(eager):
 def test_a_question_that_cannot_be_serialised_fails_only_its_own_jobs(eager, caplog):
     """A lone surrogate in a question that got past loading: its bundle-mates became
     error rows and its own jobs none, so the follower re-sent them forever."""
-    from worker import tasks
+    from qfarm.worker import tasks
 
     svc, store, _ = eager
     manifest_for(store, "p", 2, 2)
@@ -430,8 +430,8 @@ def test_a_question_that_cannot_be_serialised_fails_only_its_own_jobs(eager, cap
 def test_a_single_query_that_cannot_be_serialised_is_its_error_row(eager, caplog):
     """The interactive queue: the job fails before any model call, its row says why, and
     no detail is stored for it (the record would not serialise)."""
-    from common import keys
-    from worker import tasks
+    from qfarm.common import keys
+    from qfarm.worker import tasks
 
     svc, store, gateway = eager
     manifest_for(store, "i", 1, 1)
@@ -447,8 +447,8 @@ def test_a_single_query_that_cannot_be_serialised_is_its_error_row(eager, caplog
 def test_a_row_that_cannot_be_serialised_keeps_the_kind_of_its_first_error():
     """``storable``: a row that failed already (here at the model) keeps that kind, its
     error text first; one that had not failed becomes an internal error."""
-    from common.models import ErrorKind, Row
-    from worker.encoding import storable
+    from qfarm.common.models import ErrorKind, Row
+    from qfarm.worker.encoding import storable
 
     bad = {"run_id": "r", "job_id": "j", "question": "Who was \ud800?", "question_id": "q",
            "mode": Mode.QUOTE, "sample_index": 0}

@@ -10,8 +10,8 @@ import pytest
 import redis
 from kombu import Connection
 
-from common.keys import UNACKED_INDEX_KEY, UNACKED_KEY
-from worker import broker, leases
+from qfarm.common.keys import UNACKED_INDEX_KEY, UNACKED_KEY
+from qfarm.worker import broker, leases
 
 PORT = int(os.environ.get("QFARM_TEST_REDIS_PORT", "6379"))
 DB = os.environ.get("QFARM_TEST_REDIS_DB", "9")

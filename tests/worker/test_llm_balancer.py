@@ -6,15 +6,15 @@ import threading
 
 import pytest
 
-from common.errors import (
+from qfarm.common.errors import (
     BackPressureError,
     LLMConnectError,
     TransientServiceError,
     TransientStatusError,
 )
-from common.vocab import BreakerState
-from worker.llm.balancer import Balancer
-from worker.llm.client import Target
+from qfarm.common.vocab import BreakerState
+from qfarm.worker.llm.balancer import Balancer
+from qfarm.worker.llm.client import Target
 
 
 class Clock:

@@ -8,9 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from common.errors import TransientServiceError
-from common.models import Generation, Sampling
-from worker.llm.batcher import BatchItem, MicroBatcher, batch_key
+from qfarm.common.errors import TransientServiceError
+from qfarm.common.models import Generation, Sampling
+from qfarm.worker.llm.batcher import BatchItem, MicroBatcher, batch_key
 
 
 class Recorder:

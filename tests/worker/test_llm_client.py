@@ -7,15 +7,22 @@ import json
 import httpx
 import pytest
 
-from common.errors import (
+from qfarm.common.errors import (
     LLMConnectError,
     LLMTimeoutError,
     MalformedReplyError,
     PermanentServiceError,
     TransientServiceError,
 )
-from common.models import Sampling
-from worker.llm.client import LLMClient, Target, build_body, display_url, parse_prometheus, redact
+from qfarm.common.models import Sampling
+from qfarm.worker.llm.client import (
+    LLMClient,
+    Target,
+    build_body,
+    display_url,
+    parse_prometheus,
+    redact,
+)
 
 KEY = "sk-test-0123456789"
 

@@ -19,24 +19,24 @@ from pathlib import Path
 import httpx
 import pytest
 
-from common.errors import (
+from qfarm.common.errors import (
     BackPressureError,
     ConfigError,
     PermanentServiceError,
     QueueFullError,
     TransientServiceError,
 )
-from common.grounding.rows import build_row
-from common.models import Generation, JobRecord, Sampling
-from common.reporting.report import render_summary
-from common.settings import Settings, load_settings
-from worker.llm import Gateway
-from worker.llm.balancer import Balancer
-from worker.llm.client import ContextOverflowError, LLMClient, Target, parse_prometheus
-from worker.llm.dispatch import MAX_COMPLETION_PROMPTS
-from worker.llm.health import HealthPoller
-from worker.llm.replies import estimate_tokens
-from worker.llm.retry import is_transient_status, parse_retry_after
+from qfarm.common.grounding.rows import build_row
+from qfarm.common.models import Generation, JobRecord, Sampling
+from qfarm.common.reporting.report import render_summary
+from qfarm.common.settings import Settings, load_settings
+from qfarm.worker.llm import Gateway
+from qfarm.worker.llm.balancer import Balancer
+from qfarm.worker.llm.client import ContextOverflowError, LLMClient, Target, parse_prometheus
+from qfarm.worker.llm.dispatch import MAX_COMPLETION_PROMPTS
+from qfarm.worker.llm.health import HealthPoller
+from qfarm.worker.llm.replies import estimate_tokens
+from qfarm.worker.llm.retry import is_transient_status, parse_retry_after
 
 URL = "http://gpu1:8000"
 URL2 = "http://gpu2:8000"

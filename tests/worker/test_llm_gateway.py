@@ -11,13 +11,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from common.errors import ConfigError, PermanentServiceError, TransientServiceError
-from common.grounding.prompts import build_prompt
-from common.models import Evidence, Generation, Mode, Sampling
-from common.policy import Policy
-from common.settings import Settings
-from ops.sim.launch import SimulatorHandle, start_simulator
-from worker.llm import Gateway, open_gateway
+from qfarm.common.errors import ConfigError, PermanentServiceError, TransientServiceError
+from qfarm.common.grounding.prompts import build_prompt
+from qfarm.common.models import Evidence, Generation, Mode, Sampling
+from qfarm.common.policy import Policy
+from qfarm.common.settings import Settings
+from qfarm.ops.sim.launch import SimulatorHandle, start_simulator
+from qfarm.worker.llm import Gateway, open_gateway
 
 pytestmark = pytest.mark.slow
 FAST = {"latency": "zero", "profile": "clean"}

@@ -8,10 +8,10 @@ import json
 import httpx
 import pytest
 
-from common.errors import TransientServiceError
-from common.models import Sampling
-from common.settings import Settings
-from worker.llm import Gateway
+from qfarm.common.errors import TransientServiceError
+from qfarm.common.models import Sampling
+from qfarm.common.settings import Settings
+from qfarm.worker.llm import Gateway
 
 URL = "http://gpu1:8000"
 

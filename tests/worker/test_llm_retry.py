@@ -7,7 +7,12 @@ import random
 
 import pytest
 
-from worker.llm.retry import RetryPolicy, compute_backoff, is_transient_status, parse_retry_after
+from qfarm.worker.llm.retry import (
+    RetryPolicy,
+    compute_backoff,
+    is_transient_status,
+    parse_retry_after,
+)
 
 
 def test_backoff_grows_exponentially_with_equal_jitter() -> None:

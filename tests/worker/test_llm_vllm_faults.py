@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import TransientServiceError
-from common.models import Sampling
-from ops.sim import behaviour
-from ops.sim.launch import SimulatorHandle, start_simulator
-from worker.llm import open_gateway
-from worker.llm.pool import endpoint_report
+from qfarm.common.errors import TransientServiceError
+from qfarm.common.models import Sampling
+from qfarm.ops.sim import behaviour
+from qfarm.ops.sim.launch import SimulatorHandle, start_simulator
+from qfarm.worker.llm import open_gateway
+from qfarm.worker.llm.pool import endpoint_report
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_llm_gateway import generation_requests, settings_for  # noqa: E402

@@ -9,13 +9,13 @@ import redis
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from common import keys
-from common import metrics as m
-from common.models import Mode, Row
-from common.settings import Settings
-from producer.http.metrics import FarmCollector
-from producer.store import ProducerStore
-from worker import metrics
+from qfarm.common import keys
+from qfarm.common import metrics as m
+from qfarm.common.models import Mode, Row
+from qfarm.common.settings import Settings
+from qfarm.producer.http.metrics import FarmCollector
+from qfarm.producer.store import ProducerStore
+from qfarm.worker import metrics
 
 PORT = int(os.environ.get("QFARM_TEST_REDIS_PORT", "6379"))
 DB = int(os.environ.get("QFARM_TEST_REDIS_DB", "9"))

@@ -6,22 +6,22 @@ from __future__ import annotations
 import fakeredis
 import pytest
 
-from common import keys
-from common.jobs import expand_jobs, ref_for
-from common.models import Job, Mode, Question, Row, Verdict
-from common.policy import build_policy
-from common.settings import Settings
-from producer.sweep import make_manifest
-from worker import flow
-from worker.services import Services
-from worker.store import WorkerStore
+from qfarm.common import keys
+from qfarm.common.jobs import expand_jobs, ref_for
+from qfarm.common.models import Job, Mode, Question, Row, Verdict
+from qfarm.common.policy import build_policy
+from qfarm.common.settings import Settings
+from qfarm.producer.sweep import make_manifest
+from qfarm.worker import flow
+from qfarm.worker.services import Services
+from qfarm.worker.store import WorkerStore
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def sim():
-    from ops.sim.launch import start_simulator
+    from qfarm.ops.sim.launch import start_simulator
 
     with start_simulator(latency="zero") as handle:
         yield handle
@@ -29,7 +29,7 @@ def sim():
 
 @pytest.fixture(scope="module")
 def retriever(default_index):
-    from worker.retrieval import open_retriever
+    from qfarm.worker.retrieval import open_retriever
 
     r = open_retriever(Settings(index_path=default_index))
     yield r
@@ -38,7 +38,7 @@ def retriever(default_index):
 
 @pytest.fixture
 def gateway(sim):
-    from worker.llm import open_gateway
+    from qfarm.worker.llm import open_gateway
 
     gw = open_gateway(Settings(llm_endpoints=sim.url, llm_max_attempts=1))
     yield gw
@@ -101,7 +101,7 @@ def test_a_bounded_universal_is_not_rejected(sim, retriever, gateway):
 
 
 def test_an_unreachable_endpoint_becomes_a_row_with_its_error(retriever):
-    from worker.llm import open_gateway
+    from qfarm.worker.llm import open_gateway
 
     gw = open_gateway(Settings(llm_endpoints="http://127.0.0.1:9", llm_max_attempts=2,
                                llm_connect_timeout_s=0.5, llm_wait_for_endpoint_s=1.0))
@@ -115,7 +115,7 @@ def test_an_unreachable_endpoint_becomes_a_row_with_its_error(retriever):
 
 @pytest.mark.parametrize("answer", ["", "   \n", '{"claims": [', "no format at all " * 50])
 def test_empty_truncated_or_unformatted_replies_are_rows_not_exceptions(retriever, answer):
-    from common.models import Generation
+    from qfarm.common.models import Generation
 
     class Canned:
         def generate_many(self, items):
@@ -127,7 +127,7 @@ def test_empty_truncated_or_unformatted_replies_are_rows_not_exceptions(retrieve
 
 
 def test_streaming_records_time_to_first_token_in_the_row(sim, retriever):
-    from worker.llm import open_gateway
+    from qfarm.worker.llm import open_gateway
 
     gw = open_gateway(Settings(llm_endpoints=sim.url, llm_stream=True))
     try:
@@ -139,7 +139,7 @@ def test_streaming_records_time_to_first_token_in_the_row(sim, retriever):
 
 
 def test_the_samples_of_a_question_share_one_preflight_and_a_new_policy_gets_its_own():
-    from worker import pipeline
+    from qfarm.worker import pipeline
 
     text = "Tell me everything you know about volcanoes."
     q = Question(id="q1", text=text)

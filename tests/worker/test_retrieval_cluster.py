@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from common.errors import ConfigError, RetrievalError
-from common.settings import Settings
-from worker.retrieval import cluster
-from worker.retrieval import elasticsearch as es_backend
-from worker.retrieval import opensearch as os_backend
-from worker.retrieval.cluster import ClientErrors, ClusterRetriever
+from qfarm.common.errors import ConfigError, RetrievalError
+from qfarm.common.settings import Settings
+from qfarm.worker.retrieval import cluster
+from qfarm.worker.retrieval import elasticsearch as es_backend
+from qfarm.worker.retrieval import opensearch as os_backend
+from qfarm.worker.retrieval.cluster import ClientErrors, ClusterRetriever
 
 
 class Unreachable(Exception):
@@ -280,7 +280,7 @@ class RankingClient(FakeClient):
 
 
 def test_clusters_fetch_the_rerank_window_and_apply_stage_two() -> None:
-    from common.retrieval.ranking import RERANK_DEPTH
+    from qfarm.common.retrieval.ranking import RERANK_DEPTH
 
     hits = [
         _hit("Mountaineering#0", 9.0, "Mountaineering", "Mountain mountain mountain climbing."),
@@ -314,7 +314,7 @@ class _Indices:
 
 
 def test_a_cluster_index_built_under_an_older_ranking_reports_the_ranking_that_serves_it() -> None:
-    from common.retrieval.ranking import RANKING_VERSION
+    from qfarm.common.retrieval.ranking import RANKING_VERSION
 
     client = FakeClient()
     client.indices = _Indices({  # type: ignore[attr-defined]

@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.errors import ConfigError, RetrievalError
-from common.retrieval.ranking import DENSE_RANKING_VERSION, RANKING_VERSION
-from common.settings import Settings
-from worker.retrieval import dense, open_retriever
-from worker.retrieval.embedded import EmbeddedRetriever, read_meta
-from worker.retrieval.ingest import CorpusSource, build_embedded_index
+from qfarm.common.errors import ConfigError, RetrievalError
+from qfarm.common.retrieval.ranking import DENSE_RANKING_VERSION, RANKING_VERSION
+from qfarm.common.settings import Settings
+from qfarm.worker.retrieval import dense, open_retriever
+from qfarm.worker.retrieval.embedded import EmbeddedRetriever, read_meta
+from qfarm.worker.retrieval.ingest import CorpusSource, build_embedded_index
 
 REFERENCE = Path(__file__).parent / "data" / "minilm_reference.json"
 DOCS = [
@@ -225,7 +225,7 @@ class _CountingEncoder:
 def test_the_default_index_rebuilt_for_a_new_version_keeps_its_vectors(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from worker.retrieval.ingest import ensure_default_index
+    from qfarm.worker.retrieval.ingest import ensure_default_index
 
     stub = _CountingEncoder()
     monkeypatch.setattr(dense, "open_encoder", lambda *_: stub)
@@ -279,8 +279,8 @@ def test_a_worker_without_the_model_fails_at_start_but_the_viewer_reads_passages
 def test_an_eager_sweep_on_a_dense_index_records_the_fused_ranking(
     indexes: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    from ops.sim.launch import start_simulator
-    from producer import SweepSpec, run_sweep
+    from qfarm.ops.sim.launch import start_simulator
+    from qfarm.producer import SweepSpec, run_sweep
 
     with start_simulator(max_num_seqs=4, ttft_ms=0, tpot_ms=0) as sim:
         settings = Settings(llm_endpoints=sim.url, index_path=indexes[1],
@@ -323,7 +323,7 @@ def test_the_default_index_with_vectors_is_kept_when_qfarm_dense_is_unset(
 ) -> None:
     # `qfarm index --dense` took minutes; a later sweep without QFARM_DENSE must not rebuild
     # it without vectors. An index whose meta says "dense" stands in (no 7-minute encode here).
-    from worker.retrieval import ensure_default_index
+    from qfarm.worker.retrieval import ensure_default_index
 
     source = CorpusSource.resolve("default")
     dense_version = source.index_version_with(dense=True)

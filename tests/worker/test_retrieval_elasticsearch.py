@@ -24,12 +24,12 @@ from types import ModuleType
 
 import pytest
 
-from common.errors import RetrievalError
-from common.settings import Settings
-from worker.retrieval import open_retriever
-from worker.retrieval.cluster import ClusterRetriever
-from worker.retrieval.default_corpus import default_corpus_path
-from worker.retrieval.ingest import CorpusSource, build_cluster_index
+from qfarm.common.errors import RetrievalError
+from qfarm.common.settings import Settings
+from qfarm.worker.retrieval import open_retriever
+from qfarm.worker.retrieval.cluster import ClusterRetriever
+from qfarm.worker.retrieval.default_corpus import default_corpus_path
+from qfarm.worker.retrieval.ingest import CorpusSource, build_cluster_index
 
 pytestmark = pytest.mark.slow
 
@@ -212,9 +212,9 @@ SCRIPT = """
 import json, sys
 sys.modules["elasticsearch"] = None  # as where only the 8.x client is installed
 from pathlib import Path
-from common.settings import Settings
-from worker.retrieval import open_retriever
-from worker.retrieval.ingest import CorpusSource, build_cluster_index
+from qfarm.common.settings import Settings
+from qfarm.worker.retrieval import open_retriever
+from qfarm.worker.retrieval.ingest import CorpusSource, build_cluster_index
 url, corpus, tmp = sys.argv[1:4]
 r = open_retriever(Settings(retriever="elasticsearch", es_url=url, es_max_retries=0, data_dir=Path(tmp)))
 build_cluster_index(r, CorpusSource.resolve(Path(corpus)), progress=False)

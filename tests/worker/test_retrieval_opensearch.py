@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import RetrievalError
-from common.settings import Settings
 from qfarm.cli import main as qfarm_main
-from worker.retrieval import open_retriever
-from worker.retrieval.cluster import ClusterRetriever
-from worker.retrieval.default_corpus import default_corpus_path
-from worker.retrieval.ingest import CorpusSource, build_cluster_index
+from qfarm.common.errors import RetrievalError
+from qfarm.common.settings import Settings
+from qfarm.worker.retrieval import open_retriever
+from qfarm.worker.retrieval.cluster import ClusterRetriever
+from qfarm.worker.retrieval.default_corpus import default_corpus_path
+from qfarm.worker.retrieval.ingest import CorpusSource, build_cluster_index
 
 pytestmark = pytest.mark.slow
 
@@ -141,7 +141,7 @@ def test_alias_switches_atomically_between_versions(
 def test_failed_build_leaves_the_alias_on_the_old_index(
     retriever: ClusterRetriever, corpus_items, tmp_path: Path
 ) -> None:
-    from common.errors import InputError
+    from qfarm.common.errors import InputError
 
     good = build_cluster_index(
         retriever,

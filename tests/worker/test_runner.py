@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from common.models import ALL_MODES
-from common.settings import Settings
-from ops.sim.launch import SimulatorHandle, start_simulator
-from producer import SweepSpec, run_sweep
-from producer.api import QuestionSet
-from worker.llm.client import LLMClient
+from qfarm.common.models import ALL_MODES
+from qfarm.common.settings import Settings
+from qfarm.ops.sim.launch import SimulatorHandle, start_simulator
+from qfarm.producer import SweepSpec, run_sweep
+from qfarm.producer.api import QuestionSet
+from qfarm.worker.llm.client import LLMClient
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

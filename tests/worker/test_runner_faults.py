@@ -12,17 +12,17 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import fakeredis
 import pytest
 
-from common.errors import TransientServiceError
-from common.jobs import expand_jobs
-from common.models import Generation, Job, Mode, Question
-from common.policy import Policy
-from common.settings import Settings
-from producer.store import ProducerStore
-from producer.sweep import make_manifest
-from worker import flow, pipeline, runner
-from worker.runner import InProcessRunner
-from worker.services import Services
-from worker.store import WorkerStore
+from qfarm.common.errors import TransientServiceError
+from qfarm.common.jobs import expand_jobs
+from qfarm.common.models import Generation, Job, Mode, Question
+from qfarm.common.policy import Policy
+from qfarm.common.settings import Settings
+from qfarm.producer.store import ProducerStore
+from qfarm.producer.sweep import make_manifest
+from qfarm.worker import flow, pipeline, runner
+from qfarm.worker.runner import InProcessRunner
+from qfarm.worker.services import Services
+from qfarm.worker.store import WorkerStore
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -55,7 +55,7 @@ class FutureGateway:
 
 @pytest.fixture
 def setup(default_index) -> Iterator[tuple[Services, ProducerStore, FutureGateway, list[Job]]]:
-    from worker.retrieval import open_retriever
+    from qfarm.worker.retrieval import open_retriever
 
     client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
     settings = Settings(index_path=default_index)

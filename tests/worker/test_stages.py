@@ -11,17 +11,17 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import fakeredis
 import pytest
 
-from common import keys
-from common.jobs import expand_jobs, ref_for
-from common.models import Generation, Job, JobRecord, Mode, Question
-from common.policy import Policy
-from common.settings import Settings
-from producer.store import ProducerStore
-from producer.sweep import make_manifest
-from worker import flow, stages
-from worker.runner import InProcessRunner
-from worker.services import Services
-from worker.store import WorkerStore
+from qfarm.common import keys
+from qfarm.common.jobs import expand_jobs, ref_for
+from qfarm.common.models import Generation, Job, JobRecord, Mode, Question
+from qfarm.common.policy import Policy
+from qfarm.common.settings import Settings
+from qfarm.producer.store import ProducerStore
+from qfarm.producer.sweep import make_manifest
+from qfarm.worker import flow, stages
+from qfarm.worker.runner import InProcessRunner
+from qfarm.worker.services import Services
+from qfarm.worker.store import WorkerStore
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -51,7 +51,7 @@ class Gateway:
 
 @pytest.fixture
 def setup(default_index) -> Iterator[tuple[Services, ProducerStore, list[Job]]]:
-    from worker.retrieval import open_retriever
+    from qfarm.worker.retrieval import open_retriever
 
     client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
     settings = Settings(index_path=default_index)
@@ -101,7 +101,7 @@ def assert_one_clean_row_each(store: ProducerStore, run_id: str, jobs: list[Job]
 
 
 def test_every_link_of_the_chain_is_a_task_on_its_own_queue() -> None:
-    from worker import celery_app, tasks
+    from qfarm.worker import celery_app, tasks
 
     assert [s.stage for s in stages.CHAIN] == list(keys.SWEEP_STAGES)
     assert list(tasks.STAGE_TASKS) == list(keys.SWEEP_STAGES)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import fakeredis
 import pytest
 
-from common import keys
-from common.models import Mode, Row
-from worker.store import WorkerStore
+from qfarm.common import keys
+from qfarm.common.models import Mode, Row
+from qfarm.worker.store import WorkerStore
 
 
 @pytest.fixture

@@ -8,6 +8,6 @@ rules, ``balancer.py`` for endpoint choice, health and the circuit breaker,
 pointing the farm at real vLLM servers.
 """
 
-from worker.llm.gateway import Gateway, open_gateway
+from qfarm.worker.llm.gateway import Gateway, open_gateway
 
 __all__ = ["Gateway", "open_gateway"]

@@ -37,9 +37,14 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
-from common.errors import BackPressureError, LLMConnectError, ServiceError, TransientServiceError
-from common.vocab import BreakerState
-from worker.llm.client import Target
+from qfarm.common.errors import (
+    BackPressureError,
+    LLMConnectError,
+    ServiceError,
+    TransientServiceError,
+)
+from qfarm.common.vocab import BreakerState
+from qfarm.worker.llm.client import Target
 
 
 @dataclass

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 
-from common.errors import TransientServiceError
-from common.models import Generation, Sampling
+from qfarm.common.errors import TransientServiceError
+from qfarm.common.models import Generation, Sampling
 
 
 def batch_key(sampling: Sampling) -> str:

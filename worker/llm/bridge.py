@@ -7,10 +7,10 @@ import asyncio
 import functools
 from concurrent.futures import Future
 
-from common.errors import TransientServiceError
-from common.models import Generation, Sampling
-from worker.llm.dispatch import Dispatcher
-from worker.llm.transport import EventLoopThread
+from qfarm.common.errors import TransientServiceError
+from qfarm.common.models import Generation, Sampling
+from qfarm.worker.llm.dispatch import Dispatcher
+from qfarm.worker.llm.transport import EventLoopThread
 
 
 class ThreadBridge:

@@ -2,7 +2,7 @@
 
 This layer sends one request and translates what comes back into either a
 ``Reply`` (choices mapped by their ``index``, never by position) or one of the
-LLM failure classes of ``common.errors`` (a kind is a type: ``LLMConnectError``,
+LLM failure classes of ``qfarm.common.errors`` (a kind is a type: ``LLMConnectError``,
 ``BackPressureError``, ``ContextOverflowError``…) carrying the endpoint and job id.
 It never retries (``retry.py`` and the gateway own that) and never puts an API
 key in a message: keys travel only in the ``Authorization`` header of each
@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from common.errors import (
+from qfarm.common.errors import (
     BackPressureError,
     ContextOverflowError,
     LLMConnectError,
@@ -40,11 +40,11 @@ from common.errors import (
     TransientServiceError,
     TransientStatusError,
 )
-from common.models import Sampling, Usage
-from common.urls import redact_url
-from common.vocab import SIMULATOR_HEADER
-from worker.llm.retry import DEFAULT_RETRY_AFTER_MAX_S, is_transient_status, parse_retry_after
-from worker.llm.transport import (
+from qfarm.common.models import Sampling, Usage
+from qfarm.common.urls import redact_url
+from qfarm.common.vocab import SIMULATOR_HEADER
+from qfarm.worker.llm.retry import DEFAULT_RETRY_AFTER_MAX_S, is_transient_status, parse_retry_after
+from qfarm.worker.llm.transport import (
     AiohttpTransport,
     EventLoopThread,
     HttpxTransport,

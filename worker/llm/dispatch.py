@@ -12,22 +12,22 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor, Future
 from typing import Any, TypeVar
 
-from common.errors import (
+from qfarm.common.errors import (
     PermanentServiceError,
     QueueFullError,
     ServiceError,
     TransientServiceError,
     UnfinishedChoiceError,
 )
-from common.models import Generation, Sampling
-from common.settings import Settings
-from worker import metrics
-from worker.llm.balancer import EndpointState
-from worker.llm.batcher import BatchItem, MicroBatcher
-from worker.llm.client import FINISHED_OK, Choice, Reply
-from worker.llm.pool import EndpointPool
-from worker.llm.replies import fit_context, split_usage, to_generation
-from worker.llm.retry import RetryPolicy, compute_backoff
+from qfarm.common.models import Generation, Sampling
+from qfarm.common.settings import Settings
+from qfarm.worker import metrics
+from qfarm.worker.llm.balancer import EndpointState
+from qfarm.worker.llm.batcher import BatchItem, MicroBatcher
+from qfarm.worker.llm.client import FINISHED_OK, Choice, Reply
+from qfarm.worker.llm.pool import EndpointPool
+from qfarm.worker.llm.replies import fit_context, split_usage, to_generation
+from qfarm.worker.llm.retry import RetryPolicy, compute_backoff
 
 log = logging.getLogger("qfarm.llm")
 T = TypeVar("T")

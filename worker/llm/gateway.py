@@ -61,13 +61,13 @@ from concurrent.futures import Future
 
 import httpx
 
-from common.errors import ServiceError
-from common.models import Generation, Sampling
-from common.settings import Settings
-from worker import metrics
-from worker.llm.bridge import ThreadBridge
-from worker.llm.dispatch import Dispatcher
-from worker.llm.pool import EndpointPool
+from qfarm.common.errors import ServiceError
+from qfarm.common.models import Generation, Sampling
+from qfarm.common.settings import Settings
+from qfarm.worker import metrics
+from qfarm.worker.llm.bridge import ThreadBridge
+from qfarm.worker.llm.dispatch import Dispatcher
+from qfarm.worker.llm.pool import EndpointPool
 
 # How long ``Gateway.close`` lets requests in flight finish before ending them.
 CLOSE_GRACE_S = 5.0

@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from worker.llm.balancer import Balancer, EndpointState
-from worker.llm.client import HEALTH_PATH, MODELS_PATH, LLMClient
+from qfarm.worker.llm.balancer import Balancer, EndpointState
+from qfarm.worker.llm.client import HEALTH_PATH, MODELS_PATH, LLMClient
 
 log = logging.getLogger("qfarm.llm")
 

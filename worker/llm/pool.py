@@ -9,12 +9,12 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from common.errors import ConfigError
-from common.settings import Settings, api_keys_by_endpoint
-from common.urls import redact_url
-from worker.llm.balancer import Balancer, EndpointState
-from worker.llm.client import HEALTH_PATH, MODELS_PATH, LLMClient, Target
-from worker.llm.health import HealthPoller
+from qfarm.common.errors import ConfigError
+from qfarm.common.settings import Settings, api_keys_by_endpoint
+from qfarm.common.urls import redact_url
+from qfarm.worker.llm.balancer import Balancer, EndpointState
+from qfarm.worker.llm.client import HEALTH_PATH, MODELS_PATH, LLMClient, Target
+from qfarm.worker.llm.health import HealthPoller
 
 log = logging.getLogger("qfarm.llm")
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import time
 
-from common.models import Generation, Sampling, Usage
-from worker.llm.balancer import EndpointState
-from worker.llm.batcher import BatchItem
-from worker.llm.client import Choice, Reply
+from qfarm.common.models import Generation, Sampling, Usage
+from qfarm.worker.llm.balancer import EndpointState
+from qfarm.worker.llm.batcher import BatchItem
+from qfarm.worker.llm.client import Choice, Reply
 
 # Characters per token assumed when estimating a prompt's size: Llama-3's tokenizer averages
 # ~4 on English prose, so 3 over-estimates the tokens and under-estimates what is left.

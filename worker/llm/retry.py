@@ -12,7 +12,7 @@ the attempt budget here is the whole story.
   context length, 401/403 key, 404 model, 413, 422) and 501/505 (vLLM answers
   501 for a feature it does not implement: asking again cannot help).
 
-Each kind is a class in ``common.errors`` (``LLMConnectError``, ``BackPressureError``,
+Each kind is a class in ``qfarm.common.errors`` (``LLMConnectError``, ``BackPressureError``,
 ``ContextOverflowError``…); the gateway and the balancer match on the class.
 
 ``Retry-After`` is honoured up to a cap (``QFARM_LLM_RETRY_AFTER_MAX_S``): a

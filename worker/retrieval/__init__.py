@@ -5,24 +5,24 @@
 ``opensearch`` (the official clients, on the ``QFARM_ES_INDEX`` alias).
 ``ensure_default_index(settings)`` builds the embedded default-corpus index
 when it is missing or stale. Open one retriever per process and reuse it
-(``worker.services`` does); cluster clients are shared within a process.
+(``qfarm.worker.services`` does); cluster clients are shared within a process.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from common.errors import ConfigError
-from common.settings import Settings
-from common.vocab import Backend
-from worker.retrieval.base import Retriever
+from qfarm.common.errors import ConfigError
+from qfarm.common.settings import Settings
+from qfarm.common.vocab import Backend
+from qfarm.worker.retrieval.base import Retriever
 
 
 def open_retriever(settings: Settings) -> Retriever:
     """The retriever ``settings.retriever`` names; cluster backends connect lazily."""
     backend = settings.retriever
     if backend == Backend.EMBEDDED:
-        from worker.retrieval.embedded import EmbeddedRetriever
+        from qfarm.worker.retrieval.embedded import EmbeddedRetriever
 
         retriever = EmbeddedRetriever(settings.embedded_index_path(), dense_model=settings.dense_model)
         retriever.check_dense_model()
@@ -33,11 +33,11 @@ def open_retriever(settings: Settings) -> Retriever:
             "unset QFARM_DENSE or set QFARM_RETRIEVER=embedded (docs/retrieval.md, 'Dense stage')"
         )
     if backend == Backend.ELASTICSEARCH:
-        from worker.retrieval.elasticsearch import open_elasticsearch
+        from qfarm.worker.retrieval.elasticsearch import open_elasticsearch
 
         return open_elasticsearch(settings)
     if backend == Backend.OPENSEARCH:
-        from worker.retrieval.opensearch import open_opensearch
+        from qfarm.worker.retrieval.opensearch import open_opensearch
 
         return open_opensearch(settings)
     raise ConfigError(
@@ -47,7 +47,7 @@ def open_retriever(settings: Settings) -> Retriever:
 
 def ensure_default_index(settings: Settings, *, progress: bool = True) -> Path:
     """Build the embedded default-corpus index if missing or stale; returns its path."""
-    from worker.retrieval.ingest import ensure_default_index as _ensure
+    from qfarm.worker.retrieval.ingest import ensure_default_index as _ensure
 
     return _ensure(settings, progress=progress)
 

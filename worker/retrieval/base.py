@@ -1,7 +1,7 @@
 """The ``Retriever`` seam: one interface, three backends (embedded, Elasticsearch, OpenSearch).
 
-Every backend indexes passages cut by ``common.retrieval.chunking`` and ranks them with
-the query shape of ``common.retrieval.ranking``, and returns the same evidence map,
+Every backend indexes passages cut by ``qfarm.common.retrieval.chunking`` and ranks them with
+the query shape of ``qfarm.common.retrieval.ranking``, and returns the same evidence map,
 so a sweep's rows differ by backend only where the row says so (``retriever``
 and ``index_version``).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from common.models import Evidence
+from qfarm.common.models import Evidence
 
 
 @runtime_checkable

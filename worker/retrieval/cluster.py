@@ -1,7 +1,7 @@
 """What the Elasticsearch and OpenSearch backends share: search, ``_msearch``,
 versioned indices behind an alias, and translation of client errors.
 
-Both official clients take the same request bodies (``common.retrieval.ranking``)
+Both official clients take the same request bodies (``qfarm.common.retrieval.ranking``)
 through ``body=``; the backend modules only build the client and name its
 exception classes. Workers search the alias (``QFARM_ES_INDEX``); ``qfarm
 index`` fills ``<alias>-<index version>`` and moves the alias in one
@@ -17,9 +17,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from common.errors import ConfigError, RetrievalError
-from common.models import Evidence
-from common.retrieval import ranking as sq
+from qfarm.common.errors import ConfigError, RetrievalError
+from qfarm.common.models import Evidence
+from qfarm.common.retrieval import ranking as sq
 
 VERSION_TTL_S = 30.0  # how long index_version() trusts its last alias lookup
 
@@ -299,7 +299,7 @@ class ClusterRetriever:
         return old
 
     def close(self) -> None:
-        # One retriever per process (worker.services), so the retriever owns its client.
+        # One retriever per process (qfarm.worker.services), so the retriever owns its client.
         self.client.close()
 
 

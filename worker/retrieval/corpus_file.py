@@ -21,16 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from common.errors import InputError
-from common.retrieval.corpus import (
+from qfarm.common.errors import InputError
+from qfarm.common.retrieval.corpus import (
     CorpusIssue,
     Document,
     documents_from_json,
     parse_jsonl_line,
     sniff_format,
 )
-from common.retrieval.ranking import index_version_for
-from worker.retrieval.default_corpus import DEFAULT_CORPUS_LABEL, default_corpus_path
+from qfarm.common.retrieval.ranking import index_version_for
+from qfarm.worker.retrieval.default_corpus import DEFAULT_CORPUS_LABEL, default_corpus_path
 
 # This many undecodable lines before the first good one: the file is not UTF-8 at all.
 _NOT_UTF8_AFTER = 5

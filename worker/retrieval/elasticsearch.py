@@ -20,10 +20,15 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-from common.errors import ConfigError, RetrievalError
-from common.settings import Settings
-from common.vocab import Backend
-from worker.retrieval.cluster import RETRY_ON_STATUS, ClientErrors, ClusterRetriever, cluster_hosts
+from qfarm.common.errors import ConfigError, RetrievalError
+from qfarm.common.settings import Settings
+from qfarm.common.vocab import Backend
+from qfarm.worker.retrieval.cluster import (
+    RETRY_ON_STATUS,
+    ClientErrors,
+    ClusterRetriever,
+    cluster_hosts,
+)
 
 # Import names of the official client, in order of preference: the package
 # this project depends on, then the per-major packages.

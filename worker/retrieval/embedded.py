@@ -12,7 +12,7 @@ BM25F-style, in one two-column FTS5 table ranked by ``bm25(passages_fts,
 title_boost, 1.0)``: a term's frequency is counted ``title_boost`` times in
 the title, and its rarity (IDF) and the passage's length are counted once
 across both fields, as Elasticsearch's ``combined_fields`` does. Its top 25
-(``RERANK_DEPTH``) are then re-scored by ``common.retrieval.ranking.rerank_order``
+(``RERANK_DEPTH``) are then re-scored by ``qfarm.common.retrieval.ranking.rerank_order``
 (term coverage, adjacent-word phrases, an article's first sentence, a title
 the question names; the first stage's best half of the top k kept), as the
 cluster backends re-score theirs. The earlier
@@ -33,7 +33,7 @@ reader never sees a half-built index):
 * ``passage_vectors(rowid, vector)``: only in an index built with ``--dense``,
   each passage's all-MiniLM-L6-v2 vector (384 little-endian float32); such an
   index is searched lexically and densely, the two top 30s fused by
-  reciprocal rank (``common.retrieval.ranking.fuse_ranks``; docs/retrieval.md,
+  reciprocal rank (``qfarm.common.retrieval.ranking.fuse_ranks``; docs/retrieval.md,
   "Dense stage").
 """
 
@@ -47,11 +47,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from common.errors import RetrievalError
-from common.models import Evidence
-from common.retrieval.chunking import Passage
-from common.retrieval.corpus import Document
-from common.retrieval.ranking import (
+from qfarm.common.errors import RetrievalError
+from qfarm.common.models import Evidence
+from qfarm.common.retrieval.chunking import Passage
+from qfarm.common.retrieval.corpus import Document
+from qfarm.common.retrieval.ranking import (
     DENSE_DEPTH,
     RERANK_DEPTH,
     Candidate,
@@ -60,10 +60,10 @@ from common.retrieval.ranking import (
     rerank_order,
     served_index_version,
 )
-from common.vocab import Backend
+from qfarm.common.vocab import Backend
 
 if TYPE_CHECKING:  # NumPy and the encoder load only for an index built with --dense
-    from worker.retrieval.dense import DenseEncoder
+    from qfarm.worker.retrieval.dense import DenseEncoder
 
 SCHEMA_VERSION = "qfarm-embedded-2"  # 2: one two-column FTS5 table (BM25F)
 TOKENIZER = "porter unicode61 remove_diacritics 2"
@@ -383,7 +383,7 @@ class EmbeddedRetriever:
         the install command rather than writing one error row per job.
         """
         if self._dense is not None:
-            from worker.retrieval.dense import locate_model
+            from qfarm.worker.retrieval.dense import locate_model
 
             locate_model(self._dense.explicit)
 
@@ -434,7 +434,7 @@ class _DenseIndex:
             if self._loaded is None:
                 import numpy as np
 
-                from worker.retrieval.dense import encoder_at, locate_model
+                from qfarm.worker.retrieval.dense import encoder_at, locate_model
 
                 folder = locate_model(self.explicit)
                 encoder = encoder_at(folder)

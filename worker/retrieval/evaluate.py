@@ -10,8 +10,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from common.models import Question
-from common.retrieval.evaluation import Judged, judge, misses, summarize
+from qfarm.common.models import Question
+from qfarm.common.retrieval.evaluation import Judged, judge, misses, summarize
 
 WARM_UP = 10  # untimed searches first: connections, page cache
 
@@ -24,7 +24,7 @@ def evaluate(
     top_k: int,
     title_boost: float,
 ) -> dict[str, Any]:
-    """Figures of ``retriever`` on ``questions`` (see ``common.retrieval.evaluation.summarize``)."""
+    """Figures of ``retriever`` on ``questions`` (see ``qfarm.common.retrieval.evaluation.summarize``)."""
     for q in questions[:WARM_UP]:
         retriever.search(q.text, top_k=top_k, title_boost=title_boost)
     judged: list[Judged] = []

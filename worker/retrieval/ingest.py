@@ -22,17 +22,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from common.errors import InputError, RetrievalError
-from common.retrieval.chunking import Passage, chunk_document
-from common.retrieval.corpus import CorpusIssue, Document
-from common.retrieval.ranking import MAPPING_VERSION, index_body, versioned_index_name
-from common.settings import Settings
-from common.versions import CHUNKER_VERSION
-from common.vocab import Backend
-from worker.retrieval.cluster import ClusterRetriever
-from worker.retrieval.corpus_file import CorpusReader, CorpusSource
-from worker.retrieval.default_corpus import DEFAULT_CORPUS_LABEL
-from worker.retrieval.embedded import EmbeddedIndexWriter, read_meta
+from qfarm.common.errors import InputError, RetrievalError
+from qfarm.common.retrieval.chunking import Passage, chunk_document
+from qfarm.common.retrieval.corpus import CorpusIssue, Document
+from qfarm.common.retrieval.ranking import MAPPING_VERSION, index_body, versioned_index_name
+from qfarm.common.settings import Settings
+from qfarm.common.versions import CHUNKER_VERSION
+from qfarm.common.vocab import Backend
+from qfarm.worker.retrieval.cluster import ClusterRetriever
+from qfarm.worker.retrieval.corpus_file import CorpusReader, CorpusSource
+from qfarm.worker.retrieval.default_corpus import DEFAULT_CORPUS_LABEL
+from qfarm.worker.retrieval.embedded import EmbeddedIndexWriter, read_meta
 
 try:  # POSIX: serialize concurrent builds of one index file (several workers starting)
     import fcntl
@@ -40,7 +40,7 @@ except ImportError:  # pragma: no cover - Windows builds without the lock
     fcntl = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
-    from worker.retrieval.dense import DenseEncoder
+    from qfarm.worker.retrieval.dense import DenseEncoder
 
 MAX_ISSUES_KEPT = 100
 
@@ -253,7 +253,7 @@ def ensure_default_index(settings: Settings, *, progress: bool = True) -> Path:
             return dest
         encoder = None
         if settings.dense:  # QFARM_DENSE=1: the default index with vectors (minutes to encode)
-            from worker.retrieval.dense import open_encoder
+            from qfarm.worker.retrieval.dense import open_encoder
 
             encoder = open_encoder(settings.dense_model)
         # Not force: that would also re-encode every passage a stale dense index already

@@ -10,9 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from common.settings import Settings
-from common.vocab import Backend
-from worker.retrieval.cluster import RETRY_ON_STATUS, ClientErrors, ClusterRetriever, cluster_hosts
+from qfarm.common.settings import Settings
+from qfarm.common.vocab import Backend
+from qfarm.worker.retrieval.cluster import (
+    RETRY_ON_STATUS,
+    ClientErrors,
+    ClusterRetriever,
+    cluster_hosts,
+)
 
 
 def client_options(settings: Settings) -> dict[str, Any]:

@@ -7,6 +7,6 @@ per claim, ``quote`` layered matching, ``verdict`` verdict/label/tails, and
 ``verifier.verify_answer`` tying them together.
 """
 
-from common.grounding.verify.verifier import DEFLECTION_PATTERNS, verify_answer
+from qfarm.common.grounding.verify.verifier import DEFLECTION_PATTERNS, verify_answer
 
 __all__ = ["DEFLECTION_PATTERNS", "verify_answer"]

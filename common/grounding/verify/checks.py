@@ -28,9 +28,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from common.grounding.verify.claims import RawClaim
-from common.grounding.verify.quote import match_quote
-from common.grounding.verify.text import (
+from qfarm.common.grounding.verify.claims import RawClaim
+from qfarm.common.grounding.verify.quote import match_quote
+from qfarm.common.grounding.verify.text import (
     STOP_WORDS,
     BlockAnalysis,
     analyze_block,
@@ -39,8 +39,8 @@ from common.grounding.verify.text import (
     joined,
     tokens,
 )
-from common.models import Claim, Evidence, ViolationKind
-from common.policy import Policy
+from qfarm.common.models import Claim, Evidence, ViolationKind
+from qfarm.common.policy import Policy
 
 ANCHOR_RUN = 4
 K = ViolationKind

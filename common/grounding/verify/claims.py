@@ -49,8 +49,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from common.grounding.verify.text import tokens
-from common.models import ViolationKind
+from qfarm.common.grounding.verify.text import tokens
+from qfarm.common.models import ViolationKind
 
 MEANINGFUL_LINE_CHARS = 20
 

@@ -22,8 +22,8 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
-from common.grounding.verify.text import analyze_block, joined, tokens
-from common.models import Evidence
+from qfarm.common.grounding.verify.text import analyze_block, joined, tokens
+from qfarm.common.models import Evidence
 
 FUZZY_MIN_SHARE = 0.8
 LAYERS: tuple[str, ...] = ("exact", "normalized", "fuzzy")

@@ -27,10 +27,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from common.grounding.verify.checks import ANCHOR_RUN
-from common.grounding.verify.quote import match_quote
-from common.grounding.verify.text import STOP_WORDS, tokens
-from common.models import Claim, Evidence
+from qfarm.common.grounding.verify.checks import ANCHOR_RUN
+from qfarm.common.grounding.verify.quote import match_quote
+from qfarm.common.grounding.verify.text import STOP_WORDS, tokens
+from qfarm.common.models import Claim, Evidence
 
 _WORD_RE = re.compile(r"\S+")
 _INNER_RE = re.compile(r"\w(?:\S*\w)?")

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from common.models import Claim, Label, Verdict, ViolationKind
+from qfarm.common.models import Claim, Label, Verdict, ViolationKind
 
 K = ViolationKind
 

@@ -67,9 +67,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from common.grounding.preflight import rejected_verification, run_preflight
-from common.grounding.verify.checks import CheckContext, check_claim, check_quote
-from common.grounding.verify.claims import (
+from qfarm.common.grounding.preflight import rejected_verification, run_preflight
+from qfarm.common.grounding.verify.checks import CheckContext, check_claim, check_quote
+from qfarm.common.grounding.verify.claims import (
     Extraction,
     RawClaim,
     bracket_diagnostics,
@@ -77,10 +77,10 @@ from common.grounding.verify.claims import (
     extract_pointer_claims,
     extract_quotes,
 )
-from common.grounding.verify.quote import LAYERS, MIN_QUOTE_TOKENS
-from common.grounding.verify.text import content_tokens, normalize, tokens
-from common.grounding.verify.verdict import decide_label, decide_verdict, render_tails
-from common.models import (
+from qfarm.common.grounding.verify.quote import LAYERS, MIN_QUOTE_TOKENS
+from qfarm.common.grounding.verify.text import content_tokens, normalize, tokens
+from qfarm.common.grounding.verify.verdict import decide_label, decide_verdict, render_tails
+from qfarm.common.models import (
     Claim,
     Evidence,
     Mode,
@@ -88,9 +88,9 @@ from common.models import (
     Verification,
     ViolationKind,
 )
-from common.policy import Policy
-from common.profiles import DEFAULT_PROFILE_ID
-from common.vocab import LATTICE_MODES
+from qfarm.common.policy import Policy
+from qfarm.common.profiles import DEFAULT_PROFILE_ID
+from qfarm.common.vocab import LATTICE_MODES
 
 K = ViolationKind
 NO_CLAIMS_TAIL = "no claims"

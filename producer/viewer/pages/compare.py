@@ -3,14 +3,14 @@ that changed."""
 
 from __future__ import annotations
 
-from common.errors import InputError
-from common.reporting.compare import compare_runs
-from producer.reports import check_floor
-from producer.viewer.compare import changed_verdicts, render_comparison
-from producer.viewer.html import Response, h
-from producer.viewer.html import badge as _badge
-from producer.viewer.html import page as _page
-from producer.viewer.source import RunSource
+from qfarm.common.errors import InputError
+from qfarm.common.reporting.compare import compare_runs
+from qfarm.producer.reports import check_floor
+from qfarm.producer.viewer.compare import changed_verdicts, render_comparison
+from qfarm.producer.viewer.html import Response, h
+from qfarm.producer.viewer.html import badge as _badge
+from qfarm.producer.viewer.html import page as _page
+from qfarm.producer.viewer.source import RunSource
 
 
 def compare_page(src: RunSource, a: str, b: str, floor_text: str) -> Response:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from producer.viewer.html import Response
-from producer.viewer.source import RunSource
+from qfarm.producer.viewer.html import Response
+from qfarm.producer.viewer.source import RunSource
 
 
 def progress(src: RunSource, run_id: str) -> Response:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from producer.viewer.html import NotFound, Response
-from producer.viewer.html import page as _page
-from producer.viewer.reread import reread_row
-from producer.viewer.row import render_row
-from producer.viewer.source import RunSource
+from qfarm.producer.viewer.html import NotFound, Response
+from qfarm.producer.viewer.html import page as _page
+from qfarm.producer.viewer.reread import reread_row
+from qfarm.producer.viewer.row import render_row
+from qfarm.producer.viewer.source import RunSource
 
 
 def row_page(src: RunSource, run_id: str, pos: int) -> Response:

@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from urllib.parse import quote
 
-from common.vocab import Verdict
-from producer.viewer.html import Response, h
-from producer.viewer.html import badge as _badge
-from producer.viewer.html import page as _page
-from producer.viewer.html import rows_url as _rows_url
-from producer.viewer.html import table as _table
-from producer.viewer.index import FILTERS, RunRows
-from producer.viewer.source import RunSource
+from qfarm.common.vocab import Verdict
+from qfarm.producer.viewer.html import Response, h
+from qfarm.producer.viewer.html import badge as _badge
+from qfarm.producer.viewer.html import page as _page
+from qfarm.producer.viewer.html import rows_url as _rows_url
+from qfarm.producer.viewer.html import table as _table
+from qfarm.producer.viewer.index import FILTERS, RunRows
+from qfarm.producer.viewer.source import RunSource
 
 PAGE_SIZE = 50
 

@@ -7,7 +7,7 @@ from collections import Counter
 from typing import Any
 from urllib.parse import quote
 
-from common.reporting.report import (
+from qfarm.common.reporting.report import (
     GOLD_COLUMNS,
     fmt_ms,
     fmt_num,
@@ -16,18 +16,18 @@ from common.reporting.report import (
     gold_cells,
     run_warnings,
 )
-from common.reporting.runstats import NO_VERDICT, STAGES, UNKNOWN_KIND
-from common.vocab import Verdict
-from producer.reports import LATENCY_PLOT, STRICT_PLOT
-from producer.viewer.html import REDIS_BADGE, Response, h
-from producer.viewer.html import badge as _badge
-from producer.viewer.html import count_link as _count_link
-from producer.viewer.html import meaning as _meaning
-from producer.viewer.html import page as _page
-from producer.viewer.html import rows_link as _rows_link
-from producer.viewer.html import table as _table
-from producer.viewer.index import RunRows
-from producer.viewer.source import LIVE_STATES, RunSource, finished_at
+from qfarm.common.reporting.runstats import NO_VERDICT, STAGES, UNKNOWN_KIND
+from qfarm.common.vocab import Verdict
+from qfarm.producer.reports import LATENCY_PLOT, STRICT_PLOT
+from qfarm.producer.viewer.html import REDIS_BADGE, Response, h
+from qfarm.producer.viewer.html import badge as _badge
+from qfarm.producer.viewer.html import count_link as _count_link
+from qfarm.producer.viewer.html import meaning as _meaning
+from qfarm.producer.viewer.html import page as _page
+from qfarm.producer.viewer.html import rows_link as _rows_link
+from qfarm.producer.viewer.html import table as _table
+from qfarm.producer.viewer.index import RunRows
+from qfarm.producer.viewer.source import LIVE_STATES, RunSource, finished_at
 
 
 def run_page(src: RunSource, run_id: str) -> Response:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from common.errors import InputError
-from common.reporting.report import fmt_pct, fmt_time
-from producer.viewer.html import REDIS_BADGE, NotFound, Response, h
-from producer.viewer.html import badge as _badge
-from producer.viewer.html import page as _page
-from producer.viewer.html import table as _table
-from producer.viewer.source import LIVE_STATES, RunSource, finished_at
+from qfarm.common.errors import InputError
+from qfarm.common.reporting.report import fmt_pct, fmt_time
+from qfarm.producer.viewer.html import REDIS_BADGE, NotFound, Response, h
+from qfarm.producer.viewer.html import badge as _badge
+from qfarm.producer.viewer.html import page as _page
+from qfarm.producer.viewer.html import table as _table
+from qfarm.producer.viewer.source import LIVE_STATES, RunSource, finished_at
 
 
 def runs_page(src: RunSource) -> Response:

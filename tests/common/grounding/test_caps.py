@@ -7,12 +7,12 @@ from types import MappingProxyType
 
 import pytest
 
-import common.profiles as profiles
-from common.grounding.preflight import run_preflight
-from common.grounding.rows import build_row
-from common.jobs import expand_jobs
-from common.models import JobRecord, Mode, Question
-from common.policy import Policy, build_policy, governance_policy_hash, verifier_policy_hash
+import qfarm.common.profiles as profiles
+from qfarm.common.grounding.preflight import run_preflight
+from qfarm.common.grounding.rows import build_row
+from qfarm.common.jobs import expand_jobs
+from qfarm.common.models import JobRecord, Mode, Question
+from qfarm.common.policy import Policy, build_policy, governance_policy_hash, verifier_policy_hash
 
 POINTER = Mode.CLAIM_LATTICE_POINTER
 HERMES = "adamo1139/Hermes-3-Llama-3.1-8B-FP8-Dynamic"
@@ -83,7 +83,7 @@ def test_editing_one_profile_cap_changes_the_governance_hash(
 def test_the_profile_table_version_folds_into_the_governance_hash(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import common.versions as versions
+    import qfarm.common.versions as versions
 
     before = governance_policy_hash(Policy())
     monkeypatch.setattr(versions, "MODEL_PROFILES_VERSION", "profiles-test")

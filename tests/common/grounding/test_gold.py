@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from common.grounding.gold import match_gold, normalize_tokens
-from common.models import Claim, Evidence
+from qfarm.common.grounding.gold import match_gold, normalize_tokens
+from qfarm.common.models import Claim, Evidence
 
 
 def ev(text: str, eid: str = "E1") -> Evidence:

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from common.grounding.preflight import rejected_verification, run_preflight
-from common.grounding.prompts import GROUNDING_REMINDERS, build_prompt
-from common.grounding.reminders import (
+from qfarm.common.grounding.preflight import rejected_verification, run_preflight
+from qfarm.common.grounding.prompts import GROUNDING_REMINDERS, build_prompt
+from qfarm.common.grounding.reminders import (
     BOUNDED_TEMPLATE,
     UNBOUNDED_TEMPLATE,
     render_quantifier_reminder,
 )
-from common.grounding.verify import verify_answer
-from common.models import Evidence, Label, Mode, Verdict, ViolationKind
-from common.policy import Policy, build_policy
+from qfarm.common.grounding.verify import verify_answer
+from qfarm.common.models import Evidence, Label, Mode, Verdict, ViolationKind
+from qfarm.common.policy import Policy, build_policy
 
 POINTER = Mode.CLAIM_LATTICE_POINTER
 BROAD_UNBOUNDED = "Tell me about the history of jazz"

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from common.grounding.preflight import run_preflight
-from common.grounding.prompts import (
+from qfarm.common.grounding.preflight import run_preflight
+from qfarm.common.grounding.prompts import (
     GROUNDING_REMINDERS,
     IM_END,
     IM_START,
@@ -16,8 +16,8 @@ from common.grounding.prompts import (
     build_prompt,
     parse_prompt,
 )
-from common.models import Evidence, Mode
-from common.policy import Policy, build_policy
+from qfarm.common.models import Evidence, Mode
+from qfarm.common.policy import Policy, build_policy
 
 
 def make_ev(i: int, title: str, text: str) -> Evidence:
@@ -159,7 +159,7 @@ def test_no_quantifier_reminder_in_quote_mode_or_when_disabled() -> None:
     ],
 )
 def test_the_reminder_asks_for_fewer_grounded_claims(question: str, mode: Mode) -> None:
-    from common.grounding.reminders import render_quantifier_reminder
+    from qfarm.common.grounding.reminders import render_quantifier_reminder
 
     policy = build_policy({"quantifier_reminder_enabled": True})
     reminder = render_quantifier_reminder(

@@ -6,15 +6,15 @@ import json
 
 import pytest
 
-from common.grounding.quantifier import (
+from qfarm.common.grounding.quantifier import (
     OPERATIONAL_SHAPES,
     PRIORITY,
     classify_question_quantifier,
     parse_number,
 )
-from common.models import QuantifierInfo
-from common.versions import CLASSIFIER_VERSION
-from common.vocab import BROAD_INTENSITIES, Intensity
+from qfarm.common.models import QuantifierInfo
+from qfarm.common.versions import CLASSIFIER_VERSION
+from qfarm.common.vocab import BROAD_INTENSITIES, Intensity
 
 RUNG_EXAMPLES: dict[str, list[str]] = {
     "ABSENT": [
@@ -612,7 +612,7 @@ def test_grammar_surfaces_leave_lookalikes_alone(question: str) -> None:
 
 def test_surfaces_come_from_word_classes_not_phrase_lists() -> None:
     """Each word of a class reaches the rung in every frame it fits, not one listed phrase."""
-    from common.grounding.quantifier import (
+    from qfarm.common.grounding.quantifier import (
         _ACCOUNT_NOUNS,
         _MANY_PLURAL_NOUNS,
         _TOTALITY_ADJECTIVES,

@@ -6,15 +6,15 @@ import json
 
 import pytest
 
-from common.grounding.denials import _TRIGGER_RE, FAMILIES, find_denials
-from common.grounding.sidecar import (
+from qfarm.common.grounding.denials import _TRIGGER_RE, FAMILIES, find_denials
+from qfarm.common.grounding.sidecar import (
     MAX_SPANS,
     assess_answerability,
     match_denial,
     subject_tokens_for,
 )
-from common.models import Answerability, Confidence, Evidence
-from common.policy import Policy, build_policy
+from qfarm.common.models import Answerability, Confidence, Evidence
+from qfarm.common.policy import Policy, build_policy
 
 
 def make_ev(i: int, title: str, text: str) -> Evidence:
@@ -270,7 +270,7 @@ def test_broad_quantifier_or_plural_makes_a_question_extraction_shaped() -> None
 
 
 def test_qualifiers_like_well_known_are_not_subject_tokens() -> None:
-    from common.grounding.sidecar import subject_tokens_for
+    from qfarm.common.grounding.sidecar import subject_tokens_for
 
     assert subject_tokens_for("What songs by Gabriel Fauré are well known?") == ["gabriel", "fauré"]
     assert subject_tokens_for("Which influential works by Kafka are remembered?") == ["kafka"]
@@ -469,7 +469,7 @@ def test_subject_words_exclude_the_questions_verbs_in_any_form(question: str) ->
     ],
 )
 def test_verb_forms_cover_regular_and_irregular_inflections(lemma: str, forms: set[str]) -> None:
-    from common.grounding.sidecar import QUESTION_VERB_FORMS, verb_forms
+    from qfarm.common.grounding.sidecar import QUESTION_VERB_FORMS, verb_forms
 
     assert forms <= verb_forms(lemma)
     assert forms <= QUESTION_VERB_FORMS

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from common.grounding.verify import verify_answer
-from common.grounding.verify.spans import claim_spans, word_tokens
-from common.grounding.verify.text import tokens
-from common.models import Claim, Evidence
-from common.policy import build_policy
-from common.vocab import Mode
+from qfarm.common.grounding.verify import verify_answer
+from qfarm.common.grounding.verify.spans import claim_spans, word_tokens
+from qfarm.common.grounding.verify.text import tokens
+from qfarm.common.models import Claim, Evidence
+from qfarm.common.policy import build_policy
+from qfarm.common.vocab import Mode
 
 TEXT = ("The Seine is a river in northern France. The Seine flows through Paris and into the "
         "English Channel at Le Havre. Einstein's “theory” — mass-energy (E=mc²)… ¡Olé! 777 km.")

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from common.grounding.preflight import run_preflight
-from common.grounding.verify import verify_answer
-from common.grounding.verify.verdict import display_label
-from common.models import Evidence, Label, Mode, Verdict, Verification, ViolationKind
-from common.policy import Policy, build_policy
+from qfarm.common.grounding.preflight import run_preflight
+from qfarm.common.grounding.verify import verify_answer
+from qfarm.common.grounding.verify.verdict import display_label
+from qfarm.common.models import Evidence, Label, Mode, Verdict, Verification, ViolationKind
+from qfarm.common.policy import Policy, build_policy
 
 K = ViolationKind
 POINTER = Mode.CLAIM_LATTICE_POINTER

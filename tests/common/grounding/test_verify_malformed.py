@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from common.grounding.preflight import run_preflight
-from common.grounding.verify import verify_answer
-from common.models import Evidence, Label, Mode, Verdict, Verification
-from common.policy import Policy, build_policy
+from qfarm.common.grounding.preflight import run_preflight
+from qfarm.common.grounding.verify import verify_answer
+from qfarm.common.models import Evidence, Label, Mode, Verdict, Verification
+from qfarm.common.policy import Policy, build_policy
 
 EVIDENCE = tuple(
     Evidence(

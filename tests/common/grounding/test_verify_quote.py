@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from common.grounding.verify import verify_answer
-from common.grounding.verify.claims import extract_quotes
-from common.grounding.verify.quote import best_window_overlap, match_quote
-from common.models import Evidence, Label, Mode, Verdict, ViolationKind
-from common.policy import Policy
+from qfarm.common.grounding.verify import verify_answer
+from qfarm.common.grounding.verify.claims import extract_quotes
+from qfarm.common.grounding.verify.quote import best_window_overlap, match_quote
+from qfarm.common.models import Evidence, Label, Mode, Verdict, ViolationKind
+from qfarm.common.policy import Policy
 
 K = ViolationKind
 
@@ -193,7 +193,7 @@ def test_match_quote_reports_the_block_it_matched() -> None:
     ],
 )
 def test_quote_spans(line: str, quotes: list[str]) -> None:
-    from common.grounding.verify.claims import quote_spans
+    from qfarm.common.grounding.verify.claims import quote_spans
 
     assert [line[s:e] for s, e in quote_spans(line)] == quotes
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from common.grounding.preflight import rejected_verification, run_preflight
-from common.grounding.verify import verify_answer
-from common.models import (
+from qfarm.common.grounding.preflight import rejected_verification, run_preflight
+from qfarm.common.grounding.verify import verify_answer
+from qfarm.common.models import (
     Claim,
     Evidence,
     Generation,
@@ -18,8 +18,8 @@ from common.models import (
     Verification,
     ViolationKind,
 )
-from common.policy import build_policy
-from common.reporting.audit import (
+from qfarm.common.policy import build_policy
+from qfarm.common.reporting.audit import (
     format_latency,
     render_audit_block,
     render_audit_line,

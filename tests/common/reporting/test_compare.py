@@ -6,18 +6,18 @@ from typing import Any
 
 import pytest
 
-from common.errors import InputError
-from common.models import Manifest
-from common.policy import Policy, build_policy, governance_policy_hash, verifier_policy_hash
-from common.reporting.compare import (
+from qfarm.common.errors import InputError
+from qfarm.common.models import Manifest
+from qfarm.common.policy import Policy, build_policy, governance_policy_hash, verifier_policy_hash
+from qfarm.common.reporting.compare import (
     METRICS,
     classify_delta,
     compare_metric,
     compare_runs,
     render_compare,
 )
-from common.reporting.phase import cycle_lines, decide_cycle, phase_line, render_cycle
-from common.reporting.runstats import RunStats, accumulate
+from qfarm.common.reporting.phase import cycle_lines, decide_cycle, phase_line, render_cycle
+from qfarm.common.reporting.runstats import RunStats, accumulate
 
 STRICT = next(m for m in METRICS if m.key == "strict")
 UNGROUNDED = next(m for m in METRICS if m.key == "ungrounded")

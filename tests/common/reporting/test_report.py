@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from common.models import Manifest, Row
-from common.policy import build_policy, governance_policy_hash, verifier_policy_hash
-from common.reporting.report import fmt_ms, render_summary
-from common.reporting.runstats import MAX_QUESTION_ROWS
-from common.reporting.stats import percentile
+from qfarm.common.models import Manifest, Row
+from qfarm.common.policy import build_policy, governance_policy_hash, verifier_policy_hash
+from qfarm.common.reporting.report import fmt_ms, render_summary
+from qfarm.common.reporting.runstats import MAX_QUESTION_ROWS
+from qfarm.common.reporting.stats import percentile
 
 MODES = ("quote", "claim_lattice_pointer", "claim_lattice")
 POLICY = build_policy({"quantifier_reminder_enabled": True})

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from common.reporting.stats import (
+from qfarm.common.reporting.stats import (
     Moments,
     QuantileSketch,
     mean_interval,

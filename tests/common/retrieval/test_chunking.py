@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from common.retrieval.chunking import chunk_document, chunk_spans, split_sentences
+from qfarm.common.retrieval.chunking import chunk_document, chunk_spans, split_sentences
 
 SENTENCES = [
     "The Beatles were an English rock band formed in Liverpool in 1960.",

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from common.errors import InputError
-from common.retrieval.corpus import (
+from qfarm.common.errors import InputError
+from qfarm.common.retrieval.corpus import (
     CorpusIssue,
     Document,
     document_from_record,

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import json
 
-from common.models import Evidence, Question
-from common.questions import parse_questions
-from common.retrieval.evaluation import judge, misses, percentile_pair, summarize, titles_by_id
+from qfarm.common.models import Evidence, Question
+from qfarm.common.questions import parse_questions
+from qfarm.common.retrieval.evaluation import (
+    judge,
+    misses,
+    percentile_pair,
+    summarize,
+    titles_by_id,
+)
 
 
 def ev(rank: int, title: str, text: str) -> Evidence:

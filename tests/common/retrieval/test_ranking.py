@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from common.retrieval import ranking as sq
-from common.versions import CHUNKER_VERSION
+from qfarm.common.retrieval import ranking as sq
+from qfarm.common.versions import CHUNKER_VERSION
 
 
 def test_query_terms_drop_stop_words_and_repeats() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from common.settings import Settings
+from qfarm.common.settings import Settings
 
 ADMIN_TOKEN = "admin-token-0123456789abcdef"
 ASK_TOKEN = "ask-token-0123456789abcdefgh"
@@ -20,7 +20,7 @@ TEST_DB = int(os.environ.get("QFARM_TEST_REDIS_DB", "9"))
 
 @pytest.fixture(scope="session")
 def sim_url():
-    from ops.sim.launch import start_simulator
+    from qfarm.ops.sim.launch import start_simulator
 
     handle = start_simulator(ttft_ms=0, tpot_ms=0, max_num_seqs=64)
     try:

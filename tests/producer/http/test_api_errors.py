@@ -16,7 +16,7 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from producer.http.app import create_app
+from qfarm.producer.http.app import create_app
 
 from .conftest import ADMIN_TOKEN, TOKENS, bearer
 
@@ -161,9 +161,9 @@ def test_identical_uploads_written_at_once_all_land():
     test above goes through the API, where the requests' parsing spaces the writes out)."""
     import threading
 
-    from common.models import Question
-    from common.settings import Settings
-    from producer.http.requests import upload_questions
+    from qfarm.common.models import Question
+    from qfarm.common.settings import Settings
+    from qfarm.producer.http.requests import upload_questions
 
     settings = Settings(data_dir=Path(tempfile.mkdtemp(prefix="qfarm-uploads-")))
     failures = []

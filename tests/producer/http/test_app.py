@@ -11,9 +11,9 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from common.errors import ConfigError
-from producer.http.app import create_app
-from producer.http.auth import Tokens, check_bind
+from qfarm.common.errors import ConfigError
+from qfarm.producer.http.app import create_app
+from qfarm.producer.http.auth import Tokens, check_bind
 
 from .conftest import ADMIN_TOKEN, ASK_TOKEN, TOKENS, bearer
 
@@ -290,7 +290,7 @@ def test_unknown_jobs_are_404_and_metrics_render_with_no_worker(farm_client, tes
 
 def test_ask_without_an_interactive_worker_is_503_and_enqueues_nothing(farm_client, test_redis,
                                                                      monkeypatch):
-    import producer._ask
+    import qfarm.producer._ask
 
     monkeypatch.setattr(producer._ask, "_interactive_seen_at", 0.0)  # no worker seen lately
     resp = farm_client.post("/v1/ask", json={"question": "What is jazz?", "wait_s": 1},

@@ -7,10 +7,10 @@ import time
 
 from fastapi.testclient import TestClient
 
-from producer import SweepSpec, run_sweep
-from producer.http.app import create_app
-from producer.store import ProducerStore
-from worker.store import WorkerStore
+from qfarm.producer import SweepSpec, run_sweep
+from qfarm.producer.http.app import create_app
+from qfarm.producer.store import ProducerStore
+from qfarm.worker.store import WorkerStore
 
 from .conftest import ADMIN_TOKEN, TOKENS, bearer
 
@@ -66,7 +66,7 @@ def test_an_r_cursor_on_a_file_run_is_refused(make_settings, test_redis):
 def test_a_restarted_server_follows_again_the_runs_it_left_running(make_settings, test_redis):
     # A server died while following: status.json still says running, Redis still has
     # the run. The next server start takes the run up again and finishes it.
-    from producer.runs import read_run_status, update_run_status, write_json_atomic
+    from qfarm.producer.runs import read_run_status, update_run_status, write_json_atomic
 
     settings = make_settings(api_tokens=TOKENS)
     done = run_sweep(SweepSpec(questions=QUESTIONS, modes=["quote"]), eager=True,

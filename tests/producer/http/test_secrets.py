@@ -16,7 +16,7 @@ LLM_KEY = "llm-key-Hs72PdQw0e"
 
 
 def test_no_secret_in_responses_logs_or_files(farm, own_redis, tmp_path):
-    from ops.sim.launch import start_simulator
+    from qfarm.ops.sim.launch import start_simulator
 
     url = own_redis("--requirepass", REDIS_PASSWORD, password=REDIS_PASSWORD)
     port = url.split(":")[2].split("/")[0]
@@ -78,8 +78,8 @@ def test_no_secret_in_responses_logs_or_files(farm, own_redis, tmp_path):
 
 
 def test_the_settings_error_for_a_bad_token_entry_does_not_echo_it():
-    from common.errors import ConfigError
-    from common.settings import load_settings
+    from qfarm.common.errors import ConfigError
+    from qfarm.common.settings import load_settings
 
     with pytest.raises(ConfigError) as exc:
         load_settings(api_tokens="ask:tiny-secret-x")
@@ -94,9 +94,9 @@ def test_an_endpoint_password_reaches_no_file_response_or_error(make_settings, s
     and the errors that name the endpoint show ``user:***@``."""
     from fastapi.testclient import TestClient
 
-    from common.errors import ConfigError
-    from producer.http.app import create_app
-    from worker.llm.pool import build_targets
+    from qfarm.common.errors import ConfigError
+    from qfarm.producer.http.app import create_app
+    from qfarm.worker.llm.pool import build_targets
 
     authed = sim_url.replace("http://", f"http://alice:{ENDPOINT_PASSWORD}@")
     settings = make_settings(llm_endpoints=authed, api_tokens=TOKENS)

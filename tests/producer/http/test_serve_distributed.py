@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from common.jobs import make_job_id
-from common.models import ALL_MODES
-from common.questions import question_id_for
+from qfarm.common.jobs import make_job_id
+from qfarm.common.models import ALL_MODES
+from qfarm.common.questions import question_id_for
 
 from .conftest import ADMIN_TOKEN, ASK_TOKEN, TOKENS, bearer
 

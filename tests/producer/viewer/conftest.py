@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from common.models import Evidence, Generation, JobRecord, Manifest, Row
-from common.policy import build_policy
-from common.vocab import Mode
+from qfarm.common.models import Evidence, Generation, JobRecord, Manifest, Row
+from qfarm.common.policy import build_policy
+from qfarm.common.vocab import Mode
 
 DOCS = [
     {"id": "seine", "title": "Seine",
@@ -67,7 +67,7 @@ CASES: list[tuple[str, str, Mode, str]] = [
 
 
 def build_index(root: Path) -> Path:
-    from worker.retrieval.ingest import CorpusSource, build_embedded_index
+    from qfarm.worker.retrieval.ingest import CorpusSource, build_embedded_index
 
     corpus = root / "corpus.jsonl"
     corpus.write_text("".join(json.dumps(d) + "\n" for d in DOCS))
@@ -90,11 +90,11 @@ def make_rows(
     run_id: str, index: Path, answers: dict[tuple[str, Mode], str] | None = None
 ) -> tuple[Manifest, list[Row]]:
     """A manifest and one row per case, through the pipeline's stages on the real index."""
-    from common.jobs import expand_jobs
-    from common.models import Question
-    from producer.sweep import make_manifest
-    from worker.pipeline import finish, preflight_stage, retrieval_stage, verification_stage
-    from worker.retrieval.embedded import EmbeddedRetriever
+    from qfarm.common.jobs import expand_jobs
+    from qfarm.common.models import Question
+    from qfarm.producer.sweep import make_manifest
+    from qfarm.worker.pipeline import finish, preflight_stage, retrieval_stage, verification_stage
+    from qfarm.worker.retrieval.embedded import EmbeddedRetriever
 
     policy = build_policy({})
     retriever = EmbeddedRetriever(index)
@@ -123,7 +123,7 @@ def make_rows(
 
 
 def write_run(results: Path, manifest: Manifest, rows: Sequence[Row]) -> Path:
-    from producer.runs import create_run_dir, update_run_status
+    from qfarm.producer.runs import create_run_dir, update_run_status
 
     run_dir = create_run_dir(results, manifest)
     (run_dir / "rows.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in rows))

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from common.vocab import Mode
-from producer.reports import write_summary
+from qfarm.common.vocab import Mode
+from qfarm.producer.reports import write_summary
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -52,8 +52,8 @@ def redis_run(real_rows: Callable) -> Iterator[tuple[str, Callable[[], None]]]:
     and a function that lands the rest. Only this run's keys are written and deleted."""
     import redis
 
-    from producer.store import ProducerStore
-    from worker.store import WorkerStore
+    from qfarm.producer.store import ProducerStore
+    from qfarm.worker.store import WorkerStore
 
     url = f"redis://127.0.0.1:{TEST_PORT}/{VIEWER_DB}"
     client = redis.Redis.from_url(url)

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from bench.perf.viewer import synthetic_row, write_synthetic_run
-from common.models import ViolationKind
-from producer.reports import read_stats, write_summary
-from producer.viewer.html import MEANINGS
-from producer.viewer.pages.rows import PAGE_SIZE
-from producer.viewer.router import Viewer
+from qfarm.common.models import ViolationKind
+from qfarm.producer.reports import read_stats, write_summary
+from qfarm.producer.viewer.html import MEANINGS
+from qfarm.producer.viewer.pages.rows import PAGE_SIZE
+from qfarm.producer.viewer.router import Viewer
 
 XSS = "<script>alert(1)</script>"
 

@@ -11,10 +11,10 @@ import fakeredis
 import pytest
 import redis
 
-from common.models import Row
-from producer.store import ProducerStore
-from producer.viewer.router import Viewer
-from worker.store import WorkerStore
+from qfarm.common.models import Row
+from qfarm.producer.store import ProducerStore
+from qfarm.producer.viewer.router import Viewer
+from qfarm.worker.store import WorkerStore
 
 RUN = "20260102-000000-redis1"
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from common.models import Evidence
-from producer.viewer.router import Viewer
+from qfarm.common.models import Evidence
+from qfarm.producer.viewer.router import Viewer
 
 PARIS_SPAN = "The Seine flows through Paris and into the English Channel"
 
