@@ -55,6 +55,8 @@ CACHE_TTL_S = 30 * 24 * 3600
 # kombu's Redis transport keeps each delivered, not yet acknowledged message here:
 # delivery tag -> JSON [message, exchange, routing key].
 UNACKED_KEY = "unacked"
+# kombu scores each unacknowledged message there by when it was delivered (or renewed).
+UNACKED_INDEX_KEY = "unacked_index"
 
 
 @dataclass(frozen=True)

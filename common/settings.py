@@ -57,7 +57,9 @@ class Settings(BaseSettings):
     results_dir: Path = Path("qfarm-runs")
     # Redis / Celery: one URL both redis-py and Celery's broker read alike (common/redis_urls.py)
     redis_url: str = "redis://127.0.0.1:6379/0"
-    visibility_timeout_s: int = Field(default=3600, ge=1)
+    # A lease, renewed by each live worker for the messages it holds (worker/leases.py):
+    # how long a silent worker's bundles wait before another worker takes them.
+    visibility_timeout_s: int = Field(default=60, ge=1)
     broker_socket_timeout_s: float = Field(default=30.0, gt=0)
     # How long a following producer waits for Redis to come back (reconnecting with
     # backoff) before it detaches; the run itself goes on.

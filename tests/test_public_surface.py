@@ -40,7 +40,7 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
     "qfarm.common.reporting": (["audit", "compare", "cost", "phase", "report", "runstats", "stats"], []),
     "qfarm.worker": (
         ["app", "celery"],
-        ["broker", "encoding", "flow", "metrics", "pipeline", "stages", "tasks"],
+        ["broker", "encoding", "flow", "leases", "metrics", "pipeline", "stages", "tasks"],
     ),
     "qfarm.worker.llm": (
         ["Gateway", "open_gateway"],

@@ -13,6 +13,13 @@ Celery's and kombu's docs (see docs/distributed.md):
 * ``visibility_timeout`` set identically in broker and result-backend transport
   options; it must exceed the longest queue wait inside a worker plus a run.
 * ``socket_timeout``: kombu's default waits forever on a dead connection.
+* Across a network that fails: TCP keepalive on every broker socket (an idle
+  connection to a vanished peer is dropped in about 25 s, not the kernel's two
+  hours) and kombu's ``health_check_interval`` of 10 s (its consumer drops a BRPOP
+  whose reply is overdue: a half-open socket is left within about 21 s).
+* ``visibility_timeout`` is a lease: each worker renews the messages it holds
+  (worker/leases.py), so a worker that went silent (dead, cut off, lost) has its
+  bundles redelivered within ``leases.redelivery_bound_s`` of its last renewal.
 * Results ignored: rows are written to Redis by job id (set-if-absent); no
   chords or groups, which would collect every result into one key.
 * Redis URLs go through ``qfarm.worker.broker.Transport``: kombu's Redis transport,
@@ -21,6 +28,7 @@ Celery's and kombu's docs (see docs/distributed.md):
 
 from __future__ import annotations
 
+import socket
 import sys
 from typing import Any
 
@@ -29,9 +37,16 @@ from celery import Celery
 from qfarm.common.errors import ConfigError
 from qfarm.common.keys import INTERACTIVE, QUEUES, STAGES
 from qfarm.common.settings import Settings, load_settings
-from qfarm.worker import broker
+from qfarm.worker import broker, leases
 
 TASK_ROUTES = {stage.task: {"queue": stage.queue} for stage in STAGES}
+# Probe an idle broker connection after 10 s, then every 5 s; 3 unanswered probes drop it.
+KEEPALIVE = {
+    opt: value
+    for name, value in (("TCP_KEEPIDLE", 10), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 3))
+    if (opt := getattr(socket, name, None)) is not None
+}
+HEALTH_CHECK_INTERVAL_S = 10
 
 
 def celery_config(settings: Settings, *, eager: bool = False) -> dict[str, Any]:
@@ -39,10 +54,14 @@ def celery_config(settings: Settings, *, eager: bool = False) -> dict[str, Any]:
         "visibility_timeout": settings.visibility_timeout_s,
         "socket_timeout": settings.broker_socket_timeout_s,
         "socket_connect_timeout": settings.broker_socket_timeout_s,
+        "socket_keepalive": True,
+        "socket_keepalive_options": KEEPALIVE,
+        "health_check_interval": HEALTH_CHECK_INTERVAL_S,
         # Scan for abandoned unacked messages every interval (no throttling), so a
-        # dead worker's jobs come back soon after their visibility timeout.
-        "unacked_restore_interval": max(1, min(10, settings.visibility_timeout_s // 2)),
+        # silent worker's jobs come back soon after their visibility timeout.
+        "unacked_restore_interval": leases.restore_interval_s(settings.visibility_timeout_s),
         "unacked_restore_throttle": 1,
+        "unacked_mutex_expire": leases.RESTORE_MUTEX_EXPIRE_S,
     }
     return {
         "broker_url": "memory://" if eager else settings.broker_url,

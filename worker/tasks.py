@@ -20,7 +20,7 @@ from celery.exceptions import Reject
 from qfarm.common.jobs import bundle_label
 from qfarm.common.keys import INTERACTIVE, Stage
 from qfarm.common.models import JobRecord
-from qfarm.worker import flow, metrics, stages
+from qfarm.worker import flow, leases, metrics, stages
 from qfarm.worker.celery_app import app
 from qfarm.worker.flow import REDIS_ERRORS
 from qfarm.worker.services import Services, get_services
@@ -154,6 +154,20 @@ def _note_node(sender: object = None, instance: object = None, **_: object) -> N
 @signals.worker_ready.connect
 def _start_metrics(**_: object) -> None:
     _start_flushing()
+    _start_leases()
+
+
+# The main process holds the messages (whatever the pool): it renews their leases.
+_leases: list[leases.MessageLeases] = []
+
+
+def _start_leases() -> None:
+    settings = get_services().settings
+    vt = settings.visibility_timeout_s
+    lease = leases.MessageLeases(get_services().store.client, leases.held_delivery_tags,
+                                 interval_s=leases.renew_interval_s(vt))  # fmt: skip
+    _leases.append(lease)
+    lease.start()
 
 
 @signals.worker_process_init.connect
@@ -170,3 +184,5 @@ def _start_flushing() -> None:
 @signals.worker_shutdown.connect
 def _stop_metrics(**_: object) -> None:
     metrics.stop_flushing()
+    while _leases:
+        _leases.pop().stop()

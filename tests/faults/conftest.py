@@ -3,7 +3,9 @@
 Each test gets a private ``redis-server`` on a free port (with a data directory,
 so it can be restarted with or without AOF, gracefully or by ``kill -9``), real
 ``celery worker`` processes and the real ``qfarm`` CLI. The farm helpers are
-the distributed tests' (tests/producer/conftest.py), loaded by path.
+the distributed tests' (tests/producer/conftest.py), loaded by path. ``hosts`` spreads a
+farm over network namespaces (netns.py, netfarm.py, faultproxy.py: as root only; the
+scenarios skip with one line elsewhere).
 """
 
 from __future__ import annotations
@@ -292,6 +294,51 @@ def fault_cost(farm: Farm, run_id: str, name: str, t_fault: float, *, planned: i
     return cost
 
 
+# The namespace scenarios' helpers import each other by module name (sys.modules).
+netns = _load("netns", Path(__file__).resolve().parent / "netns.py")
+netfarm = _load("netfarm", Path(__file__).resolve().parent / "netfarm.py")
+faultproxy = _load("faultproxy", Path(__file__).resolve().parent / "faultproxy.py")
+
+
+@pytest.fixture(scope="session")
+def netns_ok() -> None:
+    why = netns.available()
+    if why:
+        pytest.skip(f"network-namespace scenarios skipped: {why}")
+
+
+@pytest.fixture(scope="module")
+def hosts(netns_ok, tmp_path_factory: pytest.TempPathFactory, default_index: Path):
+    """A farm over namespace hosts (tests/faults/netfarm.py), one per test module; its
+    ``producer_of(redis_url)`` is a ``Farm`` whose CLI and Redis client run in the test's
+    namespace (over the control link, never cut)."""
+    tmp = tmp_path_factory.mktemp("hosts")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("QFARM_")}
+    base.update(
+        QFARM_INDEX_PATH=str(default_index),
+        QFARM_RESULTS_DIR=str(tmp / "results"),
+        QFARM_VISIBILITY_TIMEOUT_S=str(NET_VISIBILITY_TIMEOUT_S),
+        QFARM_BROKER_SOCKET_TIMEOUT_S="5",
+        QFARM_BUNDLE_SIZE="8",
+        PYTHONUNBUFFERED="1",
+        PYTHONFAULTHANDLER="1",
+    )
+    nf = netfarm.NetFarm(netns.Network(), tmp, base)
+    logs = tmp / "logs"
+    logs.mkdir(exist_ok=True)
+    nf.producer_of = lambda redis_url, **env: Farm(env={**nf.base_env, "QFARM_REDIS_URL": redis_url, **env},
+                                                   log_dir=logs)  # fmt: skip
+    try:
+        yield nf
+    finally:
+        nf.close()
+
+
+# The namespace scenarios' visibility timeout: a silent worker's bundles are back in their
+# queue within qfarm.worker.leases.redelivery_bound_s(8) = 24 s.
+NET_VISIBILITY_TIMEOUT_S = 8
+
+
 @pytest.fixture
 def kit():
     """The suite's helpers, for test modules (which cannot import this conftest)."""
@@ -299,5 +346,5 @@ def kit():
         planned_ids=planned_ids, run_id_from=run_id_from, question_file=question_file,
         detached_sweep=detached_sweep, followed_sweep=followed_sweep, interrupt=interrupt, file_ids=file_ids,
         assert_exactly_once=assert_exactly_once, fault_cost=fault_cost, llm_calls=llm_calls,
-        questions=QUESTIONS,
+        questions=QUESTIONS, proxy_control=faultproxy.control,
     )
