@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -49,11 +49,13 @@ class SupervisedFarm:
         return self.log(role).count(text)
 
     def last_at(self, role: str, text: str) -> float:
-        """When the role's log last said ``text`` (Celery's local-time stamp), as a Unix time."""
-        stamps = re.findall(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}): [^\]]*\] .*" + re.escape(text),
+        """When the role's log last said ``text`` (the farm's log lines start with a UTC
+        stamp, qfarm.common.logs.TextFormatter), as a Unix time."""
+        stamps = re.findall(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z .*" + re.escape(text),
                             self.log(role), flags=re.M)  # fmt: skip
         assert stamps, f"{role} never said {text!r}"
-        return datetime.strptime(stamps[-1], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        when = datetime.strptime(stamps[-1], "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=UTC)
+        return when.timestamp()
 
     def stop(self) -> None:
         self.farm("down")
