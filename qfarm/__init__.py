@@ -54,7 +54,9 @@ def _find_checkout_folders() -> None:
     if not all((checkout / name / "__init__.py").is_file() for name in _FOLDERS):
         return
     if not any(isinstance(f, _CheckoutFolders) for f in sys.meta_path):
-        sys.meta_path.append(_CheckoutFolders(checkout))
+        # First: the folders beside this qfarm/ are this checkout's, even when an editable
+        # install of another checkout (whose finder maps qfarm.* there) is in the environment.
+        sys.meta_path.insert(0, _CheckoutFolders(checkout))
 
 
 _find_checkout_folders()

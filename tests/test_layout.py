@@ -139,3 +139,13 @@ def test_a_bare_import_of_a_folder_fails_with_the_name_to_use(folder: str) -> No
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode != 0
     assert f"import qfarm.{folder}, not {folder}" in done.stderr
+
+
+def test_the_folders_load_from_the_checkout_under_test() -> None:
+    # An editable install of another checkout maps qfarm.* there; the finder beside this
+    # qfarm/ must win, or a test would run another tree's code without saying so.
+    import importlib
+
+    for folder in FOLDERS:
+        module = importlib.import_module(f"qfarm.{folder}")
+        assert Path(module.__file__ or "").resolve().is_relative_to(REPO), module.__file__
