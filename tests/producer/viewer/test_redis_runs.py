@@ -81,6 +81,23 @@ def test_run_rows_and_row_pages_read_a_redis_only_run(
     assert '<mark class="hl" id="c1-0"' in row_html
 
 
+def test_a_redis_runs_export_streams_the_selected_rows_in_order(
+    store: ProducerStore, real_rows: Callable, tmp_path: Path
+) -> None:
+    # The index keeps log positions, not job ids: the export finds each job in the log.
+    rows = put_run(store, real_rows, RUN, 9)
+    viewer = Viewer(tmp_path, store)
+    resp = viewer.handle(f"/runs/{RUN}/rows.jsonl", {"sort": "mode", "desc": "1"})
+    got = [json.loads(line)["job_id"] for line in b"".join(resp.stream or ()).splitlines()]
+    landed = [r.job_id for r in rows]
+    want = sorted(landed, key=lambda j: next(r.mode for r in rows if r.job_id == j),
+                  reverse=True)
+    assert got == want and len(got) == 9
+    resp = viewer.handle(f"/runs/{RUN}/rows.jsonl", {"mode": rows[4].mode})
+    got = [json.loads(line)["job_id"] for line in b"".join(resp.stream or ()).splitlines()]
+    assert got == [r.job_id for r in rows if r.mode == rows[4].mode]
+
+
 def test_a_redis_run_grows_as_rows_land(store: ProducerStore, real_rows: Callable, tmp_path: Path) -> None:
     rows = put_run(store, real_rows, RUN, 2)
     viewer = Viewer(tmp_path, store)
