@@ -156,9 +156,14 @@ class ProducerStore:
         one round trip: the viewer's index keeps log positions, not job ids."""
         if not positions:
             return []
+        log_key = keys.log_key(run_id)
+        lo, hi = min(positions), max(positions)
+        if hi - lo < 4 * len(positions):  # close together (landing order): one LRANGE
+            span: list[bytes] = self.client.lrange(log_key, lo, hi)  # type: ignore[assignment]
+            return [span[p - lo].decode() if p - lo < len(span) else None for p in positions]
         pipe = self.client.pipeline(transaction=False)
         for pos in positions:
-            pipe.lindex(keys.log_key(run_id), pos)
+            pipe.lindex(log_key, pos)
         return [i.decode() if i is not None else None for i in pipe.execute()]
 
     def rows_for(self, run_id: str, job_ids: list[str]) -> list[bytes | None]:

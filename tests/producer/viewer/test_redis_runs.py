@@ -11,6 +11,7 @@ import fakeredis
 import pytest
 import redis
 
+from qfarm.common import keys
 from qfarm.common.models import Row
 from qfarm.producer.store import ProducerStore
 from qfarm.producer.viewer.router import Viewer
@@ -169,3 +170,12 @@ def test_single_questions_are_listed_apart_and_left_out_of_the_compare_picker(
     assert f'href="/runs/{ask}/rows/0">{ask}</a>' in asks and rows[0].question in asks
     picker = get(viewer, "/compare")
     assert "20260101-000000-sweep1" in picker and ask not in picker
+
+
+def test_the_store_names_the_job_at_log_positions_near_or_far(store: ProducerStore) -> None:
+    # The index keeps log positions; an export looks up near ones in one range, far ones
+    # one by one, and a position past the log's end has no job.
+    store.client.rpush(keys.log_key(RUN), *[f"job{k}" for k in range(50)])
+    assert store.log_ids_at(RUN, [3, 1, 2, 60]) == ["job3", "job1", "job2", None]
+    assert store.log_ids_at(RUN, [49, 0, 60]) == ["job49", "job0", None]
+    assert store.log_ids_at(RUN, []) == []
