@@ -2,7 +2,7 @@
 
 A 100k-row file is parsed once (through ``qfarm.producer.reports.iter_rows``, the
 same reader as ``qfarm report``); later requests filter the in-memory columns
-(``RowColumns``: about 60 bytes a row, plus the kept answer's casefolded UTF-8
+(``RowColumns``: about 53 bytes a row, plus the kept answer's casefolded UTF-8
 and each distinct value once) and read only the rows they show by seeking to
 their offsets. A live run's file only grows, so a larger file is read from where
 the last read stopped; a file that shrank or was replaced is read again from the start.
@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import threading
 from array import array
-from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -45,7 +44,6 @@ class RowEntry:
     prompt_tokens: int | None
     completion_tokens: int | None
     gold: bool | None  # the answer's claims hold a gold answer; None: the question has none
-    answer: str  # the kept answer, casefolded ("" when the run kept none)
 
     @property
     def tokens(self) -> int | None:
@@ -99,7 +97,9 @@ _NO_COUNT = -(2 ** 63)  # a token count the row does not have
 
 def _fold(text: str) -> bytes:
     # UTF-8 is self-synchronising: a byte substring of two encoded texts is a text substring.
-    return text.casefold().encode("utf-8", "surrogatepass")
+    # NUL ends each answer in ``RowColumns.answers``; one inside an answer (or a query) is
+    # searched as U+FFFD, so no match runs from one row's answer into the next.
+    return text.casefold().replace("\x00", "\ufffd").encode("utf-8", "surrogatepass")
 
 
 class _Distinct:
@@ -124,10 +124,10 @@ class _Distinct:
 
 class RowColumns(Sequence[RowEntry]):
     """The index's entries, column by column: per row a byte offset, a sample index, three
-    codes (question, shape, error), the latency, two token counts and where its answer
-    starts in one casefolded text (60 bytes), each distinct value held once.
+    codes (question, shape, error), the latency and two token counts (52 bytes), its kept
+    answer casefolded and a NUL in one buffer, each distinct value held once.
 
-    An object per row took about 700 bytes plus its question and answer; ``entries[i]``
+    An object per row took 310 to 375 bytes, its question and answer in it; ``entries[i]``
     builds the row's ``RowEntry`` when a page shows it. Filters test each distinct value
     once and then compare codes; the text search is a ``bytes.find`` over the answers.
     """
@@ -139,8 +139,7 @@ class RowColumns(Sequence[RowEntry]):
         self.question_codes, self.shape_codes, self.error_codes = array("I"), array("I"), array("I")
         self.total_ms = array("d")  # NaN: none
         self.prompt_tokens, self.completion_tokens = array("q"), array("q")  # _NO_COUNT: none
-        self.answers = bytearray()  # every kept answer, casefolded, end to end
-        self.answer_at = array("q")  # where each row's answer starts in ``answers``
+        self.answers = bytearray()  # every row's kept answer, casefolded, then a NUL
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -163,12 +162,7 @@ class RowColumns(Sequence[RowEntry]):
             error=self.errors.values[self.error_codes[i]], error_kind=s.error_kind,
             total_ms=None if math.isnan(total) else total,
             prompt_tokens=None if prompt == _NO_COUNT else prompt,
-            completion_tokens=None if completion == _NO_COUNT else completion, gold=s.gold,
-            answer=self._answer(i).decode("utf-8", "surrogatepass"))
-
-    def _answer(self, i: int) -> bytes:
-        end = self.answer_at[i + 1] if i + 1 < len(self.answer_at) else len(self.answers)
-        return bytes(self.answers[self.answer_at[i]:end])
+            completion_tokens=None if completion == _NO_COUNT else completion, gold=s.gold)
 
     def append(self, offset: int, row: dict[str, Any]) -> Shape:
         timings, usage = row.get("timings"), row.get("usage")
@@ -194,9 +188,9 @@ class RowColumns(Sequence[RowEntry]):
                              (self.completion_tokens, "completion_tokens")):
             value: Any = usage.get(name)
             column.append(int(value) if _is_count(value) else _NO_COUNT)
-        self.answer_at.append(len(self.answers))
         if isinstance(answer, str):
             self.answers += _fold(answer)
+        self.answers.append(0)
         return shape
 
     def select(self, active: dict[str, str]) -> Sequence[int]:
@@ -227,17 +221,15 @@ class RowColumns(Sequence[RowEntry]):
         return picked
 
     def _answers_holding(self, want: bytes) -> set[int]:
-        """Positions of the rows whose answer holds ``want``: one ``find`` a hit."""
-        text, starts, hits = self.answers, self.answer_at, set()
+        """Positions of the rows whose answer holds ``want`` (no NUL in it): a few C-speed
+        ``find``/``count`` calls a hit, none per row."""
+        text, hits, row, row_start = self.answers, set(), 0, 0
         at = text.find(want)
         while at >= 0:
-            i = bisect_right(starts, at) - 1  # the last row starting at or before the hit
-            end = starts[i + 1] if i + 1 < len(starts) else len(text)
-            if at + len(want) <= end:
-                hits.add(i)
-                at = text.find(want, end)
-            else:  # the hit runs into the next row's answer
-                at = text.find(want, at + 1)
+            row += text.count(0, row_start, at)
+            hits.add(row)
+            row_start, row = text.index(0, at + len(want)) + 1, row + 1
+            at = text.find(want, row_start)
         return hits
 
 
@@ -374,16 +366,17 @@ class RunRows:
         return self.entries.select({k: v.casefold() if k == "q" else v for k, v in f.items() if v})
 
     def row(self, position: int) -> dict[str, Any] | None:
-        return read_row_at(self.path, self.entries[position].offset)
+        return read_row_at(self.path, self.entries.offsets[position])
 
     def raw_rows(self, positions: Sequence[int]) -> Iterator[bytes]:
         """Each row at ``positions`` as its line of the file (no newline), one open file,
         one seek per row: an export of 100k rows never holds more than one."""
         if not positions:  # nothing to read, and a run without rows has no file yet
             return
+        offsets = self.entries.offsets  # not ``entries[pos]``: that builds the whole entry
         with self.path.open("rb") as fh:
             for pos in positions:
-                fh.seek(self.entries[pos].offset)
+                fh.seek(offsets[pos])
                 yield fh.readline().rstrip(b"\r\n")
 
 
