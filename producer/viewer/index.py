@@ -176,7 +176,6 @@ class RowColumns(Sequence[RowEntry]):
             intensity=str(row.get("quantifier_intensity") or ""),
             endpoint=str(row.get("endpoint") or ""), error_kind=str(row.get("error_kind") or ""),
             gold=gold if isinstance(gold, bool) else None)
-        self.offsets.append(offset)
         self.samples.append(int(row.get("sample_index") or 0))
         self.question_codes.append(self.questions.code(
             (str(row.get("question_id") or ""), str(row.get("question") or ""))))
@@ -188,16 +187,17 @@ class RowColumns(Sequence[RowEntry]):
                              (self.completion_tokens, "completion_tokens")):
             value: Any = usage.get(name)
             column.append(int(value) if _is_count(value) else _NO_COUNT)
-        if isinstance(answer, str):
-            self.answers += _fold(answer)
-        self.answers.append(0)
+        # One ``+=`` a row keeps the buffer ending in a NUL, and the offset goes last: a
+        # request reading while a live run's rows are added sees only whole rows.
+        self.answers += (_fold(answer) if isinstance(answer, str) else b"") + b"\x00"
+        self.offsets.append(offset)
         return shape
 
     def select(self, active: dict[str, str]) -> Sequence[int]:
         """Positions, in landing order, of the rows that pass every filter in ``active``
         (values non-empty, "q" casefolded)."""
         shape_tests = [(_SHAPE_TESTS[k], w) for k, w in active.items() if k in _SHAPE_TESTS]
-        # Each test: (a column of codes, the codes that pass) or a set of positions.
+        # Each test: a column of codes and the codes that pass; the fewest first.
         tests: list[tuple[array[int], set[int]]] = []
         if shape_tests:
             tests.append((self.shape_codes, self.shapes.passing(
