@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import redis
@@ -150,6 +150,21 @@ class ProducerStore:
         while ids := self.client.lrange(log_key, pos, pos + batch - 1):
             yield [i.decode() for i in ids], len(ids)  # type: ignore[union-attr]
             pos += len(ids)
+
+    def log_ids_at(self, run_id: str, positions: Sequence[int]) -> list[str | None]:
+        """The job id at each of ``positions`` of the run's row log (None past its end), in
+        one round trip: the viewer's index keeps log positions, not job ids."""
+        if not positions:
+            return []
+        log_key = keys.log_key(run_id)
+        lo, hi = min(positions), max(positions)
+        if hi - lo < 4 * len(positions):  # close together (landing order): one LRANGE
+            span: list[bytes] = self.client.lrange(log_key, lo, hi)  # type: ignore[assignment]
+            return [span[p - lo].decode() if p - lo < len(span) else None for p in positions]
+        pipe = self.client.pipeline(transaction=False)
+        for pos in positions:
+            pipe.lindex(log_key, pos)
+        return [i.decode() if i is not None else None for i in pipe.execute()]
 
     def rows_for(self, run_id: str, job_ids: list[str]) -> list[bytes | None]:
         if not job_ids:

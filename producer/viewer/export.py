@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from qfarm.producer.reports import parse_row
@@ -52,7 +52,7 @@ def _cell(row: Mapping[str, Any], path: tuple[str, ...]) -> str:
     return str(value)
 
 
-def csv_rows(rr: RunRows, positions: list[int]) -> Iterator[bytes]:
+def csv_rows(rr: RunRows, positions: Sequence[int]) -> Iterator[bytes]:
     """The CSV export: a header line, then one line per row (UTF-8, RFC 4180 quoting)."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\r\n")
@@ -67,7 +67,7 @@ def csv_rows(rr: RunRows, positions: list[int]) -> Iterator[bytes]:
     yield buf.getvalue().encode()
 
 
-def jsonl_rows(rr: RunRows, positions: list[int]) -> Iterator[bytes]:
+def jsonl_rows(rr: RunRows, positions: Sequence[int]) -> Iterator[bytes]:
     """The JSONL export: each row as the run wrote it, one per line."""
     piece: list[bytes] = []
     for raw in rr.raw_rows(positions):  # the index holds only lines that parsed

@@ -3,7 +3,7 @@ export (``/runs/RUN/rows.csv``, ``/runs/RUN/rows.jsonl``) with the same query.""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from urllib.parse import quote, urlencode
 
 from qfarm.common.reporting.report import fmt_ms
@@ -32,7 +32,7 @@ COLUMNS = (("#", ""), ("qid", "question_id"), ("question", "question"), ("mode",
 EXPORTS = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson; charset=utf-8"}
 
 
-def _selection(rr: RunRows, q: Mapping[str, str]) -> tuple[dict[str, str], str, bool, list[int]]:
+def _selection(rr: RunRows, q: Mapping[str, str]) -> tuple[dict[str, str], str, bool, Sequence[int]]:
     """The query's filters, sort column and direction, and the positions they select."""
     f = {k: q.get(k, "").strip() for k in FILTERS}
     sort = q.get("sort", "")

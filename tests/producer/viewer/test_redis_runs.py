@@ -11,6 +11,7 @@ import fakeredis
 import pytest
 import redis
 
+from qfarm.common import keys
 from qfarm.common.models import Row
 from qfarm.producer.store import ProducerStore
 from qfarm.producer.viewer.router import Viewer
@@ -79,6 +80,23 @@ def test_run_rows_and_row_pages_read_a_redis_only_run(
     row_html = get(viewer, f"/runs/{RUN}/rows/{pos}")
     assert rows[0].question in row_html and 'id="reproduced"' in row_html
     assert '<mark class="hl" id="c1-0"' in row_html
+
+
+def test_a_redis_runs_export_streams_the_selected_rows_in_order(
+    store: ProducerStore, real_rows: Callable, tmp_path: Path
+) -> None:
+    # The index keeps log positions, not job ids: the export finds each job in the log.
+    rows = put_run(store, real_rows, RUN, 9)
+    viewer = Viewer(tmp_path, store)
+    resp = viewer.handle(f"/runs/{RUN}/rows.jsonl", {"sort": "mode", "desc": "1"})
+    got = [json.loads(line)["job_id"] for line in b"".join(resp.stream or ()).splitlines()]
+    landed = [r.job_id for r in rows]
+    want = sorted(landed, key=lambda j: next(r.mode for r in rows if r.job_id == j),
+                  reverse=True)
+    assert got == want and len(got) == 9
+    resp = viewer.handle(f"/runs/{RUN}/rows.jsonl", {"mode": rows[4].mode})
+    got = [json.loads(line)["job_id"] for line in b"".join(resp.stream or ()).splitlines()]
+    assert got == [r.job_id for r in rows if r.mode == rows[4].mode]
 
 
 def test_a_redis_run_grows_as_rows_land(store: ProducerStore, real_rows: Callable, tmp_path: Path) -> None:
@@ -152,3 +170,12 @@ def test_single_questions_are_listed_apart_and_left_out_of_the_compare_picker(
     assert f'href="/runs/{ask}/rows/0">{ask}</a>' in asks and rows[0].question in asks
     picker = get(viewer, "/compare")
     assert "20260101-000000-sweep1" in picker and ask not in picker
+
+
+def test_the_store_names_the_job_at_log_positions_near_or_far(store: ProducerStore) -> None:
+    # The index keeps log positions; an export looks up near ones in one range, far ones
+    # one by one, and a position past the log's end has no job.
+    store.client.rpush(keys.log_key(RUN), *[f"job{k}" for k in range(50)])
+    assert store.log_ids_at(RUN, [3, 1, 2, 60]) == ["job3", "job1", "job2", None]
+    assert store.log_ids_at(RUN, [49, 0, 60]) == ["job49", "job0", None]
+    assert store.log_ids_at(RUN, []) == []
