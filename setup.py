@@ -41,6 +41,10 @@ class BuildWithQuestionSets(build_py):
 # under one import name, so a user's environment gains ``qfarm`` and nothing as generic as
 # ``common`` or ``worker`` (other distributions use those names). ``bench`` is not shipped.
 FOLDERS = ("common", "worker", "producer", "ops")
+# Folders of data files only, shipped as packages of their own (pyproject.toml's
+# package-data says which files): setuptools warns about data folders inside a package
+# that the package list does not name.
+DATA_PACKAGES = ("qfarm.producer.viewer.static", "qfarm.ops.supervisor", "qfarm.ops.systemd")
 
 
 def qfarm_packages() -> tuple[list[str], dict[str, str]]:
@@ -50,7 +54,7 @@ def qfarm_packages() -> tuple[list[str], dict[str, str]]:
         package_dir[f"qfarm.{folder}"] = folder
         found = find_packages(where=str(ROOT), include=[folder, f"{folder}.*"])
         packages += [f"qfarm.{name}" for name in found]
-    return packages, package_dir
+    return [*packages, *DATA_PACKAGES], package_dir
 
 
 PACKAGES, PACKAGE_DIR = qfarm_packages()
