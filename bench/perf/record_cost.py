@@ -53,7 +53,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=20000)
     ap.add_argument("--dir", type=Path, default=Path("/tmp/qfarm-record-cost"))
+    ap.add_argument("--quick", action="store_true", help="500 rows: checks the script runs")
     args = ap.parse_args()
+    if args.quick:
+        args.rows = 500
     run_dir = args.dir / "bench-run"
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)

@@ -148,8 +148,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="questions of independent_heldout.jsonl judged for recall@8 (0: none)")
     ap.add_argument("--profile", action="store_true",
                     help="print a cProfile of the queries at the largest passage count")
+    ap.add_argument("--quick", action="store_true",
+                    help="30 and 60 jobs (eager, 10 questions), 1,000 and 2,000 passages, 20 "
+                         "queries: checks the script runs (tests/bench/test_perf_scale.py)")
     ap.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.quick:
+        args.jobs, args.questions, args.drivers = "30,60", 10, "eager"
+        args.passages, args.queries, args.heldout = "1000,2000", 20, 20
     if args.child:
         from bench.perf.scale_children import run_child
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, overload
 
 from qfarm.common.reporting.runstats import RunStats
+from qfarm.common.vocab import Verdict
 from qfarm.producer.reports import ROWS, iter_rows, parse_row, read_row_at
 from qfarm.producer.store import ProducerStore
 
@@ -58,7 +59,7 @@ class RowEntry:
 
 
 def _fails(error: str, verdict: str, gold: bool | None) -> bool:
-    return bool(error) or not verdict or verdict == "UNGROUNDED" or gold is False
+    return bool(error) or not verdict or verdict == Verdict.UNGROUNDED or gold is False
 
 
 class Shape(NamedTuple):

@@ -19,7 +19,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PERF = REPO / "bench" / "perf"
 # Modules of bench/perf that are not scripts (imported by the scripts).
-HELPERS = {"__init__", "farmkit", "cpu_app", "noop_app"}
+HELPERS = {"__init__", "farmkit", "cpu_app", "noop_app", "scale_children", "scale_jobs",
+           "scale_passages"}
+# Scripts whose quick mode another test runs (and checks the output of).
+RUN_ELSEWHERE = {"scale": "tests/bench/test_perf_scale.py runs its quick mode"}
 # Scripts with their own extra arguments next to --quick.
 EXTRA: dict[str, list[str]] = {"rows_check": ["--eager"]}
 BENCH_DB = "11"
@@ -55,7 +58,7 @@ def test_every_script_has_a_quick_mode() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", _scripts())
 def test_quick_mode_runs(name: str, tmp_path: Path, default_index: Path) -> None:
-    reason = _skip_reason(name)
+    reason = RUN_ELSEWHERE.get(name) or _skip_reason(name)
     if reason:
         pytest.skip(reason)
     env = {k: v for k, v in os.environ.items() if not k.startswith("QFARM_")}

@@ -45,9 +45,7 @@ def test_a_quick_run_prints_both_tables_and_writes_both_plots(
 ) -> None:
     monkeypatch.setenv("QFARM_DATA_DIR", str(default_index.parents[1]))
     out = tmp_path / "out"
-    code = main(["--jobs", "30,60", "--questions", "10", "--drivers", "eager",
-                 "--passages", "1000,2000", "--queries", "20", "--heldout", "20",
-                 "--out", str(out)])
+    code = main(["--quick", "--out", str(out)])
     printed = capsys.readouterr().out
     assert code == 0
     assert "### Jobs (SIMULATED LLM, zero latency)" in printed
