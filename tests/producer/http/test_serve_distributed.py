@@ -182,7 +182,9 @@ def test_sweep_is_followed_to_its_files_and_paged_without_gaps(farm, serve, tmp_
 
 
 def test_cancel_stops_a_sweep_and_its_follower_writes_the_summary(farm, serve):
-    api = serve()
+    # Bundles of 8 (38 messages), not the default 32 (10): the cancel must find messages
+    # still queued once the first rows are in, whatever the workers have prefetched.
+    api = serve(QFARM_BUNDLE_SIZE="8")
     resp = api.http.post("/v1/sweeps", json={"questions": QUESTIONS, "n": 10}, headers=ADMIN)
     assert resp.status_code == 201, resp.text
     run_id = resp.json()["run_id"]
