@@ -12,6 +12,7 @@ import pytest
 from qfarm.common.jobs import make_job_id
 from qfarm.common.models import ALL_MODES
 from qfarm.common.questions import question_id_for
+from qfarm.common.vocab import ExitCode
 
 pytestmark = pytest.mark.slow
 
@@ -186,7 +187,7 @@ def test_cancel_stops_a_run(farm, tmp_path):
     time.sleep(4.0)
     assert len(farm.rows(run_id)) == settled < 600
     res = farm.qfarm("sweep", "--attach", run_id, "--quiet", timeout_s=120)
-    assert res.returncode == 0, res.stderr
+    assert res.returncode == ExitCode.FAILED, res.stderr  # a cancelled run exits 1
     assert "was cancelled" in res.stderr
     summary = (Path(farm.env["QFARM_RESULTS_DIR"]) / run_id / "summary.md").read_text()
     assert f"Run cancelled: {600 - settled} of 600 jobs were cancelled" in summary
@@ -381,7 +382,7 @@ def test_cancel_mid_run_accounts_every_job_and_counts_add_up(farm, tmp_path):
         assert status["cancelled_jobs"] == total - rows
         assert status["last_cancelled_at"] > status["cancelled_at"]
         res = farm.qfarm("sweep", "--attach", run_id, "--quiet", timeout_s=120)
-        assert res.returncode == 0, res.stderr
+        assert res.returncode == ExitCode.FAILED, res.stderr  # a cancelled run exits 1
     summary = (Path(farm.env["QFARM_RESULTS_DIR"]) / run_id / "summary.md").read_text()
     assert f"The farm counted {total - rows} cancelled jobs" in summary
     assert "rows + cancelled = planned" in summary

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from qfarm.common.vocab import ExitCode
 from qfarm.ops.sim.launch import start_simulator
 
 pytestmark = pytest.mark.slow
@@ -51,7 +52,8 @@ def secret_env(env: dict[str, str], sim_url: str) -> dict[str, str]:
 def test_a_json_log_sweep_at_debug_parses_line_by_line_and_holds_no_secret(env, flaky_sim):
     run_env = {**secret_env(env, flaky_sim.url), "QFARM_LOG_FORMAT": "json"}
     done = qfarm(run_env, "sweep", "smoke", "--modes", "quote", "--eager", "--log-level", "debug")
-    assert done.returncode == 0, done.stderr[-3000:]
+    # Completed with errors (exit 3): the 503s are meant to end some jobs (asserted below).
+    assert done.returncode == ExitCode.ROW_ERRORS, done.stderr[-3000:]
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert lines
     records = [json.loads(line) for line in lines]  # every line one JSON object
@@ -73,7 +75,7 @@ def test_a_json_log_sweep_at_debug_parses_line_by_line_and_holds_no_secret(env, 
 
 def test_quiet_prints_no_failed_attempt(env, flaky_sim):
     done = qfarm(secret_env(env, flaky_sim.url), "sweep", "smoke", "--modes", "quote",
-                 "--eager", "--quiet")
+                 "--eager", "--quiet", "--max-error-rate", "1")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "attempt" not in done.stderr and "ended with an error row" not in done.stderr
 
