@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import threading
 from typing import Any
 
 from celery import Celery
@@ -109,13 +110,27 @@ broker.register()
 app = QfarmCelery("qfarm", set_as_current=True)
 
 
+# The HTTP API configures the app for every sweep it starts, from concurrent threads:
+# dropping the pools while another thread builds its producer pool left Celery's lazily
+# created pool None under it (a 500 in one of 30 simultaneous sweeps). So the app is
+# reconfigured, and its pools dropped, only when the configuration changes, under a lock.
+_configure_lock = threading.Lock()
+_applied: dict[str, Any] | None = None
+
+
 def configure_app(settings: Settings, *, eager: bool = False) -> Celery:
     """Configure explicitly (eager runs, producers with their own settings)."""
-    app._qfarm_configured = True  # type: ignore[attr-defined]
-    app.conf.update(celery_config(settings, eager=eager))
-    # Connections already pooled still point at the previous broker (a process that
-    # reconfigures: tests, benchmarks); drop them as Celery does after a fork.
-    app._after_fork()  # type: ignore[attr-defined]
+    global _applied
+    config = celery_config(settings, eager=eager)
+    with _configure_lock:
+        app._qfarm_configured = True  # type: ignore[attr-defined]
+        if config == _applied:
+            return app
+        app.conf.update(config)
+        # Connections already pooled still point at the previous broker (a process that
+        # reconfigures: tests, benchmarks); drop them as Celery does after a fork.
+        app._after_fork()  # type: ignore[attr-defined]
+        _applied = config
     return app
 
 
