@@ -49,7 +49,7 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
     ),
     "qfarm.worker.retrieval": (
         ["Retriever", "ensure_default_index", "open_retriever"],
-        ["corpus_file", "default_corpus", "elasticsearch", "opensearch"],
+        ["corpus_file", "default_corpus", "elasticsearch", "opensearch", "postings"],
     ),
     # The Python API: qfarm.producer.api is a front over private ``_*.py`` modules.
     "qfarm.producer": (

@@ -30,6 +30,10 @@ reader never sees a half-built index):
 * ``passages(rowid, doc_id, chunk_id UNIQUE, title, text, offset_start, offset_end)``;
 * ``passages_fts(title, text)``: one FTS5 index over ``passages.title`` and
   ``passages.text`` (external content: the text is stored once);
+* ``postings``, ``postings_stats``: each token's passages and counts, taken from
+  FTS5's index once it is built; the first stage scores them with FTS5's bm25()
+  arithmetic in NumPy (``qfarm.common.retrieval.bm25``: the same numbers, several
+  times less CPU). An index without them is ranked by FTS5 itself;
 * ``passage_vectors(rowid, vector)``: only in an index built with ``--dense``,
   each passage's all-MiniLM-L6-v2 vector (384 little-endian float32); such an
   index is searched lexically and densely, the two top 30s fused by
@@ -40,6 +44,7 @@ reader never sees a half-built index):
 from __future__ import annotations
 
 import functools
+import logging
 import sqlite3
 import threading
 import time
@@ -50,10 +55,11 @@ from typing import TYPE_CHECKING, Any
 
 from qfarm.common.errors import RetrievalError
 from qfarm.common.models import Evidence
+from qfarm.common.retrieval.bm25 import first_stage
 from qfarm.common.retrieval.chunking import Passage
 from qfarm.common.retrieval.corpus import Document
 from qfarm.common.retrieval.index import served_index_version
-from qfarm.common.retrieval.query import fts5_match_expression
+from qfarm.common.retrieval.query import fts5_match_expression, query_terms
 from qfarm.common.retrieval.ranking import (
     DENSE_DEPTH,
     RERANK_DEPTH,
@@ -62,8 +68,11 @@ from qfarm.common.retrieval.ranking import (
     rerank_order,
 )
 from qfarm.common.vocab import Backend
+from qfarm.worker.retrieval.postings import PostingsReader, build_postings, has_postings
 
-if TYPE_CHECKING:  # NumPy and the encoder load only for an index built with --dense
+log = logging.getLogger("qfarm.worker")
+
+if TYPE_CHECKING:  # the encoder loads only for an index built with --dense
     from qfarm.worker.retrieval.dense import DenseEncoder
 
 SCHEMA_VERSION = "qfarm-embedded-2"  # 2: one two-column FTS5 table (BM25F)
@@ -106,6 +115,8 @@ ORDER BY r.score, r.rowid
 # the next bundles (jobs are question-major), and the index file never changes under an
 # open retriever. A question's hits are ~8 passages (~8 kB): 1,024 of them ~8 MB.
 SEARCH_CACHE_SIZE = 1024
+# Searches a retriever also runs through FTS5's bm25() to check the postings' first stage.
+FIRST_STAGE_CHECKS = 3
 _ROWS_SQL = (
     "SELECT doc_id, chunk_id, title, text, offset_start, offset_end, 0.0, rowid FROM passages"
     " WHERE rowid IN ({marks})"
@@ -160,6 +171,8 @@ class EmbeddedIndexWriter:
         )
         # One b-tree segment: a query reads each term's postings once (measured ~x1.5 faster).
         conn.execute("INSERT INTO passages_fts(passages_fts) VALUES('optimize')")
+        # The first stage's own postings, from FTS5's tokens (worker/retrieval/postings.py).
+        build_postings(conn, "passages_fts")
         reused = 0
         if encoder is not None:
             reused = self._store_vectors(encoder, progress, reuse)
@@ -290,6 +303,12 @@ class EmbeddedRetriever:
         self._conns: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._searches: OrderedDict[tuple[str, int, float], list[Evidence]] = OrderedDict()
+        # The NumPy first stage (common/retrieval/bm25.py), for an index that has postings;
+        # its first searches are also run by FTS5 and must agree to the bit, or FTS5 ranks
+        # alone from then on (a SQLite whose bm25() computes in another order).
+        self._postings: PostingsReader | None = None
+        self._postings_checked = False
+        self._checks_left = FIRST_STAGE_CHECKS
         # An index built with --dense is searched with its vectors; the model loads on the
         # first search (``passages`` alone, as the viewer reads them, never needs it).
         self._dense: _DenseIndex | None = None
@@ -348,7 +367,11 @@ class EmbeddedRetriever:
         depth = max(int(top_k), RERANK_DEPTH if self._dense is None else DENSE_DEPTH)
         params: list[Any] = [float(title_boost), match, *filter_params, depth]
         try:
-            rows = self._conn().execute(_SEARCH_SQL.format(filter=where), params).fetchall()
+            rows = None if doc_ids is not None else self._first_stage(query, title_boost, depth)
+            if rows is None:
+                rows = self._conn().execute(_SEARCH_SQL.format(filter=where), params).fetchall()
+            elif rows and self._checks_left > 0:
+                self._check_first_stage(rows, params)
         except sqlite3.Error as exc:
             raise RetrievalError(
                 f"embedded index {self.path}: query failed ({exc}); rebuild it with `qfarm index --force`"
@@ -376,6 +399,52 @@ class EmbeddedRetriever:
                 ((score, rows[i]) for i, score in order), start=1
             )
         ]
+
+    def _reader(self) -> PostingsReader | None:
+        if not self._postings_checked:
+            present = has_postings(self._conn())  # not under the lock: _conn takes it
+            with self._lock:
+                if not self._postings_checked:
+                    self._postings = PostingsReader(self._conn, TOKENIZER) if present else None
+                    self._postings_checked = True
+        return self._postings
+
+    def _first_stage(self, query: str, title_boost: float, depth: int) -> list[Any] | None:
+        """Stage 1 from the postings, as rows of ``_SEARCH_SQL``'s shape; None when FTS5
+        must rank (no postings, a term FTS5 reads as a phrase, or the check failed)."""
+        reader = self._reader()
+        if reader is None:
+            return None
+        tokens = reader.tokens(query_terms(query))
+        if any(len(t) != 1 for t in tokens):
+            return None
+        hits = first_stage([reader.postings(t) for (t,) in tokens], reader.collection(),
+                           title_weight=title_boost, depth=depth)  # fmt: skip
+        if not hits:
+            return []
+        by_rowid = {row[7]: row for row in self._conn().execute(
+            _ROWS_SQL.format(marks=", ".join("?" * len(hits))), [r for r, _ in hits])}  # fmt: skip
+        return [(*by_rowid[r][:6], value, r) for r, value in hits]
+
+    def _check_first_stage(self, rows: list[Any], params: list[Any]) -> None:
+        """While checks are left: FTS5's own ranking of the same query must be ``rows``."""
+        if self._postings is None:
+            return
+        with self._lock:
+            if self._checks_left <= 0:
+                return
+            self._checks_left -= 1
+        expected = self._conn().execute(_SEARCH_SQL.format(filter=""), params).fetchall()
+        if [(r[7], r[6]) for r in expected] != [(r[7], r[6]) for r in rows]:
+            log.warning("embedded index %s: the postings' first stage disagrees with this "
+                        "SQLite's bm25() (version %s); FTS5 ranks alone from now on",
+                        self.path, sqlite3.sqlite_version)  # fmt: skip
+            self._postings = None
+            rows[:] = expected
+
+    def first_stage_kind(self) -> str:
+        """``postings`` (the NumPy first stage) or ``fts5``."""
+        return "postings" if self._reader() is not None else "fts5"
 
     def search_many(
         self, queries: Sequence[str], *, top_k: int, title_boost: float
@@ -435,6 +504,8 @@ class EmbeddedRetriever:
             "documents": int(m.get("documents", 0)),
             "passages": int(m.get("passages", 0)),
             "built_at": m.get("built_at"),
+            # "fts5": an index built before the postings (`qfarm index` rebuilds it with them).
+            "first_stage": self.first_stage_kind(),
         }
 
     def close(self) -> None:

@@ -33,6 +33,7 @@ from qfarm.worker.retrieval.cluster import ClusterRetriever
 from qfarm.worker.retrieval.corpus_file import CorpusReader, CorpusSource
 from qfarm.worker.retrieval.default_corpus import DEFAULT_CORPUS_LABEL
 from qfarm.worker.retrieval.embedded import EmbeddedIndexWriter, read_meta
+from qfarm.worker.retrieval.postings import index_has_postings
 
 try:  # POSIX: serialize concurrent builds of one index file (several workers starting)
     import fcntl
@@ -188,7 +189,9 @@ def _build_embedded_locked(
     version = source.index_version_with(dense=encoder is not None)
     report = IngestReport(Backend.EMBEDDED, str(dest), version, source.label, source.digest())
     current = read_meta(dest)
-    if not force and current and current.get("index_version") in _up_to_date(source, encoder is not None):
+    # An index from before the postings (worker/retrieval/postings.py) is rebuilt to gain them.
+    if (not force and current and index_has_postings(dest)
+            and current.get("index_version") in _up_to_date(source, encoder is not None)):
         report.index_version = str(current["index_version"])
         report.built = False
         report.documents = int(current.get("documents", 0))
@@ -248,7 +251,8 @@ def ensure_default_index(settings: Settings, *, progress: bool = True) -> Path:
     with _build_lock(dest):
         meta = read_meta(dest)
         if meta is not None and (
-            meta.get("corpus") != DEFAULT_CORPUS_LABEL or meta.get("index_version") in current
+            meta.get("corpus") != DEFAULT_CORPUS_LABEL
+            or (meta.get("index_version") in current and index_has_postings(dest))
         ):
             return dest
         encoder = None

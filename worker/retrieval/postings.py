@@ -1,0 +1,219 @@
+"""The embedded index's postings: each token's passages, read by the NumPy first stage.
+
+Built from FTS5's own index once it is complete (``fts5vocab``'s ``instance`` table
+lists every token FTS5 stored, after its tokenizer and stemmer, with its passage and
+column), so the postings are FTS5's tokens and not a second tokenizer's guess. Two
+tables in the index file:
+
+* ``postings(token PRIMARY KEY, rowids, tf)``: ascending passage rowids (int32) and the
+  token's count in each one's title and text (uint16 pairs), little-endian;
+* ``postings_stats(key, value)``: ``rows``, ``tokens`` and ``lengths`` (each passage's
+  token count, int32 by rowid).
+
+An index built before these tables existed is searched by FTS5 alone, as before.
+
+A question's terms are tokenized by FTS5 too: each connection keeps a temporary FTS5
+table with the index's tokenizer, and a term's tokens are what it stores for it (kept
+per term). A term of several tokens is a phrase for FTS5 (its score counts the phrase,
+not its words): such a query is left to FTS5.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from qfarm.common.retrieval.bm25 import Collection, Postings
+
+log = logging.getLogger("qfarm.worker")
+
+SCHEMA = """
+CREATE TABLE postings(token TEXT PRIMARY KEY, rowids BLOB NOT NULL, tf BLOB NOT NULL);
+CREATE TABLE postings_stats(key TEXT PRIMARY KEY, value BLOB NOT NULL);
+"""
+_COLUMNS = {"title": 0, "text": 1}
+# Tokens' postings kept decoded per retriever, by bytes (a common token's at a million
+# passages is about a megabyte).
+CACHE_BYTES = 64 * 2**20
+# Terms whose tokens are remembered per retriever.
+TOKEN_CACHE_SIZE = 65536
+
+
+def has_postings(conn: sqlite3.Connection) -> bool:
+    row = conn.execute(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'postings_stats'"
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def index_has_postings(path: Path) -> bool:
+    """Whether the index file at ``path`` has postings (False if it cannot be read)."""
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return False
+    try:
+        return has_postings(conn)
+    except sqlite3.Error:
+        return False
+    finally:
+        conn.close()
+
+
+def build_postings(conn: sqlite3.Connection, fts_table: str, batch: int = 2048) -> int:
+    """Write the postings of ``fts_table`` (built and optimized) into ``conn``'s file;
+    returns the tokens written. One pass over FTS5's instance list, in token order, read
+    in slices: what is held at once is a slice and the current token's instances (8 bytes
+    each: tens of megabytes for the commonest token of a million passages)."""
+    conn.executescript(SCHEMA)
+    conn.execute(
+        f"CREATE VIRTUAL TABLE temp.qfarm_instances USING fts5vocab(main, {fts_table}, 'instance')"
+    )
+    max_rowid = conn.execute(f"SELECT coalesce(max(rowid), 0) FROM {fts_table}").fetchone()[0]
+    rows = conn.execute(f"SELECT count(*) FROM {fts_table}").fetchone()[0]
+    lengths = np.zeros(max_rowid + 1, dtype=np.int64)
+    pending: list[tuple[str, bytes, bytes]] = []
+    written = 0
+
+    def emit(token: str, parts: list[np.ndarray]) -> None:
+        nonlocal pending, written
+        rowids, tf = _postings_of(np.concatenate(parts))
+        lengths[rowids] += tf.sum(axis=1)
+        pending.append((token, rowids.astype("<i4").tobytes(), tf.astype("<u2").tobytes()))
+        if len(pending) >= batch:
+            conn.executemany("INSERT INTO postings VALUES (?, ?, ?)", pending)
+            written += len(pending)
+            pending = []
+
+    token: str | None = None
+    parts: list[np.ndarray] = []
+    for terms, codes in _instance_slices(conn):
+        cuts = np.flatnonzero(terms[1:] != terms[:-1]) + 1
+        for start, end in zip([0, *cuts.tolist()], [*cuts.tolist(), len(terms)], strict=True):
+            if terms[start] != token:
+                if token is not None:
+                    emit(token, parts)
+                token, parts = str(terms[start]), []
+            parts.append(codes[start:end])
+    if token is not None:
+        emit(token, parts)
+    conn.executemany("INSERT INTO postings VALUES (?, ?, ?)", pending)
+    written += len(pending)
+    conn.execute("DROP TABLE temp.qfarm_instances")
+    conn.executemany("INSERT INTO postings_stats VALUES (?, ?)", [
+        ("rows", str(rows).encode()),
+        ("tokens", str(int(lengths.sum())).encode()),
+        ("lengths", lengths.astype("<i4").tobytes()),
+    ])  # fmt: skip
+    return written
+
+
+def _instance_slices(
+    conn: sqlite3.Connection, size: int = 1 << 16
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """FTS5's instance list in slices: (tokens, passage rowid x 2 + column) per instance."""
+    cursor = conn.execute("SELECT term, doc, col FROM temp.qfarm_instances")
+    while rows := cursor.fetchmany(size):
+        terms = np.array([r[0] for r in rows], dtype=object)
+        codes = np.array([r[1] * 2 + _COLUMNS[r[2]] for r in rows], dtype=np.int64)
+        yield terms, codes
+
+
+def _postings_of(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rowids, counts[title, text]) of one token from its instances' rowid x 2 + column."""
+    codes, counts = np.unique(codes, return_counts=True)
+    rowids = np.unique(codes // 2)
+    tf = np.zeros((len(rowids), 2), dtype=np.int64)
+    tf[np.searchsorted(rowids, codes // 2), codes % 2] = counts
+    if tf.max() > np.iinfo(np.uint16).max:
+        raise ValueError("a passage holds a token more than 65,535 times: chunk it smaller")
+    return rowids, tf
+
+
+class PostingsReader:
+    """A retriever's access to the postings of one index file (thread-safe: each thread
+    reads through its own connection, given by ``conn``)."""
+
+    def __init__(self, conn: Callable[[], sqlite3.Connection], tokenizer: str):
+        self._conn = conn
+        self._tokenizer = tokenizer
+        self._lock = threading.Lock()
+        self._collection: Collection | None = None
+        self._postings: OrderedDict[str, Postings | None] = OrderedDict()
+        self._bytes = 0
+        self._tokens: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+        self._local = threading.local()
+
+    def collection(self) -> Collection:
+        if self._collection is None:
+            stats = dict(self._conn().execute("SELECT key, value FROM postings_stats").fetchall())
+            lengths = np.frombuffer(stats["lengths"], dtype="<i4")
+            self._collection = Collection(
+                rows=int(stats["rows"]), tokens=int(stats["tokens"]), lengths=lengths
+            )
+        return self._collection
+
+    def tokens(self, terms: Sequence[str]) -> list[tuple[str, ...]]:
+        """Each term as FTS5's tokenizer stores it (a stemmed word; several for a phrase)."""
+        with self._lock:
+            missing = [t for t in dict.fromkeys(terms) if t not in self._tokens]
+        if missing:
+            found = self._tokenize(missing)
+            with self._lock:
+                for term in missing:
+                    self._tokens[term] = found.get(term, ())
+                while len(self._tokens) > TOKEN_CACHE_SIZE:
+                    self._tokens.popitem(last=False)
+        with self._lock:
+            return [self._tokens.get(t, ()) for t in terms]
+
+    def _tokenize(self, terms: list[str]) -> dict[str, tuple[str, ...]]:
+        conn = self._conn()
+        if not getattr(self._local, "tokenizer_ready", False):
+            conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.qfarm_tok USING fts5"
+                         f"(x, tokenize='{self._tokenizer}')")  # fmt: skip
+            conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.qfarm_tokv"
+                         " USING fts5vocab(temp, qfarm_tok, 'instance')")  # fmt: skip
+            self._local.tokenizer_ready = True
+        conn.executemany("INSERT INTO temp.qfarm_tok(rowid, x) VALUES (?, ?)",
+                         list(enumerate(terms, start=1)))  # fmt: skip
+        try:
+            out: dict[int, list[str]] = {}
+            for doc, token in conn.execute(
+                "SELECT doc, term FROM temp.qfarm_tokv ORDER BY doc, offset"
+            ):
+                out.setdefault(doc, []).append(token)
+        finally:
+            conn.execute("DELETE FROM temp.qfarm_tok")
+            conn.commit()  # sqlite3 opened a transaction for the writes: end it
+        return {term: tuple(out.get(i, ())) for i, term in enumerate(terms, start=1)}
+
+    def postings(self, token: str) -> Postings | None:
+        """The token's postings (None: no passage holds it)."""
+        with self._lock:
+            if token in self._postings:
+                self._postings.move_to_end(token)
+                return self._postings[token]
+        row = self._conn().execute(
+            "SELECT rowids, tf FROM postings WHERE token = ?", (token,)
+        ).fetchone()
+        found: Postings | None = None
+        size = 64
+        if row is not None:
+            tf = np.frombuffer(row[1], dtype="<u2").reshape(-1, 2)
+            found = Postings(np.frombuffer(row[0], dtype="<i4"), tf[:, 0], tf[:, 1])
+            size += len(row[0]) + len(row[1])
+        with self._lock:
+            if token not in self._postings:
+                self._postings[token] = found
+                self._bytes += size
+            while self._bytes > CACHE_BYTES and len(self._postings) > 1:
+                _, old = self._postings.popitem(last=False)
+                self._bytes -= 64 + (0 if old is None else old.hits * 8)
+        return found
