@@ -12,7 +12,10 @@ eager=True)``) have no broker and no workers, but the GPU still wants
 * the model's link (``calls_model``) is handed to the async gateway without
   blocking a thread (``Gateway.submit``, with ``pipeline.generation_request`` and
   ``with_generation``, the halves of ``generation_stage``); its completion queues
-  the links after it (verification, sidecar, the row write);
+  the job for the links after it (verification, sidecar, the row write), which a
+  pool thread runs on every job answered meanwhile at once (up to
+  ``PAST_MODEL_BATCH``): one entry check and one row write a batch, as a verify
+  worker does a bundle, instead of one each per job;
 * at most twice ``max_inflight`` (the sum of the endpoints' in-flight caps)
   jobs are between admission and the end of their LLM call: the gateway
   keeps its cap in flight and the rest queued, and a row is written as each
@@ -29,7 +32,7 @@ import functools
 import logging
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -46,6 +49,10 @@ log = logging.getLogger("qfarm.worker")
 # Threads for retrieval and verification: they hold the GIL most of the time, so more
 # would not add CPU; two let SQLite's searches (which release it) overlap the rest.
 CPU_THREADS = 2
+# Answered jobs taken through the links after the model's at once, at most: enough to
+# spread a batch's fixed cost (entry check, row write) thin, few enough that a row
+# waits for at most this many verifications.
+PAST_MODEL_BATCH = 32
 
 
 class InProcessRunner:
@@ -69,6 +76,11 @@ class InProcessRunner:
         # stages are shut down under it), so that `--resume` runs it again; an error row
         # would keep it from running and fail the run's error policy.
         self._stopping = False
+        # Answered jobs waiting for the links after the model's, and whether a pool task
+        # is draining them (at most one: it takes whatever arrived while it worked).
+        self._answered: deque[tuple[stages.Step, JobRecord]] = deque()
+        self._answered_lock = threading.Lock()
+        self._draining = False
 
     def run(self, jobs: Iterable[Job], *, tick: Callable[[], None] | None = None,
             tick_s: float = 0.25) -> None:  # fmt: skip
@@ -76,6 +88,9 @@ class InProcessRunner:
         tick = tick or (lambda: None)
         last = time.monotonic()
         self._stopping = False
+        with self._answered_lock:  # what an interrupted run left queued ends without rows
+            self._answered.clear()
+            self._draining = False
         self._pool = ThreadPoolExecutor(self._cpu_threads, thread_name_prefix="qfarm-eager")
         drained = 0
         # Bundles admitted (their slots taken) and not finished: an interruption
@@ -161,7 +176,7 @@ class InProcessRunner:
         asks = [(r, pipeline.generation_request(r)) for r in records]
         for record, req in asks:
             if req is None:  # nothing to ask: straight on past the model, to its row
-                self._submit(functools.partial(self._past_model, step), record)
+                self._queue_past_model(step, record)
                 held.release(record.job.job_id)
         sent_asks = [(r, req) for r, req in asks if req is not None]
         if not sent_asks:
@@ -202,8 +217,7 @@ class InProcessRunner:
         """On the gateway's loop: queue the rest of the chain, free the slot. Nothing slow here."""
         try:
             if not self._stopping:
-                self._submit(functools.partial(self._past_model, step),
-                             _answered(record, t0, future))
+                self._queue_past_model(step, _answered(record, t0, future))
         except Exception as exc:  # the pool is gone (or a bug): this job's row is written here
             if self._stopping:
                 return
@@ -213,23 +227,53 @@ class InProcessRunner:
         finally:
             self._slots.release()
 
-    def _past_model(self, step: stages.Step, record: JobRecord) -> None:
-        """A job past the model's link: the links after it, to its row (on a pool thread)."""
+    def _queue_past_model(self, step: stages.Step, record: JobRecord) -> None:
+        """Queue a job for the links after the model's; start a drain unless one runs."""
+        with self._answered_lock:
+            self._answered.append((step, record))
+            if self._draining:
+                return
+            self._draining = True
+        try:
+            self._pool_or_fail().submit(self._drain_answered)
+        except BaseException:
+            with self._answered_lock:
+                self._draining = False
+            raise
+
+    def _drain_answered(self) -> None:
+        """On a pool thread: the queued jobs past the model, a batch at a time, until
+        none is left (then the next answer starts another drain)."""
+        while True:
+            with self._answered_lock:
+                if not self._answered or self._stopping:  # interrupted: the rest get no row
+                    self._draining = False
+                    return
+                batch = [self._answered.popleft()
+                         for _ in range(min(PAST_MODEL_BATCH, len(self._answered)))]  # fmt: skip
+            by_step: dict[stages.Step, list[JobRecord]] = {}
+            for step, record in batch:
+                by_step.setdefault(step, []).append(record)
+            for step, records in by_step.items():
+                self._past_model(step, records)
+
+    def _past_model(self, step: stages.Step, records: list[JobRecord]) -> None:
+        """Jobs past the model's link: the links after it, to their rows (on a pool thread)."""
         try:
             sent: list[tuple[keys.Stage, list[JobRecord]]] = []
             nxt = stages.after(step)
             if nxt is None:
                 raise RuntimeError("the model's link is the last: nothing writes the row")
-            flow.through(nxt, [record], self._svc, lambda s, rs: sent.append((s, rs)))
+            flow.through(nxt, records, self._svc, lambda s, rs: sent.append((s, rs)))
             rest, _ = self._walk(sent)
             if rest is not None:
                 raise RuntimeError("a second model link: the in-process runner runs one")
         except Exception as exc:
             if self._stopping:
                 return
-            log.debug("job %s failed unexpectedly (%s: %s)", record.job.job_id,
-                      type(exc).__name__, exc, exc_info=True)  # its row logs it (flow)
-            self._error_rows([record], exc)
+            log.debug("%d job(s) failed unexpectedly (%s: %s)", len(records),
+                      type(exc).__name__, exc, exc_info=True)  # their rows log it (flow)
+            self._error_rows(records, exc)
 
     def _error_rows(self, records: list[JobRecord], exc: Exception) -> None:
         """Last resort: each job's row carries ``exc`` (the flow's internal error rows).
@@ -246,9 +290,6 @@ class InProcessRunner:
                 flow.internal_error_row(bare.model_dump(mode="json"), self._svc, exc)
             except Exception:
                 log.exception("could not write the error row of job %s", record.job.job_id)
-
-    def _submit(self, fn: Callable[[JobRecord], None], record: JobRecord) -> None:
-        self._pool_or_fail().submit(fn, record)
 
     def _pool_or_fail(self) -> ThreadPoolExecutor:
         assert self._pool is not None, "InProcessRunner.run is not running"

@@ -60,6 +60,7 @@ import re
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from qfarm.common.models import QuantifierInfo
 from qfarm.common.versions import CLASSIFIER_VERSION
@@ -640,6 +641,10 @@ def _matched_text(marker: Marker, match: re.Match[str]) -> str:
     return match.group(0)
 
 
+# Memoised (the result is frozen): the preflight and the sidecar of every job classify
+# their question, and the modes and samples of a question ask again; each call runs
+# over a hundred patterns.
+@lru_cache(maxsize=4096)
 def classify_question_quantifier(question: str) -> QuantifierInfo:
     """Classify a question's quantifier (docs/grounding.md, 'Quantifier classifier')."""
     text = _normalize_question(question)

@@ -174,16 +174,21 @@ class AiohttpTransport:
         )
         self._limit = max(1, max_connections)
         self._sessions: dict[str, aiohttp.ClientSession] = {}
-        # Made once: building an SSL context costs ~20 ms.
-        self._ssl = ssl.create_default_context()
+        # Made once, and only for an https endpoint: building one costs ~20 ms.
+        self._ssl: ssl.SSLContext | None = None
 
     def _session(self, url: str) -> aiohttp.ClientSession:
         parts = urlsplit(url)
         origin = f"{parts.scheme}://{parts.netloc}"
         session = self._sessions.get(origin)
         if session is None:
+            tls: ssl.SSLContext | bool = True  # plain http: the context is never used
+            if parts.scheme == "https":
+                if self._ssl is None:
+                    self._ssl = ssl.create_default_context()
+                tls = self._ssl
             connector = aiohttp.TCPConnector(
-                limit=self._limit, limit_per_host=self._limit, ssl=self._ssl
+                limit=self._limit, limit_per_host=self._limit, ssl=tls
             )
             session = aiohttp.ClientSession(
                 connector=connector, timeout=self._timeout, auto_decompress=True

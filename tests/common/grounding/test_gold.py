@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from qfarm.common.grounding.gold import match_gold, normalize_tokens
+import sys
+import unicodedata
+
+from qfarm.common.grounding.gold import DASHES, match_gold, normalize_tokens
 from qfarm.common.models import Claim, Evidence
 
 
@@ -95,3 +98,13 @@ def test_no_usable_answers_gives_none() -> None:
 
 def test_no_claims_is_false_not_none() -> None:
     assert match_gold(["Mars"], [], [ev("Mars is the fourth planet.")]) == (False, True)
+
+
+def test_the_dash_table_holds_every_dash_of_this_pythons_unicode() -> None:
+    dashes = {chr(c) for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Pd"}
+    missing = sorted(f"U+{ord(ch):04X}" for ch in dashes - set(DASHES))
+    assert not missing, f"add {missing} to gold.DASHES (Unicode {unicodedata.unidata_version})"
+    # Entries from a newer Unicode than this Python's are unassigned here, never another category.
+    assert {unicodedata.category(ch) for ch in set(DASHES) - dashes} <= {"Cn"}
+    assert normalize_tokens("China\u2013Nepal mid\u20102061 x\uff0dy") == (
+        "china", "nepal", "mid", "2061", "x", "y")
