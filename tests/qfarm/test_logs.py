@@ -87,3 +87,22 @@ def test_text_logs_are_prefixed_and_redacted(env, flaky_sim):
     assert lines and all(" INFO cli qfarm.llm [job=" in x for x in lines)
     for secret in SECRETS:
         assert secret not in done.stderr
+
+
+def test_the_log_handler_writes_to_the_stderr_of_the_moment(monkeypatch) -> None:
+    """``main`` run twice in one process (tests, notebooks): the first run's stderr may be
+    closed by then, and a handler bound to it lost every later line."""
+    import io
+    import logging
+
+    from qfarm.cli import main
+
+    first = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    assert main(["policy"]) == 0
+    first.close()
+    second = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", second)
+    logging.getLogger("qfarm.test").warning("a line after the first stream closed")
+    lines = second.getvalue().splitlines()
+    assert len(lines) == 1 and lines[0].endswith("a line after the first stream closed"), lines

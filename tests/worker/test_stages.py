@@ -5,23 +5,17 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
-import fakeredis
 import pytest
 
 from qfarm.common import keys
-from qfarm.common.jobs import expand_jobs, ref_for
-from qfarm.common.models import Generation, Job, JobRecord, Mode, Question
-from qfarm.common.policy import Policy
-from qfarm.common.settings import Settings
+from qfarm.common.jobs import ref_for
+from qfarm.common.models import Generation, Job, JobRecord
 from qfarm.producer.store import ProducerStore
-from qfarm.producer.sweep import make_manifest
 from qfarm.worker import flow, stages
 from qfarm.worker.runner import InProcessRunner
 from qfarm.worker.services import Services
-from qfarm.worker.store import WorkerStore
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -50,24 +44,8 @@ class Gateway:
 
 
 @pytest.fixture
-def setup(default_index) -> Iterator[tuple[Services, ProducerStore, list[Job]]]:
-    from qfarm.worker.retrieval import open_retriever
-
-    client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
-    settings = Settings(index_path=default_index)
-    gateway = Gateway()
-    svc = Services(settings=settings, store=WorkerStore(client), worker_name="t",
-                   retriever_factory=lambda: open_retriever(settings),
-                   gateway_factory=lambda: gateway)  # fmt: skip
-    store = ProducerStore(client)
-    store.put_manifest(make_manifest(
-        run_id="r", question_file="-", question_file_digest="-", n_questions=len(QUESTIONS),
-        modes=[Mode.QUOTE], n=N, policy=Policy(), model="m", endpoints=[], simulated=True,
-        retriever="embedded", index_version=None, corpus=None, eager=True,
-    ))  # fmt: skip
-    questions = [Question(id=f"q{i}", text=t) for i, t in enumerate(QUESTIONS)]
-    yield svc, store, list(expand_jobs("r", questions, [Mode.QUOTE], N, Policy(), model="m"))
-    svc.close()
+def setup(eager_run) -> tuple[Services, ProducerStore, list[Job]]:
+    return eager_run(Gateway(), QUESTIONS, N)
 
 
 @pytest.fixture

@@ -18,19 +18,11 @@ from qfarm.common.grounding.prompts import (
 )
 from qfarm.common.models import Evidence, Mode
 from qfarm.common.policy import Policy, build_policy
+from tests.common.passages import passage
 
 
 def make_ev(i: int, title: str, text: str) -> Evidence:
-    return Evidence(
-        id=f"E{i}",
-        doc_id=f"d{i}",
-        chunk_id=f"d{i}:0",
-        title=title,
-        text=text,
-        score=1.0,
-        offset_start=0,
-        offset_end=len(text),
-    )
+    return passage(i, title, text, doc_id=f"d{i}")
 
 
 EVIDENCE = [

@@ -15,19 +15,11 @@ from qfarm.common.grounding.sidecar import (
 )
 from qfarm.common.models import Answerability, Confidence, Evidence
 from qfarm.common.policy import Policy, build_policy
+from tests.common.passages import passage
 
 
 def make_ev(i: int, title: str, text: str) -> Evidence:
-    return Evidence(
-        id=f"E{i}",
-        doc_id=title,
-        chunk_id=f"{title}:0",
-        title=title,
-        text=text,
-        score=1.0,
-        offset_start=0,
-        offset_end=len(text),
-    )
+    return passage(i, title, text)
 
 
 BALLESTRINI = make_ev(

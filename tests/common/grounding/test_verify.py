@@ -13,6 +13,7 @@ from qfarm.common.grounding.verify import verify_answer
 from qfarm.common.grounding.verify.verdict import display_label
 from qfarm.common.models import Evidence, Label, Mode, Verdict, Verification, ViolationKind
 from qfarm.common.policy import Policy, build_policy
+from tests.common.passages import passage
 
 K = ViolationKind
 POINTER = Mode.CLAIM_LATTICE_POINTER
@@ -21,16 +22,8 @@ QUOTE = Mode.QUOTE
 
 
 def make_ev(i: int, title: str, text: str) -> Evidence:
-    return Evidence(
-        id=f"E{i}",
-        doc_id=title.lower().replace(" ", "_"),
-        chunk_id=f"{title}:0",
-        title=title,
-        text=text,
-        score=10.0 - i,
-        offset_start=0,
-        offset_end=len(text),
-    )
+    doc_id = title.lower().replace(" ", "_")
+    return passage(i, title, text, doc_id=doc_id, chunk_id=f"{title}:0", score=10.0 - i)
 
 
 EVIDENCE = (

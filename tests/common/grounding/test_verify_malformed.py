@@ -9,20 +9,12 @@ import pytest
 
 from qfarm.common.grounding.preflight import run_preflight
 from qfarm.common.grounding.verify import verify_answer
-from qfarm.common.models import Evidence, Label, Mode, Verdict, Verification
+from qfarm.common.models import Label, Mode, Verdict, Verification
 from qfarm.common.policy import Policy, build_policy
+from tests.common.passages import passage
 
 EVIDENCE = tuple(
-    Evidence(
-        id=f"E{i}",
-        doc_id=f"d{i}",
-        chunk_id=f"d{i}:0",
-        title=title,
-        text=text,
-        score=1.0,
-        offset_start=0,
-        offset_end=len(text),
-    )
+    passage(i, title, text, doc_id=f"d{i}")
     for i, (title, text) in enumerate(
         [
             ("The Beatles", "The Beatles were an English rock band formed in Liverpool in 1960."),

@@ -9,21 +9,13 @@ from qfarm.common.grounding.verify.claims import extract_quotes
 from qfarm.common.grounding.verify.quote import best_window_overlap, match_quote
 from qfarm.common.models import Evidence, Label, Mode, Verdict, ViolationKind
 from qfarm.common.policy import Policy
+from tests.common.passages import passage
 
 K = ViolationKind
 
 
 def make_ev(i: int, title: str, text: str) -> Evidence:
-    return Evidence(
-        id=f"E{i}",
-        doc_id=title,
-        chunk_id=f"{title}:0",
-        title=title,
-        text=text,
-        score=1.0,
-        offset_start=0,
-        offset_end=len(text),
-    )
+    return passage(i, title, text)
 
 
 EVIDENCE = (

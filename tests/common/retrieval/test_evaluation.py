@@ -13,19 +13,11 @@ from qfarm.common.retrieval.evaluation import (
     summarize,
     titles_by_id,
 )
+from tests.common.passages import passage
 
 
 def ev(rank: int, title: str, text: str) -> Evidence:
-    return Evidence(
-        id=f"E{rank}",
-        doc_id=title,
-        chunk_id=f"{title}#0",
-        title=title,
-        text=text,
-        score=1.0,
-        offset_start=0,
-        offset_end=len(text),
-    )
+    return passage(rank, title, text, chunk_id=f"{title}#0")
 
 
 EVIDENCE = [

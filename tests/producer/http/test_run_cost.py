@@ -38,7 +38,8 @@ def test_an_estimated_batched_run_s_cost_everywhere(make_settings) -> None:
     cost = json.loads((result.run_dir / "manifest.json").read_text())["cost"]
     run = cost["lines"][0]
     assert cost["estimated"] and run["estimated_rows"] == len(answered)
-    assert run["model_s"] == pytest.approx(sum(ms for _, ms in requests) / 1000, rel=1e-3)
+    # model_s is kept to the millisecond: on a zero-latency simulator that is the tolerance.
+    assert run["model_s"] == pytest.approx(sum(ms for _, ms in requests) / 1000, abs=1e-3)
     assert run["gpus"] == 4 and run["price_tokens"] == pytest.approx(run["prompt_tokens"] / 1e6)
     assert cost["currency"] == "EUR" and any("ESTIMATED" in n for n in cost["notes"])
     summary = (result.run_dir / "summary.md").read_text()
