@@ -194,8 +194,7 @@ def bench_embedded(
     )
     # The same index ranked by FTS5's bm25() alone (as one built before the postings),
     # interleaved with the postings' first stage: the time saved and the hits unchanged.
-    fts5 = EmbeddedRetriever(dest)
-    fts5._postings_checked, fts5._postings = True, None
+    fts5 = EmbeddedRetriever(dest, postings=False)
     with_postings, fts5_ms = time_interleaved(
         lambda q: retriever._search(q, top_k=TOP_K, title_boost=TITLE_BOOST, doc_ids=None),
         lambda q: fts5._search(q, top_k=TOP_K, title_boost=TITLE_BOOST, doc_ids=None),

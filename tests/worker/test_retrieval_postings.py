@@ -26,10 +26,7 @@ WORD = re.compile(r"[^\W_]+")
 
 
 def fts5_only(path: Path) -> EmbeddedRetriever:
-    retriever = EmbeddedRetriever(path)
-    retriever._postings_checked = True  # as an index built without postings is searched
-    retriever._postings = None
-    return retriever
+    return EmbeddedRetriever(path, postings=False)  # as an index without postings is searched
 
 
 def shipped_questions(every: int = 7) -> list[str]:

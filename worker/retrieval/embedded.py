@@ -286,7 +286,7 @@ class EmbeddedRetriever:
 
     backend: str = Backend.EMBEDDED
 
-    def __init__(self, path: Path, *, dense_model: Path | None = None):
+    def __init__(self, path: Path, *, dense_model: Path | None = None, postings: bool = True):
         self.path = path
         meta = read_meta(path)
         if meta is None:
@@ -306,8 +306,10 @@ class EmbeddedRetriever:
         # The NumPy first stage (common/retrieval/bm25.py), for an index that has postings;
         # its first searches are also run by FTS5 and must agree to the bit, or FTS5 ranks
         # alone from then on (a SQLite whose bm25() computes in another order).
+        # ``postings=False``: FTS5 ranks alone, as for an index built without postings
+        # (the benchmarks and tests that compare the two).
         self._postings: PostingsReader | None = None
-        self._postings_checked = False
+        self._postings_checked = not postings
         self._checks_left = FIRST_STAGE_CHECKS
         # An index built with --dense is searched with its vectors; the model loads on the
         # first search (``passages`` alone, as the viewer reads them, never needs it).
