@@ -120,15 +120,16 @@ def child_build(corpus: str, dest: str) -> dict[str, Any]:
     report = build_embedded_index(CorpusSource.resolve(corpus), Path(dest), progress=False,
                                   force=True)
     return {"seconds": report.elapsed_s, "passages": report.passages,
-            "documents": report.documents, "rss_mb": peak_rss_mb()}
+            "documents": report.documents, "stages_s": report.stages_s, "rss_mb": peak_rss_mb()}
 
 
 def child_query(index: str, corpus: str, queries: str, heldout: str,
                 profile: str = "") -> dict[str, Any]:
     """Query latency on generated questions, recall@8 of the shipped sets."""
     from bench.perf.retrieval import TITLE_BOOST, TOP_K, make_questions, percentiles, time_each
+    from bench.perf.scale_passages import originals_search
     from qfarm.common.questions import parse_questions
-    from qfarm.common.retrieval.evaluation import titles_by_id
+    from qfarm.common.retrieval.evaluation import judge, titles_by_id
     from qfarm.worker.retrieval.embedded import EmbeddedRetriever
     from qfarm.worker.retrieval.evaluate import evaluate
 
@@ -147,12 +148,27 @@ def child_query(index: str, corpus: str, queries: str, heldout: str,
     out["fts5_p50_ms"], out["fts5_p95_ms"] = percentiles(time_each(
         lambda q: fts5._search(q, top_k=TOP_K, title_boost=TITLE_BOOST, doc_ids=None), questions))
     fts5.close()
+    originals = {v.get("title") or k for k, v in base.items() if v.get("extract")}
+    out["originals_differs"] = 0
     for name, path, limit in (("general", GENERAL, 10**9), ("heldout", HELDOUT, int(heldout))):
         if limit <= 0:
             continue
         qs = parse_questions(path.name, path.read_text(encoding="utf-8"))[:limit]
         fig = evaluate(retriever, qs, titles_by_id(qs), top_k=TOP_K, title_boost=TITLE_BOOST)
         out[f"recall_{name}"] = fig["recall_at_k"]
+        # The same questions with the copies left out of the ranking (not of the index's
+        # statistics): what the copies' places cost, apart from what a larger index does
+        # to the ranking of the same articles.
+        found = answered = 0
+        for q in qs:
+            evidence = originals_search(retriever, q.text, originals, top_k=TOP_K,
+                                        title_boost=TITLE_BOOST)
+            judged = judge(q, q.title, evidence)
+            found += judged.answer_rank is not None and judged.has_answers
+            answered += judged.has_answers
+            real = retriever.search(q.text, top_k=TOP_K, title_boost=TITLE_BOOST)
+            out["originals_differs"] += evidence != real
+        out[f"originals_{name}"] = round(found / answered, 4) if answered else None
     if profile:
         import cProfile
         import io

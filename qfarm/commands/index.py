@@ -170,6 +170,8 @@ def _print_built(report: IngestReport) -> None:
         f"{report.error_count} skipped"
     )
     print(f"index {report.target}  version {report.index_version}  corpus {report.corpus}")
+    if report.stages_s:
+        print("time: " + ", ".join(f"{name} {s:.1f} s" for name, s in report.stages_s.items()))
     if report.vectors_reused:
         print(
             f"{report.vectors_reused} of {report.passages} passage vectors reused from the "

@@ -3,6 +3,7 @@ halves at small sizes (the 10k, 100k and 1M points are the benchmark's, not CI's
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -55,3 +56,34 @@ def test_a_quick_run_prints_both_tables_and_writes_both_plots(
     assert (out / "scale_jobs.png").stat().st_size > 0
     assert (out / "scale_passages.png").stat().st_size > 0
     assert "![jobs](scale_jobs.png)" in (out / "scale.md").read_text()
+
+
+def test_originals_search_ranks_the_articles_as_if_their_copies_took_no_place(
+    tmp_path: Path,
+) -> None:
+    from bench.perf.scale_passages import originals_search
+    from qfarm.worker.retrieval.embedded import EmbeddedRetriever
+    from qfarm.worker.retrieval.ingest import CorpusSource, build_embedded_index
+
+    base = {f"River {i}": {"title": f"River {i}",
+                           "extract": f"River {i} flows through the {w} valley to the sea."}
+            for i, w in enumerate(["green", "quiet", "northern", "long", "old", "wide"])}
+    base["Lake"] = {"title": "Lake", "extract": "The lake lies in the green valley."}
+    originals = {v["title"] for v in base.values()}
+    question = "Which river flows through the green valley?"
+
+    def index_of(documents: int) -> EmbeddedRetriever:
+        corpus = tmp_path / f"c{documents}.jsonl"
+        corpus.write_text("".join(json.dumps(d) + "\n" for d in enlarged_corpus(base, documents)))
+        build_embedded_index(CorpusSource.resolve(str(corpus)), tmp_path / f"i{documents}.sqlite",
+                             progress=False, force=True)
+        return EmbeddedRetriever(tmp_path / f"i{documents}.sqlite")
+
+    alone = index_of(len(base))
+    plain = alone.search(question, top_k=3, title_boost=2.0)
+    assert originals_search(alone, question, originals, top_k=3, title_boost=2.0) == plain
+    enlarged = index_of(len(base) * 40)
+    crowded = enlarged.search(question, top_k=3, title_boost=2.0)
+    kept = originals_search(enlarged, question, originals, top_k=3, title_boost=2.0)
+    assert any(e.doc_id not in originals for e in crowded)  # copies take places...
+    assert [e.doc_id for e in kept] and all(e.doc_id in originals for e in kept)  # ...not here

@@ -149,6 +149,10 @@ def test_build_search_and_versions(tmp_path: Path) -> None:
     dest = tmp_path / "idx.sqlite"
     report = build_embedded_index(CorpusSource.resolve(corpus), dest, progress=False)
     assert (report.built, report.documents, report.passages, report.error_count) == (True, 3, 3, 0)
+    # Where the build's time went, each stage measured once and within the whole.
+    assert list(report.stages_s) == ["documents", "full-text", "postings"]
+    assert all(s >= 0 for s in report.stages_s.values())
+    assert sum(report.stages_s.values()) <= report.elapsed_s
     retriever = EmbeddedRetriever(dest)
     try:
         hits = retriever.search("highest mountain", top_k=2, title_boost=2.0)

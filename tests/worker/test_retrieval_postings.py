@@ -151,3 +151,43 @@ def test_the_default_index_without_postings_is_rebuilt_with_them(index: Path, tm
     retriever = EmbeddedRetriever(dest)
     assert retriever.first_stage_kind() == "postings"
     retriever.close()
+
+
+def test_first_stage_lists_the_hits_stage_2_chooses_from(index: Path) -> None:
+    from qfarm.common.retrieval.ranking import RERANK_DEPTH
+
+    fast, slow = EmbeddedRetriever(index), fts5_only(index)
+    for question in shipped_questions(every=97):
+        deep = fast.first_stage(question, title_boost=2.0, depth=200)
+        # The same order and scores from FTS5, far past the re-ranking window.
+        assert deep == slow.first_stage(question, title_boost=2.0, depth=200)
+        assert [e.score for e in deep] == sorted((e.score for e in deep), reverse=True)
+        window = {e.chunk_id for e in deep[:RERANK_DEPTH]}
+        chosen = fast.search(question, top_k=8, title_boost=2.0)
+        assert {e.chunk_id for e in chosen} <= window
+    assert fast.first_stage("", title_boost=2.0, depth=10) == []
+
+
+def test_a_tokens_postings_are_the_same_counted_either_way() -> None:
+    """The few-instance path (Python) and the NumPy one store the same bytes and lengths,
+    for instances in FTS5's order or not."""
+    import numpy as np
+
+    from qfarm.worker.retrieval.postings import _few_postings, _postings_of
+
+    rng = random.Random(7)
+    for trial in range(300):
+        codes = [rng.randrange(0, 2 * rng.choice([3, 40, 5000])) for _ in range(rng.randint(1, 30))]
+        if trial % 2:
+            codes.sort()  # as FTS5 lists them
+        text = ",".join(map(str, codes))
+        few_lengths = np.zeros(10_001, dtype=np.int64)
+        few = _few_postings(text, few_lengths)
+        rowids, tf = _postings_of(np.array(codes, dtype=np.int64))
+        assert few == (rowids.astype("<i4").tobytes(), tf.astype("<u2").tobytes())
+        lengths = np.zeros(10_001, dtype=np.int64)
+        lengths[rowids] += tf.sum(axis=1)
+        assert (few_lengths == lengths).all()
+        assert tf.sum() == len(codes) and list(rowids) == sorted({c >> 1 for c in codes})
+    with pytest.raises(ValueError, match="65,535"):
+        _postings_of(np.full(70_000, 7, dtype=np.int64))

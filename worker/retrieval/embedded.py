@@ -123,6 +123,13 @@ _ROWS_SQL = (
 )
 
 
+def _evidence(rank: int, score: float, row: Sequence[Any]) -> Evidence:
+    """Evidence block ``E{rank}`` from a row of ``_SEARCH_SQL``'s shape."""
+    doc_id, chunk_id, title, text, start, end = row[:6]
+    return Evidence(id=f"E{rank}", doc_id=doc_id, chunk_id=chunk_id, title=title, text=text,
+                    score=score, offset_start=start, offset_end=end)
+
+
 class EmbeddedIndexWriter:
     """Fills a new index file; ``finish`` makes it searchable, ``abort`` drops it."""
 
@@ -137,6 +144,7 @@ class EmbeddedIndexWriter:
         self._conn.executescript(_SCHEMA)
         self.documents = 0
         self.passages = 0
+        self.stages_s: dict[str, float] = {}  # finish's stages, seconds each
 
     def add(self, document: Document, passages: Sequence[Passage]) -> bool:
         """Store one document's passages; ``False`` (nothing stored) for a duplicate id."""
@@ -166,17 +174,22 @@ class EmbeddedIndexWriter:
         record ``meta`` and close; the number of vectors taken from ``reuse`` (see
         ``_store_vectors``)."""
         conn = self._conn
+        t0 = time.perf_counter()
         conn.execute(
             "INSERT INTO passages_fts(rowid, title, text) SELECT rowid, title, text FROM passages"
         )
         # One b-tree segment: a query reads each term's postings once (measured ~x1.5 faster).
         conn.execute("INSERT INTO passages_fts(passages_fts) VALUES('optimize')")
+        t1 = time.perf_counter()
         # The first stage's own postings, from FTS5's tokens (worker/retrieval/postings.py).
         build_postings(conn, "passages_fts")
+        t2 = time.perf_counter()
+        self.stages_s = {"full-text": round(t1 - t0, 3), "postings": round(t2 - t1, 3)}
         reused = 0
         if encoder is not None:
             reused = self._store_vectors(encoder, progress, reuse)
             meta = {**meta, "dense_model": encoder.model_id}
+            self.stages_s["vectors"] = round(time.perf_counter() - t2, 3)
         values = {
             **meta,
             "schema": SCHEMA_VERSION,
@@ -354,19 +367,47 @@ class EmbeddedRetriever:
     def _search(
         self, query: str, *, top_k: int, title_boost: float, doc_ids: Sequence[str] | None
     ) -> list[Evidence]:
-        match = fts5_match_expression(query)
-        if match is None or top_k < 1:
+        if top_k < 1:
             return []
+        # Stage 1 fetches the re-ranking window; stage 2 re-scores it (RANKING_VERSION).
+        depth = max(int(top_k), RERANK_DEPTH if self._dense is None else DENSE_DEPTH)
+        rows = self._ranked_rows(query, title_boost, depth, doc_ids)
+        if rows is None:
+            return []
+        # bm25() is negated (lower is better); stage 2 wants higher-is-better.
+        candidates = [Candidate(-row[6], row[2], row[3], lead=row[4] == 0) for row in rows]
+        if self._dense is None:
+            order = rerank_order(query, candidates, top_k)
+        else:
+            # Fusion reads the whole stage-2 order; the dense list does the rescuing.
+            lexical = rerank_order(query, candidates, max(int(top_k), DENSE_DEPTH), keep_first=0)
+            rows, order = self._dense.fuse(query, rows, lexical, top_k, doc_ids)
+        return [_evidence(rank, round(score, 6), rows[i])
+                for rank, (i, score) in enumerate(order, start=1)]
+
+    def first_stage(self, query: str, *, title_boost: float, depth: int) -> list[Evidence]:
+        """The first stage's best ``depth`` passages in its order, before stage 2 (``score``:
+        BM25F, higher is better): what stage 2 would choose from, for diagnostics and the
+        scale benchmark, which reads far past the re-ranking window."""
+        rows = self._ranked_rows(query, title_boost, int(depth), None) or []
+        return [_evidence(rank, -row[6], row) for rank, row in enumerate(rows, start=1)]
+
+    def _ranked_rows(
+        self, query: str, title_boost: float, depth: int, doc_ids: Sequence[str] | None
+    ) -> list[Any] | None:
+        """The first stage's best ``depth`` rows (``_SEARCH_SQL``'s shape), best first;
+        None when nothing can match (no term in the question, no document allowed)."""
+        match = fts5_match_expression(query)
+        if match is None or depth < 1:
+            return None
         where = ""
         filter_params: list[str] = []
         if doc_ids is not None:
             if not doc_ids:
-                return []
+                return None
             marks = ", ".join("?" * len(doc_ids))
             where = f" AND rowid IN (SELECT rowid FROM passages WHERE doc_id IN ({marks}))"
             filter_params = list(doc_ids)
-        # Stage 1 fetches the re-ranking window; stage 2 re-scores it (RANKING_VERSION).
-        depth = max(int(top_k), RERANK_DEPTH if self._dense is None else DENSE_DEPTH)
         params: list[Any] = [float(title_boost), match, *filter_params, depth]
         try:
             rows = None if doc_ids is not None else self._first_stage(query, title_boost, depth)
@@ -378,29 +419,7 @@ class EmbeddedRetriever:
             raise RetrievalError(
                 f"embedded index {self.path}: query failed ({exc}); rebuild it with `qfarm index --force`"
             ) from exc
-        # bm25() is negated (lower is better); stage 2 wants higher-is-better.
-        candidates = [Candidate(-row[6], row[2], row[3], lead=row[4] == 0) for row in rows]
-        if self._dense is None:
-            order = rerank_order(query, candidates, top_k)
-        else:
-            # Fusion reads the whole stage-2 order; the dense list does the rescuing.
-            lexical = rerank_order(query, candidates, max(int(top_k), DENSE_DEPTH), keep_first=0)
-            rows, order = self._dense.fuse(query, rows, lexical, top_k, doc_ids)
-        return [
-            Evidence(
-                id=f"E{rank}",
-                doc_id=doc_id,
-                chunk_id=chunk_id,
-                title=title,
-                text=text,
-                score=round(score, 6),
-                offset_start=start,
-                offset_end=end,
-            )
-            for rank, (score, (doc_id, chunk_id, title, text, start, end, _, _)) in enumerate(
-                ((score, rows[i]) for i, score in order), start=1
-            )
-        ]
+        return rows
 
     def _reader(self) -> PostingsReader | None:
         if not self._postings_checked:

@@ -68,6 +68,9 @@ class IngestReport:
     replaced: list[str] = field(default_factory=list)  # indices the alias left
     pruned: list[str] = field(default_factory=list)
     vectors_reused: int = 0  # --dense: passage vectors copied from the index replaced
+    # Embedded builds: seconds per stage ("documents": read, chunked and stored; then the
+    # writer's "full-text", "postings" and, with --dense, "vectors"), where a build's time went.
+    stages_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def passages_per_s(self) -> float:
@@ -215,11 +218,13 @@ def _build_embedded_locked(
                 )
         if writer.documents == 0:
             raise InputError(f"{source.path}: no documents could be read; nothing was indexed")
+        report.stages_s["documents"] = round(time.perf_counter() - t0, 3)
         # Vectors of unchanged passages come from the index being replaced (not with --force).
         reuse = dest if encoder is not None and not force and dest.exists() else None
         report.vectors_reused = writer.finish(
             _meta(source, version), encoder=encoder, progress=progress, reuse=reuse
         )
+        report.stages_s.update(writer.stages_s)
         os.replace(tmp, dest)
     except BaseException:
         writer.abort()

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +38,6 @@ SCHEMA = """
 CREATE TABLE postings(token TEXT PRIMARY KEY, rowids BLOB NOT NULL, tf BLOB NOT NULL);
 CREATE TABLE postings_stats(key TEXT PRIMARY KEY, value BLOB NOT NULL);
 """
-_COLUMNS = {"title": 0, "text": 1}
 # Tokens' postings kept decoded per retriever, by bytes (a common token's at a million
 # passages is about a megabyte).
 CACHE_BYTES = 64 * 2**20
@@ -68,9 +68,12 @@ def index_has_postings(path: Path) -> bool:
 
 def build_postings(conn: sqlite3.Connection, fts_table: str, batch: int = 2048) -> int:
     """Write the postings of ``fts_table`` (built and optimized) into ``conn``'s file;
-    returns the tokens written. One pass over FTS5's instance list, in token order, read
-    in slices: what is held at once is a slice and the current token's instances (8 bytes
-    each: tens of megabytes for the commonest token of a million passages)."""
+    returns the tokens written. One scan of FTS5's instance list grouped by token (FTS5
+    lists it in token order: no sort), each token's instances as one string of numbers
+    that SQLite writes and NumPy parses: a row a token instead of a Python tuple an
+    instance, which was most of a million-passage build. What is held at once is one
+    token's instances (8 bytes each: tens of megabytes for the commonest token of a
+    million passages)."""
     conn.executescript(SCHEMA)
     conn.execute(
         f"CREATE VIRTUAL TABLE temp.qfarm_instances USING fts5vocab(main, {fts_table}, 'instance')"
@@ -80,29 +83,22 @@ def build_postings(conn: sqlite3.Connection, fts_table: str, batch: int = 2048) 
     lengths = np.zeros(max_rowid + 1, dtype=np.int64)
     pending: list[tuple[str, bytes, bytes]] = []
     written = 0
-
-    def emit(token: str, parts: list[np.ndarray]) -> None:
-        nonlocal pending, written
-        rowids, tf = _postings_of(np.concatenate(parts))
-        lengths[rowids] += tf.sum(axis=1)
-        pending.append((token, rowids.astype("<i4").tobytes(), tf.astype("<u2").tobytes()))
+    # Each instance as rowid x 2 + column (0 title, 1 text), comma-separated per token.
+    grouped = conn.execute(
+        "SELECT term, group_concat(doc * 2 + (col = 'text'), ',') FROM temp.qfarm_instances"
+        " GROUP BY term"
+    )
+    for token, text in grouped:
+        if len(text) < _FEW_CHARS:
+            pending.append((token, *_few_postings(text, lengths)))
+        else:
+            rowids, tf = _postings_of(np.fromstring(text, dtype=np.int64, sep=","))
+            lengths[rowids] += tf.sum(axis=1)
+            pending.append((token, rowids.astype("<i4").tobytes(), tf.astype("<u2").tobytes()))
         if len(pending) >= batch:
             conn.executemany("INSERT INTO postings VALUES (?, ?, ?)", pending)
             written += len(pending)
             pending = []
-
-    token: str | None = None
-    parts: list[np.ndarray] = []
-    for terms, codes in _instance_slices(conn):
-        cuts = np.flatnonzero(terms[1:] != terms[:-1]) + 1
-        for start, end in zip([0, *cuts.tolist()], [*cuts.tolist(), len(terms)], strict=True):
-            if terms[start] != token:
-                if token is not None:
-                    emit(token, parts)
-                token, parts = str(terms[start]), []
-            parts.append(codes[start:end])
-    if token is not None:
-        emit(token, parts)
     conn.executemany("INSERT INTO postings VALUES (?, ?, ?)", pending)
     written += len(pending)
     conn.execute("DROP TABLE temp.qfarm_instances")
@@ -114,26 +110,49 @@ def build_postings(conn: sqlite3.Connection, fts_table: str, batch: int = 2048) 
     return written
 
 
-def _instance_slices(
-    conn: sqlite3.Connection, size: int = 1 << 16
-) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """FTS5's instance list in slices: (tokens, passage rowid x 2 + column) per instance."""
-    cursor = conn.execute("SELECT term, doc, col FROM temp.qfarm_instances")
-    while rows := cursor.fetchmany(size):
-        terms = np.array([r[0] for r in rows], dtype=object)
-        codes = np.array([r[1] * 2 + _COLUMNS[r[2]] for r in rows], dtype=np.int64)
-        yield terms, codes
+# A token whose instances take fewer characters than this (a dozen or so: most tokens)
+# is counted in Python: NumPy's calls cost more than the work on so few numbers.
+_FEW_CHARS = 128
+
+
+def _few_postings(text: str, lengths: np.ndarray) -> tuple[bytes, bytes]:
+    """``_postings_of`` of a few instances, as the bytes stored; adds to ``lengths``."""
+    counts: dict[int, list[int]] = {}
+    for code in map(int, text.split(",")):
+        pair = counts.get(code >> 1)
+        if pair is None:
+            pair = counts[code >> 1] = [0, 0]
+        pair[code & 1] += 1
+    rowids = sorted(counts)
+    for rowid in rowids:
+        lengths[rowid] += sum(counts[rowid])
+    tf = [n for rowid in rowids for n in counts[rowid]]
+    return struct.pack(f"<{len(rowids)}i", *rowids), struct.pack(f"<{len(tf)}H", *tf)
 
 
 def _postings_of(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(rowids, counts[title, text]) of one token from its instances' rowid x 2 + column."""
-    codes, counts = np.unique(codes, return_counts=True)
-    rowids = np.unique(codes // 2)
+    """(rowids, counts[title, text]) of one token from its instances' rowid x 2 + column.
+
+    FTS5 lists a token's instances by passage and column, so ``codes`` come sorted and
+    equal ones are runs (sorted here if not)."""
+    step = np.diff(codes)
+    if (step < 0).any():
+        codes = np.sort(codes)
+        step = np.diff(codes)
+    starts = np.flatnonzero(np.concatenate(([True], step != 0)))
+    unique = codes[starts]
+    counts = np.diff(np.append(starts, len(codes)))
+    rowid_of = unique >> 1
+    new_rowid = np.concatenate(([True], rowid_of[1:] != rowid_of[:-1]))
+    rowids = rowid_of[new_rowid]
     tf = np.zeros((len(rowids), 2), dtype=np.int64)
-    tf[np.searchsorted(rowids, codes // 2), codes % 2] = counts
-    if tf.max() > np.iinfo(np.uint16).max:
+    tf[np.cumsum(new_rowid) - 1, unique & 1] = counts
+    if tf.max() > _MAX_TF:
         raise ValueError("a passage holds a token more than 65,535 times: chunk it smaller")
     return rowids, tf
+
+
+_MAX_TF = int(np.iinfo(np.uint16).max)
 
 
 class PostingsReader:
