@@ -24,10 +24,9 @@ import hashlib
 import json
 import os
 import re
-from array import array
-from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from qfarm.producer.store import ProducerStore
 
@@ -89,20 +88,21 @@ def fingerprint(job_id: str) -> int:
 
 
 class JobIdSet:
-    """Job ids seen, as fingerprints: a sorted array of 8-byte integers searched by bisection
-    and a small set of the latest ones, merged into the array once it holds ``MERGE_AT``
-    (NumPy merges; imported then, so the command line and small runs never load it)."""
+    """Job ids seen, as fingerprints: a sorted array of 8-byte integers and a small set of
+    the latest ones, merged into the array once it holds ``MERGE_AT``. NumPy is imported
+    then (so the command line and small runs never load it), and a merge inserts the new
+    fingerprints into a copy of the array: 16 bytes a job at that moment, 8 after."""
 
     MERGE_AT = 1 << 15
 
     def __init__(self, ids: Iterable[str] = ()) -> None:
-        self._sorted = array("q")
+        self._sorted: Any = None  # a NumPy int64 array once merged
         self._recent: set[int] = set()
         for job_id in ids:
             self.add(job_id)
 
     def __len__(self) -> int:
-        return len(self._sorted) + len(self._recent)
+        return (0 if self._sorted is None else len(self._sorted)) + len(self._recent)
 
     def __contains__(self, job_id: object) -> bool:
         return isinstance(job_id, str) and self._has(fingerprint(job_id))
@@ -110,8 +110,11 @@ class JobIdSet:
     def _has(self, fp: int) -> bool:
         if fp in self._recent:
             return True
-        at = bisect_left(self._sorted, fp)
-        return at < len(self._sorted) and self._sorted[at] == fp
+        known = self._sorted
+        if known is None:
+            return False
+        at = int(known.searchsorted(fp))
+        return at < len(known) and int(known[at]) == fp
 
     def add(self, job_id: str) -> bool:
         """Add ``job_id``; False if it was there already."""
@@ -127,8 +130,11 @@ class JobIdSet:
         import numpy as np  # a dependency of matplotlib's
 
         fresh = np.fromiter(self._recent, dtype=np.int64, count=len(self._recent))
-        merged = np.union1d(np.frombuffer(self._sorted, dtype=np.int64), fresh)
-        self._sorted = array("q", merged.tobytes())
+        fresh.sort()
+        if self._sorted is None:
+            self._sorted = fresh
+        else:  # none of them is in the array (``add`` checked): one copy, no union
+            self._sorted = np.insert(self._sorted, self._sorted.searchsorted(fresh), fresh)
         self._recent = set()
 
 

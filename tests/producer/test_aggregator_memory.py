@@ -25,23 +25,27 @@ def test_membership_and_duplicates_across_merges() -> None:
     assert f"{5_000:020x}" not in ids and 3 not in ids
 
 
-def held_bytes(count: int) -> int:
+def held_bytes(count: int) -> tuple[int, int]:
+    """(bytes held, peak bytes) after adding ``count`` ids."""
     tracemalloc.start()
     try:
         ids = JobIdSet()
         ids.MERGE_AT = 1024  # type: ignore[misc]
         for i in range(count):
             ids.add(f"{i:020x}")
-        return tracemalloc.get_traced_memory()[0]
+        return tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
 
 
 def test_memory_is_about_eight_bytes_an_id() -> None:
-    small, large = held_bytes(10_000), held_bytes(60_000)
+    (small, small_peak), (large, large_peak) = held_bytes(10_000), held_bytes(60_000)
     per_id = (large - small) / 50_000
     # The newest ids (fewer than MERGE_AT) sit in a set at about 60 bytes each: bounded.
     assert per_id < 16, per_id
+    # A merge holds the array and its one new copy (a union of the two took five copies:
+    # 35 MB at a million ids instead of 20).
+    assert (large_peak - small_peak) / 50_000 < 24, (large_peak - small_peak) / 50_000
 
 
 def test_an_eager_aggregator_forgets_the_rows_it_wrote(tmp_path: Path) -> None:
