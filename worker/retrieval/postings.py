@@ -89,12 +89,8 @@ def build_postings(conn: sqlite3.Connection, fts_table: str, batch: int = 2048) 
         " GROUP BY term"
     )
     for token, text in grouped:
-        if len(text) < _FEW_CHARS:
-            pending.append((token, *_few_postings(text, lengths)))
-        else:
-            rowids, tf = _postings_of(np.fromstring(text, dtype=np.int64, sep=","))
-            lengths[rowids] += tf.sum(axis=1)
-            pending.append((token, rowids.astype("<i4").tobytes(), tf.astype("<u2").tobytes()))
+        stored = _few_postings if len(text) < _FEW_CHARS else _many_postings
+        pending.append((token, *stored(text, lengths)))
         if len(pending) >= batch:
             conn.executemany("INSERT INTO postings VALUES (?, ?, ?)", pending)
             written += len(pending)
@@ -115,8 +111,16 @@ def build_postings(conn: sqlite3.Connection, fts_table: str, batch: int = 2048) 
 _FEW_CHARS = 128
 
 
+def _many_postings(text: str, lengths: np.ndarray) -> tuple[bytes, bytes]:
+    """A token's stored (rowids, tf) from its comma-separated instances (rowid x 2 +
+    column); adds its counts to ``lengths``."""
+    rowids, tf = _postings_of(np.fromstring(text, dtype=np.int64, sep=","))
+    lengths[rowids] += tf.sum(axis=1)
+    return rowids.astype("<i4").tobytes(), tf.astype("<u2").tobytes()
+
+
 def _few_postings(text: str, lengths: np.ndarray) -> tuple[bytes, bytes]:
-    """``_postings_of`` of a few instances, as the bytes stored; adds to ``lengths``."""
+    """``_many_postings`` of a few instances, counted in Python."""
     counts: dict[int, list[int]] = {}
     for code in map(int, text.split(",")):
         pair = counts.get(code >> 1)
