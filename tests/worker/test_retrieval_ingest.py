@@ -149,10 +149,12 @@ def test_build_search_and_versions(tmp_path: Path) -> None:
     dest = tmp_path / "idx.sqlite"
     report = build_embedded_index(CorpusSource.resolve(corpus), dest, progress=False)
     assert (report.built, report.documents, report.passages, report.error_count) == (True, 3, 3, 0)
-    # Where the build's time went, each stage measured once and within the whole.
+    # Where the build's time went, each stage measured once and within the whole
+    # (each stage is rounded to the millisecond, so the sum may exceed it by half a
+    # millisecond a stage).
     assert list(report.stages_s) == ["documents", "full-text", "postings"]
     assert all(s >= 0 for s in report.stages_s.values())
-    assert sum(report.stages_s.values()) <= report.elapsed_s
+    assert sum(report.stages_s.values()) <= report.elapsed_s + 0.0005 * len(report.stages_s)
     retriever = EmbeddedRetriever(dest)
     try:
         hits = retriever.search("highest mountain", top_k=2, title_boost=2.0)
