@@ -161,9 +161,10 @@ def test_resume_after_the_queue_is_lost_finishes_exactly_the_missing_jobs(farm, 
 
 def test_cancel_stops_a_run(farm, tmp_path):
     qfile = write_questions(tmp_path / "q.txt")
-    # Bundles of 8 (75 messages), not the default 32 (19): the cancel must find messages
-    # still queued once the first rows are in.
-    res = farm.qfarm("sweep", str(qfile), "-n", "10", "--detach", "--quiet",
+    # 6,000 jobs in bundles of 8 (750 messages), not 600 in the default 32: the cancel must
+    # find messages still queued once the first rows are in, and on a zero-latency simulator
+    # two worker threads finished 600 jobs before a loaded host had started `qfarm cancel`.
+    res = farm.qfarm("sweep", str(qfile), "-n", "100", "--detach", "--quiet",
                      env={**farm.env, "QFARM_BUNDLE_SIZE": "8"})
     assert res.returncode == 0, res.stderr
     run_id = run_id_from(res.stderr)
@@ -185,12 +186,12 @@ def test_cancel_stops_a_run(farm, tmp_path):
             break
         settled = now
     time.sleep(4.0)
-    assert len(farm.rows(run_id)) == settled < 600
+    assert len(farm.rows(run_id)) == settled < 6000
     res = farm.qfarm("sweep", "--attach", run_id, "--quiet", timeout_s=120)
     assert res.returncode == ExitCode.FAILED, res.stderr  # a cancelled run exits 1
     assert "was cancelled" in res.stderr
     summary = (Path(farm.env["QFARM_RESULTS_DIR"]) / run_id / "summary.md").read_text()
-    assert f"Run cancelled: {600 - settled} of 600 jobs were cancelled" in summary
+    assert f"Run cancelled: {6000 - settled} of 6000 jobs were cancelled" in summary
 
 
 def test_a_pickled_message_is_refused(farm):
