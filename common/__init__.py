@@ -3,7 +3,8 @@
 At the top, what every process agrees on: the vocabulary (``vocab``), the error tree
 (``errors``), records that cross processes (``models``, ``jobs``), the run's policy
 and model profiles (``policy``, ``profiles``), settings, Redis keys, metric names,
-question files, version stamps, URL and text hygiene, a run's status. Below it, by
+question files, version stamps, URL and text hygiene, a run's status, the back-off of a
+retry (its jitter from a random source the caller may pass). Below it, by
 what the farm does: ``grounding/`` (from a question's quantifier to a verified row),
 ``retrieval/`` (passages, query bodies and ranking, retrieval figures) and
 ``reporting/`` (run statistics, summaries, comparisons). Top-level modules import no
@@ -24,6 +25,7 @@ if not __name__.startswith("qfarm."):  # imported by its folder's bare name from
 # The public submodules (tests/test_public_surface.py pins them). The contracts and the three
 # concerns; redis_urls is settings' own.
 __all__ = [
+    "backoff",
     "errors",
     "grounding",
     "jobs",

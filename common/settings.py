@@ -130,7 +130,7 @@ class Settings(BaseSettings):
     es_verify_certs: bool = True
     es_index: str = Field(default="qfarm-passages", min_length=1)
     es_timeout_s: float = Field(default=10.0, gt=0)
-    # per request, on connection errors, timeouts, 429 and 502-504 only
+    # per request, at once, on connection errors, timeouts and 502-504 only (429: back-off)
     es_max_retries: int = Field(default=2, ge=0)
     es_shards: int = Field(default=1, ge=1)  # primary shards of a new passages index (qfarm index)
     es_replicas: int = Field(default=0, ge=0)  # replicas once a new passages index is filled

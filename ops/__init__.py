@@ -11,4 +11,4 @@ if not __name__.startswith("qfarm."):  # imported by its folder's bare name from
 
 # The public submodules (tests/test_public_surface.py pins them). farm (the supervisord
 # driver) runs as ``python -m qfarm.ops.farm``, not imported.
-__all__ = ["local", "sim"]
+__all__ = ["local", "search", "sim"]

@@ -26,6 +26,7 @@ COMMANDS = (
     "search",
     "sim",
     "local-model",
+    "search-server",
     "report",
     "compare",
     "verify",

@@ -23,7 +23,7 @@ FOLDERS = ("common", "worker", "producer", "ops")  # installed as qfarm.<folder>
 # package: (its __all__, its internal modules: imported only from inside the package)
 SURFACE: dict[str, tuple[list[str], list[str]]] = {
     "qfarm.common": (
-        ["errors", "grounding", "jobs", "keys", "logs", "metrics", "models", "policy", "profiles",
+        ["backoff", "errors", "grounding", "jobs", "keys", "logs", "metrics", "models", "policy", "profiles",
          "questions", "record", "reporting", "retrieval", "runstatus", "settings", "text", "urls",
          "versions", "vocab"],
         ["redis_urls"],
@@ -66,7 +66,8 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
          "source"],
     ),
     "qfarm.producer.viewer.pages": ([], ["compare", "progress", "row", "rows", "run", "runs"]),
-    "qfarm.ops": (["local", "sim"], ["farm", "process"]),
+    "qfarm.ops": (["local", "search", "sim"], ["farm", "process"]),
+    "qfarm.ops.search": (["launch"], []),
     "qfarm.ops.local": (["launch"], []),
     "qfarm.ops.sim": (
         ["SIMULATOR_OWNER"], ["behaviour", "faults", "latency", "metrics", "protocol"]
@@ -75,7 +76,8 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
     "qfarm.commands": (
         [],
         ["ask", "cancel", "compare", "eval_retrieval", "index", "local_model", "policy",
-         "report", "search", "serve", "sets", "sim", "status", "sweep", "verify", "view"],
+         "report", "search", "search_server", "serve", "sets", "sim", "status", "sweep", "verify",
+         "view"],
     ),
 }  # fmt: skip
 

@@ -102,6 +102,31 @@ def index_body(
     }
 
 
+def mapping_problems(mappings: Mapping[str, Any]) -> list[str]:
+    """What keeps an index's ``mappings`` from being one ``qfarm index`` built ([] if nothing).
+
+    The farm reads passages by these fields and ranks with this analyzer; an index made
+    some other way (by hand, by another tool, by a dynamic mapping) would answer searches
+    with evidence the verifier cannot check, or none, so it is refused before a run.
+    """
+    wanted = index_body()["mappings"]["properties"]
+    found = mappings.get("properties") or {}
+    problems = []
+    for field, spec in wanted.items():
+        have = found.get(field)
+        if not isinstance(have, Mapping):
+            problems.append(f"no field '{field}'")
+        elif have.get("type") != spec["type"]:
+            problems.append(f"field '{field}' is {have.get('type')!r}, not {spec['type']!r}")
+        elif "analyzer" in spec and have.get("analyzer") != spec["analyzer"]:
+            problems.append(f"field '{field}' is analyzed by {have.get('analyzer') or 'standard'!r}, "
+                            f"not {spec['analyzer']!r}")
+    meta = mappings.get("_meta") or {}
+    if not (meta.get("index_version") or (meta.get("corpus_digest") and meta.get("chunker_version"))):
+        problems.append("no _meta with the index version")
+    return problems
+
+
 def serving_settings(*, replicas: int = 0) -> dict[str, Any]:
     """Settings restored after a bulk load, before the alias points at the index."""
     return {"index": {"refresh_interval": "1s", "number_of_replicas": replicas}}
@@ -123,6 +148,7 @@ __all__ = [
     "index_template_body",
     "index_version_for",
     "is_versioned_index_of",
+    "mapping_problems",
     "served_index_version",
     "serving_settings",
     "versioned_index_name",

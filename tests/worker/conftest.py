@@ -5,9 +5,8 @@
   points a ``Settings`` at it.
 * ``eager_run``: a factory of what an in-process run needs (services on an in-memory
   Redis with the given gateway, the run's manifest, its jobs), closed after the test.
-* ``search_server`` / ``search_url``: an ``osmem-server`` process (in-memory
-  OpenSearch-compatible HTTP server, started once per session and stopped at
-  its end) and a fresh copy-on-write clone of it per test.
+* ``search_url``: the session's real OpenSearch node (``search_node``, tests/conftest.py),
+  emptied before each test.
 """
 
 from __future__ import annotations
@@ -71,21 +70,14 @@ def eager_run(default_index: Path) -> Iterator[Callable[[Any, Sequence[str], int
         svc.close()
 
 
-@pytest.fixture(scope="session")
-def search_server() -> Iterator[Any]:
-    from osmem_server import OsmemServer
-
-    server = OsmemServer.start(japanese=False, startup_timeout=60.0)
-    try:
-        yield server
-    finally:
-        server.close()
-
-
 @pytest.fixture
-def search_url(search_server: Any) -> Iterator[str]:
-    clone = search_server.clone()
-    try:
-        yield clone.url
-    finally:
-        clone.close()
+def search_url(search_node: Any) -> Iterator[str]:
+    """The session's OpenSearch node, emptied of every index and alias before the test."""
+    wipe_search_node(search_node.url)
+    yield search_node.url
+
+
+def wipe_search_node(url: str) -> None:
+    import httpx
+
+    httpx.delete(f"{url}/_all", timeout=60).raise_for_status()

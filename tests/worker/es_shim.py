@@ -1,12 +1,12 @@
-"""Test-only HTTP shim that lets the official ``elasticsearch`` client talk to osmem-server.
+"""Test-only HTTP shim that lets the official ``elasticsearch`` client talk to an OpenSearch node.
 
-Why: no Elasticsearch server can be installed here, and osmem-server speaks
-the OpenSearch dialect of the same REST API. Two things stand between it and
+Why: the tests' search engine is a real OpenSearch node, which speaks the OpenSearch
+dialect of the same REST API. Two things stand between it and
 the Elasticsearch client, both about headers, not about the API:
 
 * the client sends ``Content-Type``/``Accept`` as
   ``application/vnd.elasticsearch+json; compatible-with=9`` (and
-  ``…+x-ndjson`` for bulk/msearch), which osmem refuses; the shim forwards them
+  ``…+x-ndjson`` for bulk/msearch), which OpenSearch refuses; the shim forwards them
   as plain ``application/json`` / ``application/x-ndjson``;
 * the client refuses any answer without ``X-Elastic-Product: Elasticsearch``
   (its product check); the shim adds that header to every response.

@@ -155,7 +155,7 @@ def test_elasticsearch_options_from_settings(tmp_path: Path) -> None:
     assert opts["hosts"] == ["https://es:9200"] and opts["api_key"] == "k"
     assert opts["ca_certs"] == str(tmp_path / "ca.pem") and opts["verify_certs"] is True
     assert (opts["request_timeout"], opts["max_retries"], opts["retry_on_timeout"]) == (7, 3, True)
-    assert set(opts["retry_on_status"]) == {429, 502, 503, 504}  # transient only
+    assert set(opts["retry_on_status"]) == {502, 503, 504}  # 429: back-off, not at once
     basic = es_backend.client_options(
         Settings(es_username="u", es_password=SecretStr("p"), data_dir=tmp_path)
     )

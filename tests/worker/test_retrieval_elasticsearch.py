@@ -1,13 +1,15 @@
 """The Elasticsearch backend through the official ``elasticsearch`` client.
 
-There is no Elasticsearch server on these machines. The client is driven
-against osmem-server (an in-memory OpenSearch-compatible HTTP server) through
+The client is driven against the session's real OpenSearch node through
 ``es_shim.py`` in this directory, a loopback HTTP proxy that only rewrites
 headers: it forwards the client's ``application/vnd.elasticsearch+json;
-compatible-with=9`` content types as plain JSON (osmem refuses the vendor
+compatible-with=9`` content types as plain JSON (OpenSearch refuses the vendor
 type) and adds ``X-Elastic-Product: Elasticsearch`` to every response (the
 client's product check refuses answers without it). Everything else (paths,
-bodies, status codes) is what the backend really sends and receives.
+bodies, status codes) is what the backend really sends and what a Lucene
+engine really answers; what these tests cover is the client, its errors and
+its version checks on the query language the two engines share, not
+Elasticsearch's own ranking.
 """
 
 from __future__ import annotations
@@ -122,7 +124,7 @@ def test_missing_index_says_run_qfarm_index(retriever: ClusterRetriever) -> None
 
 
 def test_without_the_shim_the_client_refuses_the_server(search_url: str, tmp_path: Path) -> None:
-    """What the shim is for: pointed straight at osmem, the client gets no usable answer."""
+    """What the shim is for: pointed straight at OpenSearch, the client gets no usable answer."""
     settings = Settings(
         retriever="elasticsearch", es_url=search_url, es_max_retries=0, data_dir=tmp_path
     )

@@ -12,6 +12,7 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor, Future
 from typing import Any, TypeVar
 
+from qfarm.common.backoff import RetryPolicy, compute_backoff
 from qfarm.common.errors import (
     PermanentServiceError,
     QueueFullError,
@@ -28,7 +29,6 @@ from qfarm.worker.llm.batcher import BatchItem, MicroBatcher
 from qfarm.worker.llm.client import FINISHED_OK, Choice, Reply
 from qfarm.worker.llm.pool import EndpointPool
 from qfarm.worker.llm.replies import fit_context, split_usage, to_generation
-from qfarm.worker.llm.retry import RetryPolicy, compute_backoff
 
 log = logging.getLogger("qfarm.llm")
 T = TypeVar("T")

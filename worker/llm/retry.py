@@ -1,4 +1,6 @@
-"""The gateway's one retry layer, as pure functions (dramatiq's ``compute_backoff`` idea).
+"""The gateway's one retry layer, as pure functions (the back-off schedule itself,
+dramatiq's ``compute_backoff`` idea, is ``qfarm.common.backoff``, shared with the search
+backends).
 
 Nothing else in qfarm retries an LLM call: Celery tasks do not retry on
 ``ServiceError`` and the HTTP client is built with no retries of its own, so
@@ -23,35 +25,15 @@ that, whatever it sends (a huge number, ``inf``, a date decades away).
 from __future__ import annotations
 
 import email.utils
-import random
 import time
-from dataclasses import dataclass
 
 TRANSIENT_STATUSES = frozenset({408, 409, 425, 429})
 PERMANENT_5XX = frozenset({501, 505})
 DEFAULT_RETRY_AFTER_MAX_S = 60.0
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    max_attempts: int = 4
-    base_s: float = 0.25
-    max_s: float = 8.0
-
-
 def is_transient_status(status: int) -> bool:
     return status in TRANSIENT_STATUSES or (status >= 500 and status not in PERMANENT_5XX)
-
-
-def compute_backoff(attempt: int, policy: RetryPolicy, rng: random.Random | None = None) -> float:
-    """Seconds to wait after failed attempt ``attempt`` (1-based), with equal jitter.
-
-    Equal jitter (half fixed, half random) keeps a floor under the wait, so a
-    burst of failures never retries all at once and never retries at ~0 s.
-    """
-    ceiling = min(policy.max_s, policy.base_s * (2 ** max(attempt - 1, 0)))
-    r = (rng or random).random()
-    return ceiling / 2 + r * ceiling / 2
 
 
 def parse_retry_after(

@@ -15,8 +15,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
+from qfarm.common.backoff import RetryPolicy, compute_backoff
 from qfarm.common.errors import ConfigError, RetrievalError
 from qfarm.common.models import Evidence
 from qfarm.common.retrieval import index as indexes
@@ -33,11 +35,26 @@ class ClientErrors:
     connection: tuple[type[BaseException], ...]
     not_found: tuple[type[BaseException], ...]
     api: tuple[type[BaseException], ...]
+    # Matched before ``connection``: both clients' timeout classes are connection errors.
+    timeout: tuple[type[BaseException], ...] = ()
     wrong_product: tuple[type[BaseException], ...] = ()
 
 
-# Transient statuses both clients retry (QFARM_ES_MAX_RETRIES); others fail at once.
-RETRY_ON_STATUS = (429, 502, 503, 504)
+# Transient statuses both clients retry at once (QFARM_ES_MAX_RETRIES); others fail at once.
+RETRY_ON_STATUS = (502, 503, 504)
+# A rejection (HTTP 429, ``es_rejected_execution_exception``: the node's search queue is
+# full) asks for the search later, so it is not the clients' immediate retry: searches
+# are sent again on this schedule (0.1 s doubling to 4 s, equal jitter: 10 tries over about
+# 14 s), and only then become an error row. A rejection never becomes an empty evidence map.
+REJECTION_RETRY = RetryPolicy(max_attempts=10, base_s=0.1, max_s=4.0)
+
+
+def _rejected(error: object) -> bool:
+    """A 429 or a search-queue rejection, from an exception or an ``_msearch`` item."""
+    if isinstance(error, Mapping):
+        text = str(error.get("error", ""))
+        return error.get("status") == 429 or "rejected_execution" in text
+    return _status(error) == 429 if isinstance(error, BaseException) else False
 
 
 def _status(exc: BaseException) -> int | None:
@@ -58,6 +75,9 @@ class ClusterRetriever:
         alias: str,
         errors: ClientErrors,
         bulk: Callable[..., Iterable[tuple[bool, dict[str, Any]]]],
+        query_type: str = "combined_fields",
+        timeout_s: float = 10.0,
+        rejection_retry: RetryPolicy = REJECTION_RETRY,
     ):
         self.backend = backend
         self.client = client
@@ -68,7 +88,10 @@ class ClusterRetriever:
         self._version: tuple[float, str] | None = None
         # BM25F where the server has it; the first refusal switches to the
         # nearest shape for the life of this retriever (see _fall_back).
-        self.query_type = "combined_fields"
+        self.query_type = query_type
+        self.timeout_s = timeout_s
+        self.rejection_retry = rejection_retry
+        self.rejections = 0  # searches a full queue rejected and that were sent again
 
     # ------------------------------------------------------------------ errors
 
@@ -78,6 +101,12 @@ class ClusterRetriever:
         e = self._errors
         try:
             yield
+        except e.timeout as exc:
+            raise RetrievalError(
+                f"{self.backend} at {self.url} did not answer {what} within "
+                f"{self.timeout_s:g} s ({type(exc).__name__}); the cluster is overloaded or "
+                "hung: check it, or raise QFARM_ES_TIMEOUT_S"
+            ) from exc
         except e.connection as exc:
             raise RetrievalError(
                 f"{self.backend} at {self.url} is unreachable ({what}: {type(exc).__name__}); "
@@ -143,54 +172,101 @@ class ClusterRetriever:
             if body is None:
                 return []
             try:
-                with self.translate_errors("search"):
-                    response = self.client.search(index=self.alias, body=body)
+                response = self._with_rejection_retries(
+                    "search", partial(self.client.search, index=self.alias, body=body)
+                )
             except RetrievalError as exc:
                 if self._fall_back(exc.__cause__):
                     continue
                 raise
             return search_query.evidence_from_hits(ranking.rerank_hits(query, response["hits"]["hits"], top_k))
 
+    def _with_rejection_retries(self, what: str, call: Callable[[], Any]) -> Any:
+        """``call()`` under ``translate_errors``, sent again after a rejection (REJECTION_RETRY)."""
+        attempt = 1
+        while True:
+            try:
+                with self.translate_errors(what):
+                    return call()
+            except RetrievalError as exc:
+                if not _rejected(exc.__cause__) or attempt >= self.rejection_retry.max_attempts:
+                    if _rejected(exc.__cause__):
+                        raise RetrievalError(
+                            f"{self.backend} at {self.url} rejected {what} {attempt} times "
+                            "(HTTP 429: its search queue is full); the cluster is saturated: "
+                            "run fewer workers or give the cluster more search threads"
+                        ) from exc.__cause__
+                    raise
+            self.rejections += 1
+            time.sleep(compute_backoff(attempt, self.rejection_retry))
+            attempt += 1
+
     def search_many(
         self, queries: Sequence[str], *, top_k: int, title_boost: float
     ) -> list[list[Evidence]]:
-        """One ``_msearch`` for all questions; questions without words get ``[]``."""
+        """One ``_msearch`` for all questions; questions without words get ``[]``.
+
+        Searches the node rejected (a full search queue answers 429 per search inside a
+        200) are sent again, alone, on the REJECTION_RETRY schedule.
+        """
         results: list[list[Evidence]] = [[] for _ in queries]
         if top_k < 1:
             return results
-        while True:
-            bodies = [
-                search_query.search_body(
-                    q,
+        pending = list(range(len(queries)))
+        attempt = 1
+        while pending:
+            bodies = {
+                i: search_query.search_body(
+                    queries[i],
                     top_k=max(top_k, ranking.RERANK_DEPTH),
                     title_boost=title_boost,
                     query_type=self.query_type,
                 )
-                for q in queries
-            ]
-            wanted = [b for b in bodies if b is not None]
+                for i in pending
+            }
+            wanted = [i for i in pending if bodies[i] is not None]
             if not wanted:
                 return results
-            with self.translate_errors("msearch"):
-                response = self.client.msearch(body=search_query.msearch_body(self.alias, wanted))
-            errors = [a["error"] for a in response["responses"] if "error" in a]
+            body = search_query.msearch_body(self.alias, [b for i in wanted if (b := bodies[i])])
+            try:
+                response = self._with_rejection_retries(
+                    "msearch", partial(self.client.msearch, body=body)
+                )
+            except RetrievalError as exc:
+                # A real node rejects the whole _msearch when it cannot parse a query type;
+                # a lenient one answers with an error per search (below).
+                if self._fall_back(exc.__cause__):
+                    continue
+                raise
+            answers = response["responses"]
+            errors = [a["error"] for a in answers if "error" in a and not _rejected(a)]
             if errors and self._fall_back(errors[0]):
                 continue
-            break
-        answers = iter(response["responses"])
-        for i, body in enumerate(bodies):
-            if body is None:
-                continue
-            answer = next(answers)
-            if "error" in answer:
-                if answer.get("status") == 404:
+            rejected: list[int] = []
+            for i, answer in zip(wanted, answers, strict=True):
+                if "error" not in answer:
+                    results[i] = search_query.evidence_from_hits(
+                        ranking.rerank_hits(queries[i], answer["hits"]["hits"], top_k)
+                    )
+                elif _rejected(answer):
+                    rejected.append(i)
+                elif answer.get("status") == 404:
                     raise self.missing_index_error("msearch")
+                else:
+                    raise RetrievalError(
+                        f"{self.backend} at {self.url}: msearch failed: {answer['error']}"
+                    )
+            if rejected and attempt >= self.rejection_retry.max_attempts:
                 raise RetrievalError(
-                    f"{self.backend} at {self.url}: msearch failed: {answer['error']}"
+                    f"{self.backend} at {self.url} rejected {len(rejected)} of the msearch's "
+                    f"searches {attempt} times (HTTP 429: its search queue is full); the cluster "
+                    "is saturated: run fewer workers or give the cluster more search threads"
                 )
-            results[i] = search_query.evidence_from_hits(
-                ranking.rerank_hits(queries[i], answer["hits"]["hits"], top_k)
-            )
+            if rejected:
+                self.rejections += len(rejected)
+                time.sleep(compute_backoff(attempt, self.rejection_retry))
+                attempt += 1
+            pending = rejected
         return results
 
     # ------------------------------------------------------------------ what is served
@@ -204,10 +280,25 @@ class ClusterRetriever:
                 return [self.alias]
         return []
 
-    def index_meta(self, index: str) -> dict[str, Any]:
+    def index_mappings(self, index: str) -> dict[str, Any]:
         with self.translate_errors("read mapping"):
             mapping = self.client.indices.get_mapping(index=index)
-        return dict((mapping.get(index) or {}).get("mappings", {}).get("_meta") or {})
+        return dict((mapping.get(index) or {}).get("mappings") or {})
+
+    def index_meta(self, index: str) -> dict[str, Any]:
+        return dict(self.index_mappings(index).get("_meta") or {})
+
+    def served_mappings(self, index: str) -> dict[str, Any]:
+        """``index``'s mappings; ``RetrievalError`` when ``qfarm index`` did not build it."""
+        mappings = self.index_mappings(index)
+        problems = indexes.mapping_problems(mappings)
+        if problems:
+            raise RetrievalError(
+                f"{self.backend} at {self.url}: index '{index}' behind '{self.alias}' is not a "
+                f"passages index qfarm built ({'; '.join(problems)}): build one with "
+                f"`qfarm index --backend {self.backend}`, or point QFARM_ES_INDEX at one"
+            )
+        return mappings
 
     def index_version(self) -> str:
         now = time.monotonic()
@@ -216,8 +307,9 @@ class ClusterRetriever:
         targets = self.alias_targets()
         if not targets:
             raise self.missing_index_error("index version")
+        meta = self.served_mappings(targets[0])["_meta"]
         # The ranking this code applies, not the one of the build (served_index_version).
-        version = indexes.served_index_version(self.index_meta(targets[0])) or targets[0]
+        version = indexes.served_index_version(meta) or targets[0]
         self._version = (now, version)
         return version
 

@@ -9,7 +9,8 @@ the two majors need different ``elastic-transport`` majors, so only one can be
 installed). Opening the backend asks the server its version with a request
 the client does not rewrite (``GET /``, ``Accept: */*``) and, on a mismatch,
 fails at once with the package to install instead of on the first search.
-Retries: connection errors, timeouts and HTTP 429/502/503/504 only
+Retries: connection errors, timeouts and HTTP 502/503/504 at once, by the client;
+rejections (HTTP 429) with back-off, by ``ClusterRetriever``; nothing else
 (``QFARM_ES_MAX_RETRIES``); every other error is raised at once as
 ``RetrievalError``.
 """
@@ -120,7 +121,8 @@ def open_elasticsearch(settings: Settings) -> ClusterRetriever:
         client.close()
         raise
     errors = ClientErrors(
-        connection=(elasticsearch.ConnectionError, elasticsearch.ConnectionTimeout),
+        connection=(elasticsearch.ConnectionError,),
+        timeout=(elasticsearch.ConnectionTimeout,),
         wrong_product=(elasticsearch.UnsupportedProductError,),
         not_found=(elasticsearch.NotFoundError,),
         api=(elasticsearch.ApiError, elasticsearch.TransportError),
@@ -132,4 +134,5 @@ def open_elasticsearch(settings: Settings) -> ClusterRetriever:
         alias=settings.es_index,
         errors=errors,
         bulk=helpers.streaming_bulk,
+        timeout_s=settings.es_timeout_s,
     )

@@ -3,7 +3,8 @@
 Authentication: basic auth (``QFARM_ES_USERNAME``/``QFARM_ES_PASSWORD``), or
 ``QFARM_ES_API_KEY`` sent as ``Authorization: ApiKey …`` for gateways that
 accept it (the OpenSearch security plugin itself has no API keys). Retries:
-connection errors, timeouts and HTTP 429/502/503/504 only.
+connection errors, timeouts and HTTP 502/503/504 at once, by the client; rejections (HTTP
+429) with back-off, by ``ClusterRetriever``.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def open_opensearch(settings: Settings) -> ClusterRetriever:
     client = opensearchpy.OpenSearch(**options)
     errors = ClientErrors(
         connection=(opensearchpy.ConnectionError,),
+        timeout=(opensearchpy.ConnectionTimeout,),
         not_found=(opensearchpy.NotFoundError,),
         api=(opensearchpy.TransportError,),
     )
@@ -62,4 +64,9 @@ def open_opensearch(settings: Settings) -> ClusterRetriever:
         alias=settings.es_index,
         errors=errors,
         bulk=helpers.streaming_bulk,
+        timeout_s=settings.es_timeout_s,
+        # OpenSearch has no combined_fields (2.19 answers "unknown query
+        # [combined_fields]"): start with the shape it parses instead of paying a
+        # refused request, and its warning line, in every process.
+        query_type="cross_fields",
     )
