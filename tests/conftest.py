@@ -104,21 +104,29 @@ def local_model(local_install):
 
 
 @pytest.fixture(scope="session")
-def search_node():
-    """A real OpenSearch node (``qfarm.ops.search.launch``), started once per session on a free
-    port and a temporary directory, and stopped at its end.
+def search_node_build():
+    """The OpenSearch node's launcher, built (``qfarm.ops.search.launch``), for tests that
+    start nodes of their own.
 
     Skips where Java 17+ or Maven is missing; with QFARM_REQUIRE_SEARCH_NODE=1 (`make test`
     sets it, after building the node) a missing one fails instead.
     """
     from qfarm.common.errors import ConfigError
-    from qfarm.ops.search.launch import build_search_node, start_search_node
+    from qfarm.ops.search.launch import build_search_node
 
     try:
-        build = build_search_node()
+        return build_search_node()
     except ConfigError as exc:
         if os.environ.get("QFARM_REQUIRE_SEARCH_NODE") == "1":
             pytest.fail(f"QFARM_REQUIRE_SEARCH_NODE=1 but {exc}")
         pytest.skip(f"no search node: {exc}")
-    with start_search_node(build=build) as node:
+
+
+@pytest.fixture(scope="session")
+def search_node(search_node_build):
+    """A real OpenSearch node, started once per session on a free port and a temporary
+    directory, and stopped at its end."""
+    from qfarm.ops.search.launch import start_search_node
+
+    with start_search_node(build=search_node_build) as node:
         yield node

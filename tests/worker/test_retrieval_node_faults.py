@@ -51,14 +51,14 @@ def _sample(tmp_path: Path) -> CorpusSource:
 
 
 @pytest.fixture
-def own_node(search_node: Any) -> Iterator[Any]:
+def own_node(search_node_build: Any) -> Iterator[Any]:
     """``own_node(**settings)``: a node of this test's own (``-E`` settings)."""
-    from qfarm.ops.search.launch import build_search_node, start_search_node
+    from qfarm.ops.search.launch import start_search_node
 
     nodes: list[Any] = []
 
     def start(**settings: Any) -> Any:
-        nodes.append(start_search_node(settings=settings, build=build_search_node(announce=False)))
+        nodes.append(start_search_node(settings=settings, build=search_node_build))
         return nodes[-1]
 
     yield start
