@@ -103,23 +103,28 @@ def local_model(local_install):
         yield handle
 
 
-@pytest.fixture(scope="session")
-def search_node_build():
-    """The OpenSearch node's launcher, built (``qfarm.ops.search.launch``), for tests that
-    start nodes of their own.
-
-    Skips where Java 17+ or Maven is missing; with QFARM_REQUIRE_SEARCH_NODE=1 (`make test`
-    sets it, after building the node) a missing one fails instead.
-    """
+def _node_build(engine: str, *, min_java: int = 17):
+    """A search node's launcher, built (``qfarm.ops.search.launch``) on a JDK of at least
+    ``min_java``. Skips where Java or Maven is missing; with QFARM_REQUIRE_SEARCH_NODE=1
+    (`make test` sets it, after building the nodes) a missing one fails instead."""
     from qfarm.common.errors import ConfigError
-    from qfarm.ops.search.launch import build_search_node
+    from qfarm.ops.search.launch import build_search_node, find_jdk
 
     try:
-        return build_search_node()
+        home = find_jdk(min_java) if min_java > 17 else None
+        if min_java > 17 and home is None:
+            raise ConfigError(f"no Java {min_java}+ JDK on this machine (JAVA_HOME, PATH, /usr/lib/jvm)")
+        return build_search_node(engine, java_home=home, announce=False)
     except ConfigError as exc:
         if os.environ.get("QFARM_REQUIRE_SEARCH_NODE") == "1":
             pytest.fail(f"QFARM_REQUIRE_SEARCH_NODE=1 but {exc}")
-        pytest.skip(f"no search node: {exc}")
+        pytest.skip(f"no {engine} node: {exc}")
+
+
+@pytest.fixture(scope="session")
+def search_node_build():
+    """The OpenSearch node's launcher, for tests that start nodes of their own."""
+    return _node_build("opensearch")
 
 
 @pytest.fixture(scope="session")
@@ -129,4 +134,22 @@ def search_node(search_node_build):
     from qfarm.ops.search.launch import start_search_node
 
     with start_search_node(build=search_node_build) as node:
+        yield node
+
+
+@pytest.fixture(scope="session")
+def es8_node():
+    """A real Elasticsearch 8.19 node (the default JDK, 17), once per session."""
+    from qfarm.ops.search.launch import start_search_node
+
+    with start_search_node(build=_node_build("elasticsearch")) as node:
+        yield node
+
+
+@pytest.fixture(scope="session")
+def es9_node():
+    """A real Elasticsearch 9 node (it needs a Java 21+ JDK), once per session."""
+    from qfarm.ops.search.launch import start_search_node
+
+    with start_search_node(build=_node_build("elasticsearch", min_java=21)) as node:
         yield node

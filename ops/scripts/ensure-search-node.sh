@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Build the OpenSearch node's launcher (ops/search/node) once: Java 17+ and Maven from
-# Debian's packages when missing (as root, as ensure-redis.sh does for Redis), then
-# Maven compiles the launcher and resolves the server's jars from Maven Central into its
-# local repository. A no-op when an up-to-date build exists (qfarm.ops.search.launch).
+# Build the search nodes' launchers once (qfarm.ops.search.launch): OpenSearch
+# (ops/search/node), Elasticsearch 8.19 on the default JDK and Elasticsearch 9 on a Java 21+
+# JDK where the machine has one (ops/search/es-node). Java 17+ and Maven come from Debian's
+# packages when missing (as root, as ensure-redis.sh does for Redis); Maven compiles each
+# launcher and resolves the servers' jars from Maven Central into its local repository.
+# A no-op when up-to-date builds exist.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 need=()
@@ -17,4 +19,13 @@ if [ "${#need[@]}" -gt 0 ]; then
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${need[@]}"
 fi
-"${PYTHON:-.venv/bin/python}" -c 'from qfarm.ops.search.launch import build_search_node, build_dir; build_search_node(); print(f"search node: built in {build_dir()}")'
+"${PYTHON:-.venv/bin/python}" - <<'PY'
+from qfarm.ops.search.launch import build_search_node, find_jdk
+
+builds = [build_search_node("opensearch"), build_search_node("elasticsearch")]
+jdk21 = find_jdk(21)
+if jdk21 is not None:
+    builds.append(build_search_node("elasticsearch", java_home=jdk21))
+for b in builds:
+    print(f"search node: {b.engine.name} launcher on {b.java}")
+PY

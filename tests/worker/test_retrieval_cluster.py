@@ -310,7 +310,10 @@ class _Indices:
         return {"qfarm-old": {"aliases": {name: {}}}}
 
     def get_mapping(self, index: str) -> dict:
-        return {index: {"mappings": {"_meta": self.meta}}}
+        from qfarm.common.retrieval.index import index_body
+
+        properties = index_body()["mappings"]["properties"]
+        return {index: {"mappings": {"_meta": self.meta, "properties": properties}}}
 
 
 def test_a_cluster_index_built_under_an_older_ranking_reports_the_ranking_that_serves_it() -> None:
@@ -324,7 +327,8 @@ def test_a_cluster_index_built_under_an_older_ranking_reports_the_ranking_that_s
     })  # fmt: skip
     r = _retriever(client)
     assert r.index_version() == f"05ed445d555b-chunker-v1-{RANKING_VERSION}"
-    # An index without qfarm's _meta is named by itself.
+    # An index without qfarm's _meta was not built by qfarm index: refused, not guessed at.
     client.indices.meta = {}  # type: ignore[attr-defined]
     r._version = None
-    assert r.index_version() == "qfarm-old"
+    with pytest.raises(RetrievalError, match="not a passages index qfarm built .*no _meta"):
+        r.index_version()
