@@ -36,7 +36,11 @@ _QUERY_PASSWORD = re.compile(r"(?i)(?P<head>[?&]password=)[^&\s]+")
 
 # Libraries whose debug (or, for httpx, info) lines are per request or per font: held at
 # warning, so --log-level debug shows qfarm's own detail rather than thousands of theirs.
-CHATTY = ("matplotlib", "PIL", "httpcore", "httpx", "asyncio", "urllib3", "elastic_transport")
+CHATTY = ("matplotlib", "PIL", "httpcore", "httpx", "asyncio", "urllib3")
+# The search clients log each failed request, with its traceback, before the farm turns
+# the failure into one error of its own that says what failed and how to fix it: their
+# lines stay out of a terminal unless --log-level debug asks for them.
+SEARCH_CLIENTS = ("opensearch", "elasticsearch", "elastic_transport")
 
 _role = "qfarm"
 _context: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
@@ -172,6 +176,9 @@ def install(handler: logging.Handler, level: str) -> None:
     logging.captureWarnings(True)  # warnings.warn lines go through the handler too
     for name in CHATTY:
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
+    for name in SEARCH_CLIENTS:
+        level = logging.WARNING if root.level <= logging.DEBUG else max(logging.ERROR, root.level)
+        logging.getLogger(name).setLevel(level)
     for name in list(logging.root.manager.loggerDict):
         logger = logging.getLogger(name)
         if logger.handlers and name.split(".")[0] in ("celery", "uvicorn", "kombu", "aiohttp"):

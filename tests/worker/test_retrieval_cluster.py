@@ -332,3 +332,38 @@ def test_a_cluster_index_built_under_an_older_ranking_reports_the_ranking_that_s
     r._version = None
     with pytest.raises(RetrievalError, match="not a passages index qfarm built .*no _meta"):
         r.index_version()
+
+
+@pytest.mark.parametrize("backend", ["opensearch", "elasticsearch"])
+def test_a_password_in_the_cluster_url_is_never_printed(
+    backend: str, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    from qfarm.cli import main
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once the block ends
+    url = f"http://elastic:s3cret-pw@127.0.0.1:{port}"
+    settings = Settings(retriever=backend, es_url=url, es_max_retries=0, data_dir=tmp_path)
+    with pytest.raises(RetrievalError) as err:
+        from qfarm.worker.retrieval import open_retriever
+
+        r = open_retriever(settings)
+        try:
+            r.search("beatles", top_k=1, title_boost=2.0)
+        finally:
+            r.close()
+    assert "s3cret-pw" not in str(err.value) and "elastic:***@127.0.0.1" in str(err.value)
+    with pytest.raises(ConfigError) as bad:
+        cluster.cluster_hosts("ftp://elastic:s3cret-pw@127.0.0.1:9")
+    assert "s3cret-pw" not in str(bad.value)
+    # The command line, default log level: one line, no secret, no client tracebacks.
+    for name, value in (("QFARM_RETRIEVER", backend), ("QFARM_ES_URL", url),
+                        ("QFARM_ES_MAX_RETRIES", "0"), ("QFARM_DATA_DIR", str(tmp_path))):
+        monkeypatch.setenv(name, value)
+    assert main(["search", "beatles"]) != 0
+    out = capsys.readouterr()
+    assert "s3cret-pw" not in out.out + out.err
+    assert "Traceback" not in out.err and out.err.count("\n") == 1, out.err

@@ -24,6 +24,7 @@ from qfarm.common.models import Evidence
 from qfarm.common.retrieval import index as indexes
 from qfarm.common.retrieval import query as search_query
 from qfarm.common.retrieval import ranking
+from qfarm.common.urls import redact_url
 
 VERSION_TTL_S = 30.0  # how long index_version() trusts its last alias lookup
 
@@ -81,7 +82,8 @@ class ClusterRetriever:
     ):
         self.backend = backend
         self.client = client
-        self.url = url
+        # What messages and logs name: a password in QFARM_ES_URL never leaves the client.
+        self.url = ",".join(redact_url(u) for u in url.split(","))
         self.alias = alias
         self._errors = errors
         self._bulk = bulk
@@ -403,6 +405,7 @@ def cluster_hosts(url_setting: str) -> list[str]:
     bad = [u for u in hosts if not u.startswith(("http://", "https://"))]
     if not hosts or bad:
         raise ConfigError(
-            f"QFARM_ES_URL: expected http(s)://host:port[,http(s)://host:port...], got {url_setting!r}"
+            "QFARM_ES_URL: expected http(s)://host:port[,http(s)://host:port...], got "
+            f"{','.join(redact_url(u) for u in url_setting.split(','))!r}"
         )
     return hosts
