@@ -161,6 +161,13 @@ def _parse_json_line(name: str, lineno: int, line: str, max_chars: int) -> Quest
     )
 
 
+# The first line of a CSV/TSV export: column names, not a question.
+_HEADER = re.compile(
+    r"(?i)\s*\W?(id|qid|question|questions|query|text|prompt)\W?"
+    r"(\s*[,;\t|]\s*\W?(id|qid|question|query|text|prompt|answer|answers|gold|title|source)\W?)*\s*"
+)
+
+
 def parse_questions(
     name: str, content: str, *, max_chars: int = DEFAULT_MAX_QUESTION_CHARS
 ) -> list[Question]:
@@ -169,13 +176,24 @@ def parse_questions(
     # Lines end at "\n" only: str.splitlines() would also split at U+2028, U+0085 and
     # other characters that are valid, unescaped, inside a JSON string. A UTF-8 BOM
     # (editors on Windows write one) is not part of the first line.
-    lines = content.removeprefix("\ufeff").split("\n")
+    # A carriage return alone ends a line too (old Mac files): JSON cannot hold one
+    # unescaped, so splitting there never cuts a JSONL line in two.
+    lines = content.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n").split("\n")
     questions: list[Question] = []
     jsonl = _is_jsonl(name, lines)
+    header_checked = False
     for lineno, raw in enumerate(lines, start=1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
+        if not jsonl and not header_checked:
+            header_checked = True
+            if _HEADER.fullmatch(line):
+                raise InputError(
+                    f"{name}:{lineno}: {line!r} looks like a table's header, not a question: "
+                    "a question file holds one question per line (or JSONL); delete that line "
+                    "or make it a # comment"
+                )
         if jsonl:
             questions.append(_parse_json_line(name, lineno, line, max_chars))
         else:

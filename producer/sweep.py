@@ -8,6 +8,7 @@ or half-enqueued).
 from __future__ import annotations
 
 import contextlib
+import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
@@ -43,6 +44,10 @@ from qfarm.producer.store import ProducerStore, Progress
 ENQUEUE_BATCH = 1000
 
 
+# A question file is read whole: a million questions of 200 characters is 200 MB.
+MAX_QUESTION_FILE_BYTES = 256 << 20
+
+
 def load_questions(
     path: Path, max_chars: int = DEFAULT_MAX_QUESTION_CHARS
 ) -> tuple[list[Question], str]:
@@ -52,7 +57,15 @@ def load_questions(
         raise InputError(f"{path}: no such question file; pass a .txt (one per line) or .jsonl file")
     if path.is_dir():
         raise InputError(f"{path}: is a directory, not a question file")
-    data = path.read_bytes()
+    if not stat.S_ISREG(path.stat().st_mode):
+        # A FIFO would block the read forever, /dev/zero would fill the memory.
+        raise InputError(f"{path}: not a regular file (a device, pipe or socket); save the "
+                         "questions to a file and pass that")
+    with path.open("rb") as fh:
+        data = fh.read(MAX_QUESTION_FILE_BYTES + 1)
+    if len(data) > MAX_QUESTION_FILE_BYTES:
+        raise InputError(f"{path}: larger than {MAX_QUESTION_FILE_BYTES >> 20} MiB; split the "
+                         "questions into several runs")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

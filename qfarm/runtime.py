@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -75,6 +77,14 @@ def results_dir_arg(value: str) -> Path:
     problem = results_dir_problem(Path(value))
     if problem:
         raise InputError(f"--out {value}: {problem}")
+    # The nearest folder that exists must take a new folder: permissions alone do not say
+    # (root passes every check, and /proc or a read-only mount still refuse).
+    existing = next(p for p in (Path(value).absolute(), *Path(value).absolute().parents) if p.exists())
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".qfarm-probe-", dir=existing))
+    except OSError as exc:
+        raise InputError(f"--out {value}: cannot create folders in {existing} ({exc.strerror}); "
+                         "give a directory you may write") from None
     return Path(value)
 
 

@@ -19,8 +19,9 @@ MAX_N = 1000  # samples per question and mode; QFARM_API_MAX_JOBS bounds the who
 
 class _Body(BaseModel):
     # An unknown field is an error that names it, not silently ignored (a typo like
-    # "keep_answer" would otherwise drop answers without a word).
-    model_config = ConfigDict(extra="forbid")
+    # "keep_answer" would otherwise drop answers without a word); a value of the wrong JSON
+    # type is an error too ("n": "2", "burn": "yes"), not quietly converted.
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class AskRequest(_Body):

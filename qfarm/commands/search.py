@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from qfarm import runtime
+from qfarm.common.questions import check_question
 from qfarm.common.settings import load_settings
 from qfarm.producer.api import open_local_retriever
 
@@ -50,6 +51,7 @@ def _print_map(question: str, result: dict[str, Any]) -> None:
 def run(args: argparse.Namespace) -> int:
     runtime.check_retrieval_flags(args)
     settings = load_settings(**({"retriever": args.backend} if args.backend else {}))
+    args.question = check_question(args.question, "", settings.max_question_chars)
     retriever = open_local_retriever(settings, progress=sys.stderr.isatty())
     try:
         t0 = time.perf_counter()

@@ -36,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
         config = config_from_args(args)
     except ValueError as exc:
         raise InputError(f"qfarm sim: {exc}") from None
+    if not 0 <= config.port <= 65535:
+        raise InputError(f"qfarm sim: --port {config.port}: a TCP port is 0-65535 (0 picks a free one)")
     try:
         serve(config)
     except OSError as exc:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -108,6 +109,15 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
+def _check_writable(path: Path) -> None:
+    """``InputError`` unless ``path`` can be written (its folder exists, it is no folder)."""
+    if path.is_dir() or not path.parent.is_dir():
+        raise InputError(f"--json-file {path}: {'is a directory' if path.is_dir() else 'no such folder'}; "
+                         "give a file in an existing folder")
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise InputError(f"--json-file {path}: not writable; give a file you may write")
+
+
 def _sweep(args: argparse.Namespace, settings, bar: _ProgressBar) -> RunResult:
     if args.questions is None:
         raise InputError("give a question file or a shipped set, e.g. qfarm sweep smoke --eager")
@@ -122,7 +132,10 @@ def _sweep(args: argparse.Namespace, settings, bar: _ProgressBar) -> RunResult:
             "--local-model starts the server for this process only: use it with --eager, or "
             "start it with `qfarm local-model` and give the workers the variables it prints"
         )
-    spec = SweepSpec(questions=QuestionSet.from_file(question_sets.resolve(args.questions)), modes=modes, n=args.n,
+    if args.json_file is not None:
+        _check_writable(args.json_file)  # before anything is enqueued
+    questions = QuestionSet.from_file(question_sets.resolve(args.questions), settings.max_question_chars)
+    spec = SweepSpec(questions=questions, modes=modes, n=args.n,
                      policy=policy, keep_answers=args.keep_answers, use_cache=not args.burn,
                      limit=args.limit, sample=args.sample, seed=args.seed)
     return run_sweep(spec, eager=args.eager, detach=args.detach, settings=settings, serial=args.serial,

@@ -31,6 +31,23 @@ def test_windows_line_endings_still_number_lines() -> None:
     assert [q.source for q in parse_questions("q.jsonl", content)] == ["q.jsonl:1", "q.jsonl:3"]
 
 
+def test_a_carriage_return_alone_ends_a_line() -> None:
+    parsed = parse_questions("q.txt", "Who painted the Mona Lisa?\rWhat is DNA?\r")
+    assert [(q.text, q.source) for q in parsed] == [
+        ("Who painted the Mona Lisa?", "q.txt:1"), ("What is DNA?", "q.txt:2")]
+
+
+@pytest.mark.parametrize("header", ["question", "Question", "id,question", "question\tanswer",
+                                    '"question","answers"', "id;question;gold"])
+def test_a_table_header_is_not_a_question(header: str) -> None:
+    with pytest.raises(InputError, match=r"q.txt:1: .* looks like a table's header"):
+        parse_questions("q.txt", f"{header}\nWhat is jazz?\n")
+
+
+def test_a_question_that_only_mentions_a_column_word_is_kept() -> None:
+    assert len(parse_questions("q.txt", "What is a question?\nQuestion time, who hosts it?\n")) == 2
+
+
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [('"q7"', "q7"), ("7", "7"), ("1.5", "1.5"), ("2.0", "2"), ("-3", "-3"), ("1e2", "100")],

@@ -63,6 +63,17 @@ def setting(name: str, value: str, needle: str = "") -> Case:
 
 
 CASES = [
+    # ---- what a shell can pass for a question file, and outputs that cannot be written
+    Case("/dev/zero as the question file", ("sweep", "/dev/zero", "--detach", "--quiet"),
+         "/dev/zero: not a regular file"),
+    Case("a CSV header line", sweep(), "q.txt:1: 'question' looks like a table's header",
+         {"q.txt": "question\nWhat is jazz?\n"}),
+    Case("--json-file in a missing folder", sweep("--json-file", "{dir}/missing/out.json"),
+         "missing/out.json: no such folder", {"q.txt": GOOD}),
+    Case("--out under /proc", sweep("--out", "/proc/1"), "--out /proc/1: cannot create folders",
+         {"q.txt": GOOD}),
+    Case("an empty search", ("search", ""), "the question is empty"),
+    Case("a simulator port out of range", ("sim", "--port", "70000"), "--port 70000: a TCP port"),
     # ---- question files: each refused at load time with file:line
     Case("lone surrogate in a question", sweep(file="q.jsonl"), "q.jsonl:2: the question holds a lone surrogate",
          {"q.jsonl": jsonl(id="a", question="What is jazz?") + '{"id": "b", "question": "What is \\ud800 jazz?"}\n'}),
@@ -196,3 +207,24 @@ def test_bad_input_is_one_line_and_leaves_nothing_behind(
     assert keys == [], f"enqueued or written to Redis: {keys[:5]}"
     run_dirs = [p for p in results.rglob("*") if p.is_dir()] if results.is_dir() else []
     assert run_dirs == [], f"run directories left behind: {run_dirs}"
+
+
+def test_a_fifo_is_refused_instead_of_read_forever(tmp_path: Path) -> None:
+    fifo = tmp_path / "questions"
+    os.mkfifo(fifo)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QFARM_")}
+    res = subprocess.run([str(VENV_BIN / "qfarm"), "sweep", str(fifo), "--eager", "--quiet"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert res.returncode == 2 and "not a regular file" in res.stderr, res.stderr
+
+
+def test_a_raised_question_limit_holds_for_question_files(tmp_path: Path, default_index: Path) -> None:
+    question = "Who wrote " + "a very long question " * 120 + "?"  # 2,531 characters
+    (tmp_path / "q.txt").write_text(question + "\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QFARM_")}
+    env.update(QFARM_MAX_QUESTION_CHARS="3000", QFARM_INDEX_PATH=str(default_index),
+               QFARM_RESULTS_DIR=str(tmp_path / "results"))
+    res = subprocess.run([str(VENV_BIN / "qfarm"), "sweep", str(tmp_path / "q.txt"), "--eager",
+                          "--quiet", "--modes", "quote"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stderr

@@ -125,6 +125,17 @@ def test_a_lone_surrogate_in_a_question_is_422(farm_client):
     assert resp.status_code == 422, resp.text
 
 
+@pytest.mark.parametrize("body", [
+    b'{"questions": ["What is jazz?"], "modes": ["quote"], "n": "2"}',
+    b'{"questions": ["What is jazz?"], "modes": ["quote"], "burn": "yes"}',
+    b'{"questions": ["What is jazz?"], "modes": ["quote"], "n": 2.0}',
+])  # fmt: skip
+def test_a_value_of_the_wrong_json_type_is_422_not_converted(farm_client, body: bytes):
+    resp = farm_client.post("/v1/sweeps", content=body, headers={
+        **bearer(ADMIN_TOKEN), "Content-Type": "application/json"})
+    assert resp.status_code == 422, resp.text
+
+
 def test_thirty_identical_sweeps_at_once_are_all_created(make_settings, tmp_path):
     proc, url = _start_redis(tmp_path)  # its own Redis: the runs' followers outlive the app
     settings = make_settings(redis_url=url, api_tokens=TOKENS)
