@@ -7,7 +7,7 @@ different rules never share a governance hash.
 # v2: "member of <band>" is a bounded anchor; v3: surfaces, ordinals, negated wh-questions;
 # v4: sized universals, fixed-size sets, hedged numbers, negated "which X" ABSENT,
 # adverbial ordinals, grammar-derived MANY/COMPREHENSIVE/OPEN_REQUEST surfaces
-CLASSIFIER_VERSION = "quantifier-v4"
+CLASSIFIER_VERSION = "quantifier-v5"
 DENIAL_PATTERNS_VERSION = "v3"  # v2: 200+ phrasings; v3: a grammar of denial, partial denials skipped
 EXTRACTION_CUES_VERSION = "v3"  # v2: qualifiers leave subject tokens; v3: so do verbs in any form
 MODEL_PROFILES_VERSION = "profiles-v3"  # v2: non-broad rungs keep the policy default cap; v3: small-local

@@ -28,6 +28,7 @@ Decisions where the rules left room:
 
 from __future__ import annotations
 
+from qfarm.common.grounding.names import TitleSet
 from qfarm.common.grounding.quantifier import classify_question_quantifier
 from qfarm.common.models import (
     Intensity,
@@ -94,9 +95,19 @@ def guard_cap(quantifier: QuantifierInfo, policy: Policy, profile_cap: int) -> i
     return profile_cap
 
 
-def run_preflight(question: str, mode: Mode, policy: Policy, model_profile_id: str) -> Preflight:
-    """Classify the question and decide caps, reject-broad and exploratory."""
-    quantifier = classify_question_quantifier(question)
+def run_preflight(
+    question: str,
+    mode: Mode,
+    policy: Policy,
+    model_profile_id: str,
+    titles: TitleSet | None = None,
+) -> Preflight:
+    """Classify the question and decide caps, reject-broad and exploratory.
+
+    ``titles`` are the corpus's own titles, when the caller's index can give them: a
+    title the question names is read as a name, not as a quantifier.
+    """
+    quantifier = classify_question_quantifier(question, titles)
     guard_active = is_guard_active(mode, policy)
     overrides = policy.quantifier_caps_by_intensity
     profile_cap = cap_for_intensity(
