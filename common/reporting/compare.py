@@ -29,7 +29,12 @@ from typing import Any
 
 from qfarm.common.models import Manifest
 from qfarm.common.record import record_differences
-from qfarm.common.reporting.phase import PhaseDecision, phase_decision, render_phase
+from qfarm.common.reporting.phase import (
+    DEFAULT_FLOOR,
+    PhaseDecision,
+    phase_decision,
+    render_phase,
+)
 from qfarm.common.reporting.report import md_table, plots_section
 from qfarm.common.reporting.runstats import RunStats, Tally
 from qfarm.common.reporting.stats import (
@@ -40,8 +45,6 @@ from qfarm.common.reporting.stats import (
     paired_interval,
     welch_interval,
 )
-
-DEFAULT_FLOOR = 5.0
 
 
 class DeltaVerdict(StrEnum):
@@ -75,6 +78,9 @@ METRICS: tuple[Metric, ...] = (
     # HYBRID has no better direction (it gains from STRICT and from UNGROUNDED alike); with
     # the other two it makes the verdict distribution the caps decision reads.
     Metric("hybrid", "HYBRID rate", None),
+    # STRICT counting a row the guard's own cap or scope demotion made HYBRID: what the
+    # answers did, on which caps are judged (they must not vote for themselves).
+    Metric("answered_strict", "strict-rate without the guard's demotions", True),
     Metric("ratio", "mean ratio", True),
     Metric("format_collapsed", "FORMAT_COLLAPSED rate", False),
     Metric("no_evidence_pointer", "NO_EVIDENCE_POINTER rate", False),
@@ -99,6 +105,7 @@ class MetricDelta:
     method: str
     verdict: DeltaVerdict
     effect: str  # "better" / "worse" for a signal, else "—"
+    questions: int = 0  # questions the paired interval is over (0: unpaired)
 
 
 @dataclass(frozen=True)
@@ -288,6 +295,7 @@ def compare_metric(
         method,
         verdict,
         effect,
+        len(deltas) if len(deltas) >= 2 else 0,
     )
 
 
