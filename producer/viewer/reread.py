@@ -117,7 +117,10 @@ def reread_row(
     question = str(row.get("question") or "")
     # model_profile_key: the profile; rows written before it existed have no such key
     profile = str(row.get("model_profile_key") or manifest.model_profile_id)
-    pre = run_preflight(question, mode, manifest.policy, profile)
+    # the worker's preflight read the index's titles as names; so does the re-read
+    title_set = getattr(source, "title_set", None)
+    titles = title_set() if callable(title_set) else None
+    pre = run_preflight(question, mode, manifest.policy, profile, titles)
     out.verification = verify_answer(
         str(answer), question=question, mode=mode, evidence=out.evidence,
         policy=manifest.policy, preflight=pre,
