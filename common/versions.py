@@ -16,6 +16,6 @@ MODEL_PROFILES_VERSION = "profiles-v3"  # v2: non-broad rungs keep the policy de
 # universal ("all three") is capped at its number; v5: quote-mode prose beside a quote is an
 # unbacked claim (NO_EVIDENCE_POINTER), a refusal phrase after "but" and a statement is a hedge
 VERIFIER_VERSION = "verifier-v5"
-PROMPT_VERSION = "prompt-v3"  # v2: reminder for broad questions only; v3: it asks for fewer grounded claims
+PROMPT_VERSION = "prompt-v4"  # v2: reminder for broad questions only; v3: it asks for fewer grounded claims; v4: evidence capped with the claim cap, bounded reminder without the memory clause
 CHUNKER_VERSION = "chunker-v1"
 ROW_SCHEMA_VERSION = 1

@@ -63,6 +63,23 @@ def is_guard_active(mode: Mode, policy: Policy) -> bool:
     return policy.quantifier_guard_enabled and mode.value in policy.quantifier_guard_modes
 
 
+NARROWING = (
+    "Narrow the question: name a year, league, country or category "
+    '(e.g. "... in 1998", "... in the Premier League", "... in France", "... albums only")'
+)
+
+
+def narrowing_message(quantifier: QuantifierInfo) -> str | None:
+    """For an unbounded broad question that was answered: its answer is a sample, and how
+    to ask for a set the evidence can cover (the reject message's advice, in default mode)."""
+    if not quantifier.is_broad or quantifier.scope_bound_hint != "unbounded":
+        return None
+    return (
+        "no bound on its scope: the answer is a sample from the evidence, not a complete "
+        f"list. {NARROWING}."
+    )
+
+
 def reject_message(quantifier: QuantifierInfo) -> str:
     """Why the question was rejected and how to narrow it.
 
@@ -72,9 +89,7 @@ def reject_message(quantifier: QuantifierInfo) -> str:
     token = f' ("{quantifier.matched_token}")' if quantifier.matched_token else ""
     return (
         f"rejected before retrieval: {why}{token} with no bound on its scope, so no answer "
-        "drawn from a few evidence passages could be checked for completeness. "
-        "Narrow the question: name a year, league, country or category "
-        '(e.g. "... in 1998", "... in the Premier League", "... in France", "... albums only"), '
+        f"drawn from a few evidence passages could be checked for completeness. {NARROWING}, "
         "or rerun with --allow-broad for an EXPLORATORY (not evidence-warranted) answer."
     )
 
