@@ -21,7 +21,7 @@ from qfarm.common.grounding.names import TitleSet
 from qfarm.common.grounding.preflight import rejected_verification, run_preflight
 from qfarm.common.grounding.prompts import STOP, build_prompt
 from qfarm.common.grounding.rows import build_row
-from qfarm.common.grounding.sidecar import assess_answerability
+from qfarm.common.grounding.sidecar import assess_answerability, demote_for_missed_evidence
 from qfarm.common.grounding.verify import verify_answer
 from qfarm.common.models import (
     Evidence,
@@ -341,6 +341,7 @@ def verification_stage(record: JobRecord) -> JobRecord:
         job.policy,
         record.preflight.quantifier if record.preflight else None,
     )
+    verification = demote_for_missed_evidence(verification, answerability, job.policy)
     return _with_timing(
         record.model_copy(update={"verification": verification, "answerability": answerability}),
         verify_ms=_ms_since(t0),

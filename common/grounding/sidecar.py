@@ -70,7 +70,16 @@ from typing import Any
 from qfarm.common.grounding import denials
 from qfarm.common.grounding.quantifier import classify_question_quantifier
 from qfarm.common.grounding.verify.text import STOP_WORDS, joined, tokens
-from qfarm.common.models import Answerability, CandidateSpan, Confidence, Evidence, QuantifierInfo
+from qfarm.common.models import (
+    Answerability,
+    CandidateSpan,
+    Confidence,
+    Evidence,
+    Label,
+    QuantifierInfo,
+    Verdict,
+    Verification,
+)
 from qfarm.common.policy import Policy
 from qfarm.common.versions import DENIAL_PATTERNS_VERSION, EXTRACTION_CUES_VERSION
 from qfarm.common.vocab import BROAD_INTENSITIES
@@ -504,6 +513,30 @@ def is_single_answer(question: str, cue: str | None) -> bool:
         return cue in SINGLE_ANSWER_CUES
     toks = tokens(question)
     return bool(toks) and toks[0] in ("who", "when") and not any(t in PLURAL_THINGS for t in toks)
+
+
+DEMOTION_TAIL = "evidence missed"
+
+
+def demote_for_missed_evidence(
+    verification: Verification, answerability: Answerability | None, policy: Policy
+) -> Verification:
+    """The design's opt-in follow-up (``answerability_demote_enabled``, off by default):
+    a row whose answer the sidecar flagged (at or above the threshold) is labelled
+    EVIDENCE-MISSED-PARTIAL and no longer STRICT. An UNGROUNDED row stays UNGROUNDED:
+    nothing is below it, and its label already says the answer failed.
+
+    docs/grounding.md, 'Answerability sidecar', decision 13.
+    """
+    if not policy.answerability_demote_enabled or answerability is None:
+        return verification
+    if verification.verdict == Verdict.UNGROUNDED:
+        return verification
+    return verification.model_copy(update={
+        "verdict": Verdict.HYBRID,
+        "label": Label.EVIDENCE_MISSED_PARTIAL,
+        "tails": (*verification.tails, DEMOTION_TAIL),
+    })
 
 
 def assess_answerability(

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from qfarm.common.errors import QfarmError
 from qfarm.common.grounding.preflight import run_preflight
-from qfarm.common.grounding.sidecar import assess_answerability
+from qfarm.common.grounding.sidecar import assess_answerability, demote_for_missed_evidence
 from qfarm.common.grounding.verify import verify_answer
 from qfarm.common.models import Answerability, Evidence, Manifest, Verification
 from qfarm.common.policy import verifier_policy_hash
@@ -128,5 +128,7 @@ def reread_row(
     out.answerability = assess_answerability(
         question, str(answer), out.evidence, manifest.policy, pre.quantifier
     )
+    out.verification = demote_for_missed_evidence(out.verification, out.answerability,
+                                                  manifest.policy)
     out.differences = compare_with_row(row, out.verification, out.answerability)
     return out

@@ -717,3 +717,24 @@ def test_template_denials_are_the_scripts_output_and_the_held_out_part_clears_th
         assert [json.loads(line) for line in path.read_text().splitlines()] == rows, "rerun it"
     recall, precision = dt.rates(dt.score(dt.HELDOUT_OUT))
     assert recall >= 0.9 and precision >= 0.97
+
+
+def test_the_opt_in_demotion_labels_a_flagged_row_evidence_missed_partial() -> None:
+    """Off by default: the sidecar reports and moves nothing; with
+    ``answerability_demote_enabled`` a flagged STRICT row is HYBRID, EVIDENCE-MISSED-PARTIAL."""
+    from qfarm.common.grounding.sidecar import demote_for_missed_evidence
+    from qfarm.common.models import Label, Verdict, Verification
+
+    answer = '"Amazing" [E2] is one of her songs; her other songs are not mentioned.'
+    strict = Verification(verdict=Verdict.STRICT, label=Label.EVIDENCE_WARRANTED, n_claims=1,
+                          n_verified=1, ratio=1.0)  # fmt: skip
+    found = assess_answerability(SONGS_Q, answer, [BALLESTRINI], Policy())
+    assert found is not None
+    assert demote_for_missed_evidence(strict, found, Policy()) is strict
+    on = build_policy({"answerability_demote_enabled": True})
+    demoted = demote_for_missed_evidence(strict, found, on)
+    assert (demoted.verdict, demoted.label) == (Verdict.HYBRID, Label.EVIDENCE_MISSED_PARTIAL)
+    assert demoted.tails[-1] == "evidence missed"
+    assert demote_for_missed_evidence(strict, None, on) is strict
+    failed = Verification()  # UNGROUNDED stays UNGROUNDED
+    assert demote_for_missed_evidence(failed, found, on).label == Label.UNGROUNDED
