@@ -253,7 +253,8 @@ def _titles(svc: Services) -> TitleSet | None:
     """
     try:
         title_set = getattr(svc.retriever, "title_set", None)
-        return title_set() if callable(title_set) else None
+        found = title_set() if callable(title_set) else None
+        return found if isinstance(found, TitleSet) else None
     except Exception:
         log.debug("no title set from the retriever", exc_info=True)
         return None

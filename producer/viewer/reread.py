@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from qfarm.common.errors import QfarmError
+from qfarm.common.grounding.names import TitleSet
 from qfarm.common.grounding.preflight import run_preflight
 from qfarm.common.grounding.sidecar import assess_answerability, demote_for_missed_evidence
 from qfarm.common.grounding.verify import verify_answer
@@ -120,7 +121,8 @@ def reread_row(
     # the worker's preflight read the index's titles as names; so does the re-read
     title_set = getattr(source, "title_set", None)
     titles = title_set() if callable(title_set) else None
-    pre = run_preflight(question, mode, manifest.policy, profile, titles)
+    pre = run_preflight(question, mode, manifest.policy, profile,
+                        titles if isinstance(titles, TitleSet) else None)
     out.verification = verify_answer(
         str(answer), question=question, mode=mode, evidence=out.evidence,
         policy=manifest.policy, preflight=pre,
