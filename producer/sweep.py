@@ -114,6 +114,7 @@ def make_manifest(
     use_cache: bool = True,
     selection: QuestionSelection | None = None,
     cost_rates: CostRates | None = None,
+    preflight_hash: str | None = None,
 ) -> Manifest:
     check_samples(n)
     return Manifest(
@@ -141,6 +142,7 @@ def make_manifest(
         use_cache=use_cache,
         selection=selection,
         cost_rates=cost_rates or CostRates(),
+        preflight_hash=preflight_hash,
     )
 
 

@@ -28,6 +28,11 @@ Decisions where the rules left room:
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Iterable
+
+from qfarm.common import versions
 from qfarm.common.grounding.names import TitleSet
 from qfarm.common.grounding.quantifier import classify_question_quantifier
 from qfarm.common.models import (
@@ -152,6 +157,36 @@ def run_preflight(
         reject_message=reject_message(quantifier) if rejected else None,
         exploratory=broad and policy.allow_broad,
     )
+
+
+def plan_preflight_hash(
+    questions: Iterable[str], model_profile_id: str, titles: TitleSet | None = None
+) -> str:
+    """The preflight node of a run's plan: a digest of every question's classification and
+    profile cap, with the classifier's and the profile table's versions and the title list.
+
+    Computed before anything is enqueued and kept in the manifest, so two runs whose
+    questions were read differently (a changed classifier, cap table or corpus titles)
+    differ in it even where no version string moved. The policy is bound by the
+    manifest's own hashes; this one is equal across the runs of an A/B/D cycle
+    (docs/grounding.md, 'Preflight, reject-broad, allow-broad', decision 8).
+    """
+    from qfarm.common.profiles import MODEL_PROFILES  # the table's caps, not just its version
+
+    entries = []
+    for question in dict.fromkeys(questions):
+        q = classify_question_quantifier(question, titles)
+        cap = cap_for_intensity(q.intensity, model_profile_id, q.explicit_count, {})
+        entries.append([question, q.model_dump(mode="json"), cap])
+    payload = {
+        "classifier": versions.CLASSIFIER_VERSION,
+        "profiles": versions.MODEL_PROFILES_VERSION,
+        "profile_table": {k: dict(v) for k, v in MODEL_PROFILES.items()},
+        "titles": titles.digest if titles is not None else None,
+        "preflights": entries,
+    }
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
 def rejected_verification() -> Verification:

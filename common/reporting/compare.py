@@ -380,6 +380,12 @@ def _provenance_warnings(a: Manifest, b: Manifest, n_shared: int, n_a: int, n_b:
     ):
         if va != vb:
             warnings.append(f"Different {label}: A `{va}` vs B `{vb}`.")
+    if a.preflight_hash and b.preflight_hash and a.preflight_hash != b.preflight_hash:
+        warnings.append(
+            f"Different preflights: A `{a.preflight_hash}` vs B `{b.preflight_hash}`: the runs' "
+            "questions were classified or capped differently (classifier, cap table or corpus "
+            "titles), so a rung or cap, not only the policy, may have moved a delta."
+        )
     warnings += record_differences(a.record, b.record)
     if a.simulated != b.simulated:
         sim = "A" if a.simulated else "B"
@@ -531,6 +537,7 @@ def _run_facts(cmp: Comparison) -> list[str]:
             f"`{a.governance_policy_hash}`",
             f"`{b.governance_policy_hash}`",
         ),
+        ("preflight_hash", f"`{a.preflight_hash or '—'}`", f"`{b.preflight_hash or '—'}`"),
     ]
     lines = ["| | A | B |", "|---|---|---|"]
     return lines + [f"| {k} | {va} | {vb} |" for k, va, vb in facts]

@@ -232,3 +232,18 @@ def test_the_preflight_reads_the_index_titles_as_names(retriever):
     named = pipeline.preflight_stage(pipeline.begin(job), titles).preflight
     assert without.quantifier.intensity.value == "MANY"  # "multiple" read as a quantifier
     assert named.quantifier.intensity.value == "SINGULAR"
+
+
+def test_a_runs_manifest_carries_the_plans_preflight_hash_with_the_index_titles(retriever):
+    from qfarm.common.grounding.preflight import plan_preflight_hash
+    from qfarm.producer._services import run_manifest
+    from qfarm.producer._types import Endpoints, QuestionSet, SweepSpec
+
+    questions = QuestionSet.from_texts(["what causes multiple sclerosis?"])
+    man = run_manifest(SweepSpec(questions), questions, [Mode.QUOTE], Settings(),
+                       Endpoints(urls=[], simulated=True), retriever, eager=True)  # fmt: skip
+    titles = retriever.title_set()
+    profile = man.model_profile_id
+    assert man.preflight_hash == plan_preflight_hash(["what causes multiple sclerosis?"],
+                                                     profile, titles)  # fmt: skip
+    assert man.preflight_hash != plan_preflight_hash(["what causes multiple sclerosis?"], profile)

@@ -632,3 +632,16 @@ def test_runs_whose_records_differ_in_a_rule_version_warn() -> None:
     assert any("Different prompt version: A `prompt-v1`" in w for w in cmp.warnings)
     cmp = compare_runs(manifest("A", record=rec()), run(5, 10), manifest("B"), run(5, 10))
     assert cmp.warnings == []  # a run without a record: nothing to compare
+
+
+def test_runs_whose_preflights_differ_warn() -> None:
+    stats = run(5, 10)
+    same = compare_runs(manifest("A", preflight_hash="aaaa"), stats,
+                        manifest("B", preflight_hash="aaaa"), stats)  # fmt: skip
+    assert not any("Different preflights" in w for w in same.warnings)
+    moved = compare_runs(manifest("A", preflight_hash="aaaa"), stats,
+                         manifest("B", preflight_hash="bbbb"), stats)  # fmt: skip
+    assert any("Different preflights: A `aaaa` vs B `bbbb`" in w for w in moved.warnings)
+    assert "| preflight_hash | `aaaa` | `bbbb` |" in render_compare(moved)
+    older = compare_runs(manifest("A"), stats, manifest("B", preflight_hash="bbbb"), stats)
+    assert not any("Different preflights" in w for w in older.warnings)
