@@ -11,7 +11,8 @@ this module where the names are, from three kinds of evidence, strongest first:
 * quoted spans ("...", '...', curly quotes);
 * capitalised spans: two or more capitalised words, with lower-case joining words
   ("of", "the", "at", ...) allowed inside. The first word of a sentence is capitalised
-  by grammar, so it joins a span only when three more capitalised words follow it;
+  by grammar, so it joins a span only when the next word and two more after it are
+  capitalised ("Every Breath You Take was ...");
   a question written in title case ("Name All The Planets") gives no capitalised
   evidence at all.
 """
