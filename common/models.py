@@ -387,6 +387,9 @@ class Manifest(Frozen):
     cost_rates: CostRates = Field(default_factory=CostRates)
     # What the run cost (qfarm.common.reporting.cost.cost_summary), written when the run ends.
     cost: dict[str, Any] | None = None
+    # The preflight node of the plan (common.grounding.preflight.plan_preflight_hash); None
+    # for runs planned before it existed.
+    preflight_hash: str | None = None
 
     @field_validator("endpoints")
     @classmethod

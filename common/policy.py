@@ -71,6 +71,8 @@ class Policy(BaseModel):
     answerability_sidecar_enabled: bool = True
     answerability_threshold: Confidence = Confidence.MEDIUM
     answerability_proximity_chars: int = Field(600, ge=1, le=100_000)
+    # opt-in: a row the sidecar flags is demoted (verifier hash: it moves a verdict)
+    answerability_demote_enabled: bool = False
     # sampling
     temperature: float = Field(0.7, ge=0.0, le=2.0)
     max_tokens: int = Field(512, ge=1, le=32768)
@@ -200,6 +202,7 @@ VERIFIER_FIELDS: tuple[str, ...] = (
     "temperature",
     "max_tokens",
     "structured_output",
+    "answerability_demote_enabled",
 )
 GOVERNANCE_ONLY_FIELDS: tuple[str, ...] = (
     "answerability_sidecar_enabled",

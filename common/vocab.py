@@ -76,6 +76,8 @@ class Label(StrEnum):
     BROAD_CAPPED = "BROAD-CAPPED"
     BROAD_REJECTED = "BROAD-REJECTED"
     EXPLORATORY = "EXPLORATORY"
+    # the answerability sidecar's opt-in demotion: the answer denied what the evidence holds
+    EVIDENCE_MISSED_PARTIAL = "EVIDENCE-MISSED-PARTIAL"
 
 
 class ViolationKind(StrEnum):

@@ -10,6 +10,9 @@ from typing import Any
 
 from qfarm.common import keys
 from qfarm.common.errors import ConfigError
+from qfarm.common.grounding.names import TitleSet
+from qfarm.common.grounding.preflight import plan_preflight_hash
+from qfarm.common.jobs import profile_id_for_model
 from qfarm.common.models import Job, Manifest, Mode
 from qfarm.common.settings import Settings
 from qfarm.common.vocab import Backend
@@ -48,7 +51,18 @@ def run_manifest(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], set
         use_cache=spec.use_cache,
         selection=questions.selection,
         cost_rates=settings.cost_rates(),
+        preflight_hash=plan_preflight_hash(
+            (q.text for q in questions.questions), profile_id_for_model(settings.model),
+            index_titles(retriever),
+        ),
     )
+
+
+def index_titles(retriever: Any) -> TitleSet | None:
+    """The index's titles, as the workers' preflight reads them (the embedded index has them)."""
+    title_set = getattr(retriever, "title_set", None)
+    found = title_set() if callable(title_set) else None
+    return found if isinstance(found, TitleSet) else None
 
 
 def corpus_label(retriever: Any) -> str:

@@ -127,6 +127,7 @@ def make_manifest(
     use_cache: bool = True,
     selection: QuestionSelection | None = None,
     cost_rates: CostRates | None = None,
+    preflight_hash: str | None = None,
 ) -> Manifest:
     check_samples(n)
     return Manifest(
@@ -154,6 +155,7 @@ def make_manifest(
         use_cache=use_cache,
         selection=selection,
         cost_rates=cost_rates or CostRates(),
+        preflight_hash=preflight_hash,
     )
 
 

@@ -29,7 +29,8 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
         ["redis_urls"],
     ),
     "qfarm.common.grounding": (
-        ["gold", "preflight", "prompts", "quantifier", "rows", "schemas", "sidecar", "verify"],
+        ["gold", "names", "preflight", "prompts", "quantifier", "rows", "schemas", "sidecar",
+         "verify"],
         ["denials", "reminders"],
     ),
     "qfarm.common.grounding.verify": (

@@ -28,6 +28,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import TypeVar
 
 import redis
@@ -37,6 +38,7 @@ from pydantic_core import PydanticSerializationError
 
 from qfarm.common import keys
 from qfarm.common.errors import ManifestError
+from qfarm.common.grounding.names import TitleSet
 from qfarm.common.jobs import job_from_ref
 from qfarm.common.logs import job_fields
 from qfarm.common.models import Evidence, Job, JobRecord, JobRef, Row, Timings, Usage
@@ -222,7 +224,11 @@ def _start_many(
     Returns the records that need retrieval, and (record, row) for the jobs already
     finished: failed, decided by reject-broad, or served from the cache.
     """
-    records = [_safely(pipeline.begin(job, worker=svc.worker_name), _preflight) for job in jobs]
+    titles = _titles(svc)
+    records = [
+        _safely(pipeline.begin(job, worker=svc.worker_name), partial(_preflight, titles=titles))
+        for job in jobs
+    ]
     done = [(r, pipeline.finish(r)) for r in records if _is_finished(r)]
     records = [_with_cache_key(r, svc) for r in records if not _is_finished(r)]
     done += [(r, pipeline.finish(r)) for r in records if r.error]
@@ -239,13 +245,28 @@ def _start_many(
     return [r for r in records if r.job.job_id not in hits], done
 
 
-def _preflight(record: JobRecord) -> JobRecord:
+def _titles(svc: Services) -> TitleSet | None:
+    """The index's titles, for backends that can list them (the embedded index).
+
+    A retriever that cannot open gives None here: its jobs fail at the cache key with
+    the retrieval error, which is where that error belongs.
+    """
+    try:
+        title_set = getattr(svc.retriever, "title_set", None)
+        found = title_set() if callable(title_set) else None
+        return found if isinstance(found, TitleSet) else None
+    except Exception:
+        log.debug("no title set from the retriever", exc_info=True)
+        return None
+
+
+def _preflight(record: JobRecord, titles: TitleSet | None = None) -> JobRecord:
     """The preflight, once the job's question is known to serialise: one that does not (a
     lone surrogate that got past loading) fails here, in eager runs too, before it is
     searched for or sent to a model (an endpoint answering it 500 would count against
     that endpoint for every job)."""
     record.job.question.model_dump_json()  # PydanticSerializationError: the job's error
-    return pipeline.preflight_stage(record)
+    return pipeline.preflight_stage(record, titles)
 
 
 def _safely_row(record: JobRecord, cached: dict) -> Row:

@@ -17,10 +17,11 @@ from typing import Protocol, cast
 from qfarm.common import profiles
 from qfarm.common.errors import QfarmError, ServiceError, TransientServiceError
 from qfarm.common.grounding.gold import match_gold
+from qfarm.common.grounding.names import TitleSet
 from qfarm.common.grounding.preflight import rejected_verification, run_preflight
 from qfarm.common.grounding.prompts import STOP, build_prompt
 from qfarm.common.grounding.rows import build_row
-from qfarm.common.grounding.sidecar import assess_answerability
+from qfarm.common.grounding.sidecar import assess_answerability, demote_for_missed_evidence
 from qfarm.common.grounding.verify import verify_answer
 from qfarm.common.models import (
     Evidence,
@@ -71,25 +72,26 @@ def _with_timing(record: JobRecord, **timings: float | None) -> JobRecord:
 # profile table's identity; bounded by a reset, as a process sees a few runs' questions
 # at a time.
 _PREFLIGHT_MEMO_SIZE = 1024
-_preflight_memo: dict[tuple[str, str, str, str, int], Preflight] = {}
+_preflight_memo: dict[tuple[str, str, str, str, int, str], Preflight] = {}
 
 
-def _preflight(job: Job) -> Preflight:
+def _preflight(job: Job, titles: TitleSet | None) -> Preflight:
     key = (job.question.text, job.mode.value, job.policy.model_dump_json(), job.model_profile_id,
-           id(profiles.MODEL_PROFILES))
+           id(profiles.MODEL_PROFILES), titles.digest if titles else "")
     found = _preflight_memo.get(key)
     if found is None:
         if len(_preflight_memo) >= _PREFLIGHT_MEMO_SIZE:
             _preflight_memo.clear()
         found = _preflight_memo[key] = run_preflight(
-            job.question.text, job.mode, job.policy, job.model_profile_id
+            job.question.text, job.mode, job.policy, job.model_profile_id, titles
         )
     return found
 
 
-def preflight_stage(record: JobRecord) -> JobRecord:
+def preflight_stage(record: JobRecord, titles: TitleSet | None = None) -> JobRecord:
+    """Classify and cap; ``titles`` (the index's titles, when it has them) mark names."""
     job = record.job
-    pre = _preflight(job)
+    pre = _preflight(job, titles)
     record = record.model_copy(update={"preflight": pre})
     if pre.rejected:
         # Reject-broad: no retrieval and no model call; the verdict is decided here.
@@ -339,6 +341,7 @@ def verification_stage(record: JobRecord) -> JobRecord:
         job.policy,
         record.preflight.quantifier if record.preflight else None,
     )
+    verification = demote_for_missed_evidence(verification, answerability, job.policy)
     return _with_timing(
         record.model_copy(update={"verification": verification, "answerability": answerability}),
         verify_ms=_ms_since(t0),

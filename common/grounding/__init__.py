@@ -9,4 +9,6 @@ The rules: docs/grounding.md.
 
 # The public submodules (tests/test_public_surface.py pins them). denials (the sidecar's
 # grammar) and reminders (a prompt turn) serve this package only.
-__all__ = ["gold", "preflight", "prompts", "quantifier", "rows", "schemas", "sidecar", "verify"]
+__all__ = [
+    "gold", "names", "preflight", "prompts", "quantifier", "rows", "schemas", "sidecar", "verify",
+]

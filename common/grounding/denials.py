@@ -286,7 +286,7 @@ FAMILIES: dict[str, tuple[re.Pattern[str], str]] = {
     ),
     "pronoun_negated_verb": (
         re.compile(
-            r"(?:^|(?<=[.;:!?,] ))"
+            r"(?:^|(?<=[.;:!?,] )|(?<=\bbut )|(?<=\byet )|(?<=\band ))"
             + _alt(PRONOUN_SOURCES)
             + rf" (?P<m>(?:{NEGATIONS_AUX}) (?:(?:explicitly|directly|specifically|actually|clearly|even) )?{_alt(PRONOUN_VERBS)})"
             + _E
@@ -295,7 +295,7 @@ FAMILIES: dict[str, tuple[re.Pattern[str], str]] = {
     ),
     # "the evidence gives no list of", "the passages contain no mention of", "E1 lists no songs"
     "source_verb_no": (
-        re.compile(_B + _SOURCES + rf" (?P<m>{_THIRD} (?:no|not any))(?= \w)"),
+        re.compile(_B + _SOURCES + rf" (?P<m>(?:{_THIRD}|{_LEMMAS}) (?:no|not any))(?= \w)"),
         "after",
     ),
     # "no specific chart positions are given", "none of his songs are listed in the passages"
@@ -395,6 +395,37 @@ FAMILIES: dict[str, tuple[re.Pattern[str], str]] = {
         ),
         "after",
     ),
+    # "nothing here tells me", "there is nothing in the passages that names", "there
+    # does not seem to be anything in the excerpts about"
+    "nothing_reports": (
+        re.compile(
+            _B
+            + r"(?P<m>(?:there (?:is|was|are|were) (?:not|no|not really) anything|there is nothing"
+            + r"|there (?:does|do) not (?:seem|appear) to be anything|there (?:seems|appears) to be nothing"
+            + r"|nothing)"
+            + r"(?: (?:here|(?:in|within|among|from) "
+            + _SOURCES
+            + r"))?"
+            + rf"(?: that| which)? (?:{_THIRD}|{_LEMMAS}|speaks to|points to|answers)(?: me| us)?"
+            + r"|(?:there (?:is|was) not anything|there is nothing|there (?:does|do) not (?:seem|appear) to be anything"
+            + r"|there (?:seems|appears) to be nothing)"
+            + r"(?: (?:here|(?:in|within|among|from) "
+            + _SOURCES
+            + r"))? (?:about|regarding|concerning|on the subject of|as to))"
+            + _E
+        ),
+        "after",
+    ),
+    # "... but i am not seeing any of their other songs", "we are not finding"
+    "first_person_progressive": (
+        re.compile(
+            r"(?:^|(?<=[\s,.;:!?(\"]))"
+            + rf"(?P<m>{FIRST_PERSON} (?:am|are) not (?:really |actually |currently )?"
+            + r"(?:seeing|finding|spotting|locating|getting))"
+            + _E
+        ),
+        "after",
+    ),
     # "not in the evidence", "not found in the passages", "not contained in the"
     "not_in_sources": (
         re.compile(
@@ -408,6 +439,23 @@ FAMILIES: dict[str, tuple[re.Pattern[str], str]] = {
         "before",
     ),
 }
+# The design's v1 phrases, read as its rule says: a casefolded, whitespace-normalised
+# substring of the answer ("not mentioned." alone, "there are no specific songs listed
+# for her"). Spelled out as ``_spell_out`` leaves them; the object rules still apply,
+# so "no specific chart positions are given" stays a denial of a detail.
+SEED_PHRASES: tuple[tuple[str, str], ...] = (
+    ("not mentioned", "before"), ("not provided", "before"),
+    ("the evidence does not say", "after"), ("does not mention", "after"),
+    ("no specific", "after"), ("no evidence", "after"),
+    ("can not determine from the provided evidence", "after"),
+    ("cannot determine from the provided evidence", "after"),
+    ("is not stated", "before"), ("is not specified", "before"),
+)  # fmt: skip
+FAMILIES.update({
+    f"seed_{where}": (re.compile("(?P<m>" + _alt(tuple(re.escape(p) for p, w in SEED_PHRASES
+                                                       if w == where)) + ")"), where)
+    for where in ("before", "after")
+})  # fmt: skip
 _NOT_A_NEGATION = re.compile(
     r"\bnot (?:only|just|merely|until|simply)\b|\bno (?:doubt|longer|matter|fewer|less|more)\b"
 )
@@ -455,11 +503,34 @@ def _object_before(text: str, start: int) -> str:
     return head[begin:].strip(" ,")
 
 
+# Contractions are spelled out before the families run, so every family that reads
+# "was not able to" also reads "wasn't able to", "i am not" reads "i'm not", and a
+# table never needs both spellings of a word.
+_CONTRACTIONS = (
+    (re.compile(r"\b(?:won't)"), "will not"),
+    (re.compile(r"\b(?:can't)"), "can not"),
+    (re.compile(r"\b(?:shan't)"), "shall not"),
+    (re.compile(r"\b(?:ain't)"), "is not"),
+    (re.compile(r"(?<=\w)n't\b"), " not"),
+    (re.compile(r"\bi'm\b"), "i am"),
+    (re.compile(r"(?<=\w)'re\b"), " are"),
+    (re.compile(r"\b(it|that|there|this|what|here|which)'s\b"), r"\1 is"),
+    (re.compile(r"\b(i|we|they|you)'ve\b"), r"\1 have"),
+)
+
+
+def _spell_out(text: str) -> str:
+    for pattern, full in _CONTRACTIONS:
+        text = pattern.sub(full, text)
+    return text
+
+
 def find_denials(answer: str) -> list[Denial]:
     """Every denial the grammar reads in the answer, in text order."""
     text = normalize(answer)
     if not _TRIGGER_RE.search(text):
         return []
+    text = _spell_out(text)
     found: list[Denial] = []
     for sentence in _SENTENCE_RE.finditer(text):
         if _TRIGGER_RE.search(sentence.group(0)):
@@ -507,9 +578,24 @@ _POSITIVE_STATES = {
 }  # fmt: skip
 
 
+# Objects that only a text holds: "no titles are given" denies, where "no songs were
+# released" (the world's participle on the world's noun) is a fact.
+TEXT_OBJECTS: frozenset[str] = frozenset(
+    "titles title names name list lists listing details specifics examples information info "
+    "mention mentions references".split()
+)
+
+
+def _names_text(obj: str) -> bool:
+    words = obj.split()
+    return bool(words) and words[-1] in TEXT_OBJECTS
+
+
 def _located_ok(family: str, match: re.Match[str]) -> bool:
     """A world-describing participle or state needs a place in the sources."""
     placed = bool(match.groupdict().get("place") and match["place"].strip())
+    if family in ("negated_subject", "there_no_participle") and _names_text(match["obj"]):
+        return True  # "no titles are given": titles and names are what a text gives
     if family in ("passive", "negated_subject", "there_no_participle"):
         return match["p"] in TEXT_PARTICIPLES or placed
     if family == "state":
@@ -527,7 +613,7 @@ def _located_ok(family: str, match: re.Match[str]) -> bool:
 GENERIC_HEADS: frozenset[str] = frozenset(
     "a an the any no some such specific explicit direct clear relevant much information info "
     "details detail mention mentions data record records reference references indication "
-    "specifics word account description discussion".split()
+    "specifics word account description discussion anything something nothing".split()
 )
 _HEAD_STOPS = ("of", "by", "for", "about", "from", "in", "on", "to", "that", "which", "regarding",
                "concerning")  # fmt: skip
@@ -567,12 +653,48 @@ def is_partial(denial: Denial, question_words: set[str], answer_type: str) -> bo
     return kind != answer_type
 
 
+_EVIDENCE_TAG = re.compile(r"\[e\d+|\(e\d+\)")
+
+
+# Words that name what a question of each answer type asks for ("who the painter was"
+# for "who painted ...", "the titles" for a list): a denial of one is never of a side
+# detail. "who sang the premieres" is a side detail of "What operas did Verdi write?".
+ASKED_WORDS: dict[str, frozenset[str]] = {
+    "person": frozenset("who whom author writer creator maker name".split()),
+    "date": frozenset("year date when".split()),
+    "title_like": frozenset("name names title titles".split()),
+}
+
+
+def _stem(word: str) -> str:
+    """A word's first five letters: "painter" and "painted", "ballet" and "ballets" meet."""
+    return word.strip(",.;:!?\"'()[]").removesuffix("'s")[:5]
+
+
+def is_after_answer(
+    denial: Denial, text: str, question_words: set[str], answer_type: str = "title_like"
+) -> bool:
+    """The answer already stated something with a citation, and this denial's object
+    names nothing the question asks about: it denies a side detail ("Leonardo da Vinci
+    painted the Mona Lisa [E1]. I couldn't find anything about what it cost")."""
+    if not _EVIDENCE_TAG.search(text[: denial.start]):
+        return False
+    asked = {_stem(w) for w in question_words if len(w) >= 4}
+    obj = denial.obj.split()
+    named = ASKED_WORDS.get(answer_type, frozenset())
+    return not any(w in named or (len(w) >= 4 and _stem(w) in asked) for w in obj)
+
+
 def match_denial(
     answer: str, question_words: set[str] | None = None, answer_type: str = "title_like"
 ) -> Denial | None:
     """The first denial of the answer (not of a detail) in the answer, or None."""
     words = question_words or set()
+    text = _spell_out(normalize(answer))
     for denial in find_denials(answer):
-        if not is_partial(denial, words, answer_type):
-            return denial
+        if is_partial(denial, words, answer_type):
+            continue
+        if words and is_after_answer(denial, text, words, answer_type):
+            continue
+        return denial
     return None

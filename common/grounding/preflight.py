@@ -28,6 +28,12 @@ Decisions where the rules left room:
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Iterable
+
+from qfarm.common import versions
+from qfarm.common.grounding.names import TitleSet
 from qfarm.common.grounding.quantifier import classify_question_quantifier
 from qfarm.common.models import (
     Intensity,
@@ -62,6 +68,23 @@ def is_guard_active(mode: Mode, policy: Policy) -> bool:
     return policy.quantifier_guard_enabled and mode.value in policy.quantifier_guard_modes
 
 
+NARROWING = (
+    "Narrow the question: name a year, league, country or category "
+    '(e.g. "... in 1998", "... in the Premier League", "... in France", "... albums only")'
+)
+
+
+def narrowing_message(quantifier: QuantifierInfo) -> str | None:
+    """For an unbounded broad question that was answered: its answer is a sample, and how
+    to ask for a set the evidence can cover (the reject message's advice, in default mode)."""
+    if not quantifier.is_broad or quantifier.scope_bound_hint != "unbounded":
+        return None
+    return (
+        "no bound on its scope: the answer is a sample from the evidence, not a complete "
+        f"list. {NARROWING}."
+    )
+
+
 def reject_message(quantifier: QuantifierInfo) -> str:
     """Why the question was rejected and how to narrow it.
 
@@ -71,9 +94,7 @@ def reject_message(quantifier: QuantifierInfo) -> str:
     token = f' ("{quantifier.matched_token}")' if quantifier.matched_token else ""
     return (
         f"rejected before retrieval: {why}{token} with no bound on its scope, so no answer "
-        "drawn from a few evidence passages could be checked for completeness. "
-        "Narrow the question: name a year, league, country or category "
-        '(e.g. "... in 1998", "... in the Premier League", "... in France", "... albums only"), '
+        f"drawn from a few evidence passages could be checked for completeness. {NARROWING}, "
         "or rerun with --allow-broad for an EXPLORATORY (not evidence-warranted) answer."
     )
 
@@ -94,9 +115,19 @@ def guard_cap(quantifier: QuantifierInfo, policy: Policy, profile_cap: int) -> i
     return profile_cap
 
 
-def run_preflight(question: str, mode: Mode, policy: Policy, model_profile_id: str) -> Preflight:
-    """Classify the question and decide caps, reject-broad and exploratory."""
-    quantifier = classify_question_quantifier(question)
+def run_preflight(
+    question: str,
+    mode: Mode,
+    policy: Policy,
+    model_profile_id: str,
+    titles: TitleSet | None = None,
+) -> Preflight:
+    """Classify the question and decide caps, reject-broad and exploratory.
+
+    ``titles`` are the corpus's own titles, when the caller's index can give them: a
+    title the question names is read as a name, not as a quantifier.
+    """
+    quantifier = classify_question_quantifier(question, titles)
     guard_active = is_guard_active(mode, policy)
     overrides = policy.quantifier_caps_by_intensity
     profile_cap = cap_for_intensity(
@@ -126,6 +157,36 @@ def run_preflight(question: str, mode: Mode, policy: Policy, model_profile_id: s
         reject_message=reject_message(quantifier) if rejected else None,
         exploratory=broad and policy.allow_broad,
     )
+
+
+def plan_preflight_hash(
+    questions: Iterable[str], model_profile_id: str, titles: TitleSet | None = None
+) -> str:
+    """The preflight node of a run's plan: a digest of every question's classification and
+    profile cap, with the classifier's and the profile table's versions and the title list.
+
+    Computed before anything is enqueued and kept in the manifest, so two runs whose
+    questions were read differently (a changed classifier, cap table or corpus titles)
+    differ in it even where no version string moved. The policy is bound by the
+    manifest's own hashes; this one is equal across the runs of an A/B/D cycle
+    (docs/grounding.md, 'Preflight, reject-broad, allow-broad', decision 8).
+    """
+    from qfarm.common.profiles import MODEL_PROFILES  # the table's caps, not just its version
+
+    entries = []
+    for question in dict.fromkeys(questions):
+        q = classify_question_quantifier(question, titles)
+        cap = cap_for_intensity(q.intensity, model_profile_id, q.explicit_count, {})
+        entries.append([question, q.model_dump(mode="json"), cap])
+    payload = {
+        "classifier": versions.CLASSIFIER_VERSION,
+        "profiles": versions.MODEL_PROFILES_VERSION,
+        "profile_table": {k: dict(v) for k, v in MODEL_PROFILES.items()},
+        "titles": titles.digest if titles is not None else None,
+        "preflights": entries,
+    }
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
 def rejected_verification() -> Verification:

@@ -105,6 +105,17 @@ class BuiltPrompt:
     evidence: tuple[Evidence, ...]  # the blocks actually shown to the model
 
 
+def evidence_cap(preflight: Preflight | None) -> int | None:
+    """The preflight contract's evidence clause: with caps enforced, a broad question's
+    model sees no more blocks than the claims it may make (docs/grounding.md,
+    'Preflight, reject-broad, allow-broad', decision 7). None: no cap on the blocks."""
+    if preflight is None or not preflight.cap_enforced or not preflight.quantifier.is_broad:
+        return None
+    if preflight.exploratory or preflight.claim_cap is None:
+        return None
+    return max(1, preflight.claim_cap)
+
+
 def build_prompt(
     question: str,
     mode: Mode,
@@ -116,6 +127,8 @@ def build_prompt(
     from qfarm.common.grounding.reminders import render_quantifier_reminder  # avoids a cycle
 
     blocks = select_evidence(evidence, policy.context_chars(mode.value))
+    if evidence_cap(preflight) is not None:
+        blocks = blocks[: evidence_cap(preflight)]
     turns = [
         chatml_turn("system", SYSTEM_PROMPTS[mode]),
         chatml_turn("user", GROUNDING_REMINDERS[mode]),

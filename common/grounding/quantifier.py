@@ -5,6 +5,10 @@ The rules: docs/grounding.md, 'Quantifier classifier'.
 ``classify_question_quantifier`` maps a question onto one of ten rungs by its
 lexical markers, matched case-insensitively on word boundaries after NFKC and
 quote folding. When several rungs match, the highest in ``PRIORITY`` wins.
+Names come first: a title, quoted span or capitalised span whose own words hold
+a marker ("Who wrote All Quiet on the Western Front?") is hidden from the
+markers (``qfarm.common.grounding.names``; the corpus's titles are handed in by
+the caller, since this module does no I/O).
 
 Decisions where the rules left room (each one has a test in
 ``tests/common/grounding/test_quantifier.py``):
@@ -62,6 +66,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
+from qfarm.common.grounding.names import (
+    PLACEHOLDER,
+    TitleSet,
+    find_name_spans,
+    fold_question,
+    replace_spans,
+)
 from qfarm.common.models import QuantifierInfo
 from qfarm.common.versions import CLASSIFIER_VERSION
 from qfarm.common.vocab import BROAD_INTENSITIES, COUNTED_INTENSITIES, Intensity
@@ -142,15 +153,17 @@ _UNITS_OF_MEASURE = (
 _SUPERLATIVE = r"[a-z]+est\b"
 # A fraction ("two thirds of") is a share, not a count of thirds.
 _FRACTION_NOUNS = r"halves|thirds|quarters|fourths|fifths|sixths|sevenths|eighths|ninths|tenths"
+# Letters of any script: "the three Brontë sisters" is three sisters.
+_LETTERS = r"[^\W\d_]"
 _PLURAL_NOUN = (
-    rf"(?:(?!(?:{_UNITS_OF_MEASURE}|{_FRACTION_NOUNS})\b)[a-z]+s|men|women|children|people|geese|mice)\b"
+    rf"(?:(?!(?:{_UNITS_OF_MEASURE}|{_FRACTION_NOUNS})\b){_LETTERS}+s|men|women|children|people|geese|mice)\b"
 )
 _FUNCTION_WORDS = (
     "of|the|and|or|in|on|at|to|for|by|with|from|a|an|is|are|was|were|did|do|does|has|have|had"
     "|that|which|who|than|as|into|over|under|after|before|since|ago"
 )
 # A word that can stand between a number and its noun ("three *primary* colours").
-_MODIFIER = rf"(?!(?:{_FUNCTION_WORDS}|{_UNITS_OF_MEASURE})\b)[a-z]+(?:-[a-z]+)?"
+_MODIFIER = rf"(?!(?:{_FUNCTION_WORDS}|{_UNITS_OF_MEASURE})\b){_LETTERS}+(?:-{_LETTERS}+)?"
 _HEDGES = (
     r"about|around|roughly|approximately|approx\.?|some|circa|nearly|almost|close to"
     r"|more or less|give or take|somewhere around|in the region of|on the order of"
@@ -378,9 +391,16 @@ MARKERS: tuple[Marker, ...] = (
     _m(Intensity.ALL, _B + r"every single" + _E),
     _m(Intensity.ALL, _B + r"the (?:entirety|totality) of" + _E),
     _m(Intensity.ALL, _B + r"the whole" + _E),
+    # Idioms that hold "all" but quantify nothing: "the best albums of all time", "first
+    # of all", "all along", "all but forgotten", "once and for all".
     _m(
         Intensity.ALL,
-        r"(?<!\bat )(?<!\bafter )(?<!\babove )" + _B + r"all" + _E + r"(?! of a sudden)",
+        r"(?<!\bat )(?<!\bafter )(?<!\babove )(?<!\bfirst of )(?<!\band for )(?<!\ball in )"
+        + _B
+        + r"all"
+        + _E
+        + r"(?! of a sudden)(?! times?\b)(?! along\b)(?! but\b)(?! right\b)(?! in all\b)"
+        + r"(?! the same\b)(?! the while\b)",
     ),
     _m(Intensity.ALL, _B + r"every" + _E + rf"(?! (?:other |{_NUM} )?{_TIME_UNITS}\b)(?! other\b)"),
     _m(Intensity.ALL, _B + r"(?:everyone|everybody|everything)" + _E),
@@ -431,6 +451,14 @@ MARKERS: tuple[Marker, ...] = (
     _m(Intensity.SMALL_NUM_EXPLICIT, _B + r"(?:a )?dozen" + _E, _fixed(12)),
     _m(Intensity.SMALL_NUM_EXPLICIT, _B + r"a handful of" + _E, _fixed(5)),
     _m(Intensity.SMALL_NUM_EXPLICIT, _B + r"(?:a )?(?:pair|couple) of" + _E, _fixed(2)),
+    # "both parents of ...", "both of them": two; "both a poet and a painter" joins, not counts
+    _m(
+        Intensity.SMALL_NUM_EXPLICIT,
+        _B
+        + r"both(?: of)?(?: (?:the|his|her|its|their|these|those|my|your|our))?"
+        + rf" (?:(?:{_MODIFIER}) )?(?:{_PLURAL_NOUN}|them\b|us\b)",
+        _fixed(2),
+    ),
     _m(
         Intensity.SMALL_NUM_EXPLICIT,
         _B + rf"(?:first|last|top|final|next|previous) (?P<n>{_NUM})" + _E,
@@ -605,15 +633,32 @@ BOUNDED_ANCHORS: tuple[re.Pattern[str], ...] = tuple(
 )
 
 
+# Chat spellings of "you"/"your" ("everything u know about the aztecs"); "u.s." stays.
+_CHAT_WORDS = {"u": "you", "ya": "you", "ur": "your"}
+_CHAT_RE = re.compile(r"(?<![\w.'-])(?:u|ya|ur)(?![\w.'-])")
+# A universal over a named set ("each of the Teenage Mutant Ninja Turtles", "all the
+# Marx Brothers", "every Harry Potter book") is over that set's members: bounded.
+_NAMED_SET_RE = re.compile(
+    _B + r"(?:all|every|each|every one|each one)(?: of)?(?: the| these| those)? " + PLACEHOLDER + _E
+)
+# A name whose own words carry a marker hides it from the question, except a number
+# of two or more: "the Five Pillars of Islam" are five. A rank in a name ("The Last
+# Supper", "The Seventh Seal") is part of the name, and would cap the answer at one.
+_NAME_KEEPS = frozenset({Intensity.SINGULAR, *COUNTED_INTENSITIES})
+
+
 def _normalize_question(question: str) -> str:
     text = unicodedata.normalize("NFKC", question).casefold().translate(_FOLD)
-    return " ".join(text.split())
+    text = " ".join(text.split())
+    return _CHAT_RE.sub(lambda m: _CHAT_WORDS[m.group(0)], text)
 
 
-def _scope_hint(text: str, is_broad: bool, count: int | None) -> str:
+def _scope_hint(text: str, named: str, is_broad: bool, count: int | None) -> str:
     if not is_broad:
         return "unknown"
     if count is not None:  # "all three ...": the question states the set's size
+        return "bounded"
+    if _NAMED_SET_RE.search(named):
         return "bounded"
     return "bounded" if any(p.search(text) for p in BOUNDED_ANCHORS) else "unbounded"
 
@@ -641,43 +686,61 @@ def _matched_text(marker: Marker, match: re.Match[str]) -> str:
     return match.group(0)
 
 
-# Memoised (the result is frozen): the preflight and the sidecar of every job classify
-# their question, and the modes and samples of a question ask again; each call runs
-# over a hundred patterns.
 @lru_cache(maxsize=4096)
-def classify_question_quantifier(question: str) -> QuantifierInfo:
-    """Classify a question's quantifier (docs/grounding.md, 'Quantifier classifier')."""
-    text = _normalize_question(question)
+def _classify_text(text: str) -> tuple[Intensity, str | None, int | None]:
+    """Rung, matched words and count of a normalized text, names not considered."""
     intensity, token, count = Intensity.SINGULAR, None, None
     how_many = _HOW_MANY_RE.search(text)
     if how_many:
-        token = how_many["token"]
-    else:
-        found = _first_match_per_rung(text)
-        rung = next((r for r in PRIORITY if r in found), None)
-        if rung == Intensity.SINGULAR or rung is None:
-            listing = _LIST_IMPERATIVE_RE.search(text)
-            if listing:
-                found[Intensity.ALL] = (Marker(Intensity.ALL, _LIST_IMPERATIVE_RE), listing)
-                rung = Intensity.ALL
-        if rung is not None:
-            marker, match = found[rung]
-            intensity, token = rung, _matched_text(marker, match).strip(" ,.;:!?\"'")
-            if marker.count is not None:
-                count = marker.count(match)
+        return intensity, how_many["token"], None
+    found = _first_match_per_rung(text)
+    rung = next((r for r in PRIORITY if r in found), None)
+    if rung == Intensity.SINGULAR or rung is None:
+        listing = _LIST_IMPERATIVE_RE.search(text)
+        if listing:
+            found[Intensity.ALL] = (Marker(Intensity.ALL, _LIST_IMPERATIVE_RE), listing)
+            rung = Intensity.ALL
+    if rung is not None:
+        marker, match = found[rung]
+        intensity, token = rung, _matched_text(marker, match).strip(" ,.;:!?\"'")
+        if marker.count is not None:
+            count = marker.count(match)
     if intensity == Intensity.ALL:
         # "name all three ...", "list all 50 ...": the set's own size, and the cap
         finite = _ALL_N_RE.search(text)
         count = parse_number(finite["n"]) if finite else None
     elif intensity not in COUNTED_INTENSITIES:
         count = None
+    return intensity, token, count
+
+
+def _hides_marker(name: str) -> bool:
+    rung, _token, count = _classify_text(_normalize_question(name))
+    return rung not in _NAME_KEEPS or (rung in COUNTED_INTENSITIES and count == 1)
+
+
+# Memoised (the result is frozen): the preflight and the sidecar of every job classify
+# their question, and the modes and samples of a question ask again; each call runs
+# over a hundred patterns.
+@lru_cache(maxsize=4096)
+def classify_question_quantifier(question: str, titles: TitleSet | None = None) -> QuantifierInfo:
+    """Classify a question's quantifier (docs/grounding.md, 'Quantifier classifier').
+
+    ``titles``, the corpus's own titles, lets a title written in lower case count as a
+    name; without it, quoted and capitalised spans still do.
+    """
+    folded = fold_question(question)
+    names = find_name_spans(folded, titles)
+    hiding = [n for n in names if _hides_marker(folded[n.start : n.end])]
+    intensity, token, count = _classify_text(_normalize_question(replace_spans(folded, hiding)))
     is_broad = intensity in BROAD_INTENSITIES
+    named = _normalize_question(replace_spans(folded, names)) if names else ""
     return QuantifierInfo(
         intensity=intensity,
         matched_token=token or None,
         explicit_count=count,
         is_broad=is_broad,
         operational_shape=OPERATIONAL_SHAPES[intensity],
-        scope_bound_hint=_scope_hint(text, is_broad, count),
+        scope_bound_hint=_scope_hint(_normalize_question(question), named, is_broad, count),
         classifier_version=CLASSIFIER_VERSION,
     )

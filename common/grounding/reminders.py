@@ -15,7 +15,10 @@ Decisions where the rules left room:
 * N is the guard's cap bounded by ``claim_lattice_max_claims_per_answer``,
   i.e. the cap that would be enforced with ``--apply-quantifier-caps``.
 * Bounded scope → the bounded template; unbounded → the unbounded template,
-  which also says the list must come from the evidence, not from memory.
+  which also says the list must come from the evidence, not from memory. The
+  bounded template has no such training-prior clause, as the design's has
+  none: a finite, known set is one the model may well know, and the clause
+  that matters there is "only the members the evidence states".
 * Both templates ask for fewer claims, each grounded, over a longer list
   (``FEWER_CLAIMS``): the cap tells the model where to stop, this sentence
   tells it what to prefer when it has more to say than it can ground.
@@ -42,7 +45,7 @@ FEWER_CLAIMS = (
 BOUNDED_TEMPLATE = (
     "Quantifier reminder: this question asks about a finite, known set. "
     "Name only the members the evidence states, at most {cap}, one per item; "
-    "do not add members from memory and do not claim the list is complete unless the evidence says so. "
+    "do not claim the list is complete unless the evidence says so. "
     f"{FEWER_CLAIMS} "
     "{pointer_rule}"
 )

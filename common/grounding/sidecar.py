@@ -70,12 +70,21 @@ from typing import Any
 from qfarm.common.grounding import denials
 from qfarm.common.grounding.quantifier import classify_question_quantifier
 from qfarm.common.grounding.verify.text import STOP_WORDS, joined, tokens
-from qfarm.common.models import Answerability, CandidateSpan, Confidence, Evidence, QuantifierInfo
+from qfarm.common.models import (
+    Answerability,
+    CandidateSpan,
+    Confidence,
+    Evidence,
+    Label,
+    QuantifierInfo,
+    Verdict,
+    Verification,
+)
 from qfarm.common.policy import Policy
 from qfarm.common.versions import DENIAL_PATTERNS_VERSION, EXTRACTION_CUES_VERSION
 from qfarm.common.vocab import BROAD_INTENSITIES
 
-DIAGNOSTIC_VERSION = "answerability-v3"  # v3: title/alias subjects, strong at 2, single answers
+DIAGNOSTIC_VERSION = "answerability-v4"  # v3: title/alias subjects, strong at 2, single answers; v4: named candidates dropped
 MAX_SPANS = 10
 # "strong": a quoted candidate near an exact subject mention and more than one candidate
 STRONG_MIN_CANDIDATES = 2
@@ -128,6 +137,12 @@ CUE_ANSWER_TYPES: dict[str, str] = {
     "who directed": "person",
     "who sang": "person",
     "who founded": "person",
+    "who designed": "person",
+    "who built": "person",
+    "who created": "person",
+    "who produced": "person",
+    "who sculpted": "person",
+    "who developed": "person",
     "who invented": "person",
     "who discovered": "person",
     "members of": "person",
@@ -152,7 +167,9 @@ PLURAL_THINGS: frozenset[str] = (
     frozenset(
         "songs works books albums novels poems plays films movies paintings compositions "
         "singles records tracks titles characters episodes operas symphonies sculptures "
-        "inventions discoveries awards names".split()
+        "inventions discoveries awards names ballets essays stories collections buildings "
+        "designs concertos sonatas operettas musicals games series shows photographs "
+        "poetry".split()
     )
     | PERSON_PLURALS
 )
@@ -165,7 +182,8 @@ _RELATION_WORDS = frozenset(
     "releases record records sings writes composes perform performs publish published "
     "appear appeared play played star starred feature featured include included produce "
     "produced well good great greatest important significant influential remembered "
-    "celebrated acclaimed".split()
+    "celebrated acclaimed best-known well-known short collection collections poetry "
+    "essay essays story stories ballet ballets".split()
 )
 # Verbs a question asks with ("What paintings did Frida Kahlo create?"): every form of
 # each is dropped from the subject, so "create" never has to occur in the evidence.
@@ -181,7 +199,7 @@ QUESTION_VERBS: tuple[str, ...] = tuple(
     inherit bequeath commission restore complete finish start begin end leave take give do get
     become bring think speak choose drive rise fight see know grow throw fly sell tell keep meet
     pay put read ride say send set sit stand strike swim wear weave dig bear undertake overcome
-    hit""".split()
+    hit seal""".split()
 )
 _IRREGULAR_FORMS: dict[str, tuple[str, ...]] = {
     "make": ("made",), "write": ("wrote", "written"), "build": ("built",), "sing": ("sang", "sung"),
@@ -265,10 +283,12 @@ for _group in _NAME_ALIAS_GROUPS:
 
 _CAP = r"[A-ZÀ-ÖØ-Þ][\w'’&-]*"
 # "Pride and Prejudice" is one title, "George Harrison and Ringo Starr" two names.
+_PARTICLES = "de|da|del|della|di|du|des|van|von|der|den|ter|ten|le|la|bin|ibn|al|dos|das"
 _TITLE_CASE_RE = re.compile(
-    rf"(?<![\w'’-]){_CAP}(?:\s+(?:(?:of|the|and|de|da|del|di|van|von|in|on|a|an|for|to)\s+)*{_CAP})+"
+    rf"(?<![\w'’-]){_CAP}(?:\s+(?:(?:of|the|and|{_PARTICLES}|in|on|a|an|for|to)\s+)*{_CAP})+"
 )
-_NAME_RE = re.compile(rf"(?<![\w'’-]){_CAP}(?:\s+(?:(?:de|da|del|di|van|von)\s+)*{_CAP})+")
+# "Daphne du Maurier", "Ludwig van Beethoven": a particle stands inside a name
+_NAME_RE = re.compile(rf"(?<![\w'’-]){_CAP}(?:\s+(?:(?:{_PARTICLES})\s+)*{_CAP})+")
 _QUOTED_RE = re.compile(r'"([^"\n]{1,120})"|“([^”\n]{1,120})”')
 _MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
 _YEAR = "(?:1[0-9]{3}|20[0-9]{2})"
@@ -495,6 +515,30 @@ def is_single_answer(question: str, cue: str | None) -> bool:
     return bool(toks) and toks[0] in ("who", "when") and not any(t in PLURAL_THINGS for t in toks)
 
 
+DEMOTION_TAIL = "evidence missed"
+
+
+def demote_for_missed_evidence(
+    verification: Verification, answerability: Answerability | None, policy: Policy
+) -> Verification:
+    """The design's opt-in follow-up (``answerability_demote_enabled``, off by default):
+    a row whose answer the sidecar flagged (at or above the threshold) is labelled
+    EVIDENCE-MISSED-PARTIAL and no longer STRICT. An UNGROUNDED row stays UNGROUNDED:
+    nothing is below it, and its label already says the answer failed.
+
+    docs/grounding.md, 'Answerability sidecar', decision 13.
+    """
+    if not policy.answerability_demote_enabled or answerability is None:
+        return verification
+    if verification.verdict == Verdict.UNGROUNDED:
+        return verification
+    return verification.model_copy(update={
+        "verdict": Verdict.HYBRID,
+        "label": Label.EVIDENCE_MISSED_PARTIAL,
+        "tails": (*verification.tails, DEMOTION_TAIL),
+    })
+
+
 def assess_answerability(
     question: str,
     answer: str,
@@ -521,10 +565,14 @@ def assess_answerability(
     if not subject:
         return None
     proximity = policy.answerability_proximity_chars
+    # A candidate the answer names was not missed: "Leonardo da Vinci painted the Mona
+    # Lisa [E1]. I couldn't find what it cost" lists no Leonardo.
+    said = joined(tokens(text))
     candidates = [
         c
         for block in _blocks(evidence)
         for c in _block_candidates(block, subject, answer_type, proximity)
+        if joined(tokens(c.text)) not in said
     ]
     confidence = _confidence(candidates, is_single_answer(question, cue))
     if confidence is None:

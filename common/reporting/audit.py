@@ -31,6 +31,7 @@ Decisions where the rules left room:
 
 from __future__ import annotations
 
+from qfarm.common.grounding.preflight import narrowing_message
 from qfarm.common.grounding.verify.verdict import display_label, render_tails
 from qfarm.common.models import Claim, JobRecord, Preflight
 
@@ -102,6 +103,9 @@ def render_audit_block(record: JobRecord) -> list[str]:
             tails = render_tails(ver.would_fire_kinds, cap=_cap(pre), exploratory=False)
             parts.append("dry run, would fire: " + ", ".join(tails))
         lines.append(SEP.join(parts))
+        narrowing = narrowing_message(pre.quantifier)
+        if narrowing and not pre.exploratory:
+            lines.append(f"  {narrowing}")
     return [*lines, render_audit_line(record)]
 
 

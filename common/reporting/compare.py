@@ -29,7 +29,12 @@ from typing import Any
 
 from qfarm.common.models import Manifest
 from qfarm.common.record import record_differences
-from qfarm.common.reporting.phase import PhaseDecision, phase_decision, render_phase
+from qfarm.common.reporting.phase import (
+    DEFAULT_FLOOR,
+    PhaseDecision,
+    phase_decision,
+    render_phase,
+)
 from qfarm.common.reporting.report import md_table, plots_section
 from qfarm.common.reporting.runstats import RunStats, Tally
 from qfarm.common.reporting.stats import (
@@ -40,8 +45,6 @@ from qfarm.common.reporting.stats import (
     paired_interval,
     welch_interval,
 )
-
-DEFAULT_FLOOR = 5.0
 
 
 class DeltaVerdict(StrEnum):
@@ -75,6 +78,9 @@ METRICS: tuple[Metric, ...] = (
     # HYBRID has no better direction (it gains from STRICT and from UNGROUNDED alike); with
     # the other two it makes the verdict distribution the caps decision reads.
     Metric("hybrid", "HYBRID rate", None),
+    # STRICT counting a row the guard's own cap or scope demotion made HYBRID: what the
+    # answers did, on which caps are judged (they must not vote for themselves).
+    Metric("answered_strict", "strict-rate without the guard's demotions", True),
     Metric("ratio", "mean ratio", True),
     Metric("format_collapsed", "FORMAT_COLLAPSED rate", False),
     Metric("no_evidence_pointer", "NO_EVIDENCE_POINTER rate", False),
@@ -99,6 +105,7 @@ class MetricDelta:
     method: str
     verdict: DeltaVerdict
     effect: str  # "better" / "worse" for a signal, else "—"
+    questions: int = 0  # questions the paired interval is over (0: unpaired)
 
 
 @dataclass(frozen=True)
@@ -288,6 +295,7 @@ def compare_metric(
         method,
         verdict,
         effect,
+        len(deltas) if len(deltas) >= 2 else 0,
     )
 
 
@@ -372,6 +380,12 @@ def _provenance_warnings(a: Manifest, b: Manifest, n_shared: int, n_a: int, n_b:
     ):
         if va != vb:
             warnings.append(f"Different {label}: A `{va}` vs B `{vb}`.")
+    if a.preflight_hash and b.preflight_hash and a.preflight_hash != b.preflight_hash:
+        warnings.append(
+            f"Different preflights: A `{a.preflight_hash}` vs B `{b.preflight_hash}`: the runs' "
+            "questions were classified or capped differently (classifier, cap table or corpus "
+            "titles), so a rung or cap, not only the policy, may have moved a delta."
+        )
     warnings += record_differences(a.record, b.record)
     if a.simulated != b.simulated:
         sim = "A" if a.simulated else "B"
@@ -523,6 +537,7 @@ def _run_facts(cmp: Comparison) -> list[str]:
             f"`{a.governance_policy_hash}`",
             f"`{b.governance_policy_hash}`",
         ),
+        ("preflight_hash", f"`{a.preflight_hash or '—'}`", f"`{b.preflight_hash or '—'}`"),
     ]
     lines = ["| | A | B |", "|---|---|---|"]
     return lines + [f"| {k} | {va} | {vb} |" for k, va, vb in facts]

@@ -5,18 +5,23 @@ Each switch is decided on the signals that say whether it
 does its job, every one a ``MetricDelta`` of ``qfarm.common.reporting.compare`` (|Δ| at least
 the floor *and* a 95% interval excluding zero), oriented as (on) − (off):
 
-* caps (``quantifier_guard_apply_caps``): **turn on** when the claim count per
-  answer or the verdict distribution (the STRICT, HYBRID or UNGROUNDED share)
-  moves, in any mode, in either direction; caps exist to change the answer's
-  shape, and the verifier reports a trimmed answer as HYBRID/BROAD-CAPPED by
-  design, so a fall in strict-rate is the price of bounded answers, not a veto.
+* caps (``quantifier_guard_apply_caps``), judged on what the answers did, so
+  they cannot vote for themselves: **turn on** when the claim count per answer
+  moves (either way), or the strict-rate without the guard's own demotions
+  rises, or the UNGROUNDED rate falls; those two moving the other way **hurt**.
+  The guard's demotions (strict-rate as labelled) are shown apart, never deciding.
 * reminder (``quantifier_reminder_enabled``): **turn on** when the
-  FORMAT_COLLAPSED or the NO_EVIDENCE_POINTER rate drops; **keep off** when
-  either rises in any mode (a prompt that hurts one mode is not turned on for
-  all).
+  FORMAT_COLLAPSED or the NO_EVIDENCE_POINTER rate drops; either rising, or
+  strict-rate falling, **hurts**.
 * any other phase switch (guard, reject-broad, allow-broad): strict-rate, as
-  the headline rate: **turn on** when a mode gains and none loses, **keep
-  off** when any loses.
+  the headline rate: a gain helps, a loss hurts.
+
+Per mode, every rule: helped and hurt nowhere is **turn on**; hurt and helped
+nowhere is **keep off**; both (in one mode or in two) is **mixed**, with the
+modes named: a change that hurts a mode by the floor is no green light. A cell
+decides when its point estimate clears the floor (the design's rule); its 95%
+interval is printed beside it, and when the interval still includes zero, how
+many questions would settle it.
 
 Runs differing in several phase switches, all on in the same run, get one
 decision for the switches together: the union of their signals. The four runs
@@ -29,11 +34,14 @@ from reminder-only to both).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from qfarm.common.errors import InputError
+
+DEFAULT_FLOOR = 5.0  # points; compare's floor (``qfarm.common.reporting.compare`` imports this module)
 
 if TYPE_CHECKING:
     from qfarm.common.models import Manifest
@@ -50,7 +58,7 @@ QUANTIFIER_PHASE_SWITCHES: tuple[str, ...] = (
     "quantifier_reject_broad",
     "allow_broad",
 )
-Decision = Literal["turn on", "keep off", "no signal"]
+Decision = Literal["turn on", "keep off", "mixed", "no signal"]
 Direction = Literal["any", "down", "up"]
 
 
@@ -62,21 +70,24 @@ class Rule:
     turn_on: tuple[tuple[str, Direction], ...]  # (metric key, direction of a signal that helps)
     keep_off: tuple[tuple[str, Direction], ...]  # (metric key, direction of a signal that hurts)
     text: str
+    shown: tuple[str, ...] = ()  # metrics printed beside the decision, never deciding
 
 
 RULES: dict[str, Rule] = {
     CAPS: Rule(
         "caps",
-        (("claims", "any"), ("strict", "any"), ("hybrid", "any"), ("ungrounded", "any")),
-        (),
-        "claims per answer or the verdict distribution (STRICT, HYBRID, UNGROUNDED share) "
-        "moves by the floor, either way",
+        (("claims", "any"), ("answered_strict", "up"), ("ungrounded", "down")),
+        (("answered_strict", "down"), ("ungrounded", "up")),
+        "claims per answer move by the floor (either way), or the strict-rate without the "
+        "guard's own demotions rises or UNGROUNDED falls (the other way hurts)",
+        ("strict", "hybrid"),
     ),
     REMINDER: Rule(
         "reminder",
         (("format_collapsed", "down"), ("no_evidence_pointer", "down")),
-        (("format_collapsed", "up"), ("no_evidence_pointer", "up")),
-        "the FORMAT_COLLAPSED or NO_EVIDENCE_POINTER rate drops by the floor (a rise keeps it off)",
+        (("format_collapsed", "up"), ("no_evidence_pointer", "up"), ("strict", "down")),
+        "the FORMAT_COLLAPSED or NO_EVIDENCE_POINTER rate drops by the floor (either rising, "
+        "or strict-rate falling, hurts)",
     ),
 }
 STRICT_RULE = Rule(
@@ -100,6 +111,19 @@ class Signal:
     n: int
     verdict: str  # signal / noise / n/a
     role: str = ""  # "turn on" or "keep off" when this cell decided, else ""
+    questions: int = 0  # questions of the paired interval (0: unpaired, ``n`` rows)
+
+    def settle(self) -> str:
+        """How many questions would put the interval off zero at this effect and spread."""
+        if self.delta is None or self.low is None or self.high is None or not self.delta:
+            return ""
+        if self.low > 0 or self.high < 0:
+            return "interval excludes zero"
+        half = (self.high - self.low) / 2
+        have = self.questions or self.n
+        need = math.ceil(have * (half / abs(self.delta)) ** 2)
+        unit = "questions" if self.questions else "rows"
+        return f"interval includes zero; about {need} {unit} would settle it (have {have})"
 
     def text(self) -> str:
         if self.delta is None or self.low is None or self.high is None:
@@ -107,7 +131,7 @@ class Signal:
         unit = "%" if self.key == "claims" else " pp"
         return (
             f"`{self.mode}` {self.metric} {self.delta:+.1f}{unit} "
-            f"(95% CI [{self.low:+.1f}, {self.high:+.1f}], n={self.n}, {self.verdict})"
+            f"(95% CI [{self.low:+.1f}, {self.high:+.1f}], n={self.n}, {self.settle()})"
         )
 
 
@@ -130,6 +154,9 @@ class PhaseDecision:
     def decided_by(self) -> tuple[Signal, ...]:
         return tuple(s for s in self.signals if s.role)
 
+    def modes_where(self, role: str) -> list[str]:
+        return list(dict.fromkeys(s.mode for s in self.signals if s.role == role))
+
 
 def _matches(delta: float, direction: Direction) -> bool:
     return direction == "any" or (delta < 0) == (direction == "down")
@@ -138,18 +165,28 @@ def _matches(delta: float, direction: Direction) -> bool:
 def _oriented(d: MetricDelta, sign: float) -> Signal:
     if d.delta is None or d.low is None or d.high is None:
         return Signal(d.mode, d.metric.label, d.metric.key, None, None, None,
-                      min(d.n_a, d.n_b), str(d.verdict))
+                      min(d.n_a, d.n_b), str(d.verdict), questions=d.questions)
     low, high = sorted((sign * d.low, sign * d.high))
     return Signal(d.mode, d.metric.label, d.metric.key, sign * d.delta, low, high,
-                  min(d.n_a, d.n_b), str(d.verdict))
+                  min(d.n_a, d.n_b), str(d.verdict), questions=d.questions)
 
 
 def decide(
-    deltas: Sequence[MetricDelta], switches: Sequence[str], on_in_b: bool, note: str = ""
+    deltas: Sequence[MetricDelta],
+    switches: Sequence[str],
+    on_in_b: bool,
+    note: str = "",
+    *,
+    floor: float = DEFAULT_FLOOR,
 ) -> PhaseDecision:
-    """Apply the switches' rules (their union) to a comparison's deltas."""
+    """Apply the switches' rules (their union) to a comparison's deltas.
+
+    A cell decides when its point estimate clears ``floor``: the design's rule. Its
+    interval is reported beside it (``Signal.settle``), not asked to exclude zero.
+    """
     rules = [RULES.get(s, STRICT_RULE) for s in switches]
-    wanted = {key for r in rules for key, _ in (*r.turn_on, *r.keep_off)}
+    deciding = {key for r in rules for key, _ in (*r.turn_on, *r.keep_off)}
+    wanted = deciding | {key for r in rules for key in r.shown}
     sign = 1.0 if on_in_b else -1.0
     signals: list[Signal] = []
     helps = hurts = False
@@ -158,15 +195,15 @@ def decide(
             continue
         s = _oriented(d, sign)
         role = ""
-        if s.verdict == "signal" and s.delta is not None:
+        if s.key in deciding and s.delta is not None and abs(s.delta) >= floor:
             if any(k == s.key and _matches(s.delta, way) for r in rules for k, way in r.keep_off):
                 role, hurts = "keep off", True
             elif any(k == s.key and _matches(s.delta, way) for r in rules for k, way in r.turn_on):
                 role, helps = "turn on", True
         signals.append(replace(s, role=role))
-    decision: Decision = "keep off" if hurts else "turn on" if helps else "no signal"
-    if decision == "keep off":  # only what decided is named as deciding
-        signals = [replace(s, role="") if s.role == "turn on" else s for s in signals]
+    decision: Decision = (
+        "mixed" if helps and hurts else "keep off" if hurts else "turn on" if helps else "no signal"
+    )
     text = "; ".join(f"{r.name}: {r.text}" for r in rules)
     return PhaseDecision(tuple(switches), "B" if on_in_b else "A", decision, text,
                          tuple(signals), note)
@@ -183,32 +220,30 @@ def dry_run_note(policy_a: Any, policy_b: Any, switches: Sequence[str]) -> str:
 
 
 def caps_note(cmp: Comparison, phase: PhaseDecision, off_is_a: bool) -> str:
-    """Say so when a strict-rate fall under caps is only the guard's own soft demotes.
+    """The guard's own demotions, shown apart from what decided caps.
 
-    The off run's dry run counted the STRICT rows carrying a kind that demotes once
-    caps are applied; when the fall matches that share within the floor, caps changed
-    labels, not answers. The decision stands (the design's rule reads the verdict
-    distribution, whatever moved it); the note tells the reader what moved it.
+    Per mode, strict-rate as labelled (the guard's CAP_APPLIED and SCOPE_UNBOUND
+    demotes included) beside the strict-rate without them, and the share the
+    caps-off run's dry run predicted it would demote.
     """
-    if CAPS not in phase.switches or phase.decision != "turn on":
+    if CAPS not in phase.switches:
         return ""
-    matched = []
-    for s in phase.decided_by:
-        share = cmp.would_demote.get(s.mode, (None, None))[0 if off_is_a else 1]
-        if s.key == "strict" and s.delta is not None and share is not None:
-            if abs(s.delta + share) < cmp.floor:
-                matched.append(f"`{s.mode}` {s.delta:+.1f} pp against {share:.1f}% predicted")
-    if not matched:
+    by_cell = {(s.mode, s.key): s for s in phase.signals if s.delta is not None}
+    parts = []
+    for (mode, key), labelled in by_cell.items():
+        answered = by_cell.get((mode, "answered_strict"))
+        if key != "strict" or answered is None or labelled.delta is None or answered.delta is None:
+            continue
+        if abs(labelled.delta - answered.delta) < 0.05:
+            continue
+        share = cmp.would_demote.get(mode, (None, None))[0 if off_is_a else 1]
+        predicted = f", {share:.1f}% predicted by the dry run" if share is not None else ""
+        parts.append(f"`{mode}` strict-rate {labelled.delta:+.1f} pp as labelled, "
+                     f"{answered.delta:+.1f} pp without them{predicted}")  # fmt: skip
+    if not parts:
         return ""
-    claims = any(s.key == "claims" for s in phase.decided_by)
-    return (
-        "The strict-rate fall is what the caps-off run's dry run predicted from the guard's own "
-        "soft demotes (STRICT rows carrying CAP_APPLIED or SCOPE_UNBOUND as would-fire kinds): "
-        + "; ".join(matched)
-        + ". Caps changed labels there"
-        + ("." if claims else ", not answers: the claim count per answer did not move by "
-           "the floor.")
-    )
+    return ("The guard's own demotions (CAP_APPLIED, SCOPE_UNBOUND), shown apart and not "
+            "deciding: " + "; ".join(parts) + ".")  # fmt: skip
 
 
 def phase_decision(cmp: Comparison) -> PhaseDecision | None:
@@ -239,7 +274,7 @@ def phase_decision(cmp: Comparison) -> PhaseDecision | None:
         return None
     switches = tuple(phase)
     on_in_b = on_in.pop()
-    decision = decide(cmp.deltas, switches, on_in_b)
+    decision = decide(cmp.deltas, switches, on_in_b, floor=cmp.floor)
     note = dry_run_note(cmp.manifest_a.policy, cmp.manifest_b.policy, switches)
     return replace(decision, note=" ".join(filter(None, (note, caps_note(cmp, decision, on_in_b)))))
 
@@ -248,6 +283,10 @@ def phase_line(phase: PhaseDecision) -> str:
     """The decision in one sentence: the rule, what decided it, with its interval."""
     where = f"on in run {phase.on_in}"
     head = f"`{phase.switch}` ({where}): **{phase.decision}**"
+    if phase.decision == "mixed":
+        helped = ", ".join(f"`{m}`" for m in phase.modes_where("turn on"))
+        hurt = ", ".join(f"`{m}`" for m in phase.modes_where("keep off"))
+        head += f" (helps {helped}; hurts {hurt})"
     if phase.decided_by:
         return head + ", decided by " + "; ".join(s.text() for s in phase.decided_by) + "."
     return head + f". No signal clears the rule ({phase.rule})."
@@ -274,6 +313,7 @@ class CycleDecision:
     outcome: Outcome
     why: str
     warnings: tuple[str, ...] = ()
+    advice: str = ""  # the tree's last branch, when failures stay high with both on
 
 
 def cycle_roles(manifests: Sequence[Manifest]) -> dict[str, int]:
@@ -321,11 +361,14 @@ def decide_cycle(
     )
     steps = []
     warnings: list[str] = []
+    advice = ""
     for question, off, on, switches in plan:
         (man_off, st_off), (man_on, st_on) = by_role[off], by_role[on]
         cmp = compare_runs(man_off, st_off, man_on, st_on, floor=floor)
         warnings += [f"{off} → {on}: {w}" for w in cmp.warnings]
-        decision = decide(cmp.deltas, switches, on_in_b=True)
+        decision = decide(cmp.deltas, switches, on_in_b=True, floor=floor)
+        if on == "both" and off == "caps only":
+            advice = last_branch(cmp.deltas)
         decision = replace(decision, on_in=f"`{man_on.run_id}`",
                            note=caps_note(cmp, decision, off_is_a=True))
         steps.append(CycleStep(question, man_off.run_id, man_on.run_id, decision))
@@ -346,15 +389,40 @@ def decide_cycle(
         outcome, why = "reminder only", "only the reminder decided against the baseline"
     else:
         outcome, why = "neither", "no step cleared its rule"
-    if steps[1].decision.decision == "keep off" and outcome in ("both", "reminder only"):
-        outcome, why = "caps only" if caps else "neither", "the reminder alone hurts"
+    if steps[1].decision.decision in ("keep off", "mixed") and outcome in ("both", "reminder only"):
+        outcome, why = "caps only" if caps else "neither", "the reminder alone hurts a mode"
     run_ids = {role: by_role[role][0].run_id for role in CYCLE_ROLES}
-    return CycleDecision(run_ids, tuple(steps), outcome, why, tuple(dict.fromkeys(warnings)))
+    return CycleDecision(run_ids, tuple(steps), outcome, why, tuple(dict.fromkeys(warnings)),
+                         advice)
+
+
+# The share of failing answers (UNGROUNDED, FORMAT_COLLAPSED or NO_EVIDENCE_POINTER) in
+# a mode, with caps and the reminder both on, above which the tree's last branch applies.
+FAILURES_STAY_HIGH_PCT = 20.0
+_FAILURE_KEYS = ("ungrounded", "format_collapsed", "no_evidence_pointer")
+
+
+def last_branch(deltas: Sequence[MetricDelta]) -> str:
+    """The design's last branch: failures still high with both switches on → reject-broad."""
+    high = [
+        f"`{d.mode}` {d.metric.label} {d.b:.1f}%"
+        for d in deltas
+        if d.metric.key in _FAILURE_KEYS and d.b is not None and d.b >= FAILURES_STAY_HIGH_PCT
+    ]
+    if not high:
+        return ""
+    return (
+        "Failures stay high with caps and the reminder both on (" + "; ".join(high)
+        + f"; at least {FAILURES_STAY_HIGH_PCT:.0f}%): the tree's last branch is `--reject-broad` "
+        "(opt-in), which refuses unbounded broad questions before retrieval and the model call."
+    )
 
 
 def cycle_lines(cycle: CycleDecision) -> list[str]:
     """The cycle's decision and its four steps, one line each."""
     lines = [f"A/B/D cycle: **{cycle.outcome}** ({cycle.why})."]
+    if cycle.advice:
+        lines.append(cycle.advice)
     for step in cycle.steps:
         lines.append(f"{step.question} (`{step.run_off}` → `{step.run_on}`): "
                      + phase_line(step.decision)
@@ -368,6 +436,8 @@ def render_cycle(cycle: CycleDecision) -> str:
     out += ["| role | run |", "|---|---|"]
     out += [f"| {role} | `{run}` |" for role, run in cycle.runs.items()]
     out += ["", "## Decision", "", f"**{cycle.outcome}**: {cycle.why}.", ""]
+    if cycle.advice:
+        out += [cycle.advice, ""]
     out += [
         "Both are adopted only when both together beat each alone: the reminder's signals "
         "from caps only to both, and the caps' signals from reminder only to both.",
@@ -384,7 +454,7 @@ def render_cycle(cycle: CycleDecision) -> str:
 
 
 def _signal_table(phase: PhaseDecision) -> list[str]:
-    out = ["| mode | metric | Δ (on − off) | 95% CI | n | verdict | decided |",
+    out = ["| mode | metric | Δ (on − off) | 95% CI | n | interval | decided |",
            "|---|---|---|---|---|---|---|"]
     for s in phase.signals:
         if s.delta is None:  # a mode one run has no rows for: nothing was read
@@ -392,7 +462,7 @@ def _signal_table(phase: PhaseDecision) -> list[str]:
         unit = "%" if s.key == "claims" else " pp"
         delta = "—" if s.delta is None else f"{s.delta:+.1f}{unit}"
         ci = "—" if s.low is None or s.high is None else f"[{s.low:+.1f}, {s.high:+.1f}]"
-        out.append(f"| `{s.mode}` | {s.metric} | {delta} | {ci} | {s.n} | {s.verdict} | "
+        out.append(f"| `{s.mode}` | {s.metric} | {delta} | {ci} | {s.n} | {s.settle()} | "
                    f"{s.role or '—'} |")
     return out
 
@@ -405,8 +475,8 @@ def render_phase(phase: PhaseDecision | None) -> list[str]:
     out += [
         f"The runs differ in {'the phase switch' if len(phase.switches) == 1 else 'the phase switches'} "
         f"{', '.join(f'`{s}`' for s in phase.switches)}, on in run {phase.on_in}. Rule: "
-        f"{phase.rule}. A cell counts only as a signal: |Δ| at least the floor and a 95% "
-        "interval excluding zero.",
+        f"{phase.rule}. A cell decides when |Δ| is at least the floor (the design's rule); "
+        "its 95% interval is printed beside it.",
         "",
         f"- {phase_line(phase)}",
     ]

@@ -30,6 +30,31 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("total_ms", "total"),
 )
 REJECTED_KIND = ViolationKind.BROAD_QUANTIFIER_REJECTED
+# The guard's own soft demotes once caps are applied. A HYBRID row whose every claim
+# verified and whose only demotes are these (with the TOO_MANY_CLAIMS a cap's trim
+# fires beside CAP_APPLIED) was STRICT on what its answer did.
+GUARD_DEMOTE_KINDS = frozenset(
+    {ViolationKind.BROAD_QUANTIFIER_CAP_APPLIED, ViolationKind.BROAD_QUANTIFIER_SCOPE_UNBOUND}
+)
+_ANSWER_DEMOTE_KINDS = frozenset({
+    ViolationKind.TITLE_MISMATCH, ViolationKind.TOO_MANY_CLAIMS,
+    ViolationKind.TOO_MANY_EVIDENCE_IDS, ViolationKind.POINTER_OVERFLOW_TRIMMED,
+    ViolationKind.LAZY_ANCHOR_DEMOTE, ViolationKind.NO_EVIDENCE_POINTER,
+    ViolationKind.SCHEMA_INVALID, ViolationKind.CITATION_MISMATCH,
+})  # fmt: skip
+
+
+def is_strict_without_guard(verdict: Any, ratio: Any, kinds: Iterable[str]) -> bool:
+    """STRICT, or HYBRID only by the guard's own demotions: what the answer did
+    (docs/grounding.md, 'Comparing runs: intensity drift, claim count, phase decisions')."""
+    if verdict == Verdict.STRICT:
+        return True
+    found = set(kinds)
+    if verdict != Verdict.HYBRID or ratio != 1.0 or not found & GUARD_DEMOTE_KINDS:
+        return False
+    if ViolationKind.BROAD_QUANTIFIER_CAP_APPLIED in found:
+        found.discard(ViolationKind.TOO_MANY_CLAIMS)
+    return not found & _ANSWER_DEMOTE_KINDS
 MAX_DISTINCT = 50  # distinct error texts, hashes, models... kept before folding into "(other)"
 MAX_QUESTION_ROWS = 200
 # Error groups besides the ``ErrorKind`` members.
@@ -53,6 +78,7 @@ class Tally:
         "strict",
         "hybrid",
         "ungrounded",
+        "answered_strict",
         "format_collapsed",
         "no_evidence_pointer",
         "gold_n",
@@ -70,6 +96,7 @@ class Tally:
 
     def __init__(self) -> None:
         self.rows = self.errors = self.strict = self.hybrid = self.ungrounded = 0
+        self.answered_strict = 0
         self.format_collapsed = self.no_evidence_pointer = 0
         self.gold_n = self.gold_hits = self.recall_n = self.recall_hits = 0
         self.reciprocal_rank = 0.0  # summed over rows with gold answers: MRR = this / recall_n
@@ -96,6 +123,7 @@ class Tally:
             self.hybrid += 1
         else:
             self.ungrounded += 1
+        self.answered_strict += is_strict_without_guard(verdict, row.get("ratio"), kinds)
         if row.get("format_collapsed") or ViolationKind.FORMAT_COLLAPSED in kinds:
             self.format_collapsed += 1
         if ViolationKind.NO_EVIDENCE_POINTER in kinds:
@@ -135,6 +163,7 @@ class Tally:
 BINARY_METRICS = (
     "strict",
     "ungrounded",
+    "answered_strict",
     "format_collapsed",
     "no_evidence_pointer",
     "accuracy",

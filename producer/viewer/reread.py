@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from qfarm.common.errors import QfarmError
+from qfarm.common.grounding.names import TitleSet
 from qfarm.common.grounding.preflight import run_preflight
-from qfarm.common.grounding.sidecar import assess_answerability
+from qfarm.common.grounding.sidecar import assess_answerability, demote_for_missed_evidence
 from qfarm.common.grounding.verify import verify_answer
 from qfarm.common.models import Answerability, Evidence, Manifest, Verification
 from qfarm.common.policy import verifier_policy_hash
@@ -117,7 +118,11 @@ def reread_row(
     question = str(row.get("question") or "")
     # model_profile_key: the profile; rows written before it existed have no such key
     profile = str(row.get("model_profile_key") or manifest.model_profile_id)
-    pre = run_preflight(question, mode, manifest.policy, profile)
+    # the worker's preflight read the index's titles as names; so does the re-read
+    title_set = getattr(source, "title_set", None)
+    titles = title_set() if callable(title_set) else None
+    pre = run_preflight(question, mode, manifest.policy, profile,
+                        titles if isinstance(titles, TitleSet) else None)
     out.verification = verify_answer(
         str(answer), question=question, mode=mode, evidence=out.evidence,
         policy=manifest.policy, preflight=pre,
@@ -125,5 +130,7 @@ def reread_row(
     out.answerability = assess_answerability(
         question, str(answer), out.evidence, manifest.policy, pre.quantifier
     )
+    out.verification = demote_for_missed_evidence(out.verification, out.answerability,
+                                                  manifest.policy)
     out.differences = compare_with_row(row, out.verification, out.answerability)
     return out

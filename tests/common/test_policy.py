@@ -48,6 +48,7 @@ FLIPS: dict[str, Any] = {
     "answerability_sidecar_enabled": False,
     "answerability_threshold": "strong",
     "answerability_proximity_chars": 300,
+    "answerability_demote_enabled": True,
     "temperature": 0.0,
     "max_tokens": 256,
     "structured_output": True,

@@ -316,7 +316,9 @@ def test_the_api_comparison_carries_the_phase_decision(tmp_path: Path) -> None:
     assert (phase["switch"], phase["on_in"], phase["decision"]) == (
         "quantifier_guard_apply_caps", "B", "no signal"
     )
-    assert {s["key"] for s in phase["signals"]} == {"claims", "strict", "hybrid", "ungrounded"}
+    assert {s["key"] for s in phase["signals"]} == {
+        "claims", "strict", "hybrid", "ungrounded", "answered_strict"
+    }
     assert phase["decided_by"] == []
     json.dumps(out)  # the whole answer is JSON
     assert compare_json(Settings(results_dir=tmp_path), "A", "A", 5.0)["phase"] is None  # type: ignore[call-arg]

@@ -218,3 +218,32 @@ def test_a_batched_search_is_shared_among_its_questions():
     # own evidence fitting), not the whole batch's time.
     for r in out:
         assert searcher.took / 4 <= r.timings.retrieval_ms < searcher.took
+
+
+def test_the_preflight_reads_the_index_titles_as_names(retriever):
+    from qfarm.worker import pipeline
+
+    job = make_job("what causes multiple sclerosis?", quantifier_reject_broad=True)
+    svc = Services(settings=Settings(), store=None, worker_name="w",  # type: ignore[arg-type]
+                   retriever_factory=lambda: retriever)
+    titles = flow._titles(svc)
+    assert titles is not None and titles == retriever.title_set()
+    without = pipeline.preflight_stage(pipeline.begin(job)).preflight
+    named = pipeline.preflight_stage(pipeline.begin(job), titles).preflight
+    assert without.quantifier.intensity.value == "MANY"  # "multiple" read as a quantifier
+    assert named.quantifier.intensity.value == "SINGULAR"
+
+
+def test_a_runs_manifest_carries_the_plans_preflight_hash_with_the_index_titles(retriever):
+    from qfarm.common.grounding.preflight import plan_preflight_hash
+    from qfarm.producer._services import run_manifest
+    from qfarm.producer._types import Endpoints, QuestionSet, SweepSpec
+
+    questions = QuestionSet.from_texts(["what causes multiple sclerosis?"])
+    man = run_manifest(SweepSpec(questions), questions, [Mode.QUOTE], Settings(),
+                       Endpoints(urls=[], simulated=True), retriever, eager=True)  # fmt: skip
+    titles = retriever.title_set()
+    profile = man.model_profile_id
+    assert man.preflight_hash == plan_preflight_hash(["what causes multiple sclerosis?"],
+                                                     profile, titles)  # fmt: skip
+    assert man.preflight_hash != plan_preflight_hash(["what causes multiple sclerosis?"], profile)

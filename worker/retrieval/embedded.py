@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qfarm.common.errors import RetrievalError
+from qfarm.common.grounding.names import TitleSet
 from qfarm.common.models import Evidence
 from qfarm.common.retrieval.bm25 import first_stage
 from qfarm.common.retrieval.chunking import Passage
@@ -323,6 +324,7 @@ class EmbeddedRetriever:
         self._local = threading.local()
         self._conns: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._titles: TitleSet | None = None
         self._searches: OrderedDict[tuple[str, int, float], list[Evidence]] = OrderedDict()
         # The NumPy first stage (common/retrieval/bm25.py), for an index that has postings;
         # its first searches are also run by FTS5 and must agree to the bit, or FTS5 ranks
@@ -515,6 +517,13 @@ class EmbeddedRetriever:
             from qfarm.worker.retrieval.dense import locate_model
 
             locate_model(self._dense.explicit)
+
+    def title_set(self) -> TitleSet:
+        """The documents' titles, read once: the preflight reads a title as a name."""
+        if self._titles is None:
+            rows = self._conn().execute("SELECT title FROM documents").fetchall()
+            self._titles = TitleSet(row[0] for row in rows)  # two threads may both build it: equal
+        return self._titles
 
     def index_version(self) -> str:
         # The ranking this code applies, not the one of the build (served_index_version).

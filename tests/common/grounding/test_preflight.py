@@ -262,3 +262,25 @@ def test_an_adverbial_first_is_not_capped_at_one() -> None:
         "Who first reached the summit of Everest?", POINTER, build_policy(CAPS_ON), "hermes-3-8b"
     )
     assert (pre.quantifier.intensity, pre.claim_cap) == ("SINGULAR", 12)
+
+
+def test_the_plans_preflight_hash_binds_classifications_caps_and_titles(monkeypatch) -> None:
+    """The preflight node of a run's plan
+    (docs/grounding.md, 'Preflight, reject-broad, allow-broad', decision 8)."""
+    from qfarm.common import profiles
+    from qfarm.common.grounding.names import TitleSet
+    from qfarm.common.grounding.preflight import plan_preflight_hash
+
+    questions = ["what causes multiple sclerosis?", "List all members of the Beatles."]
+    base = plan_preflight_hash(questions, "hermes-3-8b")
+    assert base == plan_preflight_hash([*questions, questions[0]], "hermes-3-8b")
+    # the corpus's titles read "multiple sclerosis" as a name: another classification
+    assert plan_preflight_hash(questions, "hermes-3-8b", TitleSet(["Multiple sclerosis"])) != base
+    # a title list that reads no question differently still names another corpus
+    assert plan_preflight_hash(questions, "hermes-3-8b", TitleSet(["Some Title"])) != base
+    assert plan_preflight_hash(questions, "small-local") != base  # another profile's caps
+    # a changed cap table changes it with no version string moved
+    table = {k: dict(v) for k, v in profiles.MODEL_PROFILES.items()}
+    table["hermes-3-8b"]["ALL"] = 6
+    monkeypatch.setattr(profiles, "MODEL_PROFILES", table)
+    assert plan_preflight_hash(questions, "hermes-3-8b") != base

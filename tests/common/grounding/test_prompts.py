@@ -160,3 +160,42 @@ def test_the_reminder_asks_for_fewer_grounded_claims(question: str, mode: Mode) 
     assert reminder is not None
     assert "Fewer claims, each grounded in the evidence, are better than a longer list" in reminder
     assert re.search(r"at most \d+ claims", reminder)  # the cap (and the simulator's cue) stays
+
+
+def test_the_evidence_map_is_capped_with_the_claim_cap_when_caps_are_enforced() -> None:
+    """The preflight contract's evidence clause: a broad answer capped at N claims sees at
+    most N blocks (docs/grounding.md, 'Preflight, reject-broad, allow-broad', decision 7)."""
+    many = [make_ev(i, f"Song {i}", f"Song {i} is a song about rain, released in 19{60 + i}.")
+            for i in range(1, 9)]  # fmt: skip
+    question = "Name a few songs about rain."  # FEW: cap 5 on hermes-3-8b
+    mode = Mode.CLAIM_LATTICE_POINTER
+    for policy, shown in (
+        (build_policy({"quantifier_guard_apply_caps": True}), 8),  # FEW is not broad
+        (build_policy({}), 8),
+    ):
+        pre = run_preflight(question, mode, policy, "hermes-3-8b")
+        assert len(build_prompt(question, mode, many, policy, pre).evidence) == shown
+    broad = "List all the songs about rain."  # ALL, unbounded: cap 8 on hermes-3-8b, 4 on small-local
+    on = build_policy({"quantifier_guard_apply_caps": True})
+    pre = run_preflight(broad, mode, on, "small-local")
+    assert pre.claim_cap == 4
+    built = build_prompt(broad, mode, many, on, pre)
+    assert [e.id for e in built.evidence] == ["E1", "E2", "E3", "E4"]
+    assert "[E5]" not in built.text and 'id="E5"' not in built.text
+    # the dry run changes nothing: caps off, every block is shown
+    off = build_policy({})
+    assert len(build_prompt(broad, mode, many, off,
+                            run_preflight(broad, mode, off, "small-local")).evidence) == 8  # fmt: skip
+
+
+def test_the_bounded_reminder_has_no_training_prior_clause() -> None:
+    policy = build_policy({"quantifier_reminder_enabled": True})
+    mode = Mode.CLAIM_LATTICE_POINTER
+    bounded = "List all members of the Beatles."
+    text = build_prompt(bounded, mode, EVIDENCE, policy,
+                        run_preflight(bounded, mode, policy, "hermes-3-8b")).text  # fmt: skip
+    assert "finite, known set" in text and "memory" not in text and "training" not in text
+    unbounded = "List all the songs about rain."
+    text = build_prompt(unbounded, mode, EVIDENCE, policy,
+                        run_preflight(unbounded, mode, policy, "hermes-3-8b")).text  # fmt: skip
+    assert "not from what you remember from training" in text

@@ -10,6 +10,7 @@ from qfarm.common.grounding.denials import _TRIGGER_RE, FAMILIES, find_denials
 from qfarm.common.grounding.sidecar import (
     MAX_SPANS,
     assess_answerability,
+    denial_of_answer,
     match_denial,
     subject_tokens_for,
 )
@@ -235,6 +236,10 @@ FAMILY_EXAMPLES: dict[str, str] = {
     "there_no_participle": "There are no songs by her listed in the passages.",
     "impersonal": "It is not possible to determine which songs she recorded.",
     "not_in_sources": "Her songs are not in the evidence.",
+    "nothing_reports": "Nothing here tells me her songs.",
+    "first_person_progressive": "The passages describe her, but I'm not seeing any of her songs.",
+    "seed_before": "Not mentioned.",
+    "seed_after": "There are no specific songs listed for her.",
 }
 
 
@@ -305,7 +310,7 @@ def test_an_unquoted_run_that_is_only_the_subjects_name_is_still_dropped() -> No
 
 def test_candidate_kinds_use_the_design_names() -> None:
     titles = assess_answerability(SONGS_Q, DENIAL, [SEED], Policy())
-    assert titles is not None and titles.diagnostic_version == "answerability-v3"
+    assert titles is not None and titles.diagnostic_version == "answerability-v4"
     assert {s.kind for s in titles.missed_answer_candidate_spans} <= {
         "quoted_string",
         "title_case_span",
@@ -611,3 +616,125 @@ def test_generated_denials_file_is_its_scripts_output_and_scores_above_a_floor()
     # figures (``python -m bench.questions.denial_phrasings --score``).
     assert heldout["tp"] / (heldout["tp"] + heldout["fn"]) >= 0.85
     assert heldout["tp"] / (heldout["tp"] + heldout["fp"]) >= 0.95
+
+
+# ------------------------------------- denials nobody listed (docs/grounding.md, decision 11)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "I wasn't able to locate any of her songs in the passages.",
+        "No titles are given for her.",
+        "There doesn't seem to be anything about her songs.",
+        "The passages cover her life, but it doesn't go into her specific works.",
+        "There is nothing here that tells me which songs she recorded.",
+        'The evidence mentions "Amazing" [E2], but I\'m not seeing any of her other songs.',
+        "There are no specific songs listed for her.",
+        "Not mentioned.",
+        "I can't find her songs in these excerpts.",
+        "The documents contain no information about her songs.",
+    ],
+)
+def test_denials_nobody_listed_fire(answer: str) -> None:
+    assert denial_of_answer(SONGS_Q, answer) is not None
+
+
+MONA_LISA = make_ev(
+    1,
+    "Mona Lisa",
+    "The Mona Lisa is a half-length portrait painting by Italian artist Leonardo da Vinci. "
+    "It has been described as the best known work of art in the world.",
+)
+
+
+def test_an_answer_that_gave_the_fact_then_denies_a_side_detail_is_no_denial() -> None:
+    question = "Who painted the Mona Lisa?"
+    answer = "Leonardo da Vinci painted the Mona Lisa [E1]. I couldn't find anything about what it cost."
+    assert denial_of_answer(question, answer) is None
+    assert assess_answerability(question, answer, [MONA_LISA], Policy()) is None
+    # a denial of the asked thing after a citation still counts
+    other = "The passages describe the portrait [E1], but they do not name the painter."
+    assert denial_of_answer(question, other) is not None
+
+
+def test_a_candidate_the_answer_already_names_is_never_missed() -> None:
+    question = "Who painted the Mona Lisa?"
+    answer = "Leonardo da Vinci is named in the passages, but who painted it is not stated."
+    found = assess_answerability(question, answer, [MONA_LISA], build_policy(
+        {"answerability_threshold": "weak"}))  # fmt: skip
+    assert found is None or all(
+        "leonardo" not in s.text.casefold() for s in found.missed_answer_candidate_spans
+    )
+
+
+def test_names_with_lower_case_particles_are_candidates() -> None:
+    block = make_ev(1, "Rebecca (novel)", "Rebecca is a 1938 Gothic novel written by English "
+                    "author Daphne du Maurier, set in Cornwall.")  # fmt: skip
+    found = assess_answerability("Who wrote Rebecca?", "The author is not mentioned.", [block],
+                                 Policy())  # fmt: skip
+    assert found is not None
+    assert "Daphne du Maurier" in [s.text for s in found.missed_answer_candidate_spans]
+
+
+@pytest.mark.parametrize(
+    ("question", "subject"),
+    [
+        ("What ballets did Pyotr Ilyich Tchaikovsky compose?", ["pyotr", "ilyich", "tchaikovsky"]),
+        ("What poetry collections did Sylvia Plath publish?", ["sylvia", "plath"]),
+        ("Which essays did George Orwell write?", ["george", "orwell"]),
+        ("Which short stories did Alice Munro write?", ["alice", "munro"]),
+        ("What are Daphne du Maurier's best-known novels?", ["daphne", "du", "maurier"]),
+    ],
+)
+def test_list_questions_are_extraction_shaped_and_their_nouns_leave_the_subject(
+    question: str, subject: list[str]
+) -> None:
+    from qfarm.common.grounding.quantifier import classify_question_quantifier
+    from qfarm.common.grounding.sidecar import match_extraction_shape, subject_tokens_for
+
+    assert match_extraction_shape(question, classify_question_quantifier(question))[0] is not None
+    assert subject_tokens_for(question) == subject
+
+
+def test_who_designed_is_a_person_cue() -> None:
+    from qfarm.common.grounding.quantifier import classify_question_quantifier
+    from qfarm.common.grounding.sidecar import answer_type_for, match_extraction_shape
+
+    q = "Who designed the Sydney Opera House?"
+    shape, cue = match_extraction_shape(q, classify_question_quantifier(q))
+    assert (shape, cue, answer_type_for(q, cue)) == ("cue", "who designed", "person")
+
+
+def test_template_denials_are_the_scripts_output_and_the_held_out_part_clears_the_targets() -> None:
+    """Denials and negations from slot templates written before the grammar's tables were
+    read; the held-out file was never used to change the grammar."""
+    from bench.questions import denial_templates as dt
+
+    for path, rows in ((dt.TUNE_OUT, dt.build(dt.TUNE_DENIALS, dt.TUNE_NEGATIONS, "tune")),
+                       (dt.HELDOUT_OUT, dt.build(dt.HELDOUT_DENIALS, dt.HELDOUT_NEGATIONS,
+                                                 "heldout"))):  # fmt: skip
+        assert [json.loads(line) for line in path.read_text().splitlines()] == rows, "rerun it"
+    recall, precision = dt.rates(dt.score(dt.HELDOUT_OUT))
+    assert recall >= 0.9 and precision >= 0.97
+
+
+def test_the_opt_in_demotion_labels_a_flagged_row_evidence_missed_partial() -> None:
+    """Off by default: the sidecar reports and moves nothing; with
+    ``answerability_demote_enabled`` a flagged STRICT row is HYBRID, EVIDENCE-MISSED-PARTIAL."""
+    from qfarm.common.grounding.sidecar import demote_for_missed_evidence
+    from qfarm.common.models import Label, Verdict, Verification
+
+    answer = '"Amazing" [E2] is one of her songs; her other songs are not mentioned.'
+    strict = Verification(verdict=Verdict.STRICT, label=Label.EVIDENCE_WARRANTED, n_claims=1,
+                          n_verified=1, ratio=1.0)  # fmt: skip
+    found = assess_answerability(SONGS_Q, answer, [BALLESTRINI], Policy())
+    assert found is not None
+    assert demote_for_missed_evidence(strict, found, Policy()) is strict
+    on = build_policy({"answerability_demote_enabled": True})
+    demoted = demote_for_missed_evidence(strict, found, on)
+    assert (demoted.verdict, demoted.label) == (Verdict.HYBRID, Label.EVIDENCE_MISSED_PARTIAL)
+    assert demoted.tails[-1] == "evidence missed"
+    assert demote_for_missed_evidence(strict, None, on) is strict
+    failed = Verification()  # UNGROUNDED stays UNGROUNDED
+    assert demote_for_missed_evidence(failed, found, on).label == Label.UNGROUNDED

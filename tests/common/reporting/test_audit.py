@@ -154,9 +154,17 @@ def test_the_dry_run_names_the_kinds_it_would_fire_on_the_preflight_line() -> No
         label=Label.EVIDENCE_WARRANTED,
         would_fire_kinds=(ViolationKind.BROAD_QUANTIFIER_SCOPE_UNBOUND,),
     )
-    head, line = render_audit_block(make_record(preflight=pre, verification=ver))
+    head, narrowing, line = render_audit_block(make_record(preflight=pre, verification=ver))
     assert head.endswith("· cap 5 not enforced · dry run, would fire: broad unbounded")
+    assert narrowing.startswith("  no bound on its scope: the answer is a sample")
     assert line.startswith("EVIDENCE-WARRANTED · via claim_lattice_pointer")
+
+
+def test_an_unbounded_question_answered_in_default_mode_gets_the_narrowing_message() -> None:
+    lines = _answered("List all the songs about rain")
+    assert len(lines) == 3 and "Narrow the question: name a year, league" in lines[1]
+    assert len(_answered("List all members of the Beatles")) == 2  # bounded: no advice
+    assert len(_answered("List all the songs about rain", allow_broad=True)) == 2  # EXPLORATORY
 
 
 def test_no_preflight_line_for_a_narrow_question_or_an_unguarded_mode() -> None:
