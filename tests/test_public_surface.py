@@ -29,7 +29,7 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
         ["redis_urls"],
     ),
     "qfarm.common.grounding": (
-        ["gold", "preflight", "prompts", "quantifier", "rows", "schemas", "sidecar", "verify"],
+        ["gold", "grammars", "preflight", "prompts", "quantifier", "rows", "sidecar", "verify"],
         ["denials", "reminders"],
     ),
     "qfarm.common.grounding.verify": (
@@ -69,7 +69,8 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
     "qfarm.ops": (["local", "sim"], ["farm", "process"]),
     "qfarm.ops.local": (["launch"], []),
     "qfarm.ops.sim": (
-        ["SIMULATOR_OWNER"], ["behaviour", "faults", "latency", "metrics", "protocol"]
+        ["SIMULATOR_OWNER"],
+        ["behaviour", "constraints", "faults", "grammar", "latency", "metrics", "protocol"]
     ),
     "qfarm": (["cli"], ["commands", "question_sets", "runtime"]),
     "qfarm.commands": (
