@@ -103,7 +103,7 @@ class _Parser:
 
     def repeat(self, node: Node) -> Node:
         c = self.s[self.i] if self.i < len(self.s) else ""
-        if c in "*+?":
+        if c and c in "*+?":
             self.i += 1
             return ("rep", node, 1 if c == "+" else 0, 1 if c == "?" else None)
         if c != "{":

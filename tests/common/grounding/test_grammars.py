@@ -110,3 +110,17 @@ def test_what_the_grammar_admits_the_verifier_reads_as_tagged() -> None:
                                evidence=ev, policy=Policy())
         assert "FORMAT_COLLAPSED" not in result.violation_kinds
         assert result.n_claims == 1 and result.n_verified == 1, (mode, result)
+
+
+@pytest.mark.parametrize(("grammar", "text", "ok"), [
+    ('root ::= "zq"', "zq", True),
+    ('root ::= "zq"', "zqzq", False),  # a literal at the end is not repeated
+    ('root ::= "a"*', "aaa", True),
+    ('root ::= "a"+ "b"?', "", False),
+    ("root ::= [a-c]{2,3}", "abc", True),
+    ("root ::= [a-c]{2,3}", "abca", False),
+    ("root ::= x | y\nx ::= \"x\" # a comment\ny ::= ( \"y\"\n  \"z\" )", "yz", True),
+    ('root ::= [^"\\x00-\\x1F]+', 'a"b', False),
+])  # fmt: skip
+def test_the_simulators_reader(grammar: str, text: str, ok: bool) -> None:
+    assert parse_grammar(grammar).matches(text) is ok
