@@ -521,11 +521,10 @@ def compose_answer(
 ) -> tuple[str, str | None]:
     """The full answer text for one choice, and the failure kind drawn (None: good)."""
     rates = rates if rates is not None else PROFILES[DEFAULT_PROFILE]
+    rng = rng_for(prompt, seed, choice_index, temperature)
     structured = constraint is not None and constraint.is_json
     if constraint is not None and not structured and constraint.kind != "structural_tag":
-        return _constrained(prompt, rng_for(prompt, seed, choice_index, temperature), rates,
-                            constraint, greedy=temperature <= 0)
-    rng = rng_for(prompt, seed, choice_index, temperature)
+        return _constrained(prompt, rng, rates, constraint, greedy=temperature <= 0)
     parsed = parse_prompt(prompt)
     mode = parsed.mode
     if mode is None:
@@ -573,6 +572,19 @@ def _clip(text: str, most: int) -> str:
     return text[:most].rsplit(" ", 1)[0].rstrip(" ,;:")
 
 
+def _first_conforming(
+    mode: Mode, tries: list[tuple[list[Claim], str | None]], constraint: Constraint
+) -> tuple[str, str | None] | None:
+    for chosen, failure in tries:
+        for k in range(len(chosen), 0, -1):
+            for most in (None, GRAMMAR_CLIP_CHARS):
+                cut = [replace(c, text=_clip(c.text, most)) if most else c for c in chosen[:k]]
+                text = _render(mode, cut, random.Random(0), compact=True)
+                if constraint.matches(text):
+                    return text, failure
+    return None
+
+
 def _constrained(
     prompt: str, rng: random.Random, rates: BehaviourRates, constraint: Constraint, greedy: bool
 ) -> tuple[str, str | None]:
@@ -593,15 +605,10 @@ def _constrained(
     if claims and rng.random() < rates.wrong_pointer:
         tries.append((_mispoint(claims, blocks, rng), "wrong_pointer"))
     tries.append((claims, None))
-    mode = parsed.mode
-    for chosen, failure in tries:
-        for k in range(len(chosen) if mode is not None else 0, 0, -1):
-            assert mode is not None
-            for most in (None, GRAMMAR_CLIP_CHARS):
-                cut = [replace(c, text=_clip(c.text, most)) if most else c for c in chosen[:k]]
-                text = _render(mode, cut, random.Random(0), compact=True)
-                if constraint.matches(text):
-                    return text, failure
+    if parsed.mode is not None:
+        found = _first_conforming(parsed.mode, tries, constraint)
+        if found is not None:
+            return found
     fallback = constraint.fallback()
     return (fallback if fallback is not None else ""), None
 

@@ -106,7 +106,7 @@ class ServerInfo:
 
     name: str
     one_slot: bool  # answers one request at a time; others wait in its queue
-    dialect: str = "vllm"  # which request fields it reads (``build_body``)
+    dialect: str = VLLM  # which request fields it reads (``build_body``)
 
 
 def server_info_from_openapi(payload: Any) -> ServerInfo | None:
