@@ -9,6 +9,7 @@ again, and the README's table is computed from the rows rather than typed:
     python -m bench.real_model reread bench/runs/smollm2-135m-cpu    # rows the code now reads differently
     python -m bench.real_model show bench/runs/smollm2-135m-cpu [--mode M] [--question TEXT]
     python -m bench.real_model habits bench/runs/smollm2-135m-cpu    # what the texts do, by mode
+    python -m bench.real_model kinds bench/runs/smollm2-135m-cpu     # violation kinds, by mode
 
 ``reread`` fetches each row's passages from the embedded index by id
 (``qfarm.producer.viewer.reread``, the row page's path) and verifies the kept answer
@@ -92,7 +93,11 @@ def mode_figures(
         "jobs": len(mine),
         "errors": len(mine) - n,
         "strict": sum(r["verdict"] == "STRICT" for r in ok),
+        "hybrid": sum(r["verdict"] == "HYBRID" for r in ok),
         "ungrounded": sum(r["verdict"] == "UNGROUNDED" for r in ok),
+        # The done-criterion of structured output: an answer that cites at all.
+        "pointed": sum((r.get("answer_pointer_count") or 0) > 0 for r in ok),
+        "tokens_per_job": tokens / n if n else None,
         "collapsed": sum(bool(r.get("format_collapsed")) for r in ok),
         "truncated": sum(r.get("finish_reason") == "length" for r in ok),
         "labels": {lab: labels.get(lab, 0) for lab in LABELS},
@@ -132,10 +137,11 @@ def figures_table(run_dir: Path, *, reverified: bool = False) -> str:
     manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
     rows = reverified_rows(run_dir) if reverified else read_rows(run_dir)
     head = (
-        "| mode | jobs | strict | UNGROUNDED | format collapsed | cut at max_tokens | "
+        "| mode | jobs | strict | HYBRID | UNGROUNDED | format collapsed | with a pointer | "
+        "cut at max_tokens | "
         + " | ".join(LABELS)
-        + " | errors | p50 / p95 server s | tokens/s |\n|"
-        + "---|" * (9 + len(LABELS))
+        + " | errors | p50 / p95 server s | tokens a job | tokens/s |\n|"
+        + "---|" * (12 + len(LABELS))
         + "\n"
     )
     body = ""
@@ -146,10 +152,11 @@ def figures_table(run_dir: Path, *, reverified: bool = False) -> str:
         labels = " | ".join(_pct(f["labels"][lab], n) for lab in LABELS)
         lat = (f"{f['p50_s']:.1f} / {f['p95_s']:.1f}" if f["p50_s"] is not None else "n/a")
         tps = f"{f['tokens_per_s']:.1f}" if f["tokens_per_s"] is not None else "n/a"
+        tpj = f"{f['tokens_per_job']:.0f}" if f["tokens_per_job"] is not None else "n/a"
         body += (
-            f"| `{mode}` | {f['jobs']} | {_pct(f['strict'], n)} | {_pct(f['ungrounded'], n)} | "
-            f"{_pct(f['collapsed'], n)} | {_pct(f['truncated'], n)} | {labels} | {f['errors']} | "
-            f"{lat} | {tps} |\n"
+            f"| `{mode}` | {f['jobs']} | {_pct(f['strict'], n)} | {_pct(f['hybrid'], n)} | "
+            f"{_pct(f['ungrounded'], n)} | {_pct(f['collapsed'], n)} | {_pct(f['pointed'], n)} | "
+            f"{_pct(f['truncated'], n)} | {labels} | {f['errors']} | {lat} | {tpj} | {tps} |\n"
         )
     started = min(r["started_at"] for r in rows if r.get("started_at"))
     finished = max(r["finished_at"] for r in rows if r.get("finished_at"))
@@ -161,6 +168,22 @@ def figures_table(run_dir: Path, *, reverified: bool = False) -> str:
         f"(first job started to last job finished).\n"
     )
     return head + body + tail
+
+
+def kinds_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """How many rows per mode carry each violation kind (markdown), errors left out."""
+    ok = [r for r in rows if not r.get("error") and r.get("verdict")]
+    modes = [m for m in MODES if any(r["mode"] == m for r in ok)]
+    kinds = sorted({k for r in ok for k in r.get("violation_kinds") or []})
+    out = "| violation kind | " + " | ".join(f"`{m}`" for m in modes) + " |\n"
+    out += "|---|" + "---|" * len(modes) + "\n"
+    for kind in kinds:
+        cells = []
+        for m in modes:
+            mine = [r for r in ok if r["mode"] == m]
+            cells.append(f"{sum(kind in (r.get('violation_kinds') or []) for r in mine)} / {len(mine)}")
+        out += f"| {kind} | " + " | ".join(cells) + " |\n"
+    return out
 
 
 # What a row's answer text does, by surface (docs/llm.md, 'What a real model wrote').
@@ -279,7 +302,7 @@ def _show(row: Mapping[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.real_model", description=__doc__.split("\n")[0])
-    p.add_argument("command", choices=("table", "reread", "show", "fixture", "habits"))
+    p.add_argument("command", choices=("table", "reread", "show", "fixture", "habits", "kinds"))
     p.add_argument("run", type=Path, help="run directory (manifest.json, rows.jsonl)")
     p.add_argument("--mode", help="show: only this mode")
     p.add_argument("--question", help="show: only questions containing this text")
@@ -295,8 +318,9 @@ def main(argv: list[str] | None = None) -> int:
         for line in fixture_lines(args.run, [tuple(i.split(":", 1)) for i in args.id]):
             print(line)
         return 0
-    if args.command == "habits":
-        print(habits_table(read_rows(args.run)), end="")
+    if args.command in ("habits", "kinds"):
+        tables = {"habits": habits_table, "kinds": kinds_table}
+        print(tables[args.command](read_rows(args.run)), end="")
         return 0
     if args.command == "table":
         print(figures_table(args.run, reverified=args.reverified), end="")

@@ -322,7 +322,9 @@ class Sampling(Frozen):
     seed: int = 0
     stop: tuple[str, ...] = ("<|im_end|>",)
     n: int = 1
-    response_format: dict[str, Any] | None = None  # e.g. {"type": "json_schema", ...}
+    # The answer's grammar (GBNF) when the policy's structured_output is on; the client sends
+    # it in the field the endpoint's server reads (qfarm.common.grounding.grammars).
+    grammar: str | None = None
 
 
 class QuestionSelection(Frozen):

@@ -76,7 +76,10 @@ class Policy(BaseModel):
     # sampling
     temperature: float = Field(0.7, ge=0.0, le=2.0)
     max_tokens: int = Field(512, ge=1, le=32768)
-    structured_output: bool = False  # claim_lattice asks the server for a JSON schema
+    # Each request carries its mode's grammar (common/grounding/grammars.py): the server
+    # decodes only the contract's form. Off by default: the design measures before it turns
+    # a prompt-changing switch on.
+    structured_output: bool = False
 
     @field_validator("max_context_chars_by_mode")
     @classmethod
@@ -236,6 +239,7 @@ def _memoised(kind: str, policy: Policy, compute: Callable[[Policy], str]) -> st
         versions.EXTRACTION_CUES_VERSION,
         versions.VERIFIER_VERSION,
         versions.PROMPT_VERSION,
+        versions.GRAMMAR_VERSION,
     )
     key = (kind, policy.model_dump_json(), stamps)
     found = _hash_memo.get(key)
@@ -262,8 +266,15 @@ def _verifier_policy_hash(policy: Policy) -> str:
     payload["_versions"] = {
         "verifier": versions.VERIFIER_VERSION,
         "prompt": versions.PROMPT_VERSION,
+        **_grammar_version(policy),
     }
     return _digest(payload)
+
+
+def _grammar_version(policy: Policy) -> dict[str, str]:
+    """The grammar rules' version, for a policy that sends grammars: a changed grammar changes
+    what the model may write, as a changed prompt does."""
+    return {"grammar": versions.GRAMMAR_VERSION} if policy.structured_output else {}
 
 
 def _governance_policy_hash(policy: Policy) -> str:
@@ -279,6 +290,7 @@ def _governance_policy_hash(policy: Policy) -> str:
         "extraction_cues": versions.EXTRACTION_CUES_VERSION,
         "verifier": versions.VERIFIER_VERSION,
         "prompt": versions.PROMPT_VERSION,
+        **_grammar_version(policy),
     }
     return _digest(payload)
 

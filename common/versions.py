@@ -17,5 +17,8 @@ MODEL_PROFILES_VERSION = "profiles-v3"  # v2: non-broad rungs keep the policy de
 # unbacked claim (NO_EVIDENCE_POINTER), a refusal phrase after "but" and a statement is a hedge
 VERIFIER_VERSION = "verifier-v5"
 PROMPT_VERSION = "prompt-v4"  # v2: reminder for broad questions only; v3: it asks for fewer grounded claims; v4: evidence capped with the claim cap, bounded reminder without the memory clause
+# Folds into both hashes only while the policy's structured_output is on (runs without it
+# keep the hashes they had before grammars existed).
+GRAMMAR_VERSION = "grammar-v1"
 CHUNKER_VERSION = "chunker-v1"
 ROW_SCHEMA_VERSION = 1

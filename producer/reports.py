@@ -216,6 +216,13 @@ def plot_latency(manifest: Manifest, stats: RunStats, path: Path) -> None:
     fig.savefig(path)
 
 
+def error_bar(delta: float, low: float, high: float) -> tuple[float, float]:
+    """The interval's reach below and above ``delta``, the ends drawn within ±100 points.
+    A delta in percent of A's mean (mean claims per answer) can lie beyond 100: its bar then
+    stops at the point instead of reaching back past it (matplotlib refuses a negative one)."""
+    return max(delta - max(low, -100.0), 0.0), max(min(high, 100.0) - delta, 0.0)
+
+
 def plot_deltas(cmp: Comparison, path: Path) -> None:
     """Each (mode, metric) delta with its 95% interval against the ±floor band."""
     cells = [(d, d.delta) for d in cmp.deltas if d.delta is not None and d.low is not None]
@@ -223,12 +230,9 @@ def plot_deltas(cmp: Comparison, path: Path) -> None:
     ax = fig.add_subplot()
     colors = {"better": "#2a9d4b", "worse": "#c0392b"}
     for i, (d, delta) in enumerate(cells):
-        low = max(d.low or 0.0, -100.0)
-        high = min(d.high or 0.0, 100.0)
+        below, above = error_bar(delta, d.low or 0.0, d.high or 0.0)
         color = colors.get(d.effect, "#7f7f7f")
-        ax.errorbar(
-            delta, i, xerr=[[delta - low], [high - delta]], fmt="o", color=color, capsize=3
-        )
+        ax.errorbar(delta, i, xerr=[[below], [above]], fmt="o", color=color, capsize=3)
     ax.axvspan(-cmp.floor, cmp.floor, color="#dddddd", alpha=0.6, label=f"±{cmp.floor:g} pp floor")
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_yticks(range(len(cells)), [f"{d.mode} · {d.metric.label}" for d, _ in cells], fontsize=7)

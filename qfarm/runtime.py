@@ -111,6 +111,10 @@ def add_policy_flags(p: argparse.ArgumentParser) -> None:
                         "and with no cap reduction (their cap is the policy default)")
     g.add_argument("--reject-broad", action="store_true", help="quantifier_reject_broad=true")
     g.add_argument("--apply-quantifier-caps", action="store_true", help="quantifier_guard_apply_caps=true")
+    g.add_argument("--structured-output", action="store_true",
+                   help="structured_output=true: each request carries its mode's grammar (the "
+                        "prompt's evidence ids, the claim cap) and the server decodes only text "
+                        "it admits; the verifier judges the answers as ever")
 
 
 def add_local_model_flag(p: argparse.ArgumentParser) -> None:
@@ -135,6 +139,8 @@ def policy_from_args(args: argparse.Namespace) -> Policy:
         overrides["quantifier_reject_broad"] = True
     if args.apply_quantifier_caps:
         overrides["quantifier_guard_apply_caps"] = True
+    if args.structured_output:
+        overrides["structured_output"] = True
     return build_policy(overrides)
 
 

@@ -29,7 +29,7 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
         ["redis_urls"],
     ),
     "qfarm.common.grounding": (
-        ["gold", "names", "preflight", "prompts", "quantifier", "rows", "schemas", "sidecar",
+        ["gold", "grammars", "names", "preflight", "prompts", "quantifier", "rows", "sidecar",
          "verify"],
         ["denials", "reminders"],
     ),
@@ -71,7 +71,8 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
     "qfarm.ops.search": (["launch"], []),
     "qfarm.ops.local": (["launch"], []),
     "qfarm.ops.sim": (
-        ["SIMULATOR_OWNER"], ["behaviour", "faults", "latency", "metrics", "protocol"]
+        ["SIMULATOR_OWNER"],
+        ["behaviour", "constraints", "faults", "grammar", "latency", "metrics", "protocol"]
     ),
     "qfarm": (["cli"], ["commands", "question_sets", "runtime"]),
     "qfarm.commands": (

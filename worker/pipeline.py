@@ -17,6 +17,7 @@ from typing import Protocol, cast
 from qfarm.common import profiles
 from qfarm.common.errors import QfarmError, ServiceError, TransientServiceError
 from qfarm.common.grounding.gold import match_gold
+from qfarm.common.grounding.grammars import answer_grammar, max_claims_for
 from qfarm.common.grounding.names import TitleSet
 from qfarm.common.grounding.preflight import rejected_verification, run_preflight
 from qfarm.common.grounding.prompts import STOP, build_prompt
@@ -150,18 +151,33 @@ def _fit_evidence(
     return _with_timing(record.model_copy(update={"retrieval": retrieval}), retrieval_ms=ms)
 
 
-def sampling_for(job: Job) -> Sampling:
-    response_format = None
-    if job.policy.structured_output and job.mode.value == "claim_lattice":
-        from qfarm.common.grounding.schemas import claim_lattice_response_format
-
-        response_format = claim_lattice_response_format()
+def sampling_for(record: JobRecord) -> Sampling:
+    """The job's sampling parameters, with its answer grammar when ``structured_output`` is on:
+    built from the blocks its prompt shows and the claims its contract admits."""
+    job = record.job
+    grammar = None
+    if job.policy.structured_output:
+        preflight = record.preflight
+        # The blocks the prompt shows (the context budget and, for broad questions, the
+        # claim cap cut the retrieved list), not every block retrieved.
+        evidence = record.retrieval.evidence if record.retrieval else ()
+        shown = build_prompt(job.question.text, job.mode, evidence, job.policy, preflight).evidence
+        grammar = answer_grammar(
+            job.mode,
+            [ev.id for ev in shown],
+            max_claims=max_claims_for(
+                job.policy.claim_lattice_max_claims_per_answer,
+                preflight.claim_cap if preflight else None,
+                preflight.cap_enforced if preflight else False,
+            ),
+            max_ids_per_claim=job.policy.max_evidence_ids_per_claim,
+        )
     return Sampling(
         temperature=job.policy.temperature,
         max_tokens=job.policy.max_tokens,
         seed=job.seed,
         stop=tuple(STOP),
-        response_format=response_format,
+        grammar=grammar,
     )
 
 
@@ -205,7 +221,7 @@ def generation_stage(
     if not todo:
         return out
     t0 = time.perf_counter()
-    items = [(render_prompt(records[i]), sampling_for(records[i].job), records[i].job.job_id)
+    items = [(render_prompt(records[i]), sampling_for(records[i]), records[i].job.job_id)
              for i in todo]
     if not hasattr(gateway, "submit_many") or not hasattr(gateway, "cancel_many"):
         for i, result in zip(todo, gateway.generate_many(items), strict=True):
@@ -271,7 +287,7 @@ def generation_request(record: JobRecord) -> tuple[str, Sampling, str] | None:
     job failed earlier or has no evidence (it passes the generation stage untouched)."""
     if record.retrieval is None or record.error:
         return None
-    return render_prompt(record), sampling_for(record.job), record.job.job_id
+    return render_prompt(record), sampling_for(record), record.job.job_id
 
 
 def with_generation(

@@ -20,6 +20,7 @@ import bench.perf.noop_app  # noqa: F401  (registers the no-op task the baseline
 from qfarm.common.errors import ServiceError
 from qfarm.common.models import Generation, Sampling, Usage
 from qfarm.ops.sim.behaviour import complete
+from qfarm.ops.sim.constraints import grammar_constraint
 from qfarm.worker import app, services
 
 CANNED_DIR_ENV = "QFARM_BENCH_CANNED_DIR"
@@ -42,7 +43,7 @@ class CannedGateway:
             done = complete(prompt, seed=sampling.seed, choice_index=0,
                             temperature=sampling.temperature, max_tokens=sampling.max_tokens,
                             stop=list(sampling.stop),
-                            structured=sampling.response_format is not None)
+                            constraint=grammar_constraint(sampling.grammar))
             out.append(Generation(text=done.text, finish_reason=done.finish_reason,
                                   endpoint="canned", simulated=True,
                                   usage=Usage(completion_tokens=done.completion_tokens)))

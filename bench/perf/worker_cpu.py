@@ -74,7 +74,7 @@ def _stage_costs(jobs: list[Any], retriever: Any, bundle: int) -> dict[str, floa
             flow.dump_records(rs)))
         prompts = timed("prompt", lambda rs=records: [pipeline.render_prompt(r) for r in rs])
         answers = gateway.generate_many(
-            [(p, pipeline.sampling_for(r.job), r.job.job_id) for p, r in zip(prompts, records, strict=True)])
+            [(p, pipeline.sampling_for(r), r.job.job_id) for p, r in zip(prompts, records, strict=True)])
         records = [pipeline.with_generation(r, a, time.perf_counter())
                    for r, a in zip(records, answers, strict=True)]
         records = timed("records_json", lambda rs=records: flow.parse_records(

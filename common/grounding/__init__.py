@@ -3,12 +3,12 @@
 The quantifier classifier and preflight (how many things a question asks for, and
 the cap on claims), the prompts and the quantifier reminder, the deterministic
 verifier (``verify/``), the answerability sidecar and its denial grammar, gold-answer
-matching, the JSON schema of the claim_lattice answer, and the finished job's ``Row``.
+matching, each mode's answer grammar (structured output), and the finished job's ``Row``.
 The rules: docs/grounding.md.
 """
 
 # The public submodules (tests/test_public_surface.py pins them). denials (the sidecar's
 # grammar) and reminders (a prompt turn) serve this package only.
 __all__ = [
-    "gold", "names", "preflight", "prompts", "quantifier", "rows", "schemas", "sidecar", "verify",
+    "gold", "grammars", "names", "preflight", "prompts", "quantifier", "rows", "sidecar", "verify",
 ]

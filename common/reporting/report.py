@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from qfarm.common import versions
 from qfarm.common.models import Label, Manifest, Row
 from qfarm.common.policy import Policy
 from qfarm.common.reporting.cost import cost_lines, cost_notes, render_cost
@@ -127,6 +128,13 @@ def policy_overrides(policy: Policy) -> dict[str, Any]:
     return {k: v for k, v in current.items() if default.get(k) != v}
 
 
+def _output_note(policy: Policy) -> str:
+    if not policy.structured_output:
+        return "free text (no grammar)"
+    return (f"decoded under each mode's grammar (`structured_output`, {versions.GRAMMAR_VERSION}): "
+            "evidence ids of the prompt, at most the claim cap")
+
+
 # --------------------------------------------------------------------------- sections
 
 
@@ -163,6 +171,7 @@ def _header(
         ("modes", ", ".join(f"`{m}`" for m in man.modes)),
         ("rows", f"{stats.rows} of {man.n_jobs} expected"),
         ("policy overrides", override_text),
+        ("output", _output_note(man.policy)),
         ("verifier_policy_hash", f"`{man.verifier_policy_hash}`"),
         ("governance_policy_hash", f"`{man.governance_policy_hash}`"),
         ("model", f"`{man.model}` (profile `{man.model_profile_id}`)"),

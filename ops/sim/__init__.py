@@ -8,6 +8,8 @@ Every answer, metric and log line it produces is labelled as simulated: the
 ``/v1/models``, ``system_fingerprint: qfarm-simulator`` in completions.
 
 * ``behaviour``: pure answer generation from the evidence, with failure rates.
+* ``constraints``, ``grammar``: structured-output fields read and checked as vLLM does,
+  and the GBNF grammars the answers must then match.
 * ``latency``: time to first token + time per output token, with jitter.
 * ``faults``: injected HTTP failures, at rates or on command.
 * ``metrics``: Prometheus text with vLLM's metric names.

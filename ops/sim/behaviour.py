@@ -48,10 +48,13 @@ repetition         a sentence written twice: a good answer's first line again
 =================  ===========================================================
 
 Rates are drawn once per choice. ``broken_json`` applies only to the JSON mode;
-in other modes that share of draws gives a good answer. With structured output
-(``response_format`` json_schema/json_object) the answer is always valid JSON,
-so ``format_collapse`` and ``broken_json`` cannot happen: that is what a sweep
-comparing constrained and free JSON should see.
+in other modes that share of draws gives a good answer. With a JSON constraint
+(``response_format`` json_schema/json_object, ``structured_outputs`` json) the
+answer is always valid JSON, so ``format_collapse`` and ``broken_json`` cannot
+happen. Under a grammar (``structured_outputs`` grammar, regex or choice: what the
+farm sends with ``structured_output`` on) the answer is text the grammar admits,
+in the prompt's mode (``_constrained``): only ``wrong_pointer`` survives. That is
+what a sweep comparing constrained and free answers should see.
 
 Instruction following (a modelling assumption, stated so nobody mistakes it for
 a measurement): when the prompt carries the quantifier reminder turn ("Quantifier
@@ -78,6 +81,7 @@ from dataclasses import dataclass, fields, replace
 
 from qfarm.common.grounding.prompts import parse_prompt
 from qfarm.common.models import Mode
+from qfarm.ops.sim.constraints import Constraint
 
 FAILURE_KINDS: tuple[str, ...] = (
     "format_collapse",
@@ -304,16 +308,25 @@ def _denial(question: str, structured: bool) -> str:
     return f"The provided evidence does not mention {_subject(question)}."
 
 
-def _render(mode: Mode, claims: list[Claim], rng: random.Random) -> str:
+def _modeless(rng: random.Random, structured: bool) -> str:
+    """The answer to a prompt the farm did not build."""
+    if structured:
+        return '{"claims": []}'
+    return f"This is a simulated completion (qfarm vLLM simulator, sample {rng.getrandbits(32):08x})."
+
+
+def _render(mode: Mode, claims: list[Claim], rng: random.Random, compact: bool = False) -> str:
     if mode is Mode.QUOTE:
         return "\n".join(f'"{c.text}" [{c.cited}]' for c in claims)
     if mode is Mode.CLAIM_LATTICE_POINTER:
         bullet = rng.choice(("", "", "- "))
         return "\n".join(f"{bullet}{c.text} [{c.cited}]" for c in claims)
-    return _render_json(claims, rng)
+    return _render_json(claims, rng, compact=compact)
 
 
-def _render_json(claims: list[Claim], rng: random.Random, extra: dict | None = None) -> str:
+def _render_json(
+    claims: list[Claim], rng: random.Random, extra: dict | None = None, compact: bool = False
+) -> str:
     items = []
     for c in claims:
         words = c.text.split()
@@ -326,7 +339,7 @@ def _render_json(claims: list[Claim], rng: random.Random, extra: dict | None = N
         items.append({"claim": c.text, "evidence": [c.cited], "warrant": warrant})
     if extra:
         items.append(extra)
-    indent = rng.choice((None, 2))
+    indent = None if compact else rng.choice((None, 2))
     return json.dumps({"claims": items}, ensure_ascii=False, indent=indent)
 
 
@@ -504,18 +517,18 @@ def compose_answer(
     choice_index: int = 0,
     temperature: float = 0.7,
     rates: BehaviourRates | None = None,
-    structured: bool = False,
+    constraint: Constraint | None = None,
 ) -> tuple[str, str | None]:
     """The full answer text for one choice, and the failure kind drawn (None: good)."""
     rates = rates if rates is not None else PROFILES[DEFAULT_PROFILE]
     rng = rng_for(prompt, seed, choice_index, temperature)
+    structured = constraint is not None and constraint.is_json
+    if constraint is not None and not structured and constraint.kind != "structural_tag":
+        return _constrained(prompt, rng, rates, constraint, greedy=temperature <= 0)
     parsed = parse_prompt(prompt)
     mode = parsed.mode
     if mode is None:
-        if structured:
-            return '{"claims": []}', None
-        token = f"{rng.getrandbits(32):08x}"
-        return f"This is a simulated completion (qfarm vLLM simulator, sample {token}).", None
+        return _modeless(rng, structured), None
     if structured:
         mode = Mode.CLAIM_LATTICE
     # The question line of the tail layout runs into the turn's end marker.
@@ -548,6 +561,58 @@ def compose_answer(
     return text, None
 
 
+# Under a grammar a claim longer than this is tried again cut at a word boundary: still
+# verbatim, and short enough for the text lengths grammars bound.
+GRAMMAR_CLIP_CHARS = 200
+
+
+def _clip(text: str, most: int) -> str:
+    if len(text) <= most:
+        return text
+    return text[:most].rsplit(" ", 1)[0].rstrip(" ,;:")
+
+
+def _first_conforming(
+    mode: Mode, tries: list[tuple[list[Claim], str | None]], constraint: Constraint
+) -> tuple[str, str | None] | None:
+    for chosen, failure in tries:
+        for k in range(len(chosen), 0, -1):
+            for most in (None, GRAMMAR_CLIP_CHARS):
+                cut = [replace(c, text=_clip(c.text, most)) if most else c for c in chosen[:k]]
+                text = _render(mode, cut, random.Random(0), compact=True)
+                if constraint.matches(text):
+                    return text, failure
+    return None
+
+
+def _constrained(
+    prompt: str, rng: random.Random, rates: BehaviourRates, constraint: Constraint, greedy: bool
+) -> tuple[str, str | None]:
+    """The answer of a model decoding under a grammar (or regex, or choices): only text the
+    constraint admits. Of the failure kinds only a wrong pointer survives (an id the grammar
+    allows, on a block that does not say it); collapse, prose, broken JSON, denials and
+    the real model's habits cannot be written. Candidates, best first: the answer, its
+    claims cut to ``GRAMMAR_CLIP_CHARS``, fewer claims; else the constraint's own
+    shortest sentence."""
+    parsed = parse_prompt(prompt)
+    question = (parsed.question or "").split("<|im_end|>")[0].strip()
+    blocks = _blocks(parsed.blocks)
+    claims = _pick_claims(blocks, question, rng, greedy=greedy)
+    _, cap = follows_reminder(prompt, rates)
+    if cap is not None:
+        claims = claims[: max(cap, 1)]
+    tries: list[tuple[list[Claim], str | None]] = []
+    if claims and rng.random() < rates.wrong_pointer:
+        tries.append((_mispoint(claims, blocks, rng), "wrong_pointer"))
+    tries.append((claims, None))
+    if parsed.mode is not None:
+        found = _first_conforming(parsed.mode, tries, constraint)
+        if found is not None:
+            return found
+    fallback = constraint.fallback()
+    return (fallback if fallback is not None else ""), None
+
+
 def apply_limits(text: str, stop: list[str], max_tokens: int) -> tuple[str, str, int]:
     """Cut at the first stop string, then at ``max_tokens``; return text, finish reason, tokens."""
     finish = "stop"
@@ -570,7 +635,7 @@ def complete(
     max_tokens: int,
     stop: list[str],
     rates: BehaviourRates | None = None,
-    structured: bool = False,
+    constraint: Constraint | None = None,
 ) -> Completion:
     """One choice as the server returns it: answer, stop strings and max_tokens applied."""
     text, failure = compose_answer(
@@ -579,7 +644,7 @@ def complete(
         choice_index=choice_index,
         temperature=temperature,
         rates=rates,
-        structured=structured,
+        constraint=constraint,
     )
     text, finish, n_tokens = apply_limits(text, stop, max_tokens)
     return Completion(text=text, finish_reason=finish, completion_tokens=n_tokens, failure=failure)

@@ -6,7 +6,8 @@ Mirrors vLLM 0.33 where the farm depends on it (docs/llm.md lists the source lin
   unknown model is a 404;
 * rejected with 400 as vLLM does: ``max_tokens`` < 1, ``temperature`` outside
   [0, 2], ``top_p`` outside (0, 1] (llama.cpp's server refuses it too), ``n`` > 1 with greedy sampling, more than 4 stop strings, an empty
-  prompt, ``stream_options`` without ``stream``, more than 1024 prompts. Checks
+  prompt, ``stream_options`` without ``stream``, more than 1024 prompts, a
+  structured-output field vLLM's backend cannot compile (``constraints.py``). Checks
   vLLM makes while validating the request body answer with type ``Bad Request``
   and a "1 validation error" message (the simulator's text after that line is
   shorter than pydantic's); sampling checks answer with ``BadRequestError``;
@@ -31,6 +32,7 @@ from aiohttp import web
 from qfarm.common.grounding.prompts import chatml_turn
 from qfarm.ops.sim import SIMULATOR_OWNER, behaviour
 from qfarm.ops.sim.config import SimConfig
+from qfarm.ops.sim.constraints import Constraint, ConstraintError, parse_constraint
 
 MAX_COMPLETION_PROMPTS = 1024  # vLLM's VLLM_MAX_COMPLETION_PROMPTS default
 MAX_STOP_STRINGS = 4  # vLLM's VLLM_MAX_STOP_STRINGS default
@@ -111,12 +113,11 @@ def _stop_list(value: Any) -> list[str]:
     raise RequestError(400, f"stop must be a string or a list of strings (got {value!r})")
 
 
-def _is_structured(body: dict) -> bool:
-    fmt = body.get("response_format") or {}
-    if isinstance(fmt, dict) and fmt.get("type") in ("json_schema", "json_object"):
-        return True
-    so = body.get("structured_outputs") or {}
-    return isinstance(so, dict) and bool(so.get("json"))
+def _constraint(body: dict) -> Constraint | None:
+    try:
+        return parse_constraint(body)
+    except ConstraintError as exc:
+        raise RequestError(400, str(exc), "BadRequestError", exc.param) from exc
 
 
 def _check_top_p(top_p: Any) -> None:
@@ -179,7 +180,7 @@ def parse_params(
         "stop": stop,
         "stream": bool(body.get("stream", False)),
         "include_usage": bool((body.get("stream_options") or {}).get("include_usage", False)),
-        "structured": _is_structured(body),
+        "constraint": _constraint(body),
     }
 
 

@@ -2,7 +2,8 @@
 
 Routes: ``GET /health``, ``GET /v1/models``, ``POST /v1/completions`` (prompt
 string or list, ``n``, ``max_tokens`` (default 16, as vLLM), ``temperature``,
-``seed``, ``stop``, ``stream``, ``response_format``/``structured_outputs``),
+``seed``, ``stop``, ``stream``, ``response_format``/``structured_outputs``,
+the grammar, regex or schema honoured as ``constraints.py`` says),
 ``POST /v1/chat/completions`` (one conversation, rendered as ChatML),
 ``GET /metrics``; and the simulator's own control routes ``GET|POST
 /sim/faults``, ``GET /sim/stats``, ``GET /sim/config``, ``POST /sim/reset``.
@@ -122,7 +123,7 @@ def build_sequences(
                 max_tokens=budgets[i],
                 stop=params["stop"],
                 rates=state.config.rates,
-                structured=params["structured"],
+                constraint=params["constraint"],
             )
             seqs.append(Sequence(i * n + j, comp))
     return seqs

@@ -94,7 +94,13 @@ def count_link(run_id: str, count: int, **filters: str) -> str:
 
 
 def badge(manifest: Manifest) -> str:
-    return ' <span class="badge sim">SIMULATED</span>' if manifest.simulated else ""
+    """SIMULATED for a simulator's run; GRAMMAR for one whose answers were decoded under
+    their mode's grammar (the policy's structured_output)."""
+    out = ' <span class="badge sim">SIMULATED</span>' if manifest.simulated else ""
+    if manifest.policy.structured_output:
+        out += (' <span class="badge grammar" title="structured_output: each answer was decoded '
+                "under its mode's grammar\">GRAMMAR</span>")
+    return out
 
 
 

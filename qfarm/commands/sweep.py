@@ -149,7 +149,7 @@ def _retry(args: argparse.Namespace, settings, bar: _ProgressBar) -> RunResult:
         raise InputError("--retry-errors RUN_ID takes the run's own questions and options: "
                          "give it alone (with --eager to run the jobs in this process)")
     given = (args.policy or args.no_quantifier_guard or args.allow_broad or args.reject_broad
-             or args.apply_quantifier_caps or args.local_model)
+             or args.apply_quantifier_caps or args.structured_output or args.local_model)
     return retry_errors(args.retry_errors, eager=True if args.eager else None, settings=settings,
                         policy=runtime.policy_from_args(args) if given else None,
                         on_progress=bar.show, say=bar.say, serial=args.serial,

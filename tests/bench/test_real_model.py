@@ -5,7 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.real_model import figures_table, habits_table, mode_figures, service_seconds
+from bench.real_model import (
+    figures_table,
+    habits_table,
+    kinds_table,
+    mode_figures,
+    service_seconds,
+)
 from qfarm.common.questions import parse_questions
 
 QUESTIONS = Path(__file__).resolve().parents[2] / "bench" / "questions"
@@ -38,6 +44,17 @@ def test_mode_figures_count_verdicts_labels_errors_and_speed() -> None:
     assert (f["jobs"], f["errors"], f["n"], f["strict"], f["ungrounded"]) == (3, 1, 2, 1, 1)
     assert f["truncated"] == 1 and f["labels"]["EVIDENCE-WARRANTED"] == 1
     assert f["tokens_per_s"] == 40 / 8.0 and (f["p50_s"], f["p95_s"]) == (2.0, 6.0)
+    assert f["tokens_per_job"] == 20 and f["hybrid"] == 0
+
+
+def test_an_answer_with_a_pointer_and_the_kinds_are_counted_per_mode() -> None:
+    rows = [_row("claim_lattice", "HYBRID", "POINTER-LINKED", answer_pointer_count=2, job_id="a",
+                 violation_kinds=["CITATION_MISMATCH", "WARRANT_MISSING"]),
+            _row("claim_lattice", "UNGROUNDED", "UNGROUNDED", answer_pointer_count=0, job_id="b",
+                 violation_kinds=["FORMAT_COLLAPSED"])]
+    assert mode_figures(rows, "claim_lattice")["pointed"] == 1
+    table = kinds_table(rows)
+    assert "| CITATION_MISMATCH | 1 / 2 |" in table and "| FORMAT_COLLAPSED | 1 / 2 |" in table
 
 
 def test_figures_table_is_computed_from_the_run(tmp_path: Path) -> None:
@@ -48,7 +65,7 @@ def test_figures_table_is_computed_from_the_run(tmp_path: Path) -> None:
             _row("quote", "HYBRID", "POINTER-LINKED", job_id="b")]
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     table = figures_table(tmp_path)
-    assert "| `quote` | 2 | 50.0 % | 0.0 % |" in table
+    assert "| `quote` | 2 | 50.0 % | 50.0 % | 0.0 % | 0.0 % |" in table
     assert "wall time 1.0 min" in table
 
 

@@ -107,6 +107,17 @@ def test_rule_set_versions_fold_into_the_hashes(monkeypatch: pytest.MonkeyPatch)
     assert verifier_policy_hash(p) != v0
 
 
+def test_the_grammar_version_folds_in_only_while_grammars_are_sent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    free, constrained = Policy(), Policy(structured_output=True)
+    before = [f(p) for p in (free, constrained) for f in (verifier_policy_hash, governance_policy_hash)]
+    monkeypatch.setattr(versions, "GRAMMAR_VERSION", "grammar-test")
+    after = [f(p) for p in (free, constrained) for f in (verifier_policy_hash, governance_policy_hash)]
+    assert after[:2] == before[:2]  # runs without grammars keep their hashes
+    assert after[2] != before[2] and after[3] != before[3]
+
+
 def test_hashes_ignore_dict_and_set_order() -> None:
     a = build_policy(
         {

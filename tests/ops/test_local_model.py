@@ -18,9 +18,10 @@ from qfarm.common.policy import LOCAL_CPU_CONTEXT_CHARS, LOCAL_CPU_POLICY, Polic
 from qfarm.ops.local import launch
 
 
-def _args(*policy: str, local: bool) -> argparse.Namespace:
+def _args(*policy: str, local: bool, structured: bool = False) -> argparse.Namespace:
     return argparse.Namespace(policy=list(policy), no_quantifier_guard=False, allow_broad=False,
-                              reject_broad=False, apply_quantifier_caps=False, local_model=local)
+                              reject_broad=False, apply_quantifier_caps=False,
+                              structured_output=structured, local_model=local)
 
 
 def test_local_model_runs_take_the_cpu_policy_under_the_operators_overrides() -> None:
@@ -30,6 +31,7 @@ def test_local_model_runs_take_the_cpu_policy_under_the_operators_overrides() ->
         assert policy.context_chars(mode) == LOCAL_CPU_CONTEXT_CHARS < Policy().context_chars(mode)
     assert policy.max_tokens == 99  # the operator's --policy wins
     assert runtime.policy_from_args(_args(local=False)) == Policy()
+    assert runtime.policy_from_args(_args(local=True, structured=True)).structured_output
 
 
 def test_a_missing_model_package_names_the_install_target(monkeypatch) -> None:

@@ -362,3 +362,52 @@ def test_concurrent_jobs_never_exceed_what_the_server_serves(server: Server) -> 
     assert peak <= int(state["max_inflight"])
     if server.kind == LLAMA:
         assert peak == 1
+
+
+# --------------------------------------------------------------------------- structured output
+
+
+def mode_prompt(mode: Mode) -> tuple[str, list[str]]:
+    """A farm prompt of ``mode`` over two short blocks, and the ids it shows."""
+    texts = {"Reykjavík": "Reykjavík is the capital and largest city of Iceland.",
+             "Iceland": "Iceland is a Nordic island country in the North Atlantic Ocean."}
+    ev = [Evidence(id=f"E{i}", doc_id=f"d{i}", chunk_id=f"d{i}#0", title=title, text=text,
+                   score=1.0, offset_start=0, offset_end=len(text))
+          for i, (title, text) in enumerate(texts.items(), start=1)]  # fmt: skip
+    built = build_prompt("What is the capital of Iceland?", mode, ev, Policy())
+    return built.text, [e.id for e in built.evidence]
+
+
+@pytest.mark.parametrize("mode", list(Mode))
+def test_each_modes_grammar_is_what_the_server_writes(server: Server, mode: Mode) -> None:
+    """The farm's grammar, sent through the gateway in the field this server reads
+    (``structured_outputs.grammar`` for vLLM, ``grammar`` for llama.cpp's server, chosen
+    once the server is recognised), bounds what comes back: every answer is a sentence of
+    the grammar, so the lattice modes cannot collapse into untagged prose."""
+    from qfarm.common.grounding.grammars import answer_grammar
+    from qfarm.ops.sim.grammar import parse_grammar
+
+    text, ids = mode_prompt(mode)
+    grammar = answer_grammar(mode, ids, max_claims=1, max_ids_per_claim=2)
+    assert grammar is not None
+    settings = Settings(llm_endpoints=server.url, model=server.model, llm_health_interval_s=0,
+                        llm_context_window=WINDOW, llm_timeout_s=300)  # fmt: skip
+    with open_gateway(settings) as gw:
+        # One claim of at most 240 characters, twice in JSON: 256 tokens always close it.
+        gen = gw.generate(text, greedy(256, grammar=grammar), job_id="j")
+    assert gen.finish_reason == "stop", gen.text
+    assert parse_grammar(grammar).matches(gen.text), gen.text
+
+
+def test_each_server_ignores_the_others_grammar_field(server: Server) -> None:
+    """Why the field is chosen per server: llama.cpp's server ignores vLLM's
+    ``structured_outputs`` (and vLLM ignores a top-level ``grammar``), so a grammar sent in
+    the wrong field constrains nothing and says nothing."""
+    fields = {VLLM: {"grammar": 'root ::= "zq"'}, LLAMA: {"structured_outputs": {"grammar": 'root ::= "zq"'}}}
+    ignored = post(server, {"prompt": prompt(), "max_tokens": 4, "temperature": 0,
+                            **fields[server.kind]})  # fmt: skip
+    honoured = post(server, {"prompt": prompt(), "max_tokens": 4, "temperature": 0,
+                             **fields[LLAMA if server.kind == VLLM else VLLM]})  # fmt: skip
+    assert ignored.status_code == honoured.status_code == 200, (ignored.text, honoured.text)
+    assert ignored.json()["choices"][0]["text"] != "zq"
+    assert honoured.json()["choices"][0]["text"] == "zq"

@@ -20,6 +20,7 @@ from qfarm.ops.sim.behaviour import (
     count_tokens,
     split_sentences,
 )
+from qfarm.ops.sim.constraints import Constraint
 
 TEXTS = {
     "The Beatles": (
@@ -179,7 +180,7 @@ def test_broken_json_does_not_parse_and_only_hits_json_mode() -> None:
 def test_structured_output_always_parses() -> None:
     for kind in ("format_collapse", "broken_json", "denial"):
         text, _ = compose_answer(
-            make_prompt(Mode.CLAIM_LATTICE), seed=5, rates=only(kind), structured=True
+            make_prompt(Mode.CLAIM_LATTICE), seed=5, rates=only(kind), constraint=Constraint("json")
         )
         assert isinstance(json.loads(text)["claims"], list)
 
@@ -415,6 +416,6 @@ def test_structured_output_has_no_prose_habit() -> None:
     for kind in ("paraphrase", "question_echo", "bare_pointer", "runaway", "partial_denial",
                  "repetition"):
         text, failure = compose_answer(make_prompt(Mode.CLAIM_LATTICE), seed=5, rates=only(kind),
-                                       structured=True)
+                                       constraint=Constraint("json"))
         assert failure is None
         assert isinstance(json.loads(text)["claims"], list)

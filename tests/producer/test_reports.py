@@ -322,3 +322,12 @@ def test_the_api_comparison_carries_the_phase_decision(tmp_path: Path) -> None:
     assert phase["decided_by"] == []
     json.dumps(out)  # the whole answer is JSON
     assert compare_json(Settings(results_dir=tmp_path), "A", "A", 5.0)["phase"] is None  # type: ignore[call-arg]
+
+
+def test_an_error_bar_never_reaches_back_past_its_delta() -> None:
+    from qfarm.producer.reports import error_bar
+
+    assert error_bar(10.0, -5.0, 30.0) == (15.0, 20.0)
+    # mean claims per answer, in percent of A's mean: +120 with [-125, +365] is drawn
+    # from -100 up to the point (the bar's upper half would be negative: matplotlib refuses).
+    assert error_bar(120.0, -125.0, 365.0) == (220.0, 0.0)

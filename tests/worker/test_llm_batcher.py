@@ -74,6 +74,14 @@ def test_greedy_batches_ignore_the_seed() -> None:
     assert batch_key(Sampling(max_tokens=5)) != batch_key(Sampling(max_tokens=6))
 
 
+def test_only_prompts_of_one_grammar_share_a_request() -> None:
+    def greedy(grammar: str | None) -> str:
+        return batch_key(Sampling(temperature=0, grammar=grammar))
+
+    assert greedy('root ::= "a"') == greedy('root ::= "a"')
+    assert greedy('root ::= "a"') != greedy('root ::= "b"') != greedy(None)
+
+
 def test_a_failing_dispatch_releases_every_caller(executor) -> None:
     b = MicroBatcher(Recorder(fail=True), max_batch=2, max_wait_s=0.01, executor=executor)
     futures = [b.submit("p", Sampling(), f"j{i}") for i in range(3)]

@@ -16,6 +16,8 @@ from qfarm.common.errors import (
 )
 from qfarm.common.models import Sampling
 from qfarm.worker.llm.client import (
+    LLAMA_CPP,
+    VLLM,
     LLMClient,
     Target,
     build_body,
@@ -53,8 +55,7 @@ def test_every_sampling_parameter_is_pinned() -> None:
         )
         return ok_reply([{"index": 0, "text": "hi", "finish_reason": "stop"}])
 
-    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
-    sampling = Sampling(temperature=0.3, max_tokens=77, seed=42, response_format=fmt)
+    sampling = Sampling(temperature=0.3, max_tokens=77, seed=42, grammar='root ::= "x"')
     client_for(handler).complete(Target("http://gpu1:8000", KEY), ["p"], sampling, job_id="j")
     body = seen[0]["body"]
     assert body == {
@@ -66,9 +67,30 @@ def test_every_sampling_parameter_is_pinned() -> None:
         "seed": 42,
         "stop": ["<|im_end|>"],
         "n": 1,
-        "response_format": fmt,
+        "structured_outputs": {"grammar": 'root ::= "x"'},
     }
     assert seen[0]["auth"] == f"Bearer {KEY}"
+
+
+def test_a_grammar_goes_where_each_server_reads_it() -> None:
+    """vLLM reads ``structured_outputs.grammar``; llama.cpp's server a top-level ``grammar``
+    (and ignores the other's field, so a grammar in the wrong one would silently constrain
+    nothing)."""
+    seen: list[dict] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        return ok_reply([{"index": 0, "text": "x", "finish_reason": "stop"}])
+
+    grammar = 'root ::= "x"'
+    client = client_for(handler)
+    for dialect in (VLLM, LLAMA_CPP):
+        target = Target("http://gpu1:8000", KEY, dialect=dialect)
+        client.complete(target, ["p"], Sampling(grammar=grammar), job_id="j")
+    assert seen[0]["structured_outputs"] == {"grammar": grammar} and "grammar" not in seen[0]
+    assert seen[1]["grammar"] == grammar and "structured_outputs" not in seen[1]
+    client.complete(Target("http://gpu1:8000", KEY), ["p"], Sampling(), job_id="j")
+    assert "grammar" not in seen[2] and "structured_outputs" not in seen[2]
 
 
 def test_choices_are_mapped_by_index_not_position() -> None:

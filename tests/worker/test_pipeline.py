@@ -8,7 +8,7 @@ import pytest
 
 from qfarm.common import keys
 from qfarm.common.jobs import expand_jobs, ref_for
-from qfarm.common.models import Job, Mode, Question, Row, Verdict
+from qfarm.common.models import Evidence, Job, Mode, Preflight, Question, Retrieval, Row, Verdict
 from qfarm.common.policy import build_policy
 from qfarm.common.settings import Settings
 from qfarm.producer.sweep import make_manifest
@@ -247,3 +247,29 @@ def test_a_runs_manifest_carries_the_plans_preflight_hash_with_the_index_titles(
     assert man.preflight_hash == plan_preflight_hash(["what causes multiple sclerosis?"],
                                                      profile, titles)  # fmt: skip
     assert man.preflight_hash != plan_preflight_hash(["what causes multiple sclerosis?"], profile)
+
+
+@pytest.mark.parametrize("mode", list(Mode))
+def test_structured_output_sends_the_jobs_grammar_and_rows_cite(sim, retriever, gateway, mode):
+    """Under the default (small-model) profile a quarter of free answers collapse or carry
+    prose; with structured_output each job's request carries its grammar (the prompt's
+    ids, the claim cap) and the simulator writes only what it admits."""
+    from qfarm.common.grounding.grammars import answer_grammar
+    from qfarm.common.models import JobRecord
+    from qfarm.worker.pipeline import sampling_for
+
+    job = make_job("Who were all the members of the Beatles?", mode, structured_output=True,
+                   quantifier_guard_apply_caps=True)
+    ev = (Evidence(id="E1", doc_id="d", chunk_id="d#0", title="t", text="x", score=1.0,
+                   offset_start=0, offset_end=1),)  # fmt: skip
+    record = JobRecord(job=job, retrieval=Retrieval(evidence=ev),
+                       preflight=Preflight(claim_cap=8, cap_enforced=True))  # fmt: skip
+    assert sampling_for(record).grammar == answer_grammar(mode, ["E1"], max_claims=8,
+                                                          max_ids_per_claim=3)
+    assert sampling_for(record.model_copy(update={"job": make_job("q", mode)})).grammar is None
+    q = Question(id="q1", text="Who were all the members of the Beatles?")
+    for sample in expand_jobs("run-t", [q], [mode], 6, job.policy, model="m"):
+        row = run_job(sample, retriever, gateway)
+        assert row.error is None
+        assert row.grading is not None
+        assert not row.grading.format_collapsed and row.grading.answer_pointer_count >= 1, row

@@ -34,7 +34,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from qfarm.common.errors import (
@@ -44,7 +44,7 @@ from qfarm.common.errors import (
     TransientServiceError,
 )
 from qfarm.common.vocab import BreakerState
-from qfarm.worker.llm.client import Target
+from qfarm.worker.llm.client import VLLM, Target
 
 
 @dataclass
@@ -346,11 +346,13 @@ class Balancer:
         with self._cond:
             self._by_url[url].max_model_len = value or self.window_fallback
 
-    def set_server(self, url: str, name: str, *, one_slot: bool) -> None:
-        """A recognised non-vLLM server; a one-slot one gets an in-flight cap of 1."""
+    def set_server(self, url: str, name: str, *, one_slot: bool, dialect: str = VLLM) -> None:
+        """A recognised non-vLLM server; a one-slot one gets an in-flight cap of 1, and its
+        requests are written in its dialect from now on."""
         with self._cond:
             e = self._by_url[url]
             e.server = name
+            e.target = replace(e.target, dialect=dialect)
             if one_slot:
                 e.inflight_cap = 1
             self._notify()

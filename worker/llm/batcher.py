@@ -10,8 +10,10 @@ Only prompts whose requests would be identical apart from the prompt can
 share a request: the seed is a request-level parameter in vLLM, so with a
 per-job seed and temperature > 0 every job is its own group (batches of one).
 At temperature 0 the seed does not change the output and is left out of the
-key. Measured on the simulator (bench/perf/saturation.py), batching does not
-beat in-flight concurrency, so it is off by default (``QFARM_LLM_BATCH_SIZE=0``).
+key. An answer grammar (structured output) is request-level too: only prompts of
+one grammar share a request. Measured on the simulator (bench/perf/saturation.py),
+batching does not beat in-flight concurrency, so it is off by default
+(``QFARM_LLM_BATCH_SIZE=0``).
 """
 
 from __future__ import annotations

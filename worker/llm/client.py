@@ -66,6 +66,7 @@ FINISHED_OK = frozenset({"stop", "length"})
 HEALTH_PATH = "/health"
 MODELS_PATH = "/v1/models"
 LLAMA_CPP_PYTHON_TITLE = "llama.cpp Python API"
+VLLM, LLAMA_CPP = "vllm", "llama.cpp"  # request dialects: where a grammar goes (build_body)
 # llama-cpp-python's server answers a request it cannot parse (a parameter out of range) with
 # a 500 carrying pydantic's message ("1 validation error: ..."), not a 400/422: the same
 # request can never succeed, so it is permanent, not a server failure to retry.
@@ -105,6 +106,7 @@ class ServerInfo:
 
     name: str
     one_slot: bool  # answers one request at a time; others wait in its queue
+    dialect: str = VLLM  # which request fields it reads (``build_body``)
 
 
 def server_info_from_openapi(payload: Any) -> ServerInfo | None:
@@ -113,7 +115,8 @@ def server_info_from_openapi(payload: Any) -> ServerInfo | None:
     if not isinstance(info, dict) or LLAMA_CPP_PYTHON_TITLE not in str(info.get("title") or ""):
         return None
     version = str(info.get("version") or "unknown")
-    return ServerInfo(name=f"llama.cpp server (llama-cpp-python {version})", one_slot=True)
+    return ServerInfo(name=f"llama.cpp server (llama-cpp-python {version})", one_slot=True,
+                      dialect=LLAMA_CPP)
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,7 @@ class Target:
 
     url: str
     api_key: str | None = field(default=None, repr=False)
+    dialect: str = VLLM  # llama.cpp once the server says it is (pool.py, _recognise)
 
     @property
     def display(self) -> str:
@@ -163,13 +167,18 @@ def redact(text: str, secrets: Iterable[str | None]) -> str:
 
 
 def build_body(
-    model: str, prompts: Sequence[str], sampling: Sampling, *, stream: bool
+    model: str, prompts: Sequence[str], sampling: Sampling, *, stream: bool, dialect: str = VLLM
 ) -> dict[str, Any]:
     """Every sampling parameter pinned in the request, so server defaults never leak in.
 
     ``top_p`` is pinned to 1.0 because a server started without
     ``--generation-config vllm`` would otherwise apply the model's own
     generation_config (Llama 3.1 ships top_p 0.9).
+
+    The answer's grammar goes where the server reads it: vLLM takes it in
+    ``structured_outputs`` (``StructuredOutputsParams.grammar``); llama.cpp's server
+    reads a top-level ``grammar`` on ``/v1/completions`` (``CreateCompletionRequest``)
+    and would ignore vLLM's field, as vLLM ignores llama.cpp's.
     """
     body: dict[str, Any] = {
         "model": model,
@@ -181,8 +190,11 @@ def build_body(
         "stop": list(sampling.stop),
         "n": sampling.n,
     }
-    if sampling.response_format is not None:
-        body["response_format"] = sampling.response_format
+    if sampling.grammar is not None:
+        if dialect == LLAMA_CPP:
+            body["grammar"] = sampling.grammar
+        else:
+            body["structured_outputs"] = {"grammar": sampling.grammar}
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
@@ -310,7 +322,7 @@ class LLMClient:
         """POST /v1/completions once; choices keyed by index, errors translated."""
         if self._closed:
             raise TransientServiceError("the LLM client is closed", job_id=job_id)
-        body = json.dumps(build_body(self.model, prompts, sampling, stream=stream)).encode()
+        body = json.dumps(build_body(self.model, prompts, sampling, stream=stream, dialect=target.dialect)).encode()
         url = f"{target.url}/v1/completions"
         sent_at = time.time()
         t0 = time.perf_counter()

@@ -107,7 +107,7 @@ class EndpointPool:
         info = self.client.server_info(e.target, timeout_s)
         if info is None:
             return
-        self.balancer.set_server(e.url, info.name, one_slot=info.one_slot)
+        self.balancer.set_server(e.url, info.name, one_slot=info.one_slot, dialect=info.dialect)
         window = e.max_model_len or "unknown: set QFARM_LLM_CONTEXT_WINDOW to its --n_ctx"
         log.warning(
             # Its missing /metrics is said by the poller, once, like any endpoint's.

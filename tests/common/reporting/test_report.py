@@ -7,7 +7,12 @@ from typing import Any
 import pytest
 
 from qfarm.common.models import Manifest, Row
-from qfarm.common.policy import build_policy, governance_policy_hash, verifier_policy_hash
+from qfarm.common.policy import (
+    Policy,
+    build_policy,
+    governance_policy_hash,
+    verifier_policy_hash,
+)
 from qfarm.common.reporting.report import fmt_ms, render_summary
 from qfarm.common.reporting.runstats import MAX_QUESTION_ROWS
 from qfarm.common.reporting.stats import percentile, rate_interval
@@ -629,3 +634,11 @@ def test_question_html_and_control_characters_stay_text() -> None:
     assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; before\ufffdafter\ufffd[31m?" in text
     assert "`<b>` bold?" in text  # a code span is shown verbatim already
     assert f"- 1 × (kind not recorded), e.g. ```server said ``{xss}`` before\ufffdafter\ufffd[31m```" in text
+
+
+def test_the_summary_says_whether_answers_were_decoded_under_a_grammar() -> None:
+    from qfarm.common.reporting.report import _output_note
+
+    assert _output_note(Policy()) == "free text (no grammar)"
+    note = _output_note(Policy(structured_output=True))
+    assert note.startswith("decoded under each mode's grammar") and "grammar-v1" in note

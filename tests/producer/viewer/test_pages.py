@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench.perf.viewer import synthetic_row, write_synthetic_run
-from qfarm.common.models import ViolationKind
+from qfarm.common.models import Manifest, ViolationKind
 from qfarm.producer.reports import read_stats, write_summary
 from qfarm.producer.viewer.html import MEANINGS
 from qfarm.producer.viewer.pages.rows import PAGE_SIZE
@@ -67,6 +67,17 @@ def test_runs_list_shows_every_run_with_strict_rates_and_badge(results: Path) ->
     assert f"quote: {100 * t.strict / t.valid:.1f}%" in html
     assert html.count("SIMULATED") == 2
     assert 'data-live="0"' in html
+
+
+def test_a_run_decoded_under_grammars_is_marked_so(results: Path) -> None:
+    path = results / "run-b" / "manifest.json"
+    manifest = Manifest.model_validate_json(path.read_text())
+    policy = manifest.policy.model_copy(update={"structured_output": True})
+    path.write_text(manifest.model_copy(update={"policy": policy}).model_dump_json())
+    html = get(Viewer(results), "/")
+    assert html.count(">GRAMMAR</span>") == 1
+    assert ">GRAMMAR</span>" in get(Viewer(results), "/runs/run-b")
+    assert ">GRAMMAR</span>" not in get(Viewer(results), "/runs/run-a")
 
 
 def test_run_page_counts_link_to_exactly_those_rows(results: Path) -> None:
