@@ -176,9 +176,9 @@ def install(handler: logging.Handler, level: str) -> None:
     logging.captureWarnings(True)  # warnings.warn lines go through the handler too
     for name in CHATTY:
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
+    clients = logging.WARNING if root.level <= logging.DEBUG else max(logging.ERROR, root.level)
     for name in SEARCH_CLIENTS:
-        level = logging.WARNING if root.level <= logging.DEBUG else max(logging.ERROR, root.level)
-        logging.getLogger(name).setLevel(level)
+        logging.getLogger(name).setLevel(clients)
     for name in list(logging.root.manager.loggerDict):
         logger = logging.getLogger(name)
         if logger.handlers and name.split(".")[0] in ("celery", "uvicorn", "kombu", "aiohttp"):
