@@ -102,11 +102,19 @@ def judge_run_dir(run_dir: Path, max_error_rate: float = 0.0) -> RunOutcome:
 
     manifest, stats = read_run(run_dir)
     recorded = read_run_status(run_dir)
-    status = shown_status(manifest, recorded, stats.rows)
+    # Jobs with a row, not lines: a deleted row and a duplicated one keep the line count.
+    status = shown_status(manifest, recorded, stats.jobs)
     errored = sum(stats.errors.values())
     # An interrupted run read back is a run not complete (1); 130 says *this* process was.
-    code, reason = _judge(manifest, status, stats.rows, errored, max_error_rate,
+    code, reason = _judge(manifest, status, stats.jobs, errored, max_error_rate,
                           stopped=ExitCode.FAILED)
+    if stats.duplicates:
+        note = (f"rows.jsonl holds {stats.duplicates} rows for jobs that already have one: it "
+                "is not the file the farm wrote; `qfarm verify` checks it against the run's record")
+        if code in (ExitCode.OK, ExitCode.ROW_ERRORS):
+            code, reason = ExitCode.FAILED, f"run {manifest.run_id}: {note}"
+        else:
+            reason = f"{reason}; {note}"
     summary = run_dir / "summary.md"
     error = recorded.get("error")
     return RunOutcome(manifest, run_dir, status, code, stats.rows, errored, max_error_rate,

@@ -307,7 +307,7 @@ def summary_text(manifest: Manifest, stats: RunStats, status: dict[str, Any],
         stats,
         plots=plots,
         finished_at=finished_at,
-        status=shown_status(manifest, status, stats.rows),
+        status=shown_status(manifest, status, stats.jobs),
         cancelled_jobs=_int_or_none(status.get("cancelled_jobs")),
     ) + _recovery_note(status)
 

@@ -169,7 +169,8 @@ def _header(
             + selection_note(man),
         ),
         ("modes", ", ".join(f"`{m}`" for m in man.modes)),
-        ("rows", f"{stats.rows} of {man.n_jobs} expected"),
+        ("rows", f"{stats.jobs} of {man.n_jobs} expected"
+                 + (f" ({stats.duplicates} more lines repeat a job)" if stats.duplicates else "")),
         ("policy overrides", override_text),
         ("output", _output_note(man.policy)),
         ("verifier_policy_hash", f"`{man.verifier_policy_hash}`"),
@@ -225,13 +226,17 @@ def run_warnings(
                    f"; {-unaccounted} of them also have a row (a row that landed after its "
                    "job was counted).")
             )
-    elif stats.rows < man.n_jobs:
+    elif stats.jobs < man.n_jobs:
         notes.append(
-            f"{man.n_jobs - stats.rows} of {man.n_jobs} jobs have no row "
+            f"{man.n_jobs - stats.jobs} of {man.n_jobs} jobs have no row "
             "(run still going, cancelled or lost)."
         )
-    if stats.rows > man.n_jobs:
-        notes.append(f"{stats.rows} rows for {man.n_jobs} jobs: rows.jsonl holds extra rows.")
+    if stats.duplicates:
+        notes.append(f"rows.jsonl holds {stats.duplicates} rows for jobs that already have one: "
+                     "the file is not the one the farm wrote (`qfarm verify` checks it).")
+    if stats.jobs > man.n_jobs:
+        notes.append(f"{stats.jobs} jobs have rows, {man.n_jobs} were planned: rows.jsonl holds "
+                     "extra rows.")
     over = sum(1 for q in stats.questions.values() for c in q.cells.values() if c.rows > man.n)
     if over:
         notes.append(

@@ -13,9 +13,12 @@ reached a verdict (``Tally.valid``).
 from __future__ import annotations
 
 import math
+from array import array
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+import numpy as np
 
 from qfarm.common.models import Row
 from qfarm.common.reporting.cost import CostStats
@@ -286,6 +289,24 @@ class RunStats:
         self.truncated: Counter[str] = Counter()  # mode -> answers cut off at max_tokens
         self.budget_lowered: Counter[str] = Counter()  # mode -> max_tokens lowered to fit context
         self.cost = CostStats()  # tokens and model time (qfarm.common.reporting.cost)
+        # One 8-byte key a row's job id, to count jobs, not lines: a deleted row and a
+        # duplicated one leave the line count as it was (8 MB at a million rows).
+        self._job_keys = array("q")
+        self._jobs_counted: tuple[int, int] = (0, 0)  # (keys seen, distinct among them)
+
+    @property
+    def jobs(self) -> int:
+        """Distinct job ids among the rows: what "N of M jobs have a row" counts."""
+        seen, distinct = self._jobs_counted
+        if seen != len(self._job_keys):
+            keys = np.frombuffer(self._job_keys, dtype=np.int64)
+            self._jobs_counted = (len(keys), int(np.unique(keys).size))
+        return self._jobs_counted[1]
+
+    @property
+    def duplicates(self) -> int:
+        """Rows for a job that already had one (rows.jsonl holds each job once)."""
+        return len(self._job_keys) - self.jobs
 
     def note_unreadable(self, lineno: int) -> None:
         self.unreadable += 1
@@ -295,6 +316,8 @@ class RunStats:
     def add(self, row: Row | Mapping[str, Any]) -> None:
         r: Mapping[str, Any] = row.model_dump(mode="json") if isinstance(row, Row) else row
         self.rows += 1
+        # hash() is salted per process: keys are compared within this one pass only.
+        self._job_keys.append(hash(str(r.get("job_id"))))
         mode = str(r.get("mode"))
         error = r.get("error")
         is_error = bool(error) or r.get("verdict") is None

@@ -99,7 +99,7 @@ class RunSource:
             on_disk, status = read_manifest(run_dir), read_run_status(run_dir)
             rr = self.cache.get(run_dir)
             # The status its rows and its process say, not status.json's word.
-            status["status"] = shown_status(on_disk, status, rr.stats.rows)
+            status["status"] = shown_status(on_disk, status, rr.stats.jobs)
             return on_disk, status, rr
         store = self.redis.get() if is_run_id(run_id) else None
         if store is None:

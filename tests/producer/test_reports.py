@@ -331,3 +331,18 @@ def test_an_error_bar_never_reaches_back_past_its_delta() -> None:
     # mean claims per answer, in percent of A's mean: +120 with [-125, +365] is drawn
     # from -100 up to the point (the bar's upper half would be negative: matplotlib refuses).
     assert error_bar(120.0, -125.0, 365.0) == (220.0, 0.0)
+
+
+def test_report_counts_jobs_not_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One row deleted and another written twice: as many lines as jobs, one job short."""
+    run = write_run(tmp_path, "A", digest="sha256:1111")
+    rows = (run / "rows.jsonl").read_text().splitlines(keepends=True)
+    assert len(rows) == 36
+    (run / "rows.jsonl").write_text("".join([*rows[1:], rows[-1]]))
+    code = main(["report", "A", "--results-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "35 of 36 jobs have a row" in err and "holds 1 rows for jobs that already have one" in err
+    summary = (run / "summary.md").read_text()
+    assert f"| rows | {len(rows) - 1} of {len(rows)} expected (1 more lines repeat a job) |" in summary
+    assert summary.split("| status |")[1].split("|")[0].strip() != "complete"

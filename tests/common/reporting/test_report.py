@@ -473,7 +473,9 @@ def test_warnings_for_missing_rows_foreign_hashes_and_duplicates() -> None:
     rows.append(dict(rows[1]))  # the same job twice
     text = render_summary(make_manifest(), rows)
     assert "**Warnings**" in text
-    assert "9 of 30 jobs have no row" in text
+    # 21 lines, 20 jobs: ten jobs have no row, not nine (jobs are counted, not lines).
+    assert "10 of 30 jobs have no row" in text
+    assert "rows.jsonl holds 1 rows for jobs that already have one" in text
     assert "1 rows carry a verifier_policy_hash other than the manifest's" in text
     assert "1 question × mode cells have more than n=2 rows" in text
 
