@@ -9,9 +9,11 @@ same passages and query terms). Recall@8, article hit@8 and p50 of qfarm's
 ranking and of the naive index on the independent held-out questions
 (``bench/questions/independent_heldout.jsonl``) print side by side, whole and
 split as ``bench.questions.strata`` splits it; bars:
-qfarm's p50 <= 1.5x the naive p50. OpenSearch: build, latency and top-1
-parity with embedded on a local osmem-server, an in-memory stand-in, NOT a
-cluster figure, each difference put in a category (``parity_breakdown``).
+qfarm's p50 <= 1.5x the naive p50. OpenSearch: a real node started here
+(``qfarm.ops.search.launch``; skipped with one line without Java 17+ and
+Maven): indexing rate, query p50/p95 interleaved with the embedded index,
+``_msearch``, the node's CPU per search, top-1 parity with embedded, each
+difference put in a category (``parity_breakdown``), and its held-out quality.
 The last line is ``query_p50_ms=<embedded p50>``. Retrieval alone, called directly: a run through ``producer.run_sweep`` would add the rest.
 
     python -m bench.perf.retrieval [--questions 1000] [--no-opensearch]
@@ -218,8 +220,8 @@ def bench_embedded(
     held = parse_questions(HELDOUT.name, HELDOUT.read_text(encoding="utf-8"))
     worded = print_strata(HELDOUT.name, held, corpus, {"qfarm": retriever, "naive": naive})
     heldout = [json.loads(line)["question"] for line in HELDOUT.read_text().splitlines() if line]
-    h_ours, h_naive = time_interleaved(
-        lambda q: retriever.search(q, top_k=TOP_K, title_boost=TITLE_BOOST),
+    h_ours, h_naive = time_interleaved(  # uncached: quality() has just searched these
+        lambda q: retriever._search(q, top_k=TOP_K, title_boost=TITLE_BOOST, doc_ids=None),
         lambda q: naive.search(q, top_k=TOP_K, title_boost=TITLE_BOOST),
         heldout,
     )
@@ -281,9 +283,8 @@ def first_stage_embedded(index: Path, questions: list[str]) -> list[list[str]]:
 def first_stage_cluster(
     url: str, index: str, questions: list[str], query_type: str
 ) -> list[list[str]]:
-    """Chunk ids of a cluster's first stage, best first: qfarm's body of ``query_type``,
-    or for ``"most_fields"`` the same terms and fields as ``multi_match most_fields``
-    (per-field BM25 summed, the v1 shape)."""
+    """Chunk ids of a cluster's first stage (qfarm's body of ``query_type``, the re-ranking
+    window), best first."""
     import urllib.request
 
     from qfarm.common.retrieval.query import search_body
@@ -291,13 +292,10 @@ def first_stage_cluster(
 
     out: list[list[str]] = []
     for q in questions:
-        shape = "cross_fields" if query_type == "most_fields" else query_type
-        body = search_body(q, top_k=RERANK_DEPTH, title_boost=TITLE_BOOST, query_type=shape)
+        body = search_body(q, top_k=RERANK_DEPTH, title_boost=TITLE_BOOST, query_type=query_type)
         if body is None:
             out.append([])
             continue
-        if query_type == "most_fields":
-            body["query"]["multi_match"]["type"] = "most_fields"
         req = urllib.request.Request(
             f"{url}/{index}/_search", data=json.dumps(body).encode(), method="POST",
             headers={"Content-Type": "application/json"},
@@ -308,36 +306,41 @@ def first_stage_cluster(
     return out
 
 
+PARITY_CATEGORIES = (
+    "same",
+    "windows differ, a top document outside the other's window",
+    "windows differ, both top documents in both",
+    "same window, first-stage scores differ",
+)
+
+
 def parity_breakdown(
     embedded: list[str | None], cluster: list[str | None],
     embedded_stage1: list[list[str]], cluster_stage1: list[list[str]],
-    most_fields_stage1: list[list[str]],
 ) -> dict[str, int]:
-    """Why each question's top document differs between embedded and the stand-in.
+    """Why each question's top document differs between embedded and the cluster.
 
-    Both backends run the same second stage (``rerank_order``) over their
-    first stage's top ``RERANK_DEPTH``, so a difference starts in the first
-    stage: its candidates differ (split by whether the stand-in's
-    ``combined_fields`` list is exactly its ``most_fields`` list, i.e. it
-    scored per-field BM25 sums, not BM25F), or the candidates are the same
-    but their first-stage scores, which stage 2 multiplies, differ.
+    Both backends run the same second stage (``rerank_order``) over their first
+    stage's top ``RERANK_DEPTH`` (the window), so a difference starts in the first
+    stage: the windows hold other passages, and one backend's top document is not
+    in the other's window at all (a passage the other never scored high enough to
+    re-rank), or both windows hold both top documents in another order; or the
+    windows hold the same passages but with other first-stage scores, which stage 2
+    multiplies. A top document is in a window when one of its passages is
+    (chunk ids are ``<doc_id>#<n>``).
     """
-    out = {
-        "same": 0,
-        "candidates differ, stand-in's combined_fields list == its most_fields list": 0,
-        "candidates differ, otherwise": 0,
-        "same candidates, first-stage scores differ": 0,
-    }
-    for e, c, s_e, s_c, s_m in zip(
-        embedded, cluster, embedded_stage1, cluster_stage1, most_fields_stage1, strict=True
-    ):
+    out = dict.fromkeys(PARITY_CATEGORIES, 0)
+    for e, c, s_e, s_c in zip(embedded, cluster, embedded_stage1, cluster_stage1, strict=True):
         if e == c:
-            out["same"] += 1
-        elif set(s_e) != set(s_c):
-            key = "most_fields list" if s_c == s_m else "otherwise"
-            out[next(k for k in out if k.endswith(key))] += 1
+            key = PARITY_CATEGORIES[0]
+        elif set(s_e) == set(s_c):
+            key = PARITY_CATEGORIES[3]
         else:
-            out["same candidates, first-stage scores differ"] += 1
+            docs_e = {chunk.split("#")[0] for chunk in s_e}
+            docs_c = {chunk.split("#")[0] for chunk in s_c}
+            inside = {e, c} <= docs_e and {e, c} <= docs_c
+            key = PARITY_CATEGORIES[2] if inside else PARITY_CATEGORIES[1]
+        out[key] += 1
     return out
 
 
@@ -346,44 +349,86 @@ def _top_doc(evidence: list) -> str | None:
 
 
 def bench_opensearch(
-    questions: list[str], embedded_p50: float, embedded_top1: list[str | None],
+    index: Path, questions: list[str], embedded_top1: list[str | None],
     embedded_stage1: list[list[str]],
-) -> None:
-    try:
-        from osmem_server import OsmemServer
-    except ImportError:
-        print("opensearch: skipped (pip install osmem-server for the in-memory stand-in)")
-        return
-    from qfarm.common.retrieval.ranking import RERANK_DEPTH
+) -> float | None:
+    """The OpenSearch backend on a real node started here (``qfarm.ops.search.launch``):
+    indexing rate, query p50/p95 interleaved with the embedded index (both uncached),
+    ``_msearch``, the node's CPU per search, top-1 parity and its breakdown, held-out
+    quality. Skipped, with one line, where Java 17+ or Maven is missing. Returns the
+    OpenSearch p50 (ms)."""
+    from bench.perf.saturation import pid_cpu_s, process_cpu_s
+    from qfarm.common.errors import ConfigError
     from qfarm.common.settings import Settings
+    from qfarm.ops.search.launch import build_search_node, start_search_node
     from qfarm.worker.retrieval import open_retriever
+    from qfarm.worker.retrieval.embedded import EmbeddedRetriever
     from qfarm.worker.retrieval.ingest import CorpusSource, build_cluster_index
 
-    label = "opensearch on osmem-server (in-memory stand-in, NOT a cluster figure)"
-    with OsmemServer.start(japanese=False) as server:
-        retriever = open_retriever(Settings(retriever="opensearch", es_url=server.url))
+    try:
+        build = build_search_node()
+    except ConfigError as exc:
+        print(f"opensearch: skipped, no search node ({exc})")
+        return None
+    with start_search_node(build=build) as node:
+        label = f"opensearch on a real node (OpenSearch {node.version}, heap {node.heap}, same machine)"
+        retriever = open_retriever(Settings(retriever="opensearch", es_url=node.url))
+        embedded = EmbeddedRetriever(index)
         try:
             report = build_cluster_index(retriever, CorpusSource.resolve("default"), progress=False)
             print(
                 f"{label} build: {report.elapsed_s:.2f} s, {report.passages:,} passages "
-                f"({report.passages_per_s:,.0f} passages/s)"
+                f"({report.passages_per_s:,.0f} passages/s: bulk, refresh, alias)"
             )
-            single = time_each(
-                lambda q: retriever.search(q, top_k=TOP_K, title_boost=TITLE_BOOST), questions
-            )
-            p50, p95 = percentiles(single)
+            heldout = [json.loads(line)["question"] for line in HELDOUT.read_text().splitlines() if line]
+            # Warm the node before anything is timed: the JVM compiles its hot paths during
+            # the first few hundred searches. It keeps no hits between searches (a search
+            # with hits is not request-cached), so the warm-up answers nothing in advance.
+            for q in heldout:
+                retriever.search(q, top_k=TOP_K, title_boost=TITLE_BOOST)
+            node_cpu0, cpu0 = pid_cpu_s([node.pid]), process_cpu_s()
+            ours, theirs_ms = time_interleaved(
+                lambda q: embedded._search(q, top_k=TOP_K, title_boost=TITLE_BOOST, doc_ids=None),
+                lambda q: retriever.search(q, top_k=TOP_K, title_boost=TITLE_BOOST),
+                questions, warm_up=0,
+            )  # fmt: skip
+            node_cpu = (pid_cpu_s([node.pid]) - node_cpu0) * 1000.0 / len(questions)
+            both_cpu = (process_cpu_s() - cpu0) * 1000.0 / len(questions)
+            p50, p95 = percentiles(theirs_ms)
+            e50, e95 = percentiles(ours)
             print(
-                f"{label} query over HTTP: p50 {p50:.2f} ms, p95 {p95:.2f} ms (x{p50 / embedded_p50:.1f} embedded p50)"
+                f"{label} query over HTTP ({retriever.query_type}, window 25 re-ranked here), "
+                f"{len(questions)} generated questions: p50 {p50:.2f} ms, p95 {p95:.2f} ms; "
+                f"embedded interleaved p50 {e50:.2f} ms, p95 {e95:.2f} ms (opensearch x{p50 / e50:.1f})"
+            )
+            print(
+                f"CPU per search: the node's JVM {node_cpu:.2f} ms; this process {both_cpu:.2f} ms "
+                "(both backends' searches and the client)"
+            )
+            h_ours, h_theirs = time_interleaved(
+                lambda q: embedded._search(q, top_k=TOP_K, title_boost=TITLE_BOOST, doc_ids=None),
+                lambda q: retriever.search(q, top_k=TOP_K, title_boost=TITLE_BOOST),
+                heldout, warm_up=0,
+            )  # fmt: skip
+            h50, h95 = percentiles(h_theirs)
+            he50 = percentiles(h_ours)[0]
+            print(
+                f"{label} query, {len(heldout)} held-out questions: p50 {h50:.2f} ms, p95 {h95:.2f} ms; "
+                f"embedded interleaved p50 {he50:.2f} ms (opensearch x{h50 / he50:.1f})"
             )
             batch = 16
-            t0 = time.perf_counter()
-            for i in range(0, len(questions), batch):
-                retriever.search_many(
-                    questions[i : i + batch], top_k=TOP_K, title_boost=TITLE_BOOST
-                )
-            per_q = (time.perf_counter() - t0) * 1000.0 / len(questions)
+            per_q = []
+            for _ in range(3):  # three passes, the median: one pass is at the mercy of the load
+                t0 = time.perf_counter()
+                for i in range(0, len(questions), batch):
+                    retriever.search_many(
+                        questions[i : i + batch], top_k=TOP_K, title_boost=TITLE_BOOST
+                    )
+                per_q.append((time.perf_counter() - t0) * 1000.0 / len(questions))
+            m = statistics.median(per_q)
             print(
-                f"{label} _msearch x{batch}: {per_q:.2f} ms per question (x{per_q / p50:.2f} single-search p50)"
+                f"{label} _msearch x{batch}: {m:.2f} ms per question (median of 3 passes "
+                f"{', '.join(f'{x:.2f}' for x in per_q)}; x{m / p50:.2f} single-search p50)"
             )
             theirs = [
                 _top_doc(retriever.search(q, top_k=1, title_boost=TITLE_BOOST)) for q in questions
@@ -393,20 +438,15 @@ def bench_opensearch(
                 f"ranking parity ({retriever.query_type}): same top document as embedded for "
                 f"{same}/{len(questions)} questions ({same / len(questions):.1%}; bar >= 95%)"
             )
-            alias = Settings().es_index
-            combined = first_stage_cluster(server.url, alias, questions, retriever.query_type)
-            most = first_stage_cluster(server.url, alias, questions, "most_fields")
-            same_list = sum(a == b for a, b in zip(combined, most, strict=True))
-            print(
-                f"stand-in check: {retriever.query_type} and most_fields return the same "
-                f"first-stage list (top {RERANK_DEPTH}, in order) for "
-                f"{same_list}/{len(questions)} questions"
-            )
-            reasons = parity_breakdown(embedded_top1, theirs, embedded_stage1, combined, most)
+            stage1 = first_stage_cluster(node.url, Settings().es_index, questions,
+                                         retriever.query_type)  # fmt: skip
+            reasons = parity_breakdown(embedded_top1, theirs, embedded_stage1, stage1)
             print("parity breakdown: " + "; ".join(f"{k}: {v}" for k, v in reasons.items()))
             quality([retriever])
         finally:
             retriever.close()
+            embedded.close()
+    return p50
 
 
 def main() -> None:
@@ -428,8 +468,8 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory(prefix="qfarm-retrieval-") as tmp:
         p50, top1, stage1 = bench_embedded(Path(tmp), questions, corpus)
-    if not args.no_opensearch:
-        bench_opensearch(questions, p50, top1, stage1)
+        if not args.no_opensearch:
+            bench_opensearch(Path(tmp) / "default.sqlite", questions, top1, stage1)
     print(f"query_p50_ms={p50:.3f}")
 
 

@@ -229,15 +229,14 @@ WORKLOADS = {
     "general": ("general.jsonl",),
     "distinct": ("independent_tune.jsonl", "independent_heldout.jsonl"),
 }
+QUESTIONS = Path(__file__).resolve().parents[1] / "questions"
 _WORKLOAD = ["general"]  # the one the eager and farm drivers sweep (print_table sets it)
 
 
 def real_questions(n_jobs: int, modes: Sequence[Mode]) -> tuple[QuestionSet, int]:
     """Questions of the current workload (``WORKLOADS``) and ``n`` so that questions x modes
     x n is ``n_jobs`` or a few more (1,976 = 152 x 1 x 13: the table's quote prompts)."""
-    from bench.perf.farmkit import REPO
-
-    files = [REPO / "bench/questions" / name for name in WORKLOADS[_WORKLOAD[0]]]
+    files = [QUESTIONS / name for name in WORKLOADS[_WORKLOAD[0]]]
     sets = [QuestionSet.from_file(f) for f in files]
     every = sets[0] if len(sets) == 1 else QuestionSet.from_texts(
         [q for qs in sets for q in qs.questions], source="+".join(WORKLOADS[_WORKLOAD[0]]))
@@ -447,6 +446,7 @@ class Measured:
     before_s: float  # from the driver's start to the first request (eager: index, probes)
     after_s: float  # from the last answer to the driver's end (eager: rows, summary.md)
     sim_cpu_ms: float  # the simulators' own CPU per request: what the client competes with
+    node_cpu_ms: float = 0.0  # the search node's JVM per request (in cpu_ms too), OpenSearch rows
 
 
 class RequestLog:
@@ -480,7 +480,11 @@ def flow_ratio(entries: Sequence[dict[str, Any]], ideal: float) -> float:
     return done / (last - first) / ideal if last > first else 0.0
 
 
-def measure(driver: str, sims: Sequence[SimulatorHandle], log: RequestLog, jobs: int) -> Measured:
+def measure(driver: str, sims: Sequence[SimulatorHandle], log: RequestLog, jobs: int,
+            backend: dict[str, object] | None = None, node_pids: Sequence[int] = ()) -> Measured:  # fmt: skip
+    """One run of a table row. ``backend``: retrieval settings for the eager and farm
+    drivers (the OpenSearch rows: ``retriever``, ``es_url``); ``node_pids``: processes
+    whose CPU counts as the client's (the search node's JVM)."""
     urls = [s.url for s in sims]
     cap = TABLE_ENDPOINT.max_num_seqs * len(urls)
     # Thread pool and direct async: twice the slots, so the gateway always holds a queue (as
@@ -488,9 +492,10 @@ def measure(driver: str, sims: Sequence[SimulatorHandle], log: RequestLog, jobs:
     # themselves.
     conc = 2 * cap
     items = make_items(jobs, greedy=False)
-    sim_cpu0 = pid_cpu_s([s.pid for s in sims])
-    result = run(DRIVERS[driver], urls, items, conc, driver)
+    sim_cpu0, node_cpu0 = pid_cpu_s([s.pid for s in sims]), pid_cpu_s(node_pids)
+    result = run(DRIVERS[driver], urls, items, conc, driver, **(backend or {}))
     sim_cpu = pid_cpu_s([s.pid for s in sims]) - sim_cpu0
+    node_cpu = pid_cpu_s(node_pids) - node_cpu0
     entries = log.take(len(urls))
     ideal = ideal_rps([TABLE_ENDPOINT] * len(urls), 1.0)  # tpot 0: the slot time is 250 ms
     requests = max(len(entries), 1)
@@ -501,12 +506,13 @@ def measure(driver: str, sims: Sequence[SimulatorHandle], log: RequestLog, jobs:
     return Measured(
         flow=flow_ratio(entries, ideal),
         whole=result.n_jobs / result.wall_s / ideal,
-        cpu_ms=result.cpu_s * 1000.0 / requests,
+        cpu_ms=(result.cpu_s + node_cpu) * 1000.0 / requests,
         requests=len(entries),
         errors=result.errors,
         before_s=before,
         after_s=after,
         sim_cpu_ms=sim_cpu * 1000.0 / requests,
+        node_cpu_ms=node_cpu * 1000.0 / requests,
     )
 
 
@@ -515,11 +521,40 @@ def span(values: Sequence[float], fmt: str) -> str:
     return format(lo, fmt) if format(lo, fmt) == format(hi, fmt) else f"{lo:{fmt}}–{hi:{fmt}}"
 
 
+BACKENDS = ("embedded", "opensearch")
+
+
+def start_opensearch(stack: ExitStack) -> tuple[dict[str, object], list[int]]:
+    """A real OpenSearch node for the table's OpenSearch rows, filled from the default
+    corpus before any timing: the retrieval settings that point a sweep at it, and its
+    JVM's pid (its CPU counts as the client's)."""
+    from qfarm.ops.search.launch import start_search_node
+    from qfarm.worker.retrieval import open_retriever
+    from qfarm.worker.retrieval.ingest import CorpusSource, build_cluster_index
+
+    node = stack.enter_context(start_search_node())
+    backend: dict[str, object] = {"retriever": "opensearch", "es_url": node.url}
+    retriever = open_retriever(Settings(**backend))  # type: ignore[arg-type]
+    try:
+        report = build_cluster_index(retriever, CorpusSource.resolve("default"), progress=False)
+        # Warm the JVM (it compiles its hot paths over the first few hundred searches) on
+        # the tuning half; a search with hits is not cached, so nothing is answered ahead.
+        for q in QuestionSet.from_file(QUESTIONS / WORKLOADS["distinct"][0]).questions:
+            retriever.search(q.text, top_k=Policy().top_k, title_boost=Policy().title_boost)
+    finally:
+        retriever.close()
+    print(f"search node: {node.description}, {report.passages:,} passages indexed; its JVM's "
+          "CPU is counted in the OpenSearch rows' client CPU", flush=True)  # fmt: skip
+    return backend, [node.pid]
+
+
 def print_table(jobs: int, repeat: int, only: Sequence[str] = (),
-                workloads: Sequence[str] = ("general",)) -> None:  # fmt: skip
+                workloads: Sequence[str] = ("general",),
+                backends: Sequence[str] = ("embedded",)) -> None:  # fmt: skip
     """Every row of the saturation table for qfarm, ``repeat`` times each, per workload
-    (``WORKLOADS``; the gateway-alone rows send synthetic prompts, so only once); ranges
-    printed."""
+    (``WORKLOADS``; the gateway-alone rows send synthetic prompts, so only once) and per
+    retrieval backend (``BACKENDS``; OpenSearch for the eager rows only, its node on this
+    machine; runs alternate between backends); ranges printed."""
     from bench.perf.farmkit import exit_on_sigterm
 
     exit_on_sigterm()
@@ -528,9 +563,13 @@ def print_table(jobs: int, repeat: int, only: Sequence[str] = (),
     print(f"load before: {os.getloadavg()[0]:.2f} (1-min load average, {os.cpu_count()} cores)")
     table_index()  # built before any timing
     results: dict[tuple[str, str, str, int], list[Measured]] = {}
-    runs = [(w, row) for w in workloads for row in rows
-            if row[1] in ("eager", "farm") or w == workloads[0]]
+    runs = [(w, row, b) for w in workloads for row in rows for b in backends
+            if (row[1] == "eager" or b == "embedded")  # OpenSearch: the eager rows
+            and (row[1] in ("eager", "farm") or (w == workloads[0] and b == backends[0]))]
     with ExitStack() as stack:
+        search: dict[str, tuple[dict[str, object], list[int]]] = {"embedded": ({}, [])}
+        if "opensearch" in backends:
+            search["opensearch"] = start_opensearch(stack)
         sims = [
             stack.enter_context(start_simulator(max_num_seqs=TABLE_ENDPOINT.max_num_seqs,
                                                 ttft_ms=lat.ttft_ms, tpot_ms=lat.tpot_ms))
@@ -541,13 +580,17 @@ def print_table(jobs: int, repeat: int, only: Sequence[str] = (),
               flush=True)  # fmt: skip
         log = RequestLog(sims)
         for attempt in range(repeat):
-            for workload, (client, driver, n_eps) in runs:
+            for workload, (client, driver, n_eps), backend in runs:
                 _WORKLOAD[0] = workload
-                m = measure(driver, sims[:n_eps], log, jobs)
-                shown = workload if driver in ("eager", "farm") else "synthetic"
+                retrieval = driver in ("eager", "farm")
+                if retrieval and backend != "embedded":
+                    client = f"{client}, {backend}"
+                m = measure(driver, sims[:n_eps], log, jobs, *search[backend])
+                shown = workload if retrieval else "synthetic"
                 results.setdefault((client, shown, driver, n_eps), []).append(m)
+                node = f" (search node {m.node_cpu_ms:.2f})" if backend != "embedded" else ""
                 print(f"run {attempt + 1}: {client}, {shown}, {n_eps} endpoint(s): flow={m.flow:.3f} "
-                      f"whole={m.whole:.3f} cpu={m.cpu_ms:.2f} ms/request "
+                      f"whole={m.whole:.3f} cpu={m.cpu_ms:.2f}{node} ms/request "
                       f"sim_cpu={m.sim_cpu_ms:.2f} ms/request "
                       f"requests={m.requests} errors={m.errors} load={os.getloadavg()[0]:.2f}"
                       + (f" before_first_request={m.before_s:.2f}s after_last_answer="
@@ -558,8 +601,10 @@ def print_table(jobs: int, repeat: int, only: Sequence[str] = (),
           "client CPU per request | simulator CPU per request |")
     print("|---|---|---|---|---|---|---|")
     for (client, workload, _driver, n_eps), ms in results.items():
+        node = (f" (search node {span([m.node_cpu_ms for m in ms], '.2f')} ms)"
+                if any(m.node_cpu_ms for m in ms) else "")  # fmt: skip
         print(f"| {client} | {workload} | {n_eps} | {span([m.flow for m in ms], '.2f')} | "
-              f"{span([m.whole for m in ms], '.2f')} | {span([m.cpu_ms for m in ms], '.2f')} ms | "
+              f"{span([m.whole for m in ms], '.2f')} | {span([m.cpu_ms for m in ms], '.2f')} ms{node} | "
               f"{span([m.sim_cpu_ms for m in ms], '.2f')} ms |")
     print(f"\n{repeat} run(s) each, ranges min–max; {jobs} jobs a run; {os.cpu_count()} cores, "
           f"load after: {os.getloadavg()[0]:.2f}. All figures come from the vLLM simulator (SIMULATED).")
@@ -582,6 +627,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--table-jobs", type=int, default=1976, help="jobs per table run (default 1976)")
     p.add_argument("--repeat", type=int, default=2, help="runs per table row (default 2)")
     p.add_argument("--only", default="", help="table: only these drivers (comma list)")
+    p.add_argument("--backends", default="embedded",
+                   help="table: retrieval backends of the eager rows (comma list of "
+                        f"{', '.join(BACKENDS)}; default embedded; opensearch starts a real node, "
+                        "Java 17+ and Maven, and counts its JVM's CPU)")
     p.add_argument("--workloads", default="general,distinct",
                    help="table: question workloads of the eager and farm rows (comma list of "
                         f"{', '.join(WORKLOADS)}; default both)")
@@ -591,9 +640,13 @@ def main(argv: list[str] | None = None) -> None:
         unknown = [w for w in workloads if w not in WORKLOADS]
         if unknown or not workloads:
             p.error(f"--workloads {args.workloads}: expected a comma list of {', '.join(WORKLOADS)}")
+        backends = [b for b in args.backends.split(",") if b]
+        if not backends or any(b not in BACKENDS for b in backends):
+            p.error(f"--backends {args.backends}: expected a comma list of {', '.join(BACKENDS)}")
         if args.quick:  # CI: one short run of the eager row per workload, figures meaningless
             args.table_jobs, args.repeat, args.only = 40, 1, args.only or "eager"
-        print_table(args.table_jobs, args.repeat, [d for d in args.only.split(",") if d], workloads)
+        print_table(args.table_jobs, args.repeat, [d for d in args.only.split(",") if d], workloads,
+                    backends)  # fmt: skip
         return
     from bench.perf.farmkit import exit_on_sigterm
 
