@@ -15,8 +15,9 @@
     │   │       └── BackPressureError   429, vLLM's queue-full 503: a live server pushing back
     │   │           └── QueueFullError  vLLM's queue-full 503 (admission control)
     │   └── PermanentServiceError   not worth retrying (400, 401, 404, context length)
-    │       └── PermanentStatusError    400, 401/403, 404, 501… (also a stream's error event)
-    │           └── ContextOverflowError  the prompt does not fit max_model_len
+    │       ├── PermanentStatusError    400, 401/403, 404, 501… (also a stream's error event)
+    │       │   └── ContextOverflowError  the prompt does not fit max_model_len
+    │       └── OversizedReplyError     a reply larger than max_tokens can explain
     └── RetrievalError              the search backend failed or the index is missing
 
 Messages say what was wrong, where (file:line for input files) and how to fix it.
@@ -136,6 +137,11 @@ class PermanentStatusError(PermanentServiceError):
 
 class ContextOverflowError(PermanentStatusError):
     """The prompt (or prompt + max_tokens) does not fit the endpoint's ``max_model_len``."""
+
+
+class OversizedReplyError(PermanentServiceError):
+    """A reply larger than the request's ``max_tokens`` can explain: read no further, and
+    not asked again (the same request would bring the same flood)."""
 
 
 class ManifestError(QfarmError):

@@ -21,6 +21,8 @@ stream_error  streaming: part of the answer, then vLLM's error event
               streaming the ``500`` vLLM answers for a failed generation
 abort         the choice ends with ``finish_reason: "abort"`` after part of the
               answer (vLLM aborted the request engine-side)
+huge          ``200`` whose answer is 50 MB of text, far past any ``max_tokens``
+              (a broken or hostile server); streamed as one enormous event
 ============  ================================================================
 
 queue_full/429/503/timeout/drop happen on arrival, before the request queues
@@ -41,7 +43,9 @@ from dataclasses import dataclass, field
 
 FAULT_KINDS: tuple[str, ...] = (
     "queue_full", "429", "503", "timeout", "drop", "malformed", "empty", "stream_error", "abort",
+    "huge",
 )  # fmt: skip
+HUGE_ANSWER_BYTES = 50 << 20
 ARRIVAL_FAULTS = frozenset({"queue_full", "429", "503", "timeout", "drop"})
 
 

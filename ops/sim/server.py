@@ -33,7 +33,7 @@ from aiohttp import web
 from qfarm.common.vocab import SIMULATOR_HEADER
 from qfarm.ops.sim import SIMULATOR_OWNER, behaviour
 from qfarm.ops.sim.config import SimConfig, describe
-from qfarm.ops.sim.faults import ARRIVAL_FAULTS, FaultInjector
+from qfarm.ops.sim.faults import ARRIVAL_FAULTS, HUGE_ANSWER_BYTES, FaultInjector
 from qfarm.ops.sim.metrics import Metrics
 from qfarm.ops.sim.protocol import (
     QUEUE_FULL_MESSAGE,
@@ -157,6 +157,11 @@ def post_fault(kind: str, req_id: str) -> web.Response:
     if kind == "malformed":
         text = f'{{"id": "{req_id}", "object": "text_completion", "choices": [{{"index": 0, "text": "trunc'
         return web.Response(text=text, content_type="application/json")
+    if kind == "huge":
+        return web.json_response(
+            {"id": req_id, "object": "text_completion", "created": int(time.time()),
+             "choices": [{"index": 0, "text": "x" * HUGE_ANSWER_BYTES, "finish_reason": "stop"}]}
+        )  # fmt: skip
     return web.json_response(
         {"id": req_id, "object": "text_completion", "created": int(time.time()), "choices": [],
          "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
@@ -270,10 +275,12 @@ async def stream(
         if ttft:
             await asyncio.sleep(ttft)
         seq.ttft_s = asyncio.get_running_loop().time() - t0
-        if fault == "malformed":
-            await send('{"id": "' + req_id + '", "choices": [{"text": "tru')
-            return
-        if fault == "empty":
+        if fault in ("malformed", "empty", "huge"):
+            # A body cut mid-JSON, no event at all, or one event far past max_tokens.
+            broken = {"malformed": ['{"id": "' + req_id + '", "choices": [{"text": "tru'],
+                      "empty": [], "huge": [chunk(seq.index, "x" * HUGE_ANSWER_BYTES, "stop")]}
+            for event in broken[fault]:
+                await send(event)
             return
         if chat:
             await send(chunk(seq.index, "", None, role=True))

@@ -96,3 +96,35 @@ def test_injected_http_faults_end_as_rows_each_job_once(redis_server, farm_on, t
                        llm_calls=kit.llm_calls(sim), stderr=err)
         injected = sim.stats()["faults"]
         assert sum(injected.values()) >= 10, injected  # the simulator did inject faults
+
+
+def _peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def test_a_flood_of_an_answer_is_an_error_row_not_a_stalled_run(redis_server, farm_on, tmp_path, kit):
+    """An endpoint answering a quarter of its requests with 50 MB of text: each such job
+    becomes an error row at once (not retried, not written to Redis whole), the run ends,
+    and the worker's memory stays near its usual size."""
+    from qfarm.ops.sim.launch import start_simulator
+
+    with start_simulator(ttft_ms=0, tpot_ms=0, fault_rates={"huge": 0.25}, seed=11) as sim:
+        farm = farm_on(redis_server, endpoints=sim.url)
+        n = 2
+        planned = kit.planned_ids(n)
+        worker = farm.start_worker("w1", concurrency=4)
+        sweep, run_id, _ = kit.followed_sweep(farm, tmp_path, n)
+        _, err = sweep.communicate(timeout=240)
+        kit.assert_exactly_once(farm, run_id, planned)
+        rows = farm.rows(run_id).values()
+        flooded = [r for r in rows if r["error"] and "sent a reply of more than" in r["error"]]
+        assert flooded, [r["error"] for r in rows if r["error"]][:3]
+        assert all(r["error"].startswith("llm: ") and r["attempts"] == 1 for r in flooded)
+        assert sweep.returncode == 3, err  # completed, with error rows
+        assert sim.stats()["faults"].get("huge", 0) >= len(flooded)
+        peak = _peak_rss_mb(worker.pid)
+        assert peak < 1024, f"the worker grew to {peak:.0f} MB"
+        print(f"\nflood: {len(flooded)} of {len(planned)} jobs flooded; worker peak RSS {peak:.0f} MB")

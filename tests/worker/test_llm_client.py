@@ -236,3 +236,61 @@ def test_every_thread_shares_the_one_event_loop_and_close_ends_it() -> None:
     assert client.loop_thread.loop.is_closed()
     with pytest.raises(TransientServiceError, match="closed"):
         client.complete(target, ["p"], Sampling(), job_id="late")
+
+
+@pytest.mark.parametrize(("usage", "expected"), [
+    ({"prompt_tokens": -500, "completion_tokens": 4}, (None, 4)),
+    ({"prompt_tokens": 3, "completion_tokens": 10**30}, (3, None)),
+    ({"prompt_tokens": 3, "completion_tokens": 513}, (3, None)),  # past max_tokens 512
+    ({"prompt_tokens": True, "completion_tokens": 4.0}, (None, None)),
+    (["prompt_tokens", 3], (None, None)),
+    ("lots", (None, None)),
+])  # fmt: skip
+def test_what_a_server_says_it_spent_is_believed_only_within_bounds(usage, expected) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"choices": [{"index": 0, "text": "hi", "finish_reason": "stop"}],
+                                         "usage": usage})
+
+    reply = client_for(handler).complete(Target("http://a"), ["p"], Sampling(max_tokens=512))
+    assert (reply.usage.prompt_tokens, reply.usage.completion_tokens) == expected
+
+
+@pytest.mark.parametrize("choice", [
+    {"index": 0, "text": "hi", "finish_reason": {"type": "stop"}},
+    {"index": 0, "text": ["hi"], "finish_reason": "stop"},
+    {"index": -1, "text": "hi", "finish_reason": "stop"},
+    {"index": True, "text": "hi", "finish_reason": "stop"},
+    "a choice",
+])  # fmt: skip
+def test_choice_fields_of_the_wrong_type_are_a_malformed_reply_not_a_crash(choice) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"choices": [choice]})
+
+    with pytest.raises(MalformedReplyError):
+        client_for(handler).complete(Target("http://a"), ["p"], Sampling())
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_reply_past_what_max_tokens_explains_is_cut_off_and_not_retried(stream: bool) -> None:
+    from qfarm.common.errors import OversizedReplyError
+    from qfarm.worker.llm.client import reply_limit
+
+    sent = {"bytes": 0}
+
+    async def flood():
+        prefix = b'data: {"choices": [{"index": 0, "text": "' if stream else b'{"choices": [{"index": 0, "text": "'
+        yield prefix
+        for _ in range(800):  # 50 MB offered, 64 KB at a time
+            sent["bytes"] += 1 << 16
+            yield b"x" * (1 << 16)
+        yield b'"}]}\n\n' if stream else b'"}]}'
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=flood(),
+                              headers={"content-type": "text/event-stream" if stream else "application/json"})
+
+    sampling = Sampling(max_tokens=64)
+    with pytest.raises(OversizedReplyError, match="sent a reply of more than") as info:
+        client_for(handler).complete(Target("http://a"), ["p"], sampling, stream=stream, job_id="j")
+    assert isinstance(info.value, PermanentServiceError) and info.value.job_id == "j"
+    assert sent["bytes"] <= reply_limit(1, sampling) + (1 << 17), "the flood was read past the limit"

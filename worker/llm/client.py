@@ -35,6 +35,7 @@ from qfarm.common.errors import (
     LLMDroppedError,
     LLMTimeoutError,
     MalformedReplyError,
+    OversizedReplyError,
     PermanentStatusError,
     QueueFullError,
     TransientServiceError,
@@ -48,6 +49,7 @@ from qfarm.worker.llm.transport import (
     AiohttpTransport,
     EventLoopThread,
     HttpxTransport,
+    ReplyTooLarge,
     Response,
     Transport,
     TransportFailure,
@@ -164,6 +166,22 @@ def redact(text: str, secrets: Iterable[str | None]) -> str:
         if secret and len(secret) >= 4:
             text = text.replace(secret, "***")
     return text
+
+
+# What a reply may be. A token is a few characters, and a character at most 6 bytes of JSON
+# (\uXXXX); 128 bytes a token covers any honest reply with room to spare, and a server that
+# sends more (a 50 MB "answer") is cut off there instead of filling the worker's memory.
+REPLY_BYTES_PER_TOKEN = 128
+REPLY_BASE_BYTES = 1 << 20  # the envelope: ids, usage, headers of each choice, stream framing
+ERROR_BODY_BYTES = 1 << 20  # an error's body: only its message is read
+PROBE_BODY_BYTES = 8 << 20  # /v1/models, /metrics
+# A count a server reports about itself beyond this is not believed (1e30 tokens, -500).
+MAX_REPORTED_TOKENS = 10_000_000
+
+
+def reply_limit(n_prompts: int, sampling: Sampling) -> int:
+    """The most bytes a reply to ``n_prompts`` prompts under ``sampling`` may take."""
+    return REPLY_BASE_BYTES + n_prompts * sampling.n * sampling.max_tokens * REPLY_BYTES_PER_TOKEN
 
 
 def build_body(
@@ -331,17 +349,45 @@ class LLMClient:
                 "POST", url, headers=target.headers(), body=body
             ) as resp:
                 if resp.status >= 400:
-                    self._raise_for_status(resp, await resp.read(), target, job_id)
+                    self._raise_for_status(resp, await _read_head(resp, ERROR_BODY_BYTES), target, job_id)
+                limit = reply_limit(len(prompts), sampling)
+                most_tokens = sampling.n * len(prompts) * sampling.max_tokens
                 if stream:
-                    reply = await self._stream(resp, target, t0, job_id)
+                    reply = await self._stream(resp, target, t0, job_id, limit, most_tokens)
                 else:
-                    reply = self._parse(resp, await resp.read(), target, t0, job_id)
+                    reply = self._parse(resp, await resp.read(limit), target, t0, job_id, most_tokens)
                 return replace(reply, sent_at=sent_at)
         except TransportFailure as exc:
             raise self._translate(exc, target, job_id) from exc
+        except ReplyTooLarge as exc:
+            raise OversizedReplyError(
+                f"{target.display} sent a reply of {exc} for {len(prompts)} prompt(s) of at most "
+                f"{sampling.max_tokens} tokens: not read further, the job fails (a server that "
+                "answers past max_tokens is misbehaving)",
+                endpoint=target.display, job_id=job_id,
+            ) from None
+
+    def _stream_chunk(
+        self, data: str, target: Target, job_id: str | None
+    ) -> tuple[dict[str, Any], list[Any]]:
+        """One ``data:`` event as an object and its choices; a streamed error is raised."""
+        try:
+            chunk = json.loads(data)
+        except json.JSONDecodeError:
+            raise self._malformed(target, job_id, "a streamed chunk is not JSON") from None
+        if not isinstance(chunk, dict):
+            raise self._malformed(target, job_id, "a streamed chunk is not an object")
+        if chunk.get("error") is not None:
+            # vLLM reports a failure after the 200 as an error event, then [DONE].
+            raise self._stream_error(chunk, target, job_id)
+        choices = chunk.get("choices") or []
+        if not isinstance(choices, list):
+            raise self._malformed(target, job_id, "a streamed chunk's choices are not a list")
+        return chunk, choices
 
     async def _stream(
-        self, resp: Response, target: Target, t0: float, job_id: str | None
+        self, resp: Response, target: Target, t0: float, job_id: str | None, limit: int,
+        max_completion_tokens: int,
     ) -> Reply:
         texts: dict[int, list[str]] = {}
         finish: dict[int, str | None] = {}
@@ -349,7 +395,7 @@ class LLMClient:
         ttft_ms: float | None = None
         simulated = SIMULATOR_HEADER in resp.headers
         events = 0
-        async for raw in resp.lines():
+        async for raw in resp.lines(limit):
             line = raw.decode("utf-8", errors="replace").strip()
             if not line.startswith("data:"):
                 continue
@@ -357,25 +403,16 @@ class LLMClient:
             events += 1
             if data == "[DONE]":
                 break
-            try:
-                chunk = json.loads(data)
-            except json.JSONDecodeError:
-                raise self._malformed(target, job_id, "a streamed chunk is not JSON") from None
-            if not isinstance(chunk, dict):
-                raise self._malformed(target, job_id, "a streamed chunk is not an object")
-            if chunk.get("error") is not None:
-                # vLLM reports a failure after the 200 as an error event, then [DONE].
-                raise self._stream_error(chunk, target, job_id)
-            for c in chunk.get("choices") or ():
-                idx = int(c.get("index", 0))
-                piece = c.get("text") or ""
+            chunk, choices_raw = self._stream_chunk(data, target, job_id)
+            for c in choices_raw:
+                idx, piece, reason = self._choice_fields(c, target, job_id, streamed=True)
                 if piece and ttft_ms is None:
                     ttft_ms = (time.perf_counter() - t0) * 1000.0
                 texts.setdefault(idx, []).append(piece)
-                if c.get("finish_reason"):
-                    finish[idx] = c["finish_reason"]
+                if reason:
+                    finish[idx] = reason
             if chunk.get("usage"):
-                usage = _usage(chunk["usage"])
+                usage = _usage(chunk["usage"], max_completion_tokens)
         if not events:
             # llama.cpp's server sends its 200 first and then fails inside the stream without
             # a word (e.g. a prompt longer than its window): the error exists only unstreamed.
@@ -391,8 +428,29 @@ class LLMClient:
             choices=choices, usage=usage, simulated=simulated, elapsed_ms=elapsed, ttft_ms=ttft_ms
         )
 
+    def _choice_fields(
+        self, c: object, target: Target, job_id: str | None, *, streamed: bool
+    ) -> tuple[int, str, str | None]:
+        """A choice's index, text and finish reason, each of the type the API gives it; a
+        server that sends anything else is malformed (retried elsewhere), not a crash."""
+        if not isinstance(c, dict):
+            raise self._malformed(target, job_id, "a choice is not an object")
+        idx = c.get("index", 0 if streamed else None)
+        text = c.get("text", "" if streamed else None)
+        if streamed and text is None:
+            text = ""
+        reason = c.get("finish_reason")
+        if not isinstance(idx, int) or isinstance(idx, bool) or not 0 <= idx < 1 << 20:
+            raise self._malformed(target, job_id, "a choice lacks a small non-negative integer index")
+        if not isinstance(text, str):
+            raise self._malformed(target, job_id, "a choice's text is not a string")
+        if reason is not None and not isinstance(reason, str):
+            raise self._malformed(target, job_id, "a choice's finish_reason is not a string")
+        return idx, text, reason
+
     def _parse(
-        self, resp: Response, content: bytes, target: Target, t0: float, job_id: str | None
+        self, resp: Response, content: bytes, target: Target, t0: float, job_id: str | None,
+        max_completion_tokens: int,
     ) -> Reply:
         try:
             payload = json.loads(content)
@@ -403,17 +461,12 @@ class LLMClient:
             raise self._malformed(target, job_id, "the reply has no choices")
         choices: dict[int, Choice] = {}
         for c in raw:
-            if (
-                not isinstance(c, dict)
-                or not isinstance(c.get("index"), int)
-                or not isinstance(c.get("text"), str)
-            ):
-                raise self._malformed(target, job_id, "a choice lacks an integer index or a text")
-            choices[c["index"]] = Choice(c["index"], c["text"], c.get("finish_reason"))
+            idx, text, reason = self._choice_fields(c, target, job_id, streamed=False)
+            choices[idx] = Choice(idx, text, reason)
         elapsed = (time.perf_counter() - t0) * 1000.0
         return Reply(
             choices=choices,
-            usage=_usage(payload.get("usage") or {}),
+            usage=_usage(payload.get("usage"), max_completion_tokens),
             simulated=SIMULATOR_HEADER in resp.headers,
             elapsed_ms=elapsed,
         )
@@ -543,7 +596,7 @@ class LLMClient:
         async with self._http.request(
             "GET", f"{target.url}{path}", headers=headers, timeout_s=timeout_s
         ) as resp:
-            return resp.status, await resp.read()
+            return resp.status, await _read_head(resp, PROBE_BODY_BYTES)
 
     async def acheck_health(self, target: Target, timeout_s: float) -> bool:
         return (await self.aprobe(target, HEALTH_PATH, timeout_s)).ok
@@ -618,11 +671,27 @@ class LLMClient:
         return self._run(self.amax_model_len(target, timeout_s))
 
 
-def _usage(raw: dict[str, Any]) -> Usage:
-    def as_int(v: Any) -> int | None:
-        return v if isinstance(v, int) and not isinstance(v, bool) else None
+def _usage(raw: object, max_completion_tokens: int) -> Usage:
+    """What a server says it spent, where it is believable: a count that is not a whole
+    number from 0 up (or more completion tokens than ``max_tokens`` allowed) is unknown,
+    and estimated like a missing one, never summed into the cost table."""
+    if not isinstance(raw, dict):
+        return Usage()
+
+    def as_int(v: Any, most: int) -> int | None:
+        ok = isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= most
+        return v if ok else None
 
     return Usage(
-        prompt_tokens=as_int(raw.get("prompt_tokens")),
-        completion_tokens=as_int(raw.get("completion_tokens")),
+        prompt_tokens=as_int(raw.get("prompt_tokens"), MAX_REPORTED_TOKENS),
+        completion_tokens=as_int(raw.get("completion_tokens"),
+                                 min(max_completion_tokens, MAX_REPORTED_TOKENS)),
     )
+
+
+async def _read_head(resp: Response, limit: int) -> bytes:
+    """An error's body, or as much of it as fits ``limit`` (the message is at its start)."""
+    try:
+        return await resp.read(limit)
+    except ReplyTooLarge:
+        return b"(a body of more than %d bytes, not read)" % limit

@@ -54,9 +54,50 @@ class Response(Protocol):
     reason: str
     headers: Mapping[str, str]  # case-insensitive in both implementations
 
-    async def read(self) -> bytes: ...
+    async def read(self, limit: int | None = None) -> bytes:
+        """The body; past ``limit`` bytes, ``ReplyTooLarge`` and nothing more is read."""
+        ...
 
-    def lines(self) -> AsyncIterator[bytes]: ...
+    def lines(self, limit: int | None = None) -> AsyncIterator[bytes]:
+        """The body line by line; past ``limit`` bytes in all, ``ReplyTooLarge`` (a line
+        without an end is not read whole first)."""
+        ...
+
+
+class ReplyTooLarge(Exception):
+    """A body past the reader's limit (the client turns it into ``OversizedReplyError``)."""
+
+    def __init__(self, limit: int):
+        super().__init__(f"more than {limit:,} bytes")
+        self.limit = limit
+
+
+async def read_bounded(chunks: AsyncIterator[bytes], limit: int | None) -> bytes:
+    """Join ``chunks``, raising ``ReplyTooLarge`` as soon as they pass ``limit`` bytes."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if limit is not None and size > limit:
+            raise ReplyTooLarge(limit)
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+async def split_lines(chunks: AsyncIterator[bytes], limit: int | None) -> AsyncIterator[bytes]:
+    """``chunks`` as lines (each with its ``\n``), ``ReplyTooLarge`` past ``limit`` bytes."""
+    pending = b""
+    size = 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if limit is not None and size > limit:
+            raise ReplyTooLarge(limit)
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        for line in complete:
+            yield line + b"\n"
+    if pending:
+        yield pending
 
 
 class Transport(Protocol):
@@ -140,11 +181,11 @@ class _AiohttpResponse:
         self.reason = resp.reason or ""
         self.headers: Mapping[str, str] = resp.headers
 
-    async def read(self) -> bytes:
-        return await self._resp.read()
+    async def read(self, limit: int | None = None) -> bytes:
+        return await read_bounded(self._resp.content.iter_chunked(1 << 16), limit)
 
-    async def lines(self) -> AsyncIterator[bytes]:
-        async for line in self._resp.content:
+    async def lines(self, limit: int | None = None) -> AsyncIterator[bytes]:
+        async for line in split_lines(self._resp.content.iter_any(), limit):
             yield line
 
 
@@ -232,12 +273,12 @@ class _HttpxResponse:
         self.reason = resp.reason_phrase
         self.headers: Mapping[str, str] = resp.headers
 
-    async def read(self) -> bytes:
-        return await self._resp.aread()
+    async def read(self, limit: int | None = None) -> bytes:
+        return await read_bounded(self._resp.aiter_bytes(), limit)
 
-    async def lines(self) -> AsyncIterator[bytes]:
-        async for line in self._resp.aiter_lines():
-            yield line.encode()
+    async def lines(self, limit: int | None = None) -> AsyncIterator[bytes]:
+        async for line in split_lines(self._resp.aiter_bytes(), limit):
+            yield line
 
 
 def _httpx_failure(exc: httpx.HTTPError) -> TransportFailure:
