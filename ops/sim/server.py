@@ -277,8 +277,9 @@ async def stream(
         seq.ttft_s = asyncio.get_running_loop().time() - t0
         if fault in ("malformed", "empty", "huge"):
             # A body cut mid-JSON, no event at all, or one event far past max_tokens.
-            broken = {"malformed": ['{"id": "' + req_id + '", "choices": [{"text": "tru'],
-                      "empty": [], "huge": [chunk(seq.index, "x" * HUGE_ANSWER_BYTES, "stop")]}
+            broken: dict[str, list[str | dict[str, Any]]] = {
+                "malformed": ['{"id": "' + req_id + '", "choices": [{"text": "tru'],
+                "empty": [], "huge": [chunk(seq.index, "x" * HUGE_ANSWER_BYTES, "stop")]}
             for event in broken[fault]:
                 await send(event)
             return
