@@ -28,6 +28,7 @@ $(VENV)/es8-client/.installed: $(VENV)/.installed
 # installs them with apt-get; `make test` starts Redis the same way, ensure-redis.sh).
 install-test: $(VENV)/es8-client/.installed search-node
 	bash ops/scripts/ensure-chromium.sh
+	bash ops/scripts/ensure-faketime.sh
 
 # A real OpenSearch node (docs/retrieval.md, 'A real search node'): Java 17+ and Maven
 # (from Debian's packages when missing), the launcher compiled and the server's jars

@@ -21,6 +21,10 @@ consumer ignores and retries), the unacknowledged messages stay in Redis's ``una
 until a worker restores them after the visibility timeout, and the old channel's late
 acknowledgements (tasks that finish after the reconnect) reach Redis through the rebuilt pool.
 
+And one change: kombu scores each delivered message, and decides which have outlived the
+visibility timeout, with the host's own clock; here both use Redis's (``ServerClock``), so
+a worker whose clock is off neither restores live messages nor leaves dead ones waiting.
+
 ``register()`` makes this the transport of ``redis://`` and ``rediss://`` URLs (kombu's
 aliases, so ``rediss`` keeps its TLS defaults); ``qfarm.worker.celery_app`` calls it.
 """
@@ -31,14 +35,57 @@ from typing import Any
 
 from kombu import transport as kombu_transport
 from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
+from kombu.transport.redis import Mutex, MutexHeld
+from kombu.utils.json import dumps
+
+from qfarm.worker.leases import ServerClock
 
 SCHEMES = ("redis", "rediss")
 
 
+class QoS(kombu_redis.QoS):
+    """kombu's acknowledgement emulation with its clock on Redis's time."""
+
+    def append(self, message: Any, delivery_tag: str) -> None:
+        delivery = message.delivery_info
+        with self.pipe_or_acquire() as pipe:
+            pipe.zadd(self.unacked_index_key, {delivery_tag: self.channel.server_time()}).hset(
+                self.unacked_key, delivery_tag,
+                dumps([message._raw, delivery["exchange"], delivery["routing_key"]]),
+            ).execute()  # fmt: skip
+            virtual.QoS.append(self, message, delivery_tag)
+
+    def restore_visible(self, start: int = 0, num: int = 10, interval: int = 10) -> None:
+        self._vrestore_count += 1
+        if (self._vrestore_count - 1) % (interval or 1):
+            return
+        with self.channel.conn_or_acquire() as client:
+            ceil = self.channel.server_time() - self.visibility_timeout
+            try:
+                with Mutex(client, self.unacked_mutex_key, self.unacked_mutex_expire):
+                    visible = client.zrange(self.unacked_index_key, ceil, 0, desc=True,
+                                            byscore=True, offset=num and start, num=num,
+                                            withscores=True)  # fmt: skip
+                    for tag, _score in visible or []:
+                        self.restore_by_tag(tag, client)
+            except MutexHeld:
+                pass
+
+
 class Channel(kombu_redis.Channel):
+    QoS = QoS
+
     def __init__(self, connection: Any, *args: Any, **kwargs: Any) -> None:
         self._opened_on = connection.client  # the kombu Connection, before anything detaches it
+        self._clock: ServerClock | None = None
         super().__init__(connection, *args, **kwargs)
+
+    def server_time(self) -> float:
+        """Now on Redis's clock (measured through this channel's client)."""
+        if self._clock is None:
+            self._clock = ServerClock(self.client)
+        return self._clock.now()
 
     def _connparams(self, asynchronous: bool = False) -> dict[str, Any]:
         if self.connection.client is None:  # detached by Connection.collect(): see the module

@@ -20,6 +20,12 @@ late results are harmless: rows are written set-if-absent, and its late acknowle
 of a message another worker has since taken only drops that message from ``unacked``
 (should that other worker then die too, the follower re-sends the jobs that have
 neither a row nor a message).
+
+Every score and every restore decision is on Redis's clock (``TIME``), not the host's:
+a worker whose clock ran two minutes ahead saw every live bundle as two minutes old and
+restored it at each scan, so each was run again by another worker (104 model calls for
+40 jobs). ``ServerClock`` is the host's clock corrected by its measured offset from the
+server's; kombu's delivery scores and restore scans use it too (``qfarm.worker.broker``).
 """
 
 from __future__ import annotations
@@ -34,6 +40,46 @@ import redis
 from qfarm.common.keys import UNACKED_INDEX_KEY, UNACKED_KEY
 
 log = logging.getLogger("qfarm.worker.leases")
+
+
+# How often a process measures its clock against Redis's. Clocks drift by seconds a day
+# at most; a jump (an NTP step, a suspended VM) is corrected within this.
+CLOCK_CHECK_S = 30.0
+
+
+class ServerClock:
+    """Redis's time (``TIME``) as this process reads it: the local clock plus an offset
+    measured every ``CLOCK_CHECK_S`` (half the round trip taken as the server's delay)."""
+
+    def __init__(self, client: redis.Redis, check_s: float = CLOCK_CHECK_S):
+        self.client = client
+        self.check_s = check_s
+        self._offset = 0.0
+        self._checked = -float("inf")
+        self._lock = threading.Lock()
+
+    def now(self) -> float:
+        if time.monotonic() - self._checked >= self.check_s:
+            self._measure()
+        return time.time() + self._offset
+
+    @property
+    def offset_s(self) -> float:
+        """Redis's clock minus this host's, as last measured."""
+        return self._offset
+
+    def _measure(self) -> None:
+        with self._lock:
+            if time.monotonic() - self._checked < self.check_s:
+                return
+            before = time.time()
+            seconds, micros = self.client.time()
+            after = time.time()
+            self._offset = seconds + micros / 1e6 - (before + after) / 2
+            self._checked = time.monotonic()
+            if abs(self._offset) > 5:
+                log.warning("this host's clock is %.1f s %s Redis's: leases use Redis's",
+                            abs(self._offset), "behind" if self._offset > 0 else "ahead of")
 
 
 # Renew the score of each held message that kombu still has; returns how many.
@@ -79,11 +125,11 @@ class MessageLeases:
     """Renews the ``unacked_index`` score of the delivery tags ``held()`` returns."""
 
     def __init__(self, client: redis.Redis, held: Callable[[], Iterable[str]], interval_s: float,
-                 clock: Callable[[], float] = time.time):  # fmt: skip
+                 clock: Callable[[], float] | None = None):  # fmt: skip
         self.client = client
         self.held = held
         self.interval_s = interval_s
-        self.clock = clock
+        self.clock = clock or ServerClock(client).now
         self._renew = client.register_script(_RENEW_LUA)
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="qfarm-message-leases", daemon=True)
@@ -94,7 +140,7 @@ class MessageLeases:
         tags = sorted(set(self.held()))
         if not tags:
             return 0
-        # kombu scores with its own clock (time.time() of the delivering worker): so do we.
+        # On Redis's clock, as kombu's delivery scores are here (qfarm.worker.broker).
         return int(self._renew(keys=[UNACKED_KEY, UNACKED_INDEX_KEY], args=[*tags, repr(self.clock())]))
 
     def _loop(self) -> None:
@@ -142,4 +188,4 @@ def held_delivery_tags() -> list[str]:
     return tags
 
 
-__all__ = ["RESTORE_MUTEX_EXPIRE_S", "MessageLeases", "held_delivery_tags", "redelivery_bound_s", "renew_interval_s", "restore_interval_s"]
+__all__ = ["RESTORE_MUTEX_EXPIRE_S", "MessageLeases", "ServerClock", "held_delivery_tags", "redelivery_bound_s", "renew_interval_s", "restore_interval_s"]

@@ -4,6 +4,7 @@ killed mid-run, and the simulator's injected HTTP faults."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -128,3 +129,41 @@ def test_a_flood_of_an_answer_is_an_error_row_not_a_stalled_run(redis_server, fa
         peak = _peak_rss_mb(worker.pid)
         assert peak < 1024, f"the worker grew to {peak:.0f} MB"
         print(f"\nflood: {len(flooded)} of {len(planned)} jobs flooded; worker peak RSS {peak:.0f} MB")
+
+
+FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+
+
+def test_a_worker_whose_clock_runs_two_minutes_ahead_runs_nothing_twice(
+    redis_server, farm_on, tmp_path, kit
+):
+    """Two workers, one on a host whose clock is 120 s ahead (libfaketime): leases and
+    restore scans are on Redis's clock, so the skewed worker's scans find no live bundle
+    old and no bundle runs twice."""
+    from qfarm.ops.sim.launch import start_simulator
+
+    if not FAKETIME.exists():
+        pytest.fail(f"{FAKETIME} is missing: apt-get install faketime (make install-test does)")
+    # Answers take 300 ms and the simulator runs two at a time: the run lasts ~20 s, long
+    # enough for several restore scans (every 2.5 s at the suite's 5 s visibility timeout).
+    with start_simulator(ttft_ms=300, tpot_ms=0, max_num_seqs=2) as sim:
+        farm = farm_on(redis_server, endpoints=sim.url)
+        n = 4
+        planned = kit.planned_ids(n)
+        farm.start_worker("plain", concurrency=2)
+        honest = dict(farm.env)
+        farm.env.update(LD_PRELOAD=str(FAKETIME), FAKETIME="+120s", FAKETIME_DONT_FAKE_MONOTONIC="1")
+        try:
+            farm.start_worker("skewed", concurrency=2)
+        finally:
+            farm.env = honest
+        t_start = time.time()
+        sweep, run_id, _ = kit.followed_sweep(farm, tmp_path, n)
+        _, err = sweep.communicate(timeout=300)
+        assert sweep.returncode == 0, err
+        kit.assert_exactly_once(farm, run_id, planned)
+        extra = kit.llm_calls(sim) - len(planned)
+        kit.fault_cost(farm, run_id, "one worker's clock 120 s ahead", t_start,
+                       planned=len(planned), llm_calls=kit.llm_calls(sim), stderr=err)
+        assert extra <= 0, f"{extra} model calls beyond one a job: live bundles were run again"
+        assert re.search(r"clock is 1[12]\d\.\d s ahead of Redis's", farm.worker_log("skewed"))
