@@ -80,7 +80,9 @@ def _ask_manifest(settings: Settings, question: Question, modes: list[Mode], pol
 
 
 def _submit(store: ProducerStore, manifest: Manifest, question: Question, app: Any) -> str:
-    store.put_manifest(manifest)
+    # A question's run lives as long as its row (keys.ROW_TTL_S): a flood of asks leaves
+    # nothing behind for good.
+    store.put_manifest(manifest, ttl_s=keys.ROW_TTL_S)
     job = next(iter(SweepPlan(manifest=manifest, questions=[question]).jobs()))
     enqueue_counted(app, store, [job], stage=keys.INTERACTIVE)
     return job.job_id

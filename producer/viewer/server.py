@@ -33,6 +33,10 @@ def make_server(
     viewer = Viewer(results_dir, redis_url=redis_url, index_path=index_path)
 
     class Handler(BaseHTTPRequestHandler):
+        # A connection that sends nothing for this long is closed, and its thread ends: a
+        # client holding hundreds of idle connections cannot hold as many threads.
+        timeout = IDLE_TIMEOUT_S
+
         def do_GET(self) -> None:
             url = urlsplit(self.path)
             pairs = parse_qsl(url.query)
@@ -91,6 +95,9 @@ def make_server(
     server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
     return server
+
+
+IDLE_TIMEOUT_S = 30.0
 
 
 def send_stream(handler: BaseHTTPRequestHandler, resp: Response) -> None:

@@ -101,3 +101,19 @@ def test_cancel_sets_the_flag_and_notes_it_beside_the_manifest(tmp_path, store):
     assert describe_run("run-x", Settings(results_dir=tmp_path), store)["state"] == "cancelled"
     with pytest.raises(InputError, match="not found in Redis"):
         cancel_run(store, "nope", tmp_path)
+
+
+def test_a_questions_run_expires_with_its_row_and_leaves_no_index_entry(store):
+    from qfarm.common import keys
+    from qfarm.producer.runs import ASK_RUN_PREFIX
+
+    old = manifest(ASK_RUN_PREFIX + "old").model_copy(update={"created_at": 1_000.0})
+    store.client.zadd(keys.RUNS_KEY, {old.run_id: old.created_at})  # its manifest long gone
+    sweep = manifest("20200101-000000-aaaaaa").model_copy(update={"created_at": 1_000.0})
+    store.put_manifest(sweep)  # a sweep's run is kept
+    asked = manifest(ASK_RUN_PREFIX + "new")
+    store.put_manifest(asked, ttl_s=keys.ROW_TTL_S)
+    assert 0 < store.client.ttl(keys.manifest_key(asked.run_id)) <= keys.ROW_TTL_S
+    assert store.client.ttl(keys.manifest_key(sweep.run_id)) == -1
+    listed = {r.decode() for r in store.client.zrange(keys.RUNS_KEY, 0, -1)}
+    assert listed == {sweep.run_id, asked.run_id}
