@@ -79,7 +79,7 @@ def test_a_full_search_queue_is_retried_with_back_off_never_an_empty_answer(own_
     """One search thread and a queue of two: concurrent ``_msearch`` requests are rejected
     per search (429 inside a 200) and whole (429). Every answer equals the serial one."""
     node = own_node(**{"thread_pool.search.size": 1, "thread_pool.search.queue_size": 2})
-    builder = _retriever(node.url, tmp_path)
+    builder = _retriever(node.url, tmp_path, es_timeout_s=60.0)
     build_cluster_index(builder, _sample(tmp_path), progress=False)
     expected = builder.search_many(QUESTIONS, top_k=3, title_boost=2.0)
     assert all(expected), "every question has evidence when nothing is rejected"
@@ -123,9 +123,11 @@ def test_a_full_search_queue_is_retried_with_back_off_never_an_empty_answer(own_
 
 def test_a_node_that_stops_answering_is_a_timeout_error_and_recovers(own_node, tmp_path):
     node = own_node()
+    builder = _retriever(node.url, tmp_path, es_timeout_s=60.0)  # a loaded host builds slowly
+    build_cluster_index(builder, _sample(tmp_path), progress=False)
+    builder.close()
     r = _retriever(node.url, tmp_path, es_timeout_s=1.0)
     try:
-        build_cluster_index(r, _sample(tmp_path), progress=False)
         assert r.search("Mount Everest", top_k=1, title_boost=2.0)[0].title == "Mount Everest"
         os.kill(node.pid, signal.SIGSTOP)  # the JVM hangs: the socket accepts, nothing answers
         try:
