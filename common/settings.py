@@ -127,6 +127,9 @@ class Settings(BaseSettings):
     es_username: str | None = None
     es_password: SecretStr | None = None
     es_ca_certs: Path | None = None
+    # An Ed25519 private key (PEM, unencrypted) that signs each finished run's record
+    # (record.sig); `qfarm verify --public-key` checks it (docs/reports.md, 'What verify proves').
+    signing_key: Path | None = None
     es_verify_certs: bool = True
     es_index: str = Field(default="qfarm-passages", min_length=1)
     es_timeout_s: float = Field(default=10.0, gt=0)

@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import subprocess
 import time
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from qfarm.common.errors import InputError
+from qfarm.common.errors import ConfigError, InputError
 from qfarm.common.policy import governance_policy_hash, verifier_policy_hash
 from qfarm.common.record import (
     Check,
@@ -24,6 +26,7 @@ from qfarm.common.record import (
     sha256,
 )
 from qfarm.common.reporting.runstats import RunStats
+from qfarm.common.settings import Settings
 from qfarm.producer.reports import (
     ROWS,
     SUMMARY,
@@ -32,6 +35,12 @@ from qfarm.producer.reports import (
     summary_text,
 )
 from qfarm.producer.runs import read_manifest, read_run_status, write_json_atomic
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
 
 
 def qfarm_version() -> str:
@@ -77,8 +86,9 @@ def _rows_lines(path: Path) -> Iterator[bytes]:
                 yield line
 
 
-def write_record(run_dir: Path) -> RunRecord:
-    """Digest what decided the run's rows and the files it wrote, into manifest.json."""
+def write_record(run_dir: Path, *, signing_key: Path | None = None) -> RunRecord:
+    """Digest what decided the run's rows and the files it wrote, into manifest.json, and
+    sign it with ``signing_key`` (default QFARM_SIGNING_KEY) when there is one."""
     manifest = read_manifest(run_dir)
     source = Path(manifest.question_file)
     rows = digest_rows(_rows_lines(run_dir / ROWS))
@@ -105,10 +115,93 @@ def write_record(run_dir: Path) -> RunRecord:
     )
     updated = manifest.model_copy(update={"record": record})
     write_json_atomic(run_dir / "manifest.json", updated.model_dump(mode="json"))
+    key = signing_key if signing_key is not None else Settings().signing_key
+    if key is not None:
+        sign_record(run_dir, key)
+    else:
+        # A signature of an earlier record (before --retry-errors rewrote it) would fail.
+        (run_dir / SIGNATURE).unlink(missing_ok=True)
     return record
 
 
-def verify_run(run_dir: Path, *, questions: Path | None = None) -> list[Check]:
+SIGNATURE = "record.sig"
+
+
+def _load_private_key(path: Path) -> Ed25519PrivateKey:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    try:
+        key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+    except (OSError, ValueError, TypeError) as exc:
+        raise ConfigError(f"QFARM_SIGNING_KEY {path}: not an unencrypted PEM private key ({exc}); "
+                          "make one with `openssl genpkey -algorithm ed25519 -out KEY.pem`") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ConfigError(f"QFARM_SIGNING_KEY {path}: a {type(key).__name__}, not an Ed25519 key; "
+                          "make one with `openssl genpkey -algorithm ed25519 -out KEY.pem`")
+    return key
+
+
+def _key_id(public: Ed25519PublicKey) -> str:
+    from cryptography.hazmat.primitives import serialization
+
+    raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return sha256(raw)[:16]
+
+
+def sign_record(run_dir: Path, key_path: Path) -> None:
+    """Sign manifest.json, record included, as it is now, into ``record.sig``: who holds the
+    private key wrote this record, and the record pins every file it digests."""
+    key = _load_private_key(key_path)
+    data = (run_dir / "manifest.json").read_bytes()
+    write_json_atomic(run_dir / SIGNATURE, {
+        "algorithm": "ed25519",
+        "key_id": _key_id(key.public_key()),
+        "manifest_sha256": sha256(data),
+        "signature": base64.b64encode(key.sign(data)).decode(),
+    })  # fmt: skip
+
+
+def check_signature(run_dir: Path, public_key: Path | None) -> Check:
+    """Whether ``record.sig`` signs manifest.json as it is, by ``public_key``'s holder; a
+    note, not a verdict, when no key is given."""
+    path = run_dir / SIGNATURE
+    signed: dict[str, Any] | None = None
+    if path.is_file():
+        try:
+            signed = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            signed = {}
+    if public_key is None:
+        if signed is None:
+            return Check("signature", None, "unsigned: the checks above show the files agree with "
+                         "manifest.json's record, not who wrote it (QFARM_SIGNING_KEY signs runs)")
+        return Check("signature", None, f"signed by key {signed.get('key_id', '?')}; give "
+                     "--public-key to check it (without it, anyone could have rewritten both)")
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    try:
+        public = serialization.load_pem_public_key(Path(public_key).read_bytes())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"--public-key {public_key}: not a PEM public key ({exc})") from None
+    if not isinstance(public, Ed25519PublicKey):
+        raise InputError(f"--public-key {public_key}: not an Ed25519 public key")
+    if signed is None:
+        return Check("signature", False, f"no {SIGNATURE}: the run was not signed")
+    try:
+        public.verify(base64.b64decode(str(signed.get("signature", ""))),
+                      (run_dir / "manifest.json").read_bytes())
+    except (InvalidSignature, ValueError):
+        return Check("signature", False, f"{SIGNATURE} does not sign manifest.json with key "
+                     f"{_key_id(public)}: the manifest or its record was changed after signing, "
+                     "or another key signed it")
+    return Check("signature", True, f"manifest.json and its record signed by key {_key_id(public)}")
+
+
+def verify_run(run_dir: Path, *, questions: Path | None = None,
+               public_key: Path | None = None) -> list[Check]:
     """Every check ``qfarm verify`` prints, in order; the run verifies when none is False.
 
     ``questions``: where the question file is now, if not where the manifest says."""
@@ -145,6 +238,7 @@ def verify_run(run_dir: Path, *, questions: Path | None = None) -> list[Check]:
         checks.append(Check(what, got == want, f"{want}" if got == want else
                             f"the manifest says {got}, the record {want}"))
     checks += check_versions(record, qfarm_version=qfarm_version(), git_commit=git_commit())
+    checks.append(check_signature(run_dir, public_key))
     return checks
 
 

@@ -20,6 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run", metavar="RUN_ID_OR_DIR", help="a run id, id prefix or run directory")
     p.add_argument("--questions", type=Path, default=None,
                    help="the run's question file, if it is no longer where the manifest says")
+    p.add_argument("--public-key", type=Path, default=None, metavar="PEM",
+                   help="the Ed25519 public key whose private key signs runs (QFARM_SIGNING_KEY): "
+                        "checks record.sig, so the record is the one its holder wrote")
     p.add_argument("--out", type=runtime.results_dir_arg, default=None,
                    help="results directory (default QFARM_RESULTS_DIR, ./qfarm-runs)")
     p.set_defaults(func=run)
@@ -29,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     settings = load_settings()
     results = args.out if args.out is not None else settings.results_dir
     run_dir = resolve_run(args.run, results)
-    checks = verify_run(run_dir, questions=args.questions)
+    checks = verify_run(run_dir, questions=args.questions, public_key=args.public_key)
     for check in checks:
         print(f"{MARKS[check.ok]}  {check.what}: {check.detail}")
     failed = [c.what for c in checks if c.ok is False]

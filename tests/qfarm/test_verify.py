@@ -118,3 +118,61 @@ def test_a_question_file_changed_since_fails_and_questions_points_at_the_origina
         assert res.returncode == 0, res.stdout
     finally:
         shutil.copy(original, questions)
+
+
+def _keypair(folder: Path, name: str) -> tuple[Path, Path]:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    private, public = folder / f"{name}.pem", folder / f"{name}.pub.pem"
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    return private, public
+
+
+def test_a_signed_record_defeats_a_tamperer_who_rewrites_it(run, tmp_path):
+    """Rewriting rows and the record with qfarm's own write_record passes the digest checks,
+    as it must; only the operator's signature tells the two apart."""
+    from qfarm.producer.record import SIGNATURE, write_record
+
+    env, run_dir, _ = run
+    private, public = _keypair(tmp_path, "operator")
+    _, other = _keypair(tmp_path, "stranger")
+    write_record(run_dir, signing_key=private)
+    res = qfarm(env, "verify", str(run_dir), "--public-key", str(public))
+    assert res.returncode == 0, res.stdout
+    assert lines_of(res.stdout)["signature"] == "ok"
+    unchecked = qfarm(env, "verify", str(run_dir))
+    assert unchecked.returncode == 0 and lines_of(unchecked.stdout)["signature"] == "note"
+    assert "give --public-key" in unchecked.stdout
+    wrong = qfarm(env, "verify", str(run_dir), "--public-key", str(other))
+    assert wrong.returncode == 1 and lines_of(wrong.stdout)["signature"] == "FAIL"
+
+    # The tamperer edits a row and writes the record anew, keeping the old signature file.
+    sig = (run_dir / SIGNATURE).read_bytes()
+    rows = (run_dir / "rows.jsonl").read_text().splitlines()
+    first = json.loads(rows[0])
+    first["verdict"] = "STRICT" if first["verdict"] != "STRICT" else "UNGROUNDED"
+    (run_dir / "rows.jsonl").write_text("\n".join([json.dumps(first), *rows[1:]]) + "\n")
+    write_record(run_dir, signing_key=None)
+    (run_dir / SIGNATURE).write_bytes(sig)
+    res = qfarm(env, "verify", str(run_dir), "--public-key", str(public))
+    assert res.returncode == 1, res.stdout
+    checks = lines_of(res.stdout)
+    assert checks["signature"] == "FAIL" and checks["rows.jsonl"] == "ok"  # the digests agree
+    assert "changed after signing" in res.stdout
+
+
+def test_a_sweep_with_a_signing_key_signs_its_record(made_run, tmp_path, default_index):
+    env, _, questions = made_run
+    private, public = _keypair(tmp_path, "operator")
+    env = {**env, "QFARM_SIGNING_KEY": str(private), "QFARM_RESULTS_DIR": str(tmp_path / "r")}
+    res = qfarm(env, "sweep", str(questions), "--modes", "quote", "--eager", "--quiet")
+    assert res.returncode == 0, res.stderr
+    run_dir = next((tmp_path / "r").iterdir())
+    assert (run_dir / "record.sig").is_file()
+    res = qfarm(env, "verify", str(run_dir), "--public-key", str(public))
+    assert res.returncode == 0 and lines_of(res.stdout)["signature"] == "ok", res.stdout
