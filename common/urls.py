@@ -1,9 +1,10 @@
 """The one URL redactor: every URL the farm writes (manifests, summaries, rows, API
 answers) or prints (errors, status lines) goes through ``redact_url``.
 
-Redis URLs (``QFARM_REDIS_URL``) and LLM endpoints (``QFARM_LLM_ENDPOINTS``) may both
-carry a password, in the userinfo (``http://user:PW@host:8000``) or, for Redis, in the
-query (``?password=PW``).
+Redis URLs (``QFARM_REDIS_URL``), LLM endpoints (``QFARM_LLM_ENDPOINTS``) and search
+clusters (``QFARM_ES_URL``) may carry a password or a token, in the userinfo
+(``http://user:PW@host:8000``, ``http://TOKEN@host``) or in the query
+(``?password=PW``, ``?token=T``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ def redact_url(url: str) -> str:
 
     Split the way redis-py and httpx split it (``urlsplit``: the userinfo ends at the
     last ``@`` of the authority, so a password may contain ``@``); a URL that does not
-    parse is not printed at all. A user name alone is kept: it is not a secret.
+    parse is not printed at all. Query fields named like a secret (``password``,
+    ``token``, ``api_key``, ``secret``, ``sig``...) are hidden too. A user name beside a
+    password is kept; a user name alone in an http(s) URL is hidden, since there it is the
+    whole credential (``http://TOKEN@host``); a Redis URL's is its ACL user, not a secret.
     """
     if "//" not in url and "@" in url:
         # No scheme (``user:PW@gpu1:8000``, a typo the endpoint check reports): read the
@@ -31,7 +35,12 @@ def redact_url(url: str) -> str:
     except ValueError:
         return UNPARSEABLE
     userinfo, at, hostport = parts.netloc.rpartition("@")
-    netloc = f"{userinfo.partition(':')[0]}:***@{hostport}" if at and ":" in userinfo else parts.netloc
+    if at and ":" in userinfo:
+        netloc = f"{userinfo.partition(':')[0]}:***@{hostport}"
+    elif at and parts.scheme in ("http", "https"):
+        netloc = f"***@{hostport}"
+    else:
+        netloc = parts.netloc
     return urlunsplit(parts._replace(netloc=netloc, query=_redact_query(parts.query)))
 
 
@@ -39,10 +48,20 @@ def redact_urls(urls: Iterable[str]) -> list[str]:
     return [redact_url(u) for u in urls]
 
 
+# Query field names that carry a secret, compared casefolded without - and _.
+SECRET_FIELDS = frozenset({"password", "passwd", "pwd", "pass", "token", "accesstoken", "apikey",
+                           "key", "secret", "clientsecret", "auth", "authorization", "sig",
+                           "signature", "credential", "credentials"})
+
+
 def _redact_query(query: str) -> str:
     fields = query.split("&") if query else []
     return "&".join(
-        f"{name}=***" if unquote_plus(name).lower() == "password" else field
+        f"{name}=***" if _secret_name(name) else field
         for field in fields
         for name in (field.partition("=")[0],)
     )
+
+
+def _secret_name(name: str) -> bool:
+    return unquote_plus(name).lower().replace("-", "").replace("_", "") in SECRET_FIELDS

@@ -26,6 +26,12 @@ SECRET = "s3cr3t"
         ("unix://:s3cr3t@/run/redis.sock?db=0", "unix://:***@/run/redis.sock?db=0"),
         ("redis://db:6379/0", "redis://db:6379/0"),
         ("redis://alice@db:6379/0", "redis://alice@db:6379/0"),  # a user name is not a secret
+        # http(s): a user name alone is the credential; query tokens and keys are secrets
+        ("http://s3cr3t@gpu1:8000", "http://***@gpu1:8000"),
+        ("https://gw:8443/v1?token=s3cr3t&x=1", "https://gw:8443/v1?token=***&x=1"),
+        ("http://gpu1:8000?api_key=s3cr3t", "http://gpu1:8000?api_key=***"),
+        ("http://gpu1:8000?API-KEY=s3cr3t&Access_Token=s3cr3t",
+         "http://gpu1:8000?API-KEY=***&Access_Token=***"),
     ],
 )
 def test_every_url_form_loses_its_password(url: str, expected: str):

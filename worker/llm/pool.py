@@ -38,6 +38,14 @@ def build_targets(settings: Settings) -> list[Target]:
         settings.llm_api_keys.get_secret_value() if settings.llm_api_keys else None, endpoints
     )
     default = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
+    for url in endpoints:
+        if urlsplit(url).username is not None and keys.get(url, default) is not None:
+            # httpx refuses both ("Cannot combine AUTHORIZATION header"): every job would fail.
+            raise ConfigError(
+                f"QFARM_LLM_ENDPOINTS: {redact_url(url)!r} carries credentials in its URL and an "
+                "API key applies to it too (QFARM_LLM_API_KEY or QFARM_LLM_API_KEYS): give one, "
+                "the key (remove user:password@ from the URL) or the URL's credentials"
+            )
     return [Target(url, keys.get(url, default)) for url in endpoints]
 
 

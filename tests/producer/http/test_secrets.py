@@ -130,3 +130,16 @@ def test_an_endpoint_password_reaches_no_file_response_or_error(make_settings, s
         assert ENDPOINT_PASSWORD not in err, err
     # the first names its URL redacted; the second, not a URL at all, is refused unnamed
     assert ":***@" in errors[0], errors[0]
+
+
+def test_credentials_in_an_endpoint_url_and_an_api_key_are_refused_at_start(make_settings):
+    """httpx cannot send both (every job failed, and the start-up probe blamed the key)."""
+    from qfarm.common.errors import ConfigError
+    from qfarm.worker.llm.pool import build_targets
+
+    with pytest.raises(ConfigError, match=r"carries credentials in its URL and an API key") as info:
+        build_targets(make_settings(llm_endpoints=f"http://alice:{ENDPOINT_PASSWORD}@gpu1:8000",
+                                    llm_api_key="sk-0123456789abcdef"))  # fmt: skip
+    assert ENDPOINT_PASSWORD not in str(info.value) and "sk-0123" not in str(info.value)
+    assert len(build_targets(make_settings(llm_endpoints="http://gpu1:8000",
+                                           llm_api_key="sk-0123456789abcdef"))) == 1
