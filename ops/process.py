@@ -1,14 +1,20 @@
-"""A server the farm starts as a subprocess (the simulator, the local model): its process,
-URL and working folder, and how it is stopped."""
+"""A server the farm starts as a subprocess (the simulator, the local model, a search node):
+its process, URL and working folder, how it is started on a free port, and how it is
+stopped."""
 
 from __future__ import annotations
 
 import contextlib
 import shutil
 import signal
+import socket
 import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Self
+from typing import Self, TypeVar
+
+from qfarm.common.errors import ServiceError
 
 
 class ServerProcess:
@@ -57,3 +63,41 @@ class ServerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class PortTaken(Exception):
+    """The server could not bind its port (another process took it after it was picked)."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+Handle = TypeVar("Handle", bound=ServerProcess)
+
+
+def start_on_port(port: int, spawn: Callable[[int], Handle], wait: Callable[[Handle], None], *,
+                  what: str, host: str = "127.0.0.1") -> Handle:
+    """``spawn(port)`` then ``wait(handle)``; ``port`` 0 picks a free one, and a start whose
+    ``wait`` raises ``PortTaken`` (the port was taken before the server bound it) is tried
+    once more on another. On any other failure the server is stopped and its log's tail
+    printed before the error goes on."""
+    attempts = 1 if port else 2
+    for attempt in range(attempts):
+        handle = spawn(port or free_port(host))
+        try:
+            wait(handle)
+            return handle
+        except PortTaken:
+            handle.stop()
+            if attempt + 1 == attempts:
+                raise ServiceError(f"{what}: port {handle.port} is in use; pick another --port") from None
+        except BaseException:
+            tail = handle.log_tail()
+            handle.stop()
+            if tail:
+                sys.stderr.write(tail + "\n")
+            raise
+    raise AssertionError("unreachable")

