@@ -11,13 +11,7 @@ need=()
 command -v java >/dev/null || need+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null || need+=(maven)
 if [ "${#need[@]}" -gt 0 ]; then
-  if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
-    echo "the search node needs Java 17+ and Maven: install ${need[*]}" >&2
-    exit 1
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q
-  apt-get install -y -q --no-install-recommends "${need[@]}"
+  bash "$(dirname "$0")/apt-install.sh" "${need[@]}"
 fi
 "${PYTHON:-.venv/bin/python}" - <<'PY'
 from qfarm.ops.search.launch import build_search_node, find_jdk
