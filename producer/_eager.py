@@ -15,6 +15,7 @@ from qfarm.common.vocab import RunStatus
 from qfarm.producer import interrupts
 from qfarm.producer._follow import finish_run
 from qfarm.producer._services import (
+    celery_app,
     corpus_label,
     eager_services,
     open_local_retriever,
@@ -104,8 +105,6 @@ def _execute_eager(plan: SweepPlan, jobs: Iterable[Job], run_dir: Path, settings
                    serial: bool) -> RunResult:
     """Run ``jobs`` in this process, appending their rows to the run's rows.jsonl. A Ctrl-C
     (or SIGTERM, for the command line) ends the run as interrupted with its rows so far."""
-    from qfarm.worker.celery_app import app  # imported late: Celery is slow to import
-
     svc, store = eager_services(settings, retriever)
     store.put_manifest(plan.manifest)
     agg = Aggregator(store, plan.manifest.run_id, run_dir / "rows.jsonl", forget_drained=True)
@@ -118,6 +117,7 @@ def _execute_eager(plan: SweepPlan, jobs: Iterable[Job], run_dir: Path, settings
     try:
         try:
             if serial:
+                app = celery_app(settings, eager=True)
                 for job in jobs:
                     enqueue_jobs(app, [job])  # Celery eager mode: runs every stage inline
                     tick()

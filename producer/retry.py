@@ -34,6 +34,7 @@ from qfarm.common.vocab import RunStatus
 from qfarm.producer import interrupts
 from qfarm.producer._follow import finish_run
 from qfarm.producer._services import (
+    celery_app,
     eager_services,
     enqueue_counted,
     open_local_retriever,
@@ -278,8 +279,6 @@ def _run_eager(plan: RetryPlan, settings: Settings, retriever: Any, n_endpoints:
                on_progress: OnProgress | None, *, serial: bool) -> bool:
     """Run the retry's jobs in this process; False if interrupted (Ctrl-C)."""
     from qfarm.producer.sweep import enqueue_jobs
-    from qfarm.worker.celery_app import app  # imported late: Celery is slow to import
-
     svc, store = eager_services(settings, retriever)
     store.put_manifest(plan.manifest)
     agg = Aggregator(store, plan.run_id, plan.run_dir / RETRY_ROWS, accept=plan.accept)
@@ -292,6 +291,7 @@ def _run_eager(plan: RetryPlan, settings: Settings, retriever: Any, n_endpoints:
     try:
         try:
             if serial:
+                app = celery_app(settings, eager=True)
                 for job in plan.jobs:
                     enqueue_jobs(app, [job])
                     tick()
@@ -324,7 +324,6 @@ def _run_distributed(plan: RetryPlan, settings: Settings, on_progress: OnProgres
     sent again: a duplicate is harmless, the row write takes one row per attempt."""
     from qfarm.producer.lease import FollowerLease
     from qfarm.producer.store import connect
-    from qfarm.worker.celery_app import configure_app  # Celery is slow to import
 
     store = ProducerStore(connect(settings.redis_url))
     run_id = plan.run_id
@@ -341,7 +340,7 @@ def _run_distributed(plan: RetryPlan, settings: Settings, on_progress: OnProgres
         # The error rows must be in Redis for the replacements to find (after a Redis restart
         # they may not be); rows of an earlier, half-done retry are put back as well.
         store.restore_rows(run_id, file_rows(plan.run_dir / ROWS))
-        app = configure_app(settings)
+        app = celery_app(settings)
         agg = Aggregator(store, run_id, plan.run_dir / RETRY_ROWS, accept=plan.accept)
         agg.drain()
         todo = [j for j in plan.jobs if j.job_id not in agg.seen]

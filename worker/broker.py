@@ -22,7 +22,7 @@ until a worker restores them after the visibility timeout, and the old channel's
 acknowledgements (tasks that finish after the reconnect) reach Redis through the rebuilt pool.
 
 ``register()`` makes this the transport of ``redis://`` and ``rediss://`` URLs (kombu's
-aliases, so ``rediss`` keeps its TLS defaults); ``qfarm.worker.celery_app`` calls it.
+aliases, so ``rediss`` keeps its TLS defaults); ``qfarm.worker.celery`` calls it.
 """
 
 from __future__ import annotations

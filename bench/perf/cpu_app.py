@@ -20,7 +20,8 @@ import bench.perf.noop_app  # noqa: F401  (registers the no-op task the baseline
 from qfarm.common.errors import ServiceError
 from qfarm.common.models import Generation, Sampling, Usage
 from qfarm.ops.sim.behaviour import complete
-from qfarm.worker import app, services
+from qfarm.worker import services
+from qfarm.worker.celery import app
 
 CANNED_DIR_ENV = "QFARM_BENCH_CANNED_DIR"
 
