@@ -52,7 +52,8 @@ from qfarm.producer.aggregator import Aggregator, _line_job_id, cut_partial_line
 from qfarm.producer.reports import parse_row
 from qfarm.producer.runs import producer_alive, read_manifest, read_run_status, update_run_status
 from qfarm.producer.store import ProducerStore, Progress
-from qfarm.producer.sweep import REDIS_DOWN, SweepPlan, load_questions
+from qfarm.producer.sweep import SweepPlan, load_questions
+from qfarm.worker.broker import REDIS_DOWN
 
 RETRY_ROWS = "retry.jsonl"
 ROWS = "rows.jsonl"

@@ -14,9 +14,6 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import redis
-from kombu.exceptions import OperationalError
-
 from qfarm.common import keys
 from qfarm.common.errors import InputError
 from qfarm.common.jobs import (
@@ -39,6 +36,7 @@ from qfarm.producer import interrupts
 from qfarm.producer.aggregator import Aggregator
 from qfarm.producer.lease import FollowerLease
 from qfarm.producer.store import ProducerStore, Progress
+from qfarm.worker.broker import REDIS_DOWN
 
 ENQUEUE_BATCH = 1000
 
@@ -185,10 +183,6 @@ def missing_jobs(plan: SweepPlan, store: ProducerStore, chunk: int = 1000) -> It
     for part in bundles(plan.jobs(), chunk):
         have = store.existing_job_ids(plan.manifest.run_id, (j.job_id for j in part))
         yield from (j for j in part if j.job_id not in have)
-
-
-# What a follower treats as "Redis is away for now": wait, reconnect, carry on.
-REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OperationalError)
 
 
 class RedisGone(Exception):

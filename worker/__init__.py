@@ -10,6 +10,5 @@ if not __name__.startswith("qfarm."):  # imported by its folder's bare name from
         " hold two copies of every module"
     )
 
-# Its public modules; the others (broker, encoding, flow, leases, metrics, pipeline, stages)
-# are its own.
-__all__ = ["celery", "llm", "retrieval", "runner", "services", "store"]
+# Its public modules; the others (encoding, flow, leases, metrics, pipeline, stages) are its own.
+__all__ = ["broker", "celery", "llm", "retrieval", "runner", "services", "store"]

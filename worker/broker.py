@@ -23,16 +23,30 @@ acknowledgements (tasks that finish after the reconnect) reach Redis through the
 
 ``register()`` makes this the transport of ``redis://`` and ``rediss://`` URLs (kombu's
 aliases, so ``rediss`` keeps its TLS defaults); ``qfarm.worker.celery`` calls it.
+
+``REDIS_DOWN`` is what every process of qfarm takes for "Redis is away for now": a task
+sends its message back for redelivery, a follower waits and reconnects, the viewer shows
+what the run directories hold.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import redis
 from kombu import transport as kombu_transport
+from kombu.exceptions import OperationalError
 from kombu.transport import redis as kombu_redis
 
 SCHEMES = ("redis", "rediss")
+
+# Redis or the broker connection failing (kombu wraps a failed publish in its OperationalError).
+REDIS_DOWN: tuple[type[Exception], ...] = (
+    redis.exceptions.ConnectionError,  # includes BusyLoadingError (a restarted server loading its AOF)
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ReadOnlyError,  # a replica not yet promoted, or a server not yet writable
+    OperationalError,
+)
 
 
 class Channel(kombu_redis.Channel):

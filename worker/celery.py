@@ -61,7 +61,7 @@ from qfarm.common.metrics import role_of
 from qfarm.common.models import JobRecord
 from qfarm.common.settings import Settings, load_settings
 from qfarm.worker import broker, flow, leases, metrics, stages
-from qfarm.worker.flow import REDIS_ERRORS
+from qfarm.worker.broker import REDIS_DOWN
 from qfarm.worker.services import Services, get_services
 
 log = logging.getLogger("qfarm.worker")
@@ -187,14 +187,14 @@ def _guarded(payloads: str | list[dict], body: Callable[[Services], None]) -> No
     try:
         try:
             body(svc)
-        except REDIS_ERRORS:
+        except REDIS_DOWN:
             raise
         except Exception as exc:
             # Each job's error row logs it once, with its kind (flow.write_rows).
             log.debug("bundle failed unexpectedly (%s: %s); writing error rows for its jobs",
                       type(exc).__name__, exc, exc_info=True)
             flow.internal_error_rows(payloads, svc, exc)
-    except REDIS_ERRORS as exc:
+    except REDIS_DOWN as exc:
         # Never acknowledge work whose rows or next stage were not stored: redeliver it
         # (jobs that got a row meanwhile are skipped).
         log.warning("Redis/broker error (%s: %s); the bundle's message goes back for redelivery",

@@ -35,7 +35,7 @@ from qfarm.common.models import (
 )
 from qfarm.common.retrieval.evaluation import judge
 from qfarm.common.text import replace_lone_surrogates
-from qfarm.common.vocab import ErrorKind
+from qfarm.common.vocab import ErrorKind, Mode
 from qfarm.worker.retrieval.base import Retriever
 
 
@@ -150,7 +150,7 @@ def _fit_evidence(
 
 def sampling_for(job: Job) -> Sampling:
     response_format = None
-    if job.policy.structured_output and job.mode.value == "claim_lattice":
+    if job.policy.structured_output and job.mode == Mode.CLAIM_LATTICE:
         from qfarm.common.grounding.schemas import claim_lattice_response_format
 
         response_format = claim_lattice_response_format()
