@@ -17,6 +17,7 @@ from qfarm.common.policy import Policy
 from qfarm.common.questions import check_question, digest_content, question_id_for
 from qfarm.common.settings import Settings, load_settings
 from qfarm.producer._services import (
+    celery_app,
     eager_services,
     enqueue_counted,
     open_local_retriever,
@@ -90,12 +91,11 @@ def _submit(store: ProducerStore, manifest: Manifest, question: Question, app: A
 
 def _ask_eager(settings: Settings, question: Question, modes: list[Mode], policy: Policy,
                use_cache: bool, endpoints: EndpointsFor) -> Answer:
-    from qfarm.worker.celery_app import app  # Celery is slow to import
-
     retriever = open_local_retriever(settings, progress=False)
     with endpoints(settings) as eps:
         settings = eps.apply(settings)
         svc, store = eager_services(settings, retriever)
+        app = celery_app(settings, eager=True)  # the interactive task, inline
         manifest = _ask_manifest(settings, question, modes, policy, eps, retriever, eager=True,
                                  use_cache=use_cache)
         try:
@@ -141,11 +141,9 @@ class AskTicket:
 def ask_context(settings: Settings, endpoints: EndpointsFor = configured_endpoints) -> AskContext:
     """Check and open what distributed questions need: endpoints set and answering, Redis,
     the local index (for the manifest's index version)."""
-    from qfarm.worker.celery_app import configure_app  # Celery is slow to import
-
     require_endpoints_for_workers(settings)
     store = ProducerStore(connect(settings.redis_url))
-    app = configure_app(settings)
+    app = celery_app(settings)
     retriever = open_local_retriever(settings, progress=False)
     with endpoints(settings) as eps:
         pass  # the workers call the endpoints; this only checks they answer

@@ -10,6 +10,7 @@ from qfarm.common.settings import Settings
 from qfarm.common.vocab import RunStatus
 from qfarm.producer._follow import follow_to_end, reconciler
 from qfarm.producer._services import (
+    celery_app,
     corpus_label,
     enqueue_counted,
     open_local_retriever,
@@ -26,8 +27,6 @@ from qfarm.producer.sweep import SweepPlan
 def run_distributed(spec: SweepSpec, questions: QuestionSet, modes: list[Mode],
                      settings: Settings, endpoints: EndpointsFor, on_progress: OnProgress | None,
                      say: Say, *, detach: bool, index_progress: bool) -> RunResult:
-    from qfarm.worker.celery_app import configure_app  # Celery is slow to import
-
     require_endpoints_for_workers(settings)
     client = connect(settings.redis_url)
     retriever = open_local_retriever(settings, progress=index_progress)
@@ -39,7 +38,7 @@ def run_distributed(spec: SweepSpec, questions: QuestionSet, modes: list[Mode],
         questions=questions.questions,
     )
     check_plan_fits(plan.manifest, settings, client)
-    app = configure_app(settings)
+    app = celery_app(settings)
     store = ProducerStore(client)
     run_dir = create_run_dir(settings.results_dir, plan.manifest)
     store.put_manifest(plan.manifest)

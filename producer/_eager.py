@@ -4,17 +4,18 @@ runner, or one job at a time through Celery's eager mode), and resuming one."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from qfarm.common.errors import InputError
-from qfarm.common.models import Job, Mode
+from qfarm.common.models import Job, Manifest, Mode
 from qfarm.common.settings import Settings, load_settings
 from qfarm.common.vocab import RunStatus
 from qfarm.producer import interrupts
 from qfarm.producer._follow import finish_run
 from qfarm.producer._services import (
+    celery_app,
     corpus_label,
     eager_services,
     open_local_retriever,
@@ -39,7 +40,13 @@ from qfarm.producer.runs import (
     this_process,
     update_run_status,
 )
+from qfarm.producer.store import ProducerStore
 from qfarm.producer.sweep import SweepPlan, enqueue_jobs, run_questions
+
+# The aggregator an in-process run drains through, opened on its in-memory store, and what
+# it reports as rows land.
+AggregatorFor = Callable[[ProducerStore], Aggregator]
+ProgressOf = Callable[[ProducerStore, Aggregator], None]
 
 
 def run_eager(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], settings: Settings,
@@ -99,33 +106,36 @@ def resume_eager(
                               serial=serial)
 
 
-def _execute_eager(plan: SweepPlan, jobs: Iterable[Job], run_dir: Path, settings: Settings,
-                   eps: Endpoints, retriever: Any, on_progress: OnProgress | None, *,
-                   serial: bool) -> RunResult:
-    """Run ``jobs`` in this process, appending their rows to the run's rows.jsonl. A Ctrl-C
-    (or SIGTERM, for the command line) ends the run as interrupted with its rows so far."""
-    from qfarm.worker.celery_app import app  # imported late: Celery is slow to import
-
+def run_in_process(manifest: Manifest, jobs: Iterable[Job], agg_of: AggregatorFor,
+                   settings: Settings, retriever: Any, n_endpoints: int,
+                   progress: ProgressOf | None, *, serial: bool) -> tuple[ProducerStore, Aggregator, bool]:
+    """Run ``jobs`` of ``manifest`` in this process over an in-memory Redis, draining their
+    rows through the aggregator ``agg_of`` opens on it, and reporting ``progress`` as rows
+    land: through the in-process runner, as many jobs in flight as the endpoints take from
+    one process, or with ``serial`` one job at a time through Celery's eager mode (every
+    stage inline). Eager sweeps, resumes and retries all run here. Returns the store, the
+    aggregator and whether the jobs ran to the end (False: a Ctrl-C, or SIGTERM for the
+    command line, stopped them; the rows so far are drained)."""
     svc, store = eager_services(settings, retriever)
-    store.put_manifest(plan.manifest)
-    agg = Aggregator(store, plan.manifest.run_id, run_dir / "rows.jsonl", forget_drained=True)
+    store.put_manifest(manifest)
+    agg = agg_of(store)
 
     def tick() -> None:
         agg.drain()
-        if on_progress:
-            on_progress(store.progress(plan.manifest.run_id, plan.manifest.n_jobs))
+        if progress:
+            progress(store, agg)
 
     try:
         try:
             if serial:
+                app = celery_app(settings, eager=True)
                 for job in jobs:
                     enqueue_jobs(app, [job])  # Celery eager mode: runs every stage inline
                     tick()
             else:
                 from qfarm.worker.runner import InProcessRunner
 
-                # As many jobs in flight as the endpoints take from one process.
-                inflight = len(eps.urls) * max(1, settings.llm_max_inflight_per_endpoint)
+                inflight = n_endpoints * max(1, settings.llm_max_inflight_per_endpoint)
                 InProcessRunner(svc, max_inflight=inflight, bundle_size=settings.bundle_size).run(
                     jobs, tick=tick
                 )
@@ -134,9 +144,29 @@ def _execute_eager(plan: SweepPlan, jobs: Iterable[Job], run_dir: Path, settings
     except KeyboardInterrupt:
         interrupts.handled()
         agg.drain()
-        return finish_run(plan.manifest, run_dir, agg.written, interrupted=True)
+        return store, agg, False
     agg.drain()
-    error = store.progress(plan.manifest.run_id, plan.manifest.n_jobs).error
+    return store, agg, True
+
+
+def _execute_eager(plan: SweepPlan, jobs: Iterable[Job], run_dir: Path, settings: Settings,
+                   eps: Endpoints, retriever: Any, on_progress: OnProgress | None, *,
+                   serial: bool) -> RunResult:
+    """Run ``jobs`` in this process, appending their rows to the run's rows.jsonl. A Ctrl-C
+    (or SIGTERM, for the command line) ends the run as interrupted with its rows so far."""
+    run_id, n_jobs = plan.manifest.run_id, plan.manifest.n_jobs
+
+    def progress(store: ProducerStore, agg: Aggregator) -> None:
+        if on_progress:
+            on_progress(store.progress(run_id, n_jobs))
+
+    store, agg, finished = run_in_process(
+        plan.manifest, jobs,
+        lambda store: Aggregator(store, run_id, run_dir / "rows.jsonl", forget_drained=True),
+        settings, retriever, len(eps.urls), progress, serial=serial)
+    if not finished:
+        return finish_run(plan.manifest, run_dir, agg.written, interrupted=True)
+    error = store.progress(run_id, n_jobs).error
     if error:
         update_run_status(run_dir, status=RunStatus.FAILED, error=error, rows=agg.written)
         return RunResult(plan.manifest, run_dir, RunStatus.FAILED, agg.written, error=error)

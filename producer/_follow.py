@@ -13,7 +13,12 @@ from qfarm.common.models import Manifest
 from qfarm.common.settings import Settings, load_settings
 from qfarm.common.vocab import RunStatus
 from qfarm.producer import interrupts
-from qfarm.producer._services import enqueue_counted, require_endpoints_for_workers, say_to_log
+from qfarm.producer._services import (
+    celery_app,
+    enqueue_counted,
+    require_endpoints_for_workers,
+    say_to_log,
+)
 from qfarm.producer._types import OnProgress, RunResult, Say
 from qfarm.producer.aggregator import Aggregator
 from qfarm.producer.lease import FollowerLease
@@ -39,8 +44,6 @@ def follow_run(
 ) -> RunResult:
     """Follow a distributed run again (``qfarm sweep --attach``); with ``resend_missing``
     (``--resume``) first put back rows Redis lost and re-send the jobs without a row."""
-    from qfarm.worker.celery_app import configure_app  # Celery is slow to import
-
     settings = settings or load_settings()
     say = say or say_to_log
     run_dir = settings.results_dir / run_id
@@ -53,7 +56,7 @@ def follow_run(
     store = ProducerStore(connect(settings.redis_url))
     if not store.has_manifest(run_id):
         store.put_manifest(manifest)  # Redis lost it (restart): restore before re-enqueueing
-    app = configure_app(settings)
+    app = celery_app(settings)
     plan = None
     try:
         plan = SweepPlan(manifest=manifest,

@@ -87,20 +87,27 @@ def open_local_retriever(settings: Settings, *, progress: bool = True) -> Any:
 
 
 def eager_services(settings: Settings, retriever: Any) -> tuple[Any, ProducerStore]:
-    """In-process services for eager runs: Celery eager mode and an in-memory Redis."""
+    """In-process services for eager runs over an in-memory Redis."""
     import fakeredis  # only eager runs need it
 
-    from qfarm.worker.celery_app import configure_app
     from qfarm.worker.services import Services, install_services
     from qfarm.worker.store import InProcessStore
 
     client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
-    configure_app(settings, eager=True)
     # Only this process reaches the in-memory Redis: rows are written without the row script.
     svc = Services(settings=settings, store=InProcessStore(client), worker_name="eager",
                    retriever_factory=lambda: retriever)
     install_services(svc)
     return svc, ProducerStore(client)
+
+
+def celery_app(settings: Settings, *, eager: bool = False) -> Any:
+    """The workers' Celery app, configured for ``settings`` (``eager``: each message runs
+    its tasks inline, in this process). Imported only by the runs that send messages, so
+    the producer's modules, and an eager run through the in-process runner, load no Celery."""
+    from qfarm.worker.celery import configure_app
+
+    return configure_app(settings, eager=eager)
 
 
 def require_endpoints_for_workers(settings: Settings) -> None:

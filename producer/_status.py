@@ -12,6 +12,7 @@ from typing import Any
 from qfarm.common.errors import ConfigError, InputError, ManifestError
 from qfarm.common.settings import Settings
 from qfarm.common.vocab import RunStatus
+from qfarm.producer._services import celery_app
 
 
 @dataclass(frozen=True)
@@ -141,8 +142,6 @@ def _from_item(item: dict[str, Any]) -> RunProgress:
 
 
 def _workers(settings: Settings) -> dict[str, list[str]]:
-    from qfarm.worker.celery_app import configure_app
-
-    app = configure_app(settings)
+    app = celery_app(settings)
     replies = app.control.inspect(timeout=1.0).active_queues() or {}
     return {name: [q["name"] for q in queues] for name, queues in sorted(replies.items())}

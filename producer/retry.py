@@ -16,15 +16,16 @@ new run instead.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qfarm.common.errors import InputError
+from qfarm.common.errors import InputError, ServiceError
 from qfarm.common.grounding.rows import is_error_row, is_replaceable, retry_kinds, row_attempt
 from qfarm.common.jobs import job_from_ref
 from qfarm.common.models import Job, JobRef, Manifest
@@ -32,9 +33,10 @@ from qfarm.common.policy import Policy, governance_policy_hash
 from qfarm.common.settings import Settings, load_settings
 from qfarm.common.vocab import RunStatus
 from qfarm.producer import interrupts
+from qfarm.producer._eager import run_in_process
 from qfarm.producer._follow import finish_run
 from qfarm.producer._services import (
-    eager_services,
+    celery_app,
     enqueue_counted,
     open_local_retriever,
     require_endpoints_for_workers,
@@ -48,10 +50,12 @@ from qfarm.producer._types import (
     configured_endpoints,
 )
 from qfarm.producer.aggregator import Aggregator, _line_job_id, cut_partial_line, file_rows
+from qfarm.producer.lease import FollowerLease
 from qfarm.producer.reports import parse_row
 from qfarm.producer.runs import producer_alive, read_manifest, read_run_status, update_run_status
-from qfarm.producer.store import ProducerStore, Progress
-from qfarm.producer.sweep import REDIS_DOWN, SweepPlan, load_questions
+from qfarm.producer.store import ProducerStore, Progress, connect
+from qfarm.producer.sweep import Follower, RedisGone, SweepPlan, load_questions
+from qfarm.worker.broker import REDIS_DOWN
 
 RETRY_ROWS = "retry.jsonl"
 ROWS = "rows.jsonl"
@@ -276,39 +280,17 @@ def _count_ids(rows_path: Path) -> int:
 
 def _run_eager(plan: RetryPlan, settings: Settings, retriever: Any, n_endpoints: int,
                on_progress: OnProgress | None, *, serial: bool) -> bool:
-    """Run the retry's jobs in this process; False if interrupted (Ctrl-C)."""
-    from qfarm.producer.sweep import enqueue_jobs
-    from qfarm.worker.celery_app import app  # imported late: Celery is slow to import
+    """Run the retry's jobs in this process, as an eager run's; False if interrupted (Ctrl-C)."""
 
-    svc, store = eager_services(settings, retriever)
-    store.put_manifest(plan.manifest)
-    agg = Aggregator(store, plan.run_id, plan.run_dir / RETRY_ROWS, accept=plan.accept)
-
-    def tick() -> None:
-        agg.drain()
+    def progress(store: ProducerStore, agg: Aggregator) -> None:
         if on_progress:
             on_progress(_progress(plan, agg, store))
 
-    try:
-        try:
-            if serial:
-                for job in plan.jobs:
-                    enqueue_jobs(app, [job])
-                    tick()
-            else:
-                from qfarm.worker.runner import InProcessRunner
-
-                inflight = n_endpoints * max(1, settings.llm_max_inflight_per_endpoint)
-                InProcessRunner(svc, max_inflight=inflight, bundle_size=settings.bundle_size).run(
-                    plan.jobs, tick=tick)
-        finally:
-            svc.close()
-    except KeyboardInterrupt:
-        interrupts.handled()
-        agg.drain()
-        return False
-    agg.drain()
-    return True
+    _, _, finished = run_in_process(
+        plan.manifest, plan.jobs,
+        lambda store: Aggregator(store, plan.run_id, plan.run_dir / RETRY_ROWS, accept=plan.accept),
+        settings, retriever, n_endpoints, progress, serial=serial)
+    return finished
 
 
 def _progress(plan: RetryPlan, agg: Aggregator, store: ProducerStore) -> Progress:
@@ -318,14 +300,9 @@ def _progress(plan: RetryPlan, agg: Aggregator, store: ProducerStore) -> Progres
 
 
 def _run_distributed(plan: RetryPlan, settings: Settings, on_progress: OnProgress | None,
-                     say: Say, *, poll_s: float = 0.5, stall_s: float = 10.0) -> bool:
+                     say: Say) -> bool:
     """Send the retry's jobs to the workers and follow them until each has its new row;
-    False if interrupted. Jobs whose message was lost (no progress, no message left) are
-    sent again: a duplicate is harmless, the row write takes one row per attempt."""
-    from qfarm.producer.lease import FollowerLease
-    from qfarm.producer.store import connect
-    from qfarm.worker.celery_app import configure_app  # Celery is slow to import
-
+    False if interrupted."""
     store = ProducerStore(connect(settings.redis_url))
     run_id = plan.run_id
     if store.progress(run_id, 0).cancelled:
@@ -335,48 +312,56 @@ def _run_distributed(plan: RetryPlan, settings: Settings, on_progress: OnProgres
     if not lease.hold():
         raise InputError(f"run {run_id} is being followed by {lease.holder() or 'another process'}; "
                          "retry its errors once that one has ended")
+    app = celery_app(settings)
+    return follow_retry(
+        plan, store, lease,
+        lambda jobs: enqueue_counted(app, store, jobs, bundle_size=settings.bundle_size),
+        on_progress, say, reconnect_s=settings.redis_reconnect_s)
+
+
+def follow_retry(plan: RetryPlan, store: ProducerStore, lease: FollowerLease,
+                 send: Callable[[list[Job]], int], on_progress: OnProgress | None, say: Say, *,
+                 reconnect_s: float, poll_s: float = 0.5, stall_s: float = 10.0) -> bool:
+    """Send the retry's jobs (``send``) and follow them with the run's ``Follower`` until each
+    has its new row in retry.jsonl: it rides out Redis outages, heals a run Redis lost, hands
+    over between followers, and re-sends jobs left with no row and no message (a duplicate is
+    harmless: the row write takes one row per attempt). False if interrupted."""
+    run_id = plan.run_id
+    rows_path = plan.run_dir / RETRY_ROWS
     try:
         if not store.has_manifest(run_id):
             store.put_manifest(plan.manifest)
         # The error rows must be in Redis for the replacements to find (after a Redis restart
         # they may not be); rows of an earlier, half-done retry are put back as well.
         store.restore_rows(run_id, file_rows(plan.run_dir / ROWS))
-        app = configure_app(settings)
-        agg = Aggregator(store, run_id, plan.run_dir / RETRY_ROWS, accept=plan.accept)
+        agg = Aggregator(store, run_id, rows_path, accept=plan.accept)
         agg.drain()
-        todo = [j for j in plan.jobs if j.job_id not in agg.seen]
-        enqueue_counted(app, store, todo, bundle_size=settings.bundle_size)
-        last, quiet_since, down_since = -1, time.monotonic(), None
-        while True:
-            try:
-                agg.drain()
-                prog = _progress(plan, agg, store)
-                down_since = None
-            except REDIS_DOWN:
-                down_since = down_since or time.monotonic()
-                if time.monotonic() - down_since > settings.redis_reconnect_s:
-                    raise
-                time.sleep(poll_s)
-                continue
-            if on_progress:
-                on_progress(prog)
-            if prog.error:
-                raise InputError(f"run {run_id}: {prog.error}")
-            if agg.written >= len(plan.jobs):
-                return True
-            now = time.monotonic()
-            if prog.done != last:
-                last, quiet_since = prog.done, now
-            elif now - quiet_since >= stall_s and store.pending_message_count(run_id) == 0:
-                quiet_since = now
-                lost = [j for j in plan.jobs if j.job_id not in agg.seen]
-                sent = enqueue_counted(app, store, lost, bundle_size=settings.bundle_size)
+        follower = Follower(store, plan.manifest, rows_path, lease=lease, say=say,
+                            reconnect_s=reconnect_s, poll_s=poll_s, stall_s=stall_s,
+                            aggregator=agg, accept=plan.accept, expected=len(plan.jobs))
+
+        def resend_lost() -> int:
+            if store.pending_message_count(run_id) > 0:
+                return 0
+            seen = follower.aggregator.seen if follower.aggregator else agg.seen
+            sent = send([j for j in plan.jobs if j.job_id not in seen])
+            if sent:
                 say(f"run {run_id}: {sent} retried jobs had no row and no message left; "
                     "sent them again")
-            interrupts.check()
-            time.sleep(poll_s)
+            return sent
+
+        follower.reconcile = resend_lost
+        send([j for j in plan.jobs if j.job_id not in agg.seen])
+        prog = follower.run(on_progress=on_progress)
     except KeyboardInterrupt:
         interrupts.handled()
         return False
+    except RedisGone as exc:
+        raise ServiceError(f"run {run_id}: {exc}; the retry's rows so far are kept in "
+                           f"{RETRY_ROWS}: qfarm sweep --retry-errors {run_id} goes on") from exc
     finally:
-        lease.release()
+        with contextlib.suppress(*REDIS_DOWN):
+            lease.release()
+    if prog.error:
+        raise InputError(f"run {run_id}: {prog.error}")
+    return True

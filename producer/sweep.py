@@ -12,11 +12,8 @@ import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-
-import redis
-from kombu.exceptions import OperationalError
 
 from qfarm.common import keys
 from qfarm.common.errors import InputError
@@ -40,6 +37,7 @@ from qfarm.producer import interrupts
 from qfarm.producer.aggregator import Aggregator
 from qfarm.producer.lease import FollowerLease
 from qfarm.producer.store import ProducerStore, Progress
+from qfarm.worker.broker import REDIS_DOWN
 
 ENQUEUE_BATCH = 1000
 
@@ -202,10 +200,6 @@ def missing_jobs(plan: SweepPlan, store: ProducerStore, chunk: int = 1000) -> It
         yield from (j for j in part if j.job_id not in have)
 
 
-# What a follower treats as "Redis is away for now": wait, reconnect, carry on.
-REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OperationalError)
-
-
 class RedisGone(Exception):
     """Redis stayed unreachable longer than the follower was told to wait."""
 
@@ -218,6 +212,10 @@ class Follower:
     ``reconcile`` is called when the run has made no progress for ``stall_s``; it
     re-enqueues jobs whose messages were lost (see ``reconcile_run``). ``say``
     prints a line for the operator.
+
+    With ``accept`` (``--retry-errors``: only the new attempts' rows of ``expected`` jobs)
+    the rows drained are those it takes, and progress counts them: the follow ends when
+    each of the ``expected`` jobs has one.
     """
 
     store: ProducerStore
@@ -231,6 +229,8 @@ class Follower:
     settle_s: float = 3.0
     stall_s: float = 10.0
     aggregator: Aggregator | None = None
+    accept: Callable[[str, bytes], bool] | None = None
+    expected: int | None = None  # the rows to wait for (default: every job of the run)
     restored: int = 0  # rows written back into Redis from rows.jsonl
     _watching: bool = field(default=False, repr=False)
 
@@ -240,7 +240,7 @@ class Follower:
 
     @property
     def total(self) -> int:
-        return self.manifest.n_jobs
+        return self.manifest.n_jobs if self.expected is None else self.expected
 
     def run(
         self, on_progress: Callable[[Progress], None] | None = None, timeout_s: float | None = None
@@ -310,7 +310,7 @@ class Follower:
         if holding and self.aggregator is None:
             if self._watching:
                 self.say(f"run {self.run_id}: the other follower is gone; this one drains the rows now")
-            self.aggregator = Aggregator(self.store, self.run_id, self.rows_path)
+            self.aggregator = Aggregator(self.store, self.run_id, self.rows_path, self.accept)
             self._watching = False
         elif not holding and not self._watching:
             holder = self.lease.holder() if self.lease else None
@@ -322,6 +322,8 @@ class Follower:
             if not prog.has_manifest:
                 self.heal()
             self.aggregator.drain()
+            if self.accept is not None:  # the rows that count are the ones it takes
+                prog = replace(prog, done=self.aggregator.written)
         return prog
 
     def heal(self) -> None:

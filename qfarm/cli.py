@@ -16,6 +16,7 @@ from typing import Any
 
 from qfarm.common.errors import QfarmError
 from qfarm.common.settings import LOG_LEVELS
+from qfarm.common.vocab import ExitCode
 from qfarm.producer import interrupts
 
 COMMANDS = (
@@ -44,12 +45,20 @@ LOG_LEVEL_HELP = ("log level: critical, error, warning, info or debug (default Q
                   "QFARM_LOG_FORMAT=json: one JSON object per line")
 
 
+EXIT_CODES_HELP = "Exit codes: " + ", ".join(f"{code:d} {what}" for code, what in (
+    (ExitCode.OK, "success"),
+    (ExitCode.FAILED, "a run incomplete or failed (or a service error)"),
+    (ExitCode.USAGE, "bad input or settings"),
+    (ExitCode.ROW_ERRORS, "a run completed with errored rows beyond --max-error-rate"),
+    (ExitCode.WORSE, "`compare --fail-on-worse` found B worse"),
+    (ExitCode.INTERRUPTED, "interrupted"),
+)) + "."
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="qfarm", description="Distributed bench-sweep and query farm for grounded QA.",
-        epilog="Exit codes: 0 success, 1 a run incomplete or failed (or a service error), "
-               "2 bad input or settings, 3 a run completed with errored rows beyond "
-               "--max-error-rate, 4 `compare --fail-on-worse` found B worse, 130 interrupted.",
+        epilog=EXIT_CODES_HELP,
     )
     parser.add_argument("--version", action=_Version, nargs=0,
                         help="print qfarm's version and its rule versions, and exit")

@@ -7,6 +7,9 @@ results, benchmarks only); and nothing anywhere imports the folders by their bar
 and a checkout that imported both would hold two copies of every module.
 
 Areas are named by folder (``common.grounding`` is ``qfarm.common.grounding``).
+
+Celery stays in one module, ``qfarm.worker.celery`` (the app and its tasks, which
+``celery -A qfarm.worker`` finds): every other module imports without it.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "producer": {*COMMON, "worker"},
     "qfarm": {*COMMON, "worker", "producer", "ops"},
 }
+CELERY_APP = "worker/celery.py"  # the one module that imports Celery
 # Libraries that do I/O or talk to a service: common/ is pure, so none of them there.
 IMPURE = {
     "aiohttp", "celery", "elasticsearch", "fastapi", "httpx", "kombu", "opensearchpy",
@@ -149,3 +153,55 @@ def test_the_folders_load_from_the_checkout_under_test() -> None:
     for folder in FOLDERS:
         module = importlib.import_module(f"qfarm.{folder}")
         assert Path(module.__file__ or "").resolve().is_relative_to(REPO), module.__file__
+
+
+def _product_modules() -> list[str]:
+    """Every module of the product by its installed name (``__main__`` left out)."""
+    names = []
+    for package in PRODUCT:
+        for path in _files(package):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            if parts[-1] != "__main__":
+                name = ".".join(parts).removesuffix(".__init__")
+                names.append(f"qfarm.{name}" if parts[0] in FOLDERS else name)
+    return names
+
+
+def test_only_the_celery_app_module_imports_celery() -> None:
+    importers = sorted(
+        str(path.relative_to(REPO))
+        for package in PRODUCT
+        for path in _files(package)
+        if any(name.split(".")[0] == "celery" for name in _raw_imports(path))
+    )
+    assert importers == [CELERY_APP]
+
+
+def test_every_module_but_the_celery_app_imports_without_celery() -> None:
+    app = "qfarm." + CELERY_APP.removesuffix(".py").replace("/", ".")
+    modules = [m for m in _product_modules() if m != app]
+    assert len(modules) > 100 and "qfarm.worker.flow" in modules and "qfarm.producer.api" in modules
+    # One fresh interpreter imports them all, in order, and names the first that loads Celery.
+    code = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        "    if 'celery' in sys.modules:\n"
+        "        sys.exit('celery imported by ' + name)\n"
+        "print(len(sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_celery_finds_the_app_by_the_package_name() -> None:
+    # `celery -A qfarm.worker` resolves the package to its `celery` module (Celery's
+    # find_app), so every worker command line names the package.
+    code = ("from celery.app.utils import find_app; app = find_app('qfarm.worker'); "
+            "import sys; print(app.main, sys.modules[app.tasks['qfarm.retrieve'].__module__].__file__)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    main, path = done.stdout.split()
+    assert main == "qfarm" and Path(path).resolve() == REPO / CELERY_APP

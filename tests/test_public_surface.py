@@ -40,8 +40,8 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
     "qfarm.common.retrieval": (["chunking", "corpus", "evaluation", "index", "query", "ranking"], []),
     "qfarm.common.reporting": (["audit", "compare", "cost", "phase", "report", "runstats", "stats"], []),
     "qfarm.worker": (
-        ["app", "celery"],
-        ["broker", "encoding", "flow", "leases", "metrics", "pipeline", "stages", "tasks"],
+        ["broker", "celery", "llm", "retrieval", "runner", "services", "store"],
+        ["encoding", "flow", "leases", "metrics", "pipeline", "stages"],
     ),
     "qfarm.worker.llm": (
         ["Gateway", "open_gateway"],

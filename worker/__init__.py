@@ -1,6 +1,6 @@
-"""Side effects of qfarm: the Celery app and tasks, retrieval backends, the LLM gateway.
-
-``celery -A qfarm.worker worker -Q retrieve,verify`` finds the app here.
+"""The I/O of a job: the stage chain, the in-process runner, retrieval backends, the LLM
+gateway and the row store. Its modules import without Celery: the Celery app and its
+tasks are ``qfarm.worker.celery``, which ``celery -A qfarm.worker`` finds by that name.
 """
 
 if not __name__.startswith("qfarm."):  # imported by its folder's bare name from a checkout
@@ -10,10 +10,5 @@ if not __name__.startswith("qfarm."):  # imported by its folder's bare name from
         " hold two copies of every module"
     )
 
-
-# Register the tasks with the app on import.
-from qfarm.worker import tasks as _tasks  # noqa: E402,F401,I001
-from qfarm.worker.celery_app import app
-
-celery = app
-__all__ = ["app", "celery"]
+# Its public modules; the others (encoding, flow, leases, metrics, pipeline, stages) are its own.
+__all__ = ["broker", "celery", "llm", "retrieval", "runner", "services", "store"]

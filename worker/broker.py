@@ -26,14 +26,20 @@ visibility timeout, with the host's own clock; here both use Redis's (``ServerCl
 a worker whose clock is off neither restores live messages nor leaves dead ones waiting.
 
 ``register()`` makes this the transport of ``redis://`` and ``rediss://`` URLs (kombu's
-aliases, so ``rediss`` keeps its TLS defaults); ``qfarm.worker.celery_app`` calls it.
+aliases, so ``rediss`` keeps its TLS defaults); ``qfarm.worker.celery`` calls it.
+
+``REDIS_DOWN`` is what every process of qfarm takes for "Redis is away for now": a task
+sends its message back for redelivery, a follower waits and reconnects, the viewer shows
+what the run directories hold.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import redis
 from kombu import transport as kombu_transport
+from kombu.exceptions import OperationalError
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 from kombu.transport.redis import Mutex, MutexHeld
@@ -42,6 +48,14 @@ from kombu.utils.json import dumps
 from qfarm.worker.leases import ServerClock
 
 SCHEMES = ("redis", "rediss")
+
+# Redis or the broker connection failing (kombu wraps a failed publish in its OperationalError).
+REDIS_DOWN: tuple[type[Exception], ...] = (
+    redis.exceptions.ConnectionError,  # includes BusyLoadingError (a restarted server loading its AOF)
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ReadOnlyError,  # a replica not yet promoted, or a server not yet writable
+    OperationalError,
+)
 
 
 class QoS(kombu_redis.QoS):

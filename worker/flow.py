@@ -31,8 +31,6 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import TypeVar
 
-import redis
-from kombu.exceptions import OperationalError
 from pydantic import BaseModel, TypeAdapter
 from pydantic_core import PydanticSerializationError
 
@@ -46,6 +44,7 @@ from qfarm.common.policy import governance_policy_hash
 from qfarm.common.text import replace_lone_surrogates
 from qfarm.common.vocab import ErrorKind
 from qfarm.worker import metrics, pipeline, stages
+from qfarm.worker.broker import REDIS_DOWN
 from qfarm.worker.encoding import storable, unserialisable_error
 from qfarm.worker.services import Services
 
@@ -54,15 +53,8 @@ log = logging.getLogger("qfarm.worker")
 Send = Callable[[keys.Stage, list[JobRecord]], None]
 T = TypeVar("T")
 
-# Redis or the broker connection failing (kombu wraps a failed publish in its
-# OperationalError): the task leaves its message for redelivery instead of
+# Redis away (broker.REDIS_DOWN): the task leaves its message for redelivery instead of
 # acknowledging work whose result or next stage was not stored.
-REDIS_ERRORS: tuple[type[Exception], ...] = (
-    redis.exceptions.ConnectionError,  # includes BusyLoadingError (a restarted server loading its AOF)
-    redis.exceptions.TimeoutError,
-    redis.exceptions.ReadOnlyError,
-    OperationalError,
-)
 
 
 def _load_job(ref_data: dict, svc: Services) -> Job | None:
@@ -87,7 +79,7 @@ def _each(payloads: Iterable[dict], svc: Services, parse: Callable[[dict], T | N
     for payload in payloads:
         try:
             item = parse(payload)
-        except REDIS_ERRORS:
+        except REDIS_DOWN:
             raise
         except Exception as exc:
             log.debug("unusable job in a bundle; writing an error row", exc_info=True)
@@ -102,7 +94,7 @@ def _safely(record: JobRecord, step: Callable[[JobRecord], JobRecord]) -> JobRec
     """Run one job's stage; a bug in it becomes that job's error, not its bundle's."""
     try:
         return step(record)
-    except REDIS_ERRORS:
+    except REDIS_DOWN:
         raise
     except Exception as exc:
         return failed(record, exc)
@@ -128,7 +120,7 @@ def _send(send: Send, stage: keys.Stage, records: list[JobRecord], svc: Services
     serialised), each job goes alone and the one that cannot becomes its error row."""
     try:
         send(stage, records)
-    except REDIS_ERRORS:
+    except REDIS_DOWN:
         raise
     except Exception as exc:
         if len(records) == 1:
@@ -483,7 +475,7 @@ def _safely_many(
     cannot take its bundle-mates down with it."""
     try:
         return step(records)
-    except REDIS_ERRORS:
+    except REDIS_DOWN:
         raise
     except Exception as exc:
         if len(records) == 1:
@@ -538,7 +530,7 @@ def internal_error_row(payload: dict, svc: Services, exc: BaseException) -> None
         err = record.failed(ErrorKind.INTERNAL,
                             replace_lone_surrogates(f"{type(exc).__name__}: {exc}"))
         write_rows([pipeline.finish(err)], svc)
-    except REDIS_ERRORS:
+    except REDIS_DOWN:
         raise  # the row is not stored: the message must be redelivered, not acknowledged
     except Exception:  # nothing more can be done; the task log has both
         log.exception("could not write the error row")

@@ -165,27 +165,4 @@ class MessageLeases:
             self.thread.join(timeout=5)
 
 
-def held_delivery_tags() -> list[str]:
-    """Delivery tags of the messages this worker process has taken and not yet
-    acknowledged: Celery's reserved requests (prefetched or waiting for a slot) and
-    active ones."""
-    from celery.worker import state
-
-    for _ in range(5):
-        try:  # the consumer adds requests from another thread: a copy can meet a change
-            requests = [*list(state.reserved_requests), *list(state.active_requests)]
-            break
-        except RuntimeError:
-            continue
-    else:
-        return []
-    tags: list[str] = []
-    for request in requests:
-        message = getattr(request, "message", None)
-        tag = getattr(message, "delivery_tag", None)
-        if tag:
-            tags.append(str(tag))
-    return tags
-
-
-__all__ = ["RESTORE_MUTEX_EXPIRE_S", "MessageLeases", "ServerClock", "held_delivery_tags", "redelivery_bound_s", "renew_interval_s", "restore_interval_s"]
+__all__ = ["RESTORE_MUTEX_EXPIRE_S", "MessageLeases", "ServerClock", "redelivery_bound_s", "renew_interval_s", "restore_interval_s"]

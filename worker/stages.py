@@ -3,7 +3,7 @@
 The order is ``keys.SWEEP_STAGES`` (retrieve → generate → verify): the producer reads
 the same tuple for its progress counters without importing the worker. Here each of
 those stages gets its step, and everything that moves jobs along walks ``CHAIN``:
-the Celery tasks (worker/tasks.py registers one task per link, each forwarding to the
+the Celery tasks (worker/celery.py registers one task per link, each forwarding to the
 next link's queue), the interactive task that runs a job whole (``flow.handle_job``)
 and the in-process runner of eager runs (worker/runner.py). Adding a stage is a
 ``keys.Stage`` in ``SWEEP_STAGES`` and its ``Step`` in ``STEPS``.

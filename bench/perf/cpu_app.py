@@ -21,7 +21,8 @@ from qfarm.common.errors import ServiceError
 from qfarm.common.models import Generation, Sampling, Usage
 from qfarm.ops.sim.behaviour import complete
 from qfarm.ops.sim.constraints import grammar_constraint
-from qfarm.worker import app, services
+from qfarm.worker import services
+from qfarm.worker.celery import app
 
 CANNED_DIR_ENV = "QFARM_BENCH_CANNED_DIR"
 

@@ -60,7 +60,7 @@ def child_producer(jobs: int, bundle: int) -> None:
     from qfarm.common.settings import Settings
     from qfarm.producer.store import ProducerStore, connect
     from qfarm.producer.sweep import enqueue_jobs
-    from qfarm.worker.celery_app import configure_app
+    from qfarm.worker.celery import configure_app
 
     settings = Settings(redis_url=bench_redis_url())
     app = configure_app(settings)
@@ -140,7 +140,7 @@ def main() -> None:
         return
 
     from qfarm.common.settings import Settings
-    from qfarm.worker.celery_app import configure_app
+    from qfarm.worker.celery import configure_app
 
     client = flush()
     # Baseline: plain apply_async, one round trip per message.

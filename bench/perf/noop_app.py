@@ -6,7 +6,7 @@ product itself has no task that does nothing.
 
 from __future__ import annotations
 
-from qfarm.worker import app
+from qfarm.worker.celery import app
 
 NOOP_TASK = "qfarm.noop"
 

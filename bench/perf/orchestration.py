@@ -103,7 +103,7 @@ def main() -> None:
     from qfarm.common.settings import Settings
     from qfarm.ops.sim.launch import start_simulator
     from qfarm.producer import SweepSpec
-    from qfarm.worker.celery_app import configure_app
+    from qfarm.worker.celery import configure_app
     from qfarm.worker.retrieval import ensure_default_index
 
     tmp = Path(tempfile.mkdtemp(prefix="qfarm-orch-"))

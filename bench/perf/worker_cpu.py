@@ -126,7 +126,7 @@ def main() -> None:
     from qfarm.common.policy import Policy
     from qfarm.common.settings import Settings
     from qfarm.producer import QuestionSet, SweepSpec
-    from qfarm.worker.celery_app import configure_app
+    from qfarm.worker.celery import configure_app
     from qfarm.worker.retrieval import ensure_default_index, open_retriever
 
     tmp = Path(tempfile.mkdtemp(prefix="qfarm-wcpu-"))

@@ -37,7 +37,7 @@ for generic in common worker producer ops; do
     exit 1
   fi
 done
-"$tmp/venv/bin/python" -c 'import qfarm.common.vocab, qfarm.worker.celery_app, qfarm.producer.api, qfarm.ops.sim'
+"$tmp/venv/bin/python" -c 'import qfarm.common.vocab, qfarm.worker.celery, qfarm.producer.api, qfarm.ops.sim'
 "$tmp/venv/bin/qfarm" sets > "$tmp/sets.txt"
 expected=$(awk '$1 == "smoke" {print $2}' "$tmp/sets.txt")
 if [ -z "$expected" ]; then

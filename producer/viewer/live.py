@@ -74,5 +74,3 @@ class RedisSource:
                      "only in Redis are not listed; results on disk are.")
         self._down_until = time.monotonic() + self.retry_after_s
 
-
-REDIS_ERRORS = (redis.exceptions.RedisError, OSError)

@@ -25,10 +25,10 @@ from qfarm.producer.reports import DELTA_PLOT, LATENCY_PLOT, STRICT_PLOT
 from qfarm.producer.store import ProducerStore
 from qfarm.producer.viewer.html import NotFound, Response, h
 from qfarm.producer.viewer.html import page as _page
-from qfarm.producer.viewer.live import REDIS_ERRORS
 from qfarm.producer.viewer.pages import compare, progress, row, rows, run, runs
 from qfarm.producer.viewer.reread import PassageSource
 from qfarm.producer.viewer.source import RunSource
+from qfarm.worker.broker import REDIS_DOWN
 
 PLOTS = (STRICT_PLOT, LATENCY_PLOT, DELTA_PLOT)
 log = logging.getLogger("qfarm.viewer")
@@ -67,7 +67,7 @@ class Viewer:
             return _page("not found", f"<h1>Not found</h1><p>{h(exc)}</p>", status=404)
         except InputError as exc:
             return _page("bad request", f"<h1>Bad request</h1><p>{h(exc)}</p>", status=400)
-        except REDIS_ERRORS as exc:  # Redis went away while a page of a Redis-only run was read
+        except REDIS_DOWN as exc:  # Redis went away while a page of a Redis-only run was read
             self.source.redis.failed(exc)
             note = h(self.source.redis.note)
             return _page("Redis unavailable", f"<h1>Redis unavailable</h1><p>{note}"

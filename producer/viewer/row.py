@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 from qfarm.common.grounding.verify.spans import Span, claim_spans
 from qfarm.common.grounding.verify.verdict import display_label
-from qfarm.common.models import Claim, Evidence, Label, Manifest, ViolationKind
+from qfarm.common.models import Claim, Evidence, Label, Manifest, Mode, ViolationKind
 from qfarm.common.reporting.report import fmt_ms
 from qfarm.common.reporting.runstats import STAGES
 from qfarm.producer.viewer.html import badge, h, meaning, table
@@ -285,7 +285,7 @@ def render_row(run_id: str, pos: int, row: Mapping[str, Any], manifest: Manifest
     spans: dict[int, list[Span]] = {}
     if rr.verification is not None:
         blocks = {ev.id: ev for ev in rr.evidence}
-        mode = str(row.get("mode"))
+        mode = Mode(str(row.get("mode")))  # read back: reproduced under this mode
         spans = {n: claim_spans(c, blocks, mode=mode)
                  for n, c in enumerate(rr.verification.claims, start=1)}
         # JSON answers cite in an "evidence" list, not with [E#] pointers

@@ -19,8 +19,9 @@ from qfarm.producer.store import ProducerStore, Progress
 from qfarm.producer.viewer.gold import GoldFiles
 from qfarm.producer.viewer.html import NotFound
 from qfarm.producer.viewer.index import RowsCache, RunRows
-from qfarm.producer.viewer.live import REDIS_ERRORS, RedisSource
+from qfarm.producer.viewer.live import RedisSource
 from qfarm.producer.viewer.reread import PassageSource
+from qfarm.worker.broker import REDIS_DOWN
 
 LIVE_STATES = LIVE_RUN_STATUSES
 
@@ -80,7 +81,7 @@ class RunSource:
             return []
         try:
             ids = store.manifest_run_ids()
-        except REDIS_ERRORS as exc:
+        except REDIS_DOWN as exc:
             self.redis.failed(exc)
             return []
         self.redis.ok()
@@ -112,7 +113,7 @@ class RunSource:
                 raise NotFound(f"no run {run_id!r} in {self.results_dir} or in Redis")
             progress = store.progress(run_id, manifest.n_jobs)
             rr = self.cache.get_redis(store, run_id)
-        except REDIS_ERRORS as exc:
+        except REDIS_DOWN as exc:
             self.redis.failed(exc)
             raise NotFound(f"run {run_id!r} has no directory here and {self.redis.note}") from None
         except ManifestError as exc:
@@ -134,7 +135,7 @@ class RunSource:
             return None
         try:
             return store.manifest(run_id)
-        except REDIS_ERRORS as exc:
+        except REDIS_DOWN as exc:
             self.redis.failed(exc)
         except ManifestError:
             pass

@@ -25,8 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "in points with a 95% interval (paired by question), and `signal` only when the "
             "delta clears the floor and its interval excludes zero. Four runs (neither, caps "
             "only, reminder only, both; any order): write cycle.md with the caps, reminder and "
-            "together-vs-alone decisions. Exit codes: 0, or with --fail-on-worse 4 when B is "
-            "worse than A on some mode and metric (a `worse` signal); 2 bad input."
+            f"together-vs-alone decisions. Exit codes: {ExitCode.OK:d}, or with --fail-on-worse "
+            f"{ExitCode.WORSE:d} when B is worse than A on some mode and metric (a `worse` "
+            f"signal); {ExitCode.USAGE:d} bad input."
         ),
     )
     p.add_argument("run_a", metavar="RUN_A", help="baseline run: a directory or a run id")
@@ -58,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--fail-on-worse",
         action="store_true",
-        help="exit 4 when B is worse than A beyond noise: a signal (the floor cleared, the "
+        help=f"exit {ExitCode.WORSE:d} when B is worse than A beyond noise: a signal (the floor cleared, the "
         "interval excluding zero) in the wrong direction on any mode and metric",
     )
     p.add_argument(

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from qfarm.common.settings import load_settings
+from qfarm.common.vocab import ExitCode
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="where run ids are looked up (default: QFARM_RESULTS_DIR)",
     )
     p.add_argument("--max-error-rate", type=float, default=0.0, metavar="R",
-                   help="fraction of rows that may error before the exit code is 3 (default 0)")
+                   help=f"fraction of rows that may error before the exit code is {ExitCode.ROW_ERRORS:d} "
+                        "(default 0)")
     p.add_argument("--json", action="store_true",
                    help="print the run's outcome as one JSON object (as `qfarm sweep --json`)")
     p.set_defaults(func=run)

@@ -18,7 +18,7 @@ from qfarm.common.errors import InputError
 from qfarm.common.jobs import check_samples, parse_modes
 from qfarm.common.models import ALL_MODES
 from qfarm.common.settings import load_settings
-from qfarm.common.vocab import RunStatus
+from qfarm.common.vocab import ExitCode, RunStatus
 from qfarm.producer.api import (
     QuestionSet,
     RunOutcome,
@@ -39,9 +39,11 @@ if TYPE_CHECKING:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "sweep", help="run a sweep of question × mode × n jobs",
-        description="Run every question in every mode, n samples each. Exit codes: 0 complete "
-                    "(errored rows within --max-error-rate), 1 incomplete or failed, 2 bad "
-                    "input, 3 completed with errored rows, 130 interrupted.",
+        description=f"Run every question in every mode, n samples each. Exit codes: "
+                    f"{ExitCode.OK:d} complete (errored rows within --max-error-rate), "
+                    f"{ExitCode.FAILED:d} incomplete or failed, {ExitCode.USAGE:d} bad input, "
+                    f"{ExitCode.ROW_ERRORS:d} completed with errored rows, "
+                    f"{ExitCode.INTERRUPTED:d} interrupted.",
     )
     p.add_argument("questions", nargs="?", type=Path, help="question file (.txt or .jsonl), or a shipped set's name (qfarm sets)")
     p.add_argument("--modes", default=",".join(m.value for m in ALL_MODES), metavar="MODE[,MODE...]",
@@ -50,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-n", type=int, default=1, help="samples per question and mode (default 1)")
     runtime.add_selection_flags(p)
     p.add_argument("--max-error-rate", type=float, default=0.0, metavar="R",
-                   help="fraction of rows that may error before the run fails with exit 3 "
+                   help=f"fraction of rows that may error before the run fails with exit {ExitCode.ROW_ERRORS:d} "
                         "(default 0: any errored row fails it; 0.05 tolerates 5%%)")
     p.add_argument("--eager", action="store_true", help="run in this process (no Redis, no workers)")
     p.add_argument("--serial", action="store_true",

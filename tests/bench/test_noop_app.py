@@ -10,8 +10,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def registered(module: str) -> list[str]:
-    """The task names a fresh process knows after importing ``module`` (as ``celery -A`` does)."""
-    code = f"import {module} as m; print(' '.join(sorted(m.app.tasks)))"
+    """The task names of the app ``celery -A module`` finds, in a fresh process."""
+    code = f"from celery.app.utils import find_app; print(' '.join(sorted(find_app({module!r}).tasks)))"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          check=True, timeout=60)
     return out.stdout.split()

@@ -77,7 +77,7 @@ def split(hosts) -> Split:
 
 def _app(redis_url: str):
     from qfarm.common.settings import Settings
-    from qfarm.worker.celery_app import configure_app
+    from qfarm.worker.celery import configure_app
 
     return configure_app(Settings(redis_url=redis_url))
 

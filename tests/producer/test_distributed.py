@@ -106,7 +106,7 @@ def test_a_task_delivered_twice_writes_one_row(farm, tmp_path):
     from qfarm.common.settings import Settings
     from qfarm.producer.store import ProducerStore
     from qfarm.producer.sweep import enqueue_jobs, make_manifest
-    from qfarm.worker.celery_app import configure_app
+    from qfarm.worker.celery import configure_app
 
     settings = Settings(redis_url=farm.env["QFARM_REDIS_URL"])
     app = configure_app(settings)

@@ -36,7 +36,7 @@ def client():
 
 @pytest.fixture
 def app():
-    from qfarm.worker.celery_app import configure_app
+    from qfarm.worker.celery import configure_app
 
     return configure_app(Settings(redis_url=URL))
 
@@ -78,7 +78,7 @@ def test_task_args_decodes_real_messages_of_each_stage(client, app):
     from qfarm.common import keys
     from qfarm.common.models import JobRecord
     from qfarm.producer.store import message_run_id, task_args
-    from qfarm.worker.tasks import send_stage
+    from qfarm.worker.celery import send_stage
 
     js = jobs("fwd", n_questions=1, n=1)
     enqueue_jobs(app, js[:2], bundle_size=2)

@@ -186,3 +186,54 @@ def test_a_run_without_a_question_file_is_retried_from_its_error_rows(eager_run)
         sim.stop()
     rows = lines(result.rows_path)
     assert len(rows) == 8 and not any(r["error"] for r in rows)
+
+
+def test_a_distributed_retry_is_followed_by_the_runs_follower(tmp_path):
+    """--retry-errors on the farm goes through producer/sweep.py's Follower: a message lost
+    is sent again, and a run Redis lost mid-retry is healed (manifest and the retry's rows
+    put back) before the job still missing is sent again."""
+    from types import SimpleNamespace
+
+    import fakeredis
+
+    from qfarm.common import keys
+    from qfarm.producer.lease import FollowerLease
+    from qfarm.producer.retry import RETRY_ROWS, ROWS, RetryPlan, follow_retry
+    from qfarm.producer.store import ProducerStore
+    from tests.producer.test_following import a_manifest
+
+    store = ProducerStore(fakeredis.FakeRedis())
+    manifest = a_manifest("r", 3)
+    (tmp_path / ROWS).write_text("".join(
+        json.dumps({"run_id": "r", "job_id": j, "error": e}) + "\n"
+        for j, e in (("a", None), ("b", "llm down"), ("c", "llm down"))))
+    jobs = [SimpleNamespace(job_id=j, attempt=1) for j in ("b", "c")]
+    plan = RetryPlan(manifest=manifest, run_dir=tmp_path, jobs=jobs)  # type: ignore[arg-type]
+    write_row = store.client.register_script(keys.WRITE_ROW_LUA)
+
+    def land(job_id: str) -> None:  # a worker's row write of attempt 1
+        row = json.dumps({"run_id": "r", "job_id": job_id, "error": None, "retried_errors": ["llm"]})
+        write_row(keys=[keys.rows_key("r"), keys.log_key("r"), keys.failed_key("r"),
+                        keys.VERIFY.counter_key("r")], args=[job_id, row, "0", 0, 1])
+
+    sent: list[list[str]] = []
+
+    def send(batch) -> int:
+        sent.append([j.job_id for j in batch])
+        if len(sent) == 1:
+            land("b")  # c's message is lost
+        elif len(sent) == 2:
+            store.client.flushall()  # and then Redis restarts without persistence
+        else:
+            for job in batch:
+                land(job.job_id)
+        return len(batch)
+
+    said: list[str] = []
+    done = follow_retry(plan, store, FollowerLease(store.client, "r"), send, None, said.append,
+                        reconnect_s=5, poll_s=0.01, stall_s=0.05)
+    assert done and sent == [["b", "c"], ["c"], ["c"]]
+    assert [json.loads(line)["job_id"] for line in (tmp_path / RETRY_ROWS).read_text().splitlines()] == ["b", "c"]
+    assert any("sent them again" in s for s in said)
+    assert any("Redis had lost this run" in s for s in said)
+    assert store.manifest("r") == manifest

@@ -175,8 +175,8 @@ def test_a_redis_run_has_the_same_word_in_the_cli_the_api_and_the_viewer(
 ):
     import fakeredis
 
+    import qfarm.producer._status
     import qfarm.producer.store
-    import qfarm.worker.celery_app
     import qfarm.worker.llm.pool
     from qfarm.cli import main
     from qfarm.common import keys
@@ -213,7 +213,7 @@ def test_a_redis_run_has_the_same_word_in_the_cli_the_api_and_the_viewer(
                 return type("I", (), {"active_queues": staticmethod(lambda: {})})()
 
     monkeypatch.setattr(qfarm.producer.store, "connect", lambda url: client)
-    monkeypatch.setattr(qfarm.worker.celery_app, "configure_app", lambda settings: NoWorkers)
+    monkeypatch.setattr(qfarm.producer._status, "celery_app", lambda settings: NoWorkers)
     monkeypatch.setattr(qfarm.worker.llm.pool, "endpoint_report", lambda settings: [])
     assert main(["status", "run-r"]) == 0
     cli = capsys.readouterr().out.split()[1]

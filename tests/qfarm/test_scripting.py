@@ -5,6 +5,7 @@ choices and defaults."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -16,6 +17,7 @@ import pytest
 
 from bench.perf.viewer import write_synthetic_run
 from qfarm.cli import main
+from qfarm.common.vocab import ExitCode
 
 REPO = Path(__file__).resolve().parents[2]
 QFARM = str(Path(sys.executable).parent / "qfarm")
@@ -151,3 +153,19 @@ def test_help_shows_the_modes_and_defaults_and_no_doubled_percent(capsys):
 def test_policy_json_is_the_resolved_policy(capsys):
     assert main(["policy", "--json", "--policy", "top_k=3"]) == 0
     assert json.loads(capsys.readouterr().out)["top_k"] == 3
+
+
+def test_help_names_the_exit_codes_from_their_enum(capsys):
+    top = _help(capsys)
+    for code in (ExitCode.OK, ExitCode.FAILED, ExitCode.USAGE, ExitCode.ROW_ERRORS,
+                 ExitCode.WORSE, ExitCode.INTERRUPTED):
+        assert f" {code:d} " in top
+    # No literal exit code in the command line's strings: each is written from ExitCode.
+    literal = re.compile(r"\b(exits?|exit code is|Exit codes:)\s+\d")
+    found = [
+        f"{path.relative_to(REPO)}:{node.lineno}: {node.value!r}"
+        for path in sorted((REPO / "qfarm").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and literal.search(node.value)
+    ]
+    assert found == []

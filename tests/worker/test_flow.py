@@ -48,7 +48,7 @@ class BrokenRetriever:
 
 @pytest.fixture
 def eager(default_index):
-    from qfarm.worker.celery_app import configure_app
+    from qfarm.worker.celery import configure_app
     from qfarm.worker.retrieval import open_retriever
     from qfarm.worker.services import Services, install_services
     from qfarm.worker.store import WorkerStore
@@ -79,7 +79,7 @@ def a_ref():
 
 
 def test_the_three_stage_tasks_write_one_row(eager):
-    from qfarm.worker import tasks
+    from qfarm.worker import celery as tasks
 
     svc, store, gateway = eager
     job, ref = a_ref()
@@ -91,7 +91,7 @@ def test_the_three_stage_tasks_write_one_row(eager):
 
 
 def test_an_unexpected_exception_becomes_an_error_row(eager):
-    from qfarm.worker import tasks
+    from qfarm.worker import celery as tasks
 
     svc, store, _ = eager
     svc._retriever = BrokenRetriever()  # swap the backend under the task
@@ -116,7 +116,7 @@ def test_each_stage_names_the_kind_of_its_error_rows(eager):
     """A retrieval failure, an LLM failure and a bug: each row says where it came from
     (``error_kind``) and its ``error`` text still starts with that kind."""
     from qfarm.common.errors import LLMConnectError
-    from qfarm.worker import tasks
+    from qfarm.worker import celery as tasks
 
     svc, store, gateway = eager
     good = svc.retriever
@@ -139,7 +139,7 @@ def test_each_stage_names_the_kind_of_its_error_rows(eager):
 
 
 def test_a_row_without_an_error_has_no_error_kind(eager):
-    from qfarm.worker import tasks
+    from qfarm.worker import celery as tasks
 
     _, store, _ = eager
     tasks.retrieve.apply_async(args=[[a_ref()[1]]])
@@ -149,7 +149,7 @@ def test_a_row_without_an_error_has_no_error_kind(eager):
 
 
 def test_a_cancelled_run_starts_nothing(eager):
-    from qfarm.worker import tasks
+    from qfarm.worker import celery as tasks
 
     svc, store, gateway = eager
     store.set_cancelled("r", 0.0)
@@ -189,7 +189,7 @@ def manifest_for(store, run_id, n_questions, n, use_cache=False):
 
 
 def test_a_bundle_searches_once_per_question_and_sends_its_prompts_together(eager):
-    from qfarm.worker import tasks
+    from qfarm.worker import celery as tasks
 
     svc, store, gateway = eager
     counting = CountingRetriever(svc.retriever)
@@ -206,7 +206,7 @@ def test_a_bundle_searches_once_per_question_and_sends_its_prompts_together(eage
 
 
 def test_one_failing_job_does_not_take_its_bundle_down(eager):
-    from qfarm.worker import tasks
+    from qfarm.worker import celery as tasks
 
     svc, store, gateway = eager
     manifest_for(store, "p", 2, 2)
@@ -221,7 +221,7 @@ def test_one_failing_job_does_not_take_its_bundle_down(eager):
 
 
 def test_a_redelivered_bundle_only_redoes_jobs_without_a_row(eager):
-    from qfarm.worker import tasks
+    from qfarm.worker import celery as tasks
 
     svc, store, gateway = eager
     manifest_for(store, "d", 2, 3)
@@ -235,7 +235,7 @@ def test_a_redelivered_bundle_only_redoes_jobs_without_a_row(eager):
 
 
 def test_a_bundle_is_served_from_the_cache_on_a_second_run(eager):
-    from qfarm.worker import tasks
+    from qfarm.worker import celery as tasks
 
     svc, store, gateway = eager
     for run_id in ("c1", "c2"):
@@ -305,7 +305,7 @@ def test_a_failed_hand_off_to_the_next_stage_leaves_the_message_for_redelivery(e
     from celery.exceptions import Reject
     from kombu.exceptions import OperationalError
 
-    from qfarm.worker import tasks
+    from qfarm.worker import celery as tasks
 
     svc, store, gateway = eager
     _, ref = a_ref()
@@ -324,7 +324,7 @@ def test_an_error_row_that_cannot_be_stored_leaves_the_message_for_redelivery(ea
     import redis
     from celery.exceptions import Reject
 
-    from qfarm.worker import tasks
+    from qfarm.worker import celery as tasks
 
     svc, store, _ = eager
     svc._retriever = BrokenRetriever()  # a bug, so the task writes error rows
@@ -353,7 +353,7 @@ class SurrogateForOne(Canned):
 def test_a_lone_surrogate_in_one_reply_fails_nothing(eager, capsys):
     """A failure seen once: a reply with "\\ud800" made all 8 jobs of its bundle
     `internal: PydanticSerializationError`, and eager mode printed a traceback."""
-    from qfarm.worker import tasks
+    from qfarm.worker import celery as tasks
 
     svc, store, _ = eager
     svc._gateway = SurrogateForOne()
@@ -391,7 +391,7 @@ def test_a_manifest_workers_cannot_read_is_a_run_level_error(eager):
     """A failure seen once: `title_boost=inf` went into the manifest as null; every job then failed
     to load, no row was written and the producer re-sent the jobs forever."""
     from qfarm.common import keys
-    from qfarm.worker import tasks
+    from qfarm.worker import celery as tasks
 
     svc, store, gateway = eager
     manifest_for(store, "m", 2, 1)
@@ -408,7 +408,7 @@ def test_a_manifest_workers_cannot_read_is_a_run_level_error(eager):
 def test_a_question_that_cannot_be_serialised_fails_only_its_own_jobs(eager, caplog):
     """A lone surrogate in a question that got past loading: its bundle-mates became
     error rows and its own jobs none, so the follower re-sent them forever."""
-    from qfarm.worker import tasks
+    from qfarm.worker import celery as tasks
 
     svc, store, _ = eager
     manifest_for(store, "p", 2, 2)
@@ -431,7 +431,7 @@ def test_a_single_query_that_cannot_be_serialised_is_its_error_row(eager, caplog
     """The interactive queue: the job fails before any model call, its row says why, and
     no detail is stored for it (the record would not serialise)."""
     from qfarm.common import keys
-    from qfarm.worker import tasks
+    from qfarm.worker import celery as tasks
 
     svc, store, gateway = eager
     manifest_for(store, "i", 1, 1)

@@ -93,6 +93,8 @@ def test_the_redelivery_bound_follows_the_visibility_timeout():
 def test_held_tags_are_those_of_the_reserved_and_active_requests():
     from celery.worker import state
 
+    from qfarm.worker.celery import held_delivery_tags
+
     class Message:
         def __init__(self, tag: str | None):
             self.delivery_tag = tag
@@ -106,7 +108,7 @@ def test_held_tags_are_those_of_the_reserved_and_active_requests():
     state.active_requests.add(held[1])
     state.reserved_requests.add(held[2])
     try:
-        assert sorted(leases.held_delivery_tags()) == ["active-1", "reserved-1"]
+        assert sorted(held_delivery_tags()) == ["active-1", "reserved-1"]
     finally:
         for r in held:
             state.reserved_requests.discard(r)

@@ -79,13 +79,13 @@ def assert_one_clean_row_each(store: ProducerStore, run_id: str, jobs: list[Job]
 
 
 def test_every_link_of_the_chain_is_a_task_on_its_own_queue() -> None:
-    from qfarm.worker import celery_app, tasks
+    from qfarm.worker import celery as tasks
 
     assert [s.stage for s in stages.CHAIN] == list(keys.SWEEP_STAGES)
     assert list(tasks.STAGE_TASKS) == list(keys.SWEEP_STAGES)
     for stage, task in tasks.STAGE_TASKS.items():
         assert task.name == stage.task
-        assert celery_app.TASK_ROUTES[stage.task] == {"queue": stage.queue}
+        assert tasks.TASK_ROUTES[stage.task] == {"queue": stage.queue}
     assert tasks.retrieve is tasks.STAGE_TASKS[stages.CHAIN[0].stage]
 
 

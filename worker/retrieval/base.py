@@ -12,13 +12,14 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from qfarm.common.models import Evidence
+from qfarm.common.vocab import Backend
 
 
 @runtime_checkable
 class Retriever(Protocol):
     """What the pipeline needs from a search backend."""
 
-    backend: str  # a Backend
+    backend: Backend
 
     def search(
         self,

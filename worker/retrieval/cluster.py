@@ -25,6 +25,7 @@ from qfarm.common.retrieval import index as indexes
 from qfarm.common.retrieval import query as search_query
 from qfarm.common.retrieval import ranking
 from qfarm.common.urls import redact_url
+from qfarm.common.vocab import Backend
 
 VERSION_TTL_S = 30.0  # how long index_version() trusts its last alias lookup
 
@@ -71,7 +72,7 @@ class ClusterRetriever:
         self,
         client: Any,
         *,
-        backend: str,
+        backend: Backend,
         url: str,
         alias: str,
         errors: ClientErrors,

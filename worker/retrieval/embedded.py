@@ -306,7 +306,7 @@ class EmbeddedRetriever:
     and saved nothing (its cost is ``bm25()`` over every matching row, not page reads).
     """
 
-    backend: str = Backend.EMBEDDED
+    backend: Backend = Backend.EMBEDDED
 
     def __init__(self, path: Path, *, dense_model: Path | None = None, postings: bool = True):
         self.path = path

@@ -31,6 +31,7 @@ from qfarm.common.grounding.verify.checks import ANCHOR_RUN
 from qfarm.common.grounding.verify.quote import match_quote
 from qfarm.common.grounding.verify.text import STOP_WORDS, tokens
 from qfarm.common.models import Claim, Evidence
+from qfarm.common.vocab import Mode
 
 _WORD_RE = re.compile(r"\S+")
 _INNER_RE = re.compile(r"\w(?:\S*\w)?")
@@ -156,14 +157,14 @@ def _shared_spans(claim: Claim, cited: Sequence[Evidence]) -> list[Span]:
     ]
 
 
-def claim_spans(claim: Claim, blocks: Mapping[str, Evidence], *, mode: str) -> list[Span]:
+def claim_spans(claim: Claim, blocks: Mapping[str, Evidence], *, mode: Mode) -> list[Span]:
     """Spans of the evidence that ``claim`` (as the verifier returned it) matched."""
     if not claim.admitted:
         return []
     cited = [blocks[i] for i in claim.evidence_ids if i in blocks]
-    if mode == "quote":
+    if mode == Mode.QUOTE:
         spans = _quote_spans(claim, blocks)
-    elif mode == "claim_lattice":
+    elif mode == Mode.CLAIM_LATTICE:
         spans = _warrant_spans(claim, cited) if claim.anchored else []
     else:
         spans = _anchor_spans(claim, cited) if claim.anchored else []

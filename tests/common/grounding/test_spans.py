@@ -81,4 +81,4 @@ def test_json_spans_are_the_warrant_and_an_unverified_claim_shows_what_it_shares
 
 def test_claims_past_the_cap_have_no_spans() -> None:
     claim = Claim(text="The Seine flows through Paris", evidence_ids=("E2",), admitted=False)
-    assert claim_spans(claim, {"E2": SEINE}, mode="quote") == []
+    assert claim_spans(claim, {"E2": SEINE}, mode=Mode.QUOTE) == []
