@@ -19,8 +19,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import socket
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +60,30 @@ from qfarm.producer.sweep import Follower, RedisGone, SweepPlan, load_questions
 from qfarm.worker.broker import REDIS_DOWN
 
 RETRY_ROWS = "retry.jsonl"
+RETRY_LOCK = ".retry.lock"
+
+
+@contextmanager
+def one_retry_at_a_time(run_dir: Path, run_id: str) -> Iterator[None]:
+    """Hold the run's retry lock (an exclusive ``flock``, freed when the process ends however
+    it ends): a second ``--retry-errors`` of the run would merge, and delete, the first's
+    ``retry.jsonl`` while it is being written, and the first would then wait forever."""
+    with (run_dir / RETRY_LOCK).open("a+", encoding="utf-8") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            raise InputError(f"run {run_id} is being retried already ({holder}); wait for that "
+                             "retry to end, or stop it, then retry again") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()} on {socket.gethostname()}")
+        fh.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 ROWS = "rows.jsonl"
 
 
@@ -235,7 +261,7 @@ def retry_errors(
     if not eager:
         require_endpoints_for_workers(settings)
     retriever = open_local_retriever(settings, progress=False)
-    with endpoints(settings) as eps:
+    with one_retry_at_a_time(settings.results_dir / run_id, run_id), endpoints(settings) as eps:
         # The endpoints' own settings (a local model's name, its gateway limits) count for
         # the model check as they did when the run started.
         settings = eps.apply(settings) if eager else settings

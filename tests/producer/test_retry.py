@@ -237,3 +237,18 @@ def test_a_distributed_retry_is_followed_by_the_runs_follower(tmp_path):
     assert any("sent them again" in s for s in said)
     assert any("Redis had lost this run" in s for s in said)
     assert store.manifest("r") == manifest
+
+
+def test_a_second_retry_of_a_run_is_refused_while_one_runs(eager_run):
+    """Two retries of one run: the second would merge and delete the first's retry.jsonl
+    while it is written, and the first would wait forever for rows that went with it."""
+    from qfarm.producer.retry import RETRY_ROWS, one_retry_at_a_time
+
+    first, settings, endpoints, _ = eager_run
+    in_progress = first.run_dir / RETRY_ROWS
+    in_progress.write_text('{"job_id": "a row the running retry wrote"}\n')
+    with one_retry_at_a_time(first.run_dir, first.run_id):  # the first retry, still running
+        with pytest.raises(InputError, match=r"is being retried already \(pid \d+ on "):
+            retry_errors(first.run_id, settings=settings, endpoints=endpoints,
+                         questions=QuestionSet.from_texts(QUESTIONS))
+    assert in_progress.read_text().startswith('{"job_id": "a row the running retry wrote"}')
