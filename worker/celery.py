@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import socket
 import sys
 import threading
@@ -60,6 +61,7 @@ from qfarm.common.keys import INTERACTIVE, QUEUES, STAGES, Stage
 from qfarm.common.metrics import role_of
 from qfarm.common.models import JobRecord
 from qfarm.common.settings import Settings, load_settings
+from qfarm.common.urls import redact_url
 from qfarm.worker import broker, flow, leases, metrics, stages
 from qfarm.worker.broker import REDIS_DOWN
 from qfarm.worker.services import Services, get_services
@@ -241,6 +243,34 @@ _logging_done: list[bool] = []
 def _logging_at_init(options: dict | None = None, **_: object) -> None:
     # Sent just before Celery's privilege check warns: that warning goes through it too.
     _setup_logging((options or {}).get("loglevel"))
+    _refuse_wrong_credentials()
+
+
+def _refuse_wrong_credentials() -> None:
+    """Exit at once when Redis refuses the worker's credentials: Celery would retry the
+    broker connection a hundred times while a supervisor showed the worker RUNNING, and no
+    retry can fix a password. Redis being down is left to Celery's retries (it comes back)."""
+    import redis
+
+    settings = load_settings()
+    try:
+        redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5, socket_timeout=5).ping()
+    except (redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError,
+            redis.exceptions.NoPermissionError) as exc:
+        why = f"{type(exc).__name__}: {exc}"
+    except redis.exceptions.ResponseError as exc:
+        if "WRONGPASS" not in str(exc) and "NOAUTH" not in str(exc):
+            return
+        why = str(exc)
+    except redis.exceptions.RedisError:
+        return
+    else:
+        return
+    log.critical(
+        "Redis at %s refused this worker's credentials (%s): fix the password in "
+        "QFARM_REDIS_URL; exiting", redact_url(settings.redis_url), why)
+    logging.shutdown()
+    os._exit(ConfigError.exit_code)
 
 
 @signals.setup_logging.connect
