@@ -34,9 +34,11 @@ from qfarm.producer.aggregator import Aggregator
 from qfarm.producer.capacity import check_plan_fits
 from qfarm.producer.runs import (
     create_run_dir,
+    is_disk_full,
     producer_alive,
     read_manifest,
     read_run_status,
+    stopped_by_full_disk,
     this_process,
     update_run_status,
 )
@@ -160,14 +162,24 @@ def _execute_eager(plan: SweepPlan, jobs: Iterable[Job], run_dir: Path, settings
         if on_progress:
             on_progress(store.progress(run_id, n_jobs))
 
-    store, agg, finished = run_in_process(
-        plan.manifest, jobs,
-        lambda store: Aggregator(store, run_id, run_dir / "rows.jsonl", forget_drained=True),
-        settings, retriever, len(eps.urls), progress, serial=serial)
-    if not finished:
-        return finish_run(plan.manifest, run_dir, agg.written, interrupted=True)
-    error = store.progress(run_id, n_jobs).error
-    if error:
-        update_run_status(run_dir, status=RunStatus.FAILED, error=error, rows=agg.written)
-        return RunResult(plan.manifest, run_dir, RunStatus.FAILED, agg.written, error=error)
-    return finish_run(plan.manifest, run_dir, agg.written)
+    aggregators: list[Aggregator] = []
+
+    def open_aggregator(store: ProducerStore) -> Aggregator:
+        aggregators.append(Aggregator(store, run_id, run_dir / "rows.jsonl", forget_drained=True))
+        return aggregators[-1]
+
+    try:
+        store, agg, finished = run_in_process(plan.manifest, jobs, open_aggregator, settings,
+                                              retriever, len(eps.urls), progress, serial=serial)
+        if not finished:
+            return finish_run(plan.manifest, run_dir, agg.written, interrupted=True)
+        error = store.progress(run_id, n_jobs).error
+        if error:
+            update_run_status(run_dir, status=RunStatus.FAILED, error=error, rows=agg.written)
+            return RunResult(plan.manifest, run_dir, RunStatus.FAILED, agg.written, error=error)
+        return finish_run(plan.manifest, run_dir, agg.written)
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        written = aggregators[0].written if aggregators else 0
+        raise stopped_by_full_disk(run_dir, run_id, exc, written) from None

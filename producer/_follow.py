@@ -22,7 +22,13 @@ from qfarm.producer._services import (
 from qfarm.producer._types import OnProgress, RunResult, Say
 from qfarm.producer.aggregator import Aggregator
 from qfarm.producer.lease import FollowerLease
-from qfarm.producer.runs import read_manifest, read_run_status, update_run_status
+from qfarm.producer.runs import (
+    is_disk_full,
+    read_manifest,
+    read_run_status,
+    stopped_by_full_disk,
+    update_run_status,
+)
 from qfarm.producer.store import ProducerStore, connect
 from qfarm.producer.sweep import (
     Follower,
@@ -121,6 +127,11 @@ def follow_to_end(store: ProducerStore, run_dir: Path, manifest: Manifest, setti
         status = RunStatus.DETACHED
         update_run_status(run_dir, status=status)
         return RunResult(manifest, run_dir, status, _written(follower), error=str(exc))
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        follower.release()  # another follower (a --resume elsewhere) may take the run on
+        raise stopped_by_full_disk(run_dir, run_id, exc, _written(follower)) from None
     written = _written(follower)
     extra: dict[str, object] = dict(recovered or {})
     if follower.restored:
@@ -133,6 +144,10 @@ def follow_to_end(store: ProducerStore, run_dir: Path, manifest: Manifest, setti
         extra["cancelled_jobs"] = prog.cancelled_jobs
     try:
         return finish_run(manifest, run_dir, written, cancelled=prog.cancelled, extra=extra)
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        raise stopped_by_full_disk(run_dir, run_id, exc, written) from None
     finally:
         follower.release()
 

@@ -248,6 +248,9 @@ def plot_deltas(cmp: Comparison, path: Path) -> None:
 def _draw(plots: dict[str, str], title: str, path: Path, draw: Callable[[Path], None]) -> None:
     try:
         draw(path)
+    except OSError as exc:  # the disk, not the plot: say so without a traceback
+        log.warning("could not write %s (%s)", path, exc.strerror or exc)
+        return
     except Exception:  # a missing plot must not cost the operator the report
         log.warning("could not draw %s", path, exc_info=True)
         return
@@ -259,7 +262,11 @@ def _draw(plots: dict[str, str], title: str, path: Path, draw: Callable[[Path], 
 
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no half-written file behind
+        raise
     os.replace(tmp, path)
 
 

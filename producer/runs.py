@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import re
@@ -13,8 +15,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from qfarm.common.errors import InputError, first_validation_error
+from qfarm.common.errors import InputError, ServiceError, first_validation_error
 from qfarm.common.models import Manifest
+from qfarm.common.vocab import RunStatus
 
 # What a run id may be: a directory name under the results directory (nothing that could
 # leave it), short enough for every file system (255 bytes is the usual name limit).
@@ -62,7 +65,11 @@ def question_set_name(question_file: str) -> str:
 
 def write_json_atomic(path: Path, data: dict) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    try:
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no half-written file behind
+        raise
     os.replace(tmp, path)
 
 
@@ -122,3 +129,20 @@ def read_run_status(run_dir: Path) -> dict[str, Any]:
     except (OSError, json.JSONDecodeError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def stopped_by_full_disk(run_dir: Path, run_id: str, exc: OSError, rows: int) -> ServiceError:
+    """The run marked interrupted (if status.json still fits: it is small) and the one-line
+    error to raise: what was written is kept, and ``--resume`` finishes the run."""
+    with contextlib.suppress(OSError):
+        update_run_status(run_dir, status=RunStatus.INTERRUPTED, rows=rows,
+                          error=f"no space left on device ({exc.strerror})")
+    return ServiceError(
+        f"no space left on the device holding {run_dir} ({exc.strerror}): run {run_id} stopped "
+        f"as interrupted with its {rows} rows so far kept; free some space, then "
+        f"`qfarm sweep --resume {run_id}`"
+    )

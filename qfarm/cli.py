@@ -8,6 +8,7 @@ Each subcommand lives in ``qfarm/commands/<name>.py`` and exposes
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
 import os
@@ -202,6 +203,14 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        # Any command that writes (report, compare, index): one line, not a traceback.
+        where = f" writing {exc.filename}" if exc.filename else ""
+        print(f"qfarm: error: no space left on device{where} ({exc.strerror}); free some space "
+              "and run the command again", file=sys.stderr)
+        return int(ExitCode.FAILED)
 
 
 if __name__ == "__main__":

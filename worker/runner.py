@@ -125,9 +125,12 @@ class InProcessRunner:
                     tick()
                 drained += 1
             self._pool.shutdown(wait=True)
-        except BaseException:
+        except BaseException as exc:
             self._stopping = True
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            # Ctrl-C stops at once; any other failure (a full disk under the rows) lets the
+            # bundles already running finish before the services they use are closed: a
+            # thread still inside the gateway as it closed crashed the interpreter's exit.
+            self._pool.shutdown(wait=not isinstance(exc, KeyboardInterrupt), cancel_futures=True)
             with lock:
                 cancelled = [n for future, n in waiting.items() if future.cancelled()]
             for _ in range(sum(cancelled)):
