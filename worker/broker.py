@@ -98,7 +98,9 @@ class Channel(kombu_redis.Channel):
     def server_time(self) -> float:
         """Now on Redis's clock (measured through this channel's client)."""
         if self._clock is None:
-            self._clock = ServerClock(self.client)
+            # The synchronous pool (QoS's own commands use it), not ``self.client``: that
+            # client's connection carries the pending BRPOP.
+            self._clock = ServerClock(self._create_client)
         return self._clock.now()
 
     def _connparams(self, asynchronous: bool = False) -> dict[str, Any]:

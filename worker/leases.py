@@ -51,8 +51,12 @@ class ServerClock:
     """Redis's time (``TIME``) as this process reads it: the local clock plus an offset
     measured every ``CLOCK_CHECK_S`` (half the round trip taken as the server's delay)."""
 
-    def __init__(self, client: redis.Redis, check_s: float = CLOCK_CHECK_S):
-        self.client = client
+    def __init__(self, client: redis.Redis | Callable[[], redis.Redis],
+                 check_s: float = CLOCK_CHECK_S):  # fmt: skip
+        # A client, or how to make one per measurement: kombu's channel measures through its
+        # pool, never through the connection its BRPOP is pending on (a TIME reply read as
+        # the BRPOP's would be a message from a queue named after the time).
+        self._client = client
         self.check_s = check_s
         self._offset = 0.0
         self._checked = -float("inf")
@@ -72,8 +76,9 @@ class ServerClock:
         with self._lock:
             if time.monotonic() - self._checked < self.check_s:
                 return
+            client = self._client if isinstance(self._client, redis.Redis) else self._client()
             before = time.time()
-            seconds, micros = self.client.time()
+            seconds, micros = client.time()
             after = time.time()
             self._offset = seconds + micros / 1e6 - (before + after) / 2
             self._checked = time.monotonic()
