@@ -71,3 +71,18 @@ def run_state(recorded: str | None, *, done: int, total: int, cancelled: bool = 
     if total and done >= total:
         return RunStatus.COMPLETE
     return recorded or RunStatus.RUNNING
+
+
+def status_text(status: str, *, errored: int | None, rows: int) -> str:
+    """The status as every surface shows it: a complete run with error rows reads
+    ``completed with errors (N, x %)`` (N error rows, x % of its rows), never plain
+    ``complete``; another status with error rows says how many. ``errored`` None: not
+    counted (a run listed without reading its rows)."""
+    word = str(status)
+    if not errored or rows <= 0:
+        return word
+    if status == RunStatus.COMPLETE:
+        return f"completed with errors ({errored}, {100 * errored / rows:.1f} %)"
+    rows_word = "error row" if errored == 1 else "error rows"
+    so_far = " so far" if status in LIVE_RUN_STATUSES else ""
+    return f"{word} ({errored} {rows_word}{so_far})"

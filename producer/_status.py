@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from qfarm.common.errors import ConfigError, InputError, ManifestError
+from qfarm.common.runstatus import status_text
 from qfarm.common.settings import Settings
 from qfarm.common.vocab import RunStatus
 from qfarm.producer._services import celery_app
@@ -33,9 +34,12 @@ class RunProgress:
     eager: bool | None = None
     error: str | None = None
     cost: dict | None = None  # what it has cost so far (``control.live_cost``), one run asked for
+    # The state in words, error rows named ("completed with errors (N, x %)").
+    state_text: str = ""
 
     def as_json(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "state": str(self.state), "source": self.source,
+        return {"run_id": self.run_id, "state": str(self.state),
+                "state_text": self.state_text or str(self.state), "source": self.source,
                 "done": self.done, "total": self.total, "failed": self.failed,
                 "stages": dict(self.stages), "modes": list(self.modes),
                 "created_at": self.created_at, "eager": self.eager, "error": self.error,
@@ -133,11 +137,13 @@ def _from_item(item: dict[str, Any]) -> RunProgress:
     prog = item.get("progress")
     if prog is None:  # unreadable
         return RunProgress(item["run_id"], RunStatus.FAILED, error=item.get("error"))
+    errored = prog["failed"] if prog["failed"] is not None else item.get("errored_rows")
     return RunProgress(
         item["run_id"], item["state"], source=item.get("source", "redis"), done=prog["done"],
         total=prog["total"], failed=prog["failed"], stages=dict(prog["stages"] or {}),
         modes=tuple(item.get("modes") or ()), created_at=item.get("created_at"),
         eager=item.get("eager"), error=item.get("error"),
+        state_text=status_text(item["state"], errored=errored, rows=prog["done"]),
     )
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from qfarm.common import keys
 from qfarm.common.errors import InputError, ManifestError
 from qfarm.common.models import Manifest
-from qfarm.common.runstatus import run_state
+from qfarm.common.runstatus import run_state, status_text
 from qfarm.common.settings import Settings
 from qfarm.common.vocab import RunStatus
 from qfarm.producer.aggregator import file_rows
@@ -101,6 +101,9 @@ def describe_run(run_id: str, settings: Settings, store: ProducerStore | None) -
     state = run_state(str(recorded) if recorded else None, done=done, total=total,
                       cancelled=cancelled, error=error, from_rows=not in_redis,
                       eager=manifest.eager, producer_alive=producer_alive(status))
+    recorded_errors = status.get("errored_rows")
+    errored = failed if failed is not None else (
+        recorded_errors if isinstance(recorded_errors, int) else None)
     started = status.get("started_at") or manifest.created_at
     elapsed = max(time.time() - float(started), 1e-9)
     eta_s = None
@@ -109,6 +112,9 @@ def describe_run(run_id: str, settings: Settings, store: ProducerStore | None) -
     return {
         "run_id": run_id,
         "state": state,
+        # The state in words, error rows named: "completed with errors (N, x %)".
+        "state_text": status_text(state, errored=errored, rows=done),
+        "errored_rows": errored,
         "source": "redis" if in_redis else "disk",
         "progress": {"done": done, "total": total, "failed": failed, "stages": stages},
         "eta_s": eta_s,
@@ -151,6 +157,7 @@ def list_runs(settings: Settings, store: ProducerStore | None, *, offset: int,
         m = info["manifest"]
         items.append({
             "run_id": run_id, "kind": run_kind(run_id), "state": info["state"],
+            "state_text": info["state_text"], "errored_rows": info["errored_rows"],
             "progress": info["progress"],
             "created_at": m["created_at"], "modes": m["modes"], "n": m["n"],
             "question_file": m["question_file"],

@@ -25,8 +25,14 @@ from qfarm.common.reporting.phase import CycleDecision, decide_cycle, render_cyc
 from qfarm.common.reporting.report import render_stats, run_wall_s
 from qfarm.common.reporting.runstats import RunStats
 from qfarm.common.reporting.stats import rate_interval
-from qfarm.common.runstatus import run_status
-from qfarm.producer.runs import producer_alive, read_manifest, read_run_status, write_json_atomic
+from qfarm.common.runstatus import run_status, status_text
+from qfarm.producer.runs import (
+    producer_alive,
+    read_manifest,
+    read_run_status,
+    update_run_status,
+    write_json_atomic,
+)
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -303,7 +309,19 @@ def write_summary(run_dir: Path, *, finished_at: float | None = None,
     _write_atomic(path, text)
     if record_cost:
         write_cost(run_dir, manifest, stats, finished_at)
+        # The run's end: status.json says in words what its rows say.
+        update_run_status(run_dir, **error_fields(shown_status(manifest, status, stats.jobs),
+                                                  stats))
     return path
+
+
+def error_fields(status: str, stats: RunStats) -> dict[str, Any]:
+    """What status.json records of a run's error rows: how many, their share of the rows,
+    and the status in words (``completed with errors (N, x %)``)."""
+    errored = stats.error_rows
+    return {"errored_rows": errored,
+            "error_rate": round(errored / stats.rows, 6) if stats.rows else None,
+            "status_text": status_text(status, errored=errored, rows=stats.rows)}
 
 
 def summary_text(manifest: Manifest, stats: RunStats, status: dict[str, Any],

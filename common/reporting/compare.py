@@ -73,11 +73,15 @@ class Metric:
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric("strict", "strict-rate", True),
-    Metric("ungrounded", "UNGROUNDED rate", False),
+    # The headline: over the jobs, an error row counting as a failure; and the error rate
+    # itself, so a run whose endpoint failed reads worse than a clean one.
+    Metric("strict_of_jobs", "strict-rate (of jobs; errors fail)", True),
+    Metric("errors", "error rate (of jobs)", False),
+    Metric("strict", "strict-rate (of answered)", True),
+    Metric("ungrounded", "UNGROUNDED rate (of answered)", False),
     # HYBRID has no better direction (it gains from STRICT and from UNGROUNDED alike); with
     # the other two it makes the verdict distribution the caps decision reads.
-    Metric("hybrid", "HYBRID rate", None),
+    Metric("hybrid", "HYBRID rate (of answered)", None),
     # STRICT counting a row the guard's own cap or scope demotion made HYBRID: what the
     # answers did, on which caps are judged (they must not vote for themselves).
     Metric("answered_strict", "strict-rate without the guard's demotions", True),
@@ -163,6 +167,8 @@ class Comparison:
     manifest_b: Manifest
     rows_a: int
     rows_b: int
+    errors_a: int = 0  # rows with an error or without a verdict
+    errors_b: int = 0
     deltas: list[MetricDelta] = field(default_factory=list)
     kind_shifts: list[KindShift] = field(default_factory=list)
     policy_changes: dict[str, tuple[Any, Any]] = field(default_factory=dict)
@@ -450,6 +456,8 @@ def compare_runs(
         manifest_b=mb,
         rows_a=stats_a.rows,
         rows_b=stats_b.rows,
+        errors_a=stats_a.error_rows,
+        errors_b=stats_b.error_rows,
     )
     for mode in modes:
         for metric in METRICS:
@@ -459,6 +467,7 @@ def compare_runs(
     cmp.kind_shifts = _kind_shifts(stats_a, stats_b, modes)
     cmp.policy_changes = _policy_changes(ma, mb)
     cmp.warnings = _provenance_warnings(ma, mb, len(shared), stats_a.rows, stats_b.rows)
+    cmp.warnings += _error_warnings(cmp)
     only = sorted(set(modes_a) ^ set(modes_b))
     if only:
         cmp.notes.append(
@@ -479,6 +488,20 @@ def compare_runs(
     }
     cmp.phase = phase_decision(cmp)
     return cmp
+
+
+def _error_warnings(cmp: Comparison) -> list[str]:
+    """Error rows are failures in the headline rates and left out of the rates "of
+    answered": say how many each run has, so the latter are never read alone."""
+    if not cmp.errors_a and not cmp.errors_b:
+        return []
+    return [f"Error rows: A {_errors_fact(cmp.errors_a, cmp.rows_a)}, B "
+            f"{_errors_fact(cmp.errors_b, cmp.rows_b)}; they count as failures in the rates "
+            "of jobs and are left out of the rates of answered rows."]
+
+
+def _errors_fact(errors: int, rows: int) -> str:
+    return f"{errors} of {rows} ({100 * errors / rows:.1f} %)" if rows else "0"
 
 
 # --------------------------------------------------------------------------- rendering
@@ -524,6 +547,8 @@ def _run_facts(cmp: Comparison) -> list[str]:
         ("modes", ", ".join(a.modes), ", ".join(b.modes)),
         ("n", str(a.n), str(b.n)),
         ("rows", f"{cmp.rows_a} of {a.n_jobs}", f"{cmp.rows_b} of {b.n_jobs}"),
+        ("error rows", _errors_fact(cmp.errors_a, cmp.rows_a),
+         _errors_fact(cmp.errors_b, cmp.rows_b)),
         ("model", f"`{a.model}`", f"`{b.model}`"),
         ("LLM", "SIMULATED" if a.simulated else "real", "SIMULATED" if b.simulated else "real"),
         (

@@ -40,6 +40,7 @@ from qfarm.common.reporting.stats import (
     rate_interval,
     wilson_interval,
 )
+from qfarm.common.runstatus import status_text
 from qfarm.common.text import replace_control_chars
 from qfarm.common.vocab import LATTICE_MODES, RunStatus
 
@@ -161,6 +162,7 @@ def _header(
     )
     endpoints = list(man.endpoints) or [e for e in stats.endpoints if e != "(none)"]
     index = man.index_version or "—"
+    n_errors = stats.error_rows
     facts = [
         ("question file", f"`{man.question_file}` ({man.question_file_digest})"),
         (
@@ -170,7 +172,8 @@ def _header(
         ),
         ("modes", ", ".join(f"`{m}`" for m in man.modes)),
         ("rows", f"{stats.jobs} of {man.n_jobs} expected"
-                 + (f" ({stats.duplicates} more lines repeat a job)" if stats.duplicates else "")),
+                 + (f" ({stats.duplicates} more lines repeat a job)" if stats.duplicates else "")
+                 + (f"; {error_phrase(n_errors, stats.rows)}" if n_errors else "")),
         ("policy overrides", override_text),
         ("output", _output_note(man.policy)),
         ("verifier_policy_hash", f"`{man.verifier_policy_hash}`"),
@@ -182,7 +185,7 @@ def _header(
         ("retriever", f"{man.retriever}, index `{index}`"),
         ("corpus", man.corpus or "—"),
         ("execution", "eager (in process)" if man.eager else "distributed (Celery)"),
-        ("status", status or "—"),
+        ("status", status_text(status, errored=n_errors, rows=stats.rows) if status else "—"),
         ("started", fmt_time(start)),
         ("finished", fmt_time(end)),
         ("wall time", "—" if wall is None else f"{wall:.1f} s"),
@@ -295,10 +298,31 @@ def _uncertainty_note(stats: RunStats, modes: list[str]) -> str:
     )
 
 
+# The headline rate is over the jobs, an error row counting as a failure; the rate over the
+# rows that reached a verdict stands beside it, named as such.
+STRICT_OF_JOBS = "strict-rate (of jobs; errors fail)"
+STRICT_OF_ANSWERED = "strict-rate (of answered)"
+ERROR_RATE = "error rate (of jobs)"
+DENOMINATORS_NOTE = (
+    "Denominators: \"of jobs\" is every job of the mode with a row (every planned job once "
+    "the run is complete), an error row counting as a failure; \"of answered\" is the rows "
+    "that reached a verdict (jobs minus errors). The shares in the tables below are of "
+    "answered rows."
+)
+
+
+def error_phrase(errored: int, rows: int) -> str:
+    """``55 of 180 rows are errors (30.6 %)``, or "" when none is."""
+    if not errored or rows <= 0:
+        return ""
+    return f"{errored} of {rows} rows are errors ({100 * errored / rows:.1f} %)"
+
+
 def _mode_table(stats: RunStats, modes: list[str]) -> list[str]:
     header = [
-        "mode", "jobs", "S", "H", "U", "errors", "strict-rate",
-        "UNGROUNDED rate", "mean ratio", "p50 ms", "p95 ms", "prompt tok/job", "completion tok/job",
+        "mode", "jobs", "S", "H", "U", "errors", STRICT_OF_JOBS, ERROR_RATE, STRICT_OF_ANSWERED,
+        "UNGROUNDED rate (of answered)", "mean ratio (of answered)", "p50 ms", "p95 ms",
+        "prompt tok/job", "completion tok/job",
     ]  # fmt: skip
     rows = []
     for mode in modes:
@@ -312,6 +336,8 @@ def _mode_table(stats: RunStats, modes: list[str]) -> list[str]:
                 str(t.hybrid),
                 str(t.ungrounded),
                 str(t.errors),
+                fmt_rate(stats, mode, "strict_of_jobs"),
+                fmt_rate(stats, mode, "errors"),
                 fmt_rate(stats, mode, "strict"),
                 fmt_rate(stats, mode, "ungrounded"),
                 fmt_num(t.ratio.mean, 3),
@@ -322,6 +348,7 @@ def _mode_table(stats: RunStats, modes: list[str]) -> list[str]:
             ]
         )
     out = ["", "## Verdicts by mode", ""] + md_table(header, rows)
+    out += ["", DENOMINATORS_NOTE]
     out += ["", _uncertainty_note(stats, modes)]
     if any(stats.modes[m].latency.relative_error for m in modes if m in stats.modes):
         out.append("Latency percentiles come from a bounded sketch (within 1% of a true value).")

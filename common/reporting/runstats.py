@@ -6,8 +6,10 @@ modes, never with the number of rows. Rows come as ``Row`` models or as the
 plain dicts read from ``rows.jsonl``.
 
 Rows with an ``error`` or without a verdict count
-as errors, not as verdicts: every verdict rate's denominator is the rows that
-reached a verdict (``Tally.valid``).
+as errors, not as verdicts. The headline rates are over the jobs (``Tally.rows``: every
+planned job once the run is complete), an error row counting as a failure:
+``strict_of_jobs`` and the error rate ``errors``. Every other verdict rate's denominator is
+the rows that reached a verdict (``Tally.valid``, "of answered").
 """
 
 from __future__ import annotations
@@ -160,10 +162,16 @@ class Tally:
             return self.article_hits, self.article_n
         if metric == "bounded_rejected":
             return self.bounded_rejected, self.bounded_n
+        if metric == "errors":
+            return self.errors, self.rows
+        if metric == "strict_of_jobs":
+            return self.strict, self.rows
         return getattr(self, metric), self.valid
 
 
 BINARY_METRICS = (
+    "strict_of_jobs",
+    "errors",
     "strict",
     "ungrounded",
     "answered_strict",
@@ -302,6 +310,11 @@ class RunStats:
             keys = np.frombuffer(self._job_keys, dtype=np.int64)
             self._jobs_counted = (len(keys), int(np.unique(keys).size))
         return self._jobs_counted[1]
+
+    @property
+    def error_rows(self) -> int:
+        """Rows with an error or without a verdict."""
+        return sum(self.errors.values())
 
     @property
     def duplicates(self) -> int:

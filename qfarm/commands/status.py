@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         stages = " ".join(f"{k}={v}" for k, v in r.stages.items())
         failed = "" if r.failed is None else f"  failed={r.failed}"
         where = "redis" if r.source == "redis" else f"disk ({'eager' if r.eager else 'distributed'})"
-        print(f"{r.run_id}  {r.state:9s} {r.done}/{r.total} rows{failed}  "
+        print(f"{r.run_id}  {r.state_text or r.state:9s} {r.done}/{r.total} rows{failed}  "
               + (f"stages: {stages}  " if stages else "")
               + f"modes={','.join(r.modes)}  age={age}  from {where}")
         if r.error:

@@ -208,7 +208,7 @@ def test_write_comparison(tmp_path: Path) -> None:
     assert (out / "compare_deltas.png").read_bytes()[:8] == PNG_MAGIC
     assert "](compare_deltas.png)" in text
     assert "- `quantifier_reminder_enabled`: false → true" in text
-    assert "BETTER: `quote` strict-rate" in text
+    assert "BETTER: `quote` strict-rate (of answered)" in text
     with pytest.raises(InputError, match="floor"):
         check_floor(-2)
 
@@ -274,7 +274,7 @@ def test_100k_row_file_renders_in_bounded_memory(tmp_path: Path) -> None:
     tracemalloc.stop()
 
     assert stats.rows == n_questions * 3 * n
-    assert "| rows | 102000 of 102000 expected |" in text
+    assert f"| rows | 102000 of 102000 expected; {stats.error_rows} of 102000 rows are errors" in text
     assert "Latency percentiles come from a bounded sketch" in text
     print(f"\npeak {peak / 1e6:.1f} MB streaming vs ~{holding_all / 1e6:.0f} MB to hold the rows")
     assert peak < holding_all / 20

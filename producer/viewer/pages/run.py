@@ -8,7 +8,11 @@ from typing import Any
 from urllib.parse import quote
 
 from qfarm.common.reporting.report import (
+    DENOMINATORS_NOTE,
+    ERROR_RATE,
     GOLD_COLUMNS,
+    STRICT_OF_JOBS,
+    error_phrase,
     fmt_ms,
     fmt_num,
     fmt_pct,
@@ -17,6 +21,7 @@ from qfarm.common.reporting.report import (
     run_warnings,
 )
 from qfarm.common.reporting.runstats import NO_VERDICT, STAGES, UNKNOWN_KIND
+from qfarm.common.runstatus import status_text
 from qfarm.common.vocab import Verdict
 from qfarm.producer.reports import LATENCY_PLOT, STRICT_PLOT
 from qfarm.producer.runs import question_set_name
@@ -35,15 +40,19 @@ def run_page(src: RunSource, run_id: str) -> Response:
     manifest, status, rr = src.run(run_id)
     stats, modes = rr.stats, rr.stats.mode_order(manifest.modes)
     state = str(status.get("status") or "")
+    errored = stats.error_rows
+    shown = status_text(state, errored=errored, rows=stats.rows) if state else ""
     facts = [
         ("question file", f"{h(question_set_name(manifest.question_file))} "
                           f'<span class="note">{h(manifest.question_file)}</span>'),
         ("modes × n", h(f"{', '.join(manifest.modes)} × {manifest.n} ({manifest.n_jobs} jobs)")),
         ("model", h(f"{manifest.model} (profile {manifest.model_profile_id})")),
         ("retriever", h(f"{manifest.retriever} {manifest.index_version or ''}")),
-        ("status", f'<span class="status" data-run="{h(run_id)}" data-live='
-                   f'"{int(state in LIVE_STATES)}">{h(state or "—")}</span> '
-                   f'<span class="count">{stats.rows}/{manifest.n_jobs}</span> rows'),
+        ("status", f'<span class="status{" errored" if errored else ""}" data-run="{h(run_id)}" '
+                   f'data-live="{int(state in LIVE_STATES)}">{h(shown or "—")}</span> '
+                   f'<span class="count">{stats.rows}/{manifest.n_jobs}</span> rows'
+                   + (" · " + _rows_link(run_id, error_phrase(errored, stats.rows),
+                                         verdict="none") if errored else "")),
         ("started", h(fmt_time(status.get("started_at") or manifest.created_at))),
         ("finished", h(fmt_time(finished_at(state, status, stats.last_finished)))),
         ("answers kept", "yes" if manifest.keep_answers else "no (run with --keep-answers)"),
@@ -80,12 +89,14 @@ def mode_section(run_id: str, stats: Any, modes: list[str]) -> list[str]:
     for m in modes:
         t = stats.modes[m].tally if m in stats.modes else None
         if t is None:
-            rows.append([h(m)] + ["0"] + ["—"] * 5)
+            rows.append([h(m)] + ["0"] + ["—"] * 7)
             continue
         rows.append([
             h(m),
             _rows_link(run_id, t.rows, mode=m),
             _rows_link(run_id, t.errors, mode=m, verdict="none") if t.errors else "0",
+            h(fmt_pct(t.strict, t.rows, clusters=stats.clusters(m, "strict_of_jobs"))),
+            h(fmt_pct(t.errors, t.rows, clusters=stats.clusters(m, "errors"))),
             *(
                 f"{_rows_link(run_id, k, mode=m, verdict=v)} · "
                 f"{h(fmt_pct(k, t.valid, clusters=stats.clusters(m, key)))}"
@@ -95,9 +106,11 @@ def mode_section(run_id: str, stats: Any, modes: list[str]) -> list[str]:
             ),
             h(fmt_num(t.ratio.mean, 3)),
         ])
-    header = ["mode", "rows", "errors", f"{Verdict.STRICT} (95% CI)", Verdict.HYBRID,
-              Verdict.UNGROUNDED, "mean ratio"]
-    return ["<h2>Verdicts per mode</h2>", _table(header, rows)]
+    header = ["mode", "jobs", "errors", STRICT_OF_JOBS, ERROR_RATE,
+              f"{Verdict.STRICT} (of answered, 95% CI)", f"{Verdict.HYBRID} (of answered)",
+              f"{Verdict.UNGROUNDED} (of answered)", "mean ratio (of answered)"]
+    return ["<h2>Verdicts per mode</h2>", _table(header, rows, cls="verdicts"),
+            f'<p class="note">{h(DENOMINATORS_NOTE)}</p>']
 
 
 def kind_section(run_id: str, rr: RunRows, modes: list[str]) -> list[str]:

@@ -1,4 +1,5 @@
-"""The runs page (``/``): every run on disk and in Redis, with its progress and strict rates."""
+"""The runs page (``/``): every run on disk and in Redis, with its progress and strict rates
+(over the jobs, an error row a failure, and over the answered rows)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from urllib.parse import quote
 
 from qfarm.common.errors import InputError
 from qfarm.common.reporting.report import fmt_pct, fmt_time
+from qfarm.common.reporting.runstats import Tally
+from qfarm.common.runstatus import status_text
 from qfarm.producer.runs import is_ask_run, question_set_name
 from qfarm.producer.viewer.html import REDIS_BADGE, NotFound, Response, h
 from qfarm.producer.viewer.html import badge as _badge
@@ -21,7 +24,7 @@ def runs_page(src: RunSource) -> Response:
     sweeps = [_run_row(src, r) for r in ids if not is_ask_run(r)]
     asks = sorted((r for r in ids if is_ask_run(r)), reverse=True)
     header = ["run", "question set", "modes × n", "status", "started", "finished",
-              "strict-rate per mode"]
+              "strict-rate per mode (of jobs; of answered)"]
     if src.redis.note:
         source = f'<p class="note" id="redis-note">{h(src.redis.note)}</p>'
     elif not src.redis.configured:
@@ -69,6 +72,15 @@ def _asks_section(src: RunSource, asks: list[str]) -> str:
                      cls="asks sortable"))
 
 
+def strict_rates(t: Tally) -> str:
+    """A mode's strict-rate over its jobs (an error row a failure), the rate over the
+    answered rows beside it: ``40.0% of 60 jobs (57.1% of 42 answered)``."""
+    of_jobs = f"{fmt_pct(t.strict, t.rows, interval=False)} of {t.rows} jobs"
+    if not t.errors:
+        return of_jobs
+    return f"{of_jobs} ({fmt_pct(t.strict, t.valid, interval=False)} of {t.valid} answered)"
+
+
 def _run_row(src: RunSource, run_id: str) -> list[str]:
     try:
         manifest, status, rr = src.run(run_id)
@@ -82,11 +94,13 @@ def _run_row(src: RunSource, run_id: str) -> list[str]:
         f'<span class="count">{done}/{manifest.n_jobs}</span>'
     )
     rates = "<br>".join(
-        f"{h(m)}: {fmt_pct(ms.tally.strict, ms.tally.valid, interval=False)}"
+        f"{h(m)}: {strict_rates(ms.tally)}"
         for m in rr.stats.mode_order(manifest.modes)
         # a mode with no row yet (no rows.jsonl after --detach, a run just begun) has no rate
         if (ms := rr.stats.modes.get(m)) is not None
     )
+    errored = rr.stats.error_rows
+    shown = status_text(state, errored=errored, rows=rr.stats.rows) if state else ""
     started = status.get("started_at") or manifest.created_at
     finished = finished_at(state, status, rr.stats.last_finished)
     return [
@@ -95,8 +109,8 @@ def _run_row(src: RunSource, run_id: str) -> list[str]:
         f'<span title="{h(manifest.question_file)}">'
         f"{h(question_set_name(manifest.question_file))}</span>",
         h(f"{', '.join(manifest.modes)} × {manifest.n}"),
-        f'<span class="status" data-run="{h(run_id)}" data-live="{int(state in LIVE_STATES)}">'
-        f"{h(state or '—')}</span> {bar}",
+        f'<span class="status{" errored" if errored else ""}" data-run="{h(run_id)}" '
+        f'data-live="{int(state in LIVE_STATES)}">{h(shown or "—")}</span> {bar}',
         h(fmt_time(started)),
         h(fmt_time(finished)),
         rates or "—",

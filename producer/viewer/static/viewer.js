@@ -28,7 +28,7 @@ document.addEventListener("DOMContentLoaded", () => {
       try {
         const r = await fetch("/api/progress?run=" + encodeURIComponent(el.dataset.run));
         const p = await r.json();
-        el.textContent = p.status || "—";
+        el.textContent = p.status_text || p.status || "—";
         const box = el.parentElement;
         const bar = box.querySelector("progress");
         if (bar) { bar.max = p.jobs; bar.value = p.rows; }

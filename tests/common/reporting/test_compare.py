@@ -177,14 +177,14 @@ def test_mixed_effects_and_policy_change_are_reported() -> None:
     assert cmp.warnings == []
     strict = {d.mode: d for d in cmp.deltas if d.metric == STRICT}
     assert strict["quote"].effect == "better" and strict["claim_lattice"].effect == "worse"
-    assert any(line.startswith("strict-rate: helps `quote` (+20.0 pp); hurts `claim_lattice` (-20.0 pp)")
+    assert any(line.startswith("strict-rate (of answered): helps `quote` (+20.0 pp); hurts `claim_lattice` (-20.0 pp)")
                for line in cmp.mixed)  # fmt: skip
     text = render_compare(cmp)
     assert "**Mixed effects: the change helps one mode and hurts another**" in text
     assert "- `quantifier_reminder_enabled`: false → true" in text
-    assert "BETTER: `quote` strict-rate +20.0 pp" in text
-    assert "WORSE: `claim_lattice` strict-rate -20.0 pp" in text
-    assert "| `quote` | strict-rate | 50.0% | 70.0% | +20.0 |" in text
+    assert "BETTER: `quote` strict-rate (of answered) +20.0 pp" in text
+    assert "WORSE: `claim_lattice` strict-rate (of answered) -20.0 pp" in text
+    assert "| `quote` | strict-rate (of answered) | 50.0% | 70.0% | +20.0 |" in text
 
 
 def test_different_question_files_model_and_index_warn() -> None:

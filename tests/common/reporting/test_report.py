@@ -229,7 +229,8 @@ def test_header(summary: str) -> None:
     assert "SIMULATED" in summary.split("|")[0]
     assert facts["question file"] == "`bench/questions/smoke.txt` (sha256:feed)"
     assert facts["questions × modes × n"] == "5 × 3 × 2 = 30 jobs"
-    assert facts["rows"] == "30 of 30 expected"
+    # Two of the rows are errors: the header says so beside the count.
+    assert facts["rows"] == "30 of 30 expected; 2 of 30 rows are errors (6.7 %)"
     assert facts["policy overrides"] == "`quantifier_reminder_enabled=true`"
     assert facts["verifier_policy_hash"] == f"`{verifier_policy_hash(POLICY)}`"
     assert facts["governance_policy_hash"] == f"`{governance_policy_hash(POLICY)}`"
@@ -259,22 +260,29 @@ def test_mode_table(summary: str) -> None:
     modes = by(table(summary, "## Verdicts by mode"), "mode")
     quote, cpl, cl = modes["`quote`"], modes["`claim_lattice_pointer`"], modes["`claim_lattice`"]
     assert [quote[k] for k in ("jobs", "S", "H", "U", "errors")] == ["10", "8", "1", "1", "0"]
-    assert quote["strict-rate"] == "80.0% " + ci(*[(2, 2)] * 4, (0, 2))  # clustered, n=2
-    assert quote["UNGROUNDED rate"] == "10.0% " + ci(*[(0, 2)] * 4, (1, 2))
-    assert quote["mean ratio"] == "0.850"
+    assert quote["strict-rate (of answered)"] == "80.0% " + ci(*[(2, 2)] * 4, (0, 2))  # clustered, n=2
+    assert quote["UNGROUNDED rate (of answered)"] == "10.0% " + ci(*[(0, 2)] * 4, (1, 2))
+    assert quote["mean ratio (of answered)"] == "0.850"
     assert (quote["p50 ms"], quote["p95 ms"]) == ("550", "955")  # 100..1000 ms
     assert (quote["prompt tok/job"], quote["completion tok/job"]) == ("100.0", "10.0")
     # Error rows (one HTTP 500, one internal error) are errors, not verdicts.
     assert [cpl[k] for k in ("jobs", "S", "H", "U", "errors")] == ["10", "4", "2", "2", "2"]
-    assert cpl["strict-rate"] == "50.0% " + ci((2, 2), (2, 2), (0, 2), (0, 2))  # q5: errors
-    assert cpl["UNGROUNDED rate"] == "25.0% " + ci((0, 2), (0, 2), (0, 2), (2, 2))
-    assert cpl["mean ratio"] == "0.625"
+    assert cpl["strict-rate (of answered)"] == "50.0% " + ci((2, 2), (2, 2), (0, 2), (0, 2))  # q5: errors
+    assert cpl["UNGROUNDED rate (of answered)"] == "25.0% " + ci((0, 2), (0, 2), (0, 2), (2, 2))
+    assert cpl["mean ratio (of answered)"] == "0.625"
+    # The headline rate is over the jobs, the two error rows counted as failures.
+    assert cpl["strict-rate (of jobs; errors fail)"] == "40.0% " + ci(
+        (2, 2), (2, 2), (0, 2), (0, 2), (0, 2))
+    assert cpl["error rate (of jobs)"] == "20.0% " + ci(*[(0, 2)] * 4, (2, 2))
+    assert quote["strict-rate (of jobs; errors fail)"] == quote["strict-rate (of answered)"]
+    assert quote["error rate (of jobs)"].startswith("0.0% [")
+    assert 'Denominators: "of jobs" is every job of the mode with a row' in summary
     assert (cpl["p50 ms"], cpl["p95 ms"]) == ("450", "765")  # 100..800 ms, errors excluded
     assert (cpl["prompt tok/job"], cpl["completion tok/job"]) == ("200.0", "20.0")
     assert [cl[k] for k in ("jobs", "S", "H", "U", "errors")] == ["10", "0", "0", "10", "0"]
-    assert cl["strict-rate"] == "0.0% " + ci(*[(0, 2)] * 5)
-    assert cl["UNGROUNDED rate"] == "100.0% " + ci(*[(2, 2)] * 5)
-    assert cl["mean ratio"] == "0.000"
+    assert cl["strict-rate (of answered)"] == "0.0% " + ci(*[(0, 2)] * 5)
+    assert cl["UNGROUNDED rate (of answered)"] == "100.0% " + ci(*[(2, 2)] * 5)
+    assert cl["mean ratio (of answered)"] == "0.000"
     assert (cl["p50 ms"], cl["p95 ms"]) == ("50", "50")
     assert (cl["prompt tok/job"], cl["completion tok/job"]) == ("300.0", "35.0")
     # The uncertainty sentence uses the smallest verdict count (8, in claim_lattice_pointer),
@@ -295,7 +303,7 @@ def test_one_sample_per_question_keeps_wilson() -> None:
     verdicts = {(f"q{j}", 0): "S" if j < 8 else "U" for j in range(10)}
     text = _one_mode_summary(verdicts)
     quote = by(table(text, "## Verdicts by mode"), "mode")["`quote`"]
-    assert quote["strict-rate"] == "80.0% [49.0–94.3]"  # Wilson 8/10 (Newcombe 1998)
+    assert quote["strict-rate (of answered)"] == "80.0% [49.0–94.3]"  # Wilson 8/10 (Newcombe 1998)
     assert "Rates carry 95% Wilson intervals" in text
 
 
@@ -304,7 +312,7 @@ def test_repeated_samples_of_one_question_widen_the_interval() -> None:
     # like 10, so the interval is wider than Wilson's over 30 (and than over 10 at z).
     verdicts = {(f"q{j}", i): "S" if j < 8 else "U" for j in range(10) for i in range(3)}
     text = _one_mode_summary(verdicts)
-    cell = by(table(text, "## Verdicts by mode"), "mode")["`quote`"]["strict-rate"]
+    cell = by(table(text, "## Verdicts by mode"), "mode")["`quote`"]["strict-rate (of answered)"]
     low, high = (float(x) for x in cell.split("[")[1].rstrip("]").split("–"))
     assert (low, high) == pytest.approx((100 * rate_interval([(3, 3)] * 8 + [(0, 3)] * 2)[0],
                                          100 * rate_interval([(3, 3)] * 8 + [(0, 3)] * 2)[1]),
@@ -610,7 +618,7 @@ def test_the_dry_run_table_counts_would_fire_kinds_apart_from_the_rates() -> Non
     # the kinds stay out of the violation-kind table and the rates
     assert "BROAD_QUANTIFIER" not in text.split("## Format collapse and violation kinds")[1].split("\n## ")[0]
     verdicts = by(table(text, "## Verdicts by mode"), "mode")["`claim_lattice_pointer`"]
-    assert verdicts["strict-rate"].startswith("75.0% [")
+    assert verdicts["strict-rate (of answered)"].startswith("75.0% [")
 
 
 def test_no_dry_run_table_with_caps_applied_or_the_guard_off() -> None:
@@ -644,3 +652,13 @@ def test_the_summary_says_whether_answers_were_decoded_under_a_grammar() -> None
     assert _output_note(Policy()) == "free text (no grammar)"
     note = _output_note(Policy(structured_output=True))
     assert note.startswith("decoded under each mode's grammar") and "grammar-v1" in note
+
+
+def test_a_complete_run_with_error_rows_reads_completed_with_errors() -> None:
+    text = render_summary(make_manifest(), synthetic_rows(), finished_at=1_060.0,
+                          status="complete")
+    facts = {r["run"]: r[""] for r in table(text, "# qfarm run `run-test`")}
+    assert facts["status"] == "completed with errors (2, 6.7 %)"
+    clean = [r for r in synthetic_rows() if not r.get("error") and r.get("verdict")]
+    text = render_summary(make_manifest(), clean, finished_at=1_060.0, status="complete")
+    assert {r["run"]: r[""] for r in table(text, "# qfarm run `run-test`")}["status"] == "complete"

@@ -64,7 +64,12 @@ def test_runs_list_shows_every_run_with_strict_rates_and_badge(results: Path) ->
         assert f'href="/runs/{run_id}"' in html
     stats = read_stats(results / "run-a" / "rows.jsonl")
     t = stats.modes["quote"].tally
-    assert f"quote: {100 * t.strict / t.valid:.1f}%" in html
+    assert f"quote: {100 * t.strict / t.rows:.1f}% of {t.rows} jobs" in html
+    assert "strict-rate per mode (of jobs; of answered)" in html
+    # A mode with error rows shows its rate over the answered rows beside, named.
+    cl = stats.modes["claim_lattice"].tally
+    assert cl.errors and (f"claim_lattice: {100 * cl.strict / cl.rows:.1f}% of {cl.rows} jobs "
+                          f"({100 * cl.strict / cl.valid:.1f}% of {cl.valid} answered)") in html
     assert html.count("SIMULATED") == 2
     assert 'data-live="0"' in html
 
@@ -196,7 +201,7 @@ def test_index_follows_a_growing_file_and_a_half_written_line(tmp_path: Path) ->
     rows_path.write_text("")
     viewer = Viewer(tmp_path)
     progress = lambda: json.loads(viewer.handle("/api/progress", {"run": "run-live"}).body)  # noqa: E731
-    assert progress() == {"run": "run-live", "rows": 0, "jobs": 12, "status": "running"}
+    assert progress() == {"run": "run-live", "rows": 0, "jobs": 12, "status": "running", "status_text": "running"}
     with rows_path.open("a") as fh:
         for k in range(5):
             fh.write(json.dumps(synthetic_row("run-live", k, 2)) + "\n")
@@ -205,6 +210,7 @@ def test_index_follows_a_growing_file_and_a_half_written_line(tmp_path: Path) ->
         assert progress()["rows"] == 5
         fh.write(json.dumps(synthetic_row("run-live", 5, 2))[40:] + "\n")
     assert progress()["rows"] == 6
+    assert progress()["status_text"] == "running (1 error row so far)"  # job 5 errored
     assert "job00000005" in get(viewer, "/runs/run-live/rows/5")
     assert 'data-live="1"' in get(viewer, "/")
     rows_path.write_text(json.dumps(synthetic_row("run-live", 9, 2)) + "\n")  # replaced

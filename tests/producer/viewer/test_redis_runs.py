@@ -60,7 +60,7 @@ def test_a_redis_only_run_is_listed_live_with_its_progress(
     assert row.count("UTC") == 1  # started only
     assert "redis-note" not in html
     progress = json.loads(viewer.handle("/api/progress", {"run": RUN}).body)
-    assert progress == {"run": RUN, "rows": 4, "jobs": 9, "status": "running"}
+    assert progress == {"run": RUN, "rows": 4, "jobs": 9, "status": "running", "status_text": "running"}
 
 
 def test_run_rows_and_row_pages_read_a_redis_only_run(
