@@ -94,14 +94,35 @@ def judge_run(result: RunResult, max_error_rate: float = 0.0, *,
                       max_error_rate, reason, result.error, result.summary)
 
 
-def judge_run_dir(run_dir: Path, max_error_rate: float = 0.0) -> RunOutcome:
+def record_failure_policy(run_dir: Path, max_error_rate: float) -> None:
+    """Write the ``--max-error-rate`` a sweep was judged by into its ``status.json``, so
+    ``qfarm report`` judges the run by it again (it exits as the sweep did)."""
+    from qfarm.producer.runs import update_run_status
+
+    if (run_dir / "manifest.json").exists():
+        update_run_status(run_dir, max_error_rate=check_error_rate(max_error_rate))
+
+
+def recorded_error_rate(status: dict[str, Any]) -> float:
+    """The ``--max-error-rate`` ``status.json`` records for the run's sweep; 0 without one."""
+    rate = status.get("max_error_rate")
+    if isinstance(rate, int | float) and not isinstance(rate, bool) and math.isfinite(rate) \
+            and 0.0 <= rate <= 1.0:
+        return float(rate)
+    return 0.0
+
+
+def judge_run_dir(run_dir: Path, max_error_rate: float | None = None) -> RunOutcome:
     """Judge a run from its directory alone (``qfarm report``): its status as the summary
-    shows it (``qfarm.common.runstatus``), and its rows."""
+    shows it (``qfarm.common.runstatus``), and its rows. ``max_error_rate`` None: the rate
+    the run's sweep was judged by (``record_failure_policy``), else 0."""
     from qfarm.producer.reports import read_run, shown_status  # matplotlib is slow to import
     from qfarm.producer.runs import read_run_status
 
     manifest, stats = read_run(run_dir)
     recorded = read_run_status(run_dir)
+    if max_error_rate is None:
+        max_error_rate = recorded_error_rate(recorded)
     # Jobs with a row, not lines: a deleted row and a duplicated one keep the line count.
     status = shown_status(manifest, recorded, stats.jobs)
     errored = sum(stats.errors.values())

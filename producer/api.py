@@ -39,7 +39,13 @@ from qfarm.producer._eager import resume_eager
 from qfarm.producer._follow import follow_run
 from qfarm.producer._index import build_index, index_info
 from qfarm.producer._launch import run_sweep
-from qfarm.producer._outcome import RunOutcome, check_error_rate, judge_run, judge_run_dir
+from qfarm.producer._outcome import (
+    RunOutcome,
+    check_error_rate,
+    judge_run,
+    judge_run_dir,
+    record_failure_policy,
+)
 from qfarm.producer._services import open_local_retriever
 from qfarm.producer._status import FarmStatus, RunProgress, farm_status
 from qfarm.producer._types import (
@@ -82,6 +88,7 @@ __all__ = [
     "judge_run_dir",
     "open_local_retriever",
     "poll_pauses",
+    "record_failure_policy",
     "resume_eager",
     "retry_errors",
     "run_sweep",

@@ -189,9 +189,19 @@ def summary_data(run_dir: Path) -> dict[str, Any]:
             low, high = rate_interval(clusters) if t.valid else (None, None)
             rates[verdict] = {"count": k, "rate": k / t.valid if t.valid else None,
                               "ci95": [low, high], "interval": interval_method(clusters)}
+        # The headline rates are over the jobs, an error row a failure ("verdicts" are over
+        # the answered rows, "valid").
+        of_jobs = {}
+        for key, metric in (("strict", "strict_of_jobs"), ("errors", "errors")):
+            k, n = t.proportion(metric)
+            clusters = stats.clusters(name, metric)
+            low, high = rate_interval(clusters) if n else (None, None)
+            of_jobs[key] = {"count": k, "rate": k / n if n else None, "ci95": [low, high],
+                            "interval": interval_method(clusters)}
         p50, p95 = ms.latency.quantiles([0.5, 0.95])
         modes[name] = {
-            "rows": t.rows, "errors": t.errors, "valid": t.valid, "verdicts": rates,
+            "rows": t.rows, "errors": t.errors, "valid": t.valid, "of_jobs": of_jobs,
+            "verdicts": rates,
             "violation_kinds": dict(ms.kinds), "labels": dict(ms.labels),
             "cache_hits": ms.cache_hits,
             "latency_ms": {"p50": p50, "p95": p95},

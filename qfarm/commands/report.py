@@ -33,9 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="where run ids are looked up (default: QFARM_RESULTS_DIR)",
     )
-    p.add_argument("--max-error-rate", type=float, default=0.0, metavar="R",
+    p.add_argument("--max-error-rate", type=float, default=None, metavar="R",
                    help=f"fraction of rows that may error before the exit code is {ExitCode.ROW_ERRORS:d} "
-                        "(default 0)")
+                        "(default: the rate the run's `qfarm sweep` was given, else 0)")
     p.add_argument("--json", action="store_true",
                    help="print the run's outcome as one JSON object (as `qfarm sweep --json`)")
     p.set_defaults(func=run)
@@ -45,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
     from qfarm.producer.api import check_error_rate, judge_run_dir
     from qfarm.producer.reports import resolve_run, write_summary  # matplotlib is slow to import
 
-    check_error_rate(args.max_error_rate)
+    if args.max_error_rate is not None:
+        check_error_rate(args.max_error_rate)
     results_dir = args.results_dir or load_settings().results_dir
     run_dir = resolve_run(args.run, results_dir)
     summary = write_summary(run_dir)

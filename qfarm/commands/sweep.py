@@ -27,6 +27,7 @@ from qfarm.producer.api import (
     check_error_rate,
     follow_run,
     judge_run,
+    record_failure_policy,
     resume_eager,
     retry_errors,
     run_sweep,
@@ -100,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
             result = _sweep(args, settings, bar)
     finally:
         bar.close()
+    # `qfarm report` judges the run again by the same rate.
+    record_failure_policy(result.run_dir, args.max_error_rate)
     outcome = judge_run(result, args.max_error_rate, detached=args.detach)
     code = _report(result, detached=args.detach, outcome=outcome,
                    out=sys.stderr if args.json else sys.stdout)
