@@ -112,10 +112,13 @@ def recorded_error_rate(status: dict[str, Any]) -> float:
     return 0.0
 
 
-def judge_run_dir(run_dir: Path, max_error_rate: float | None = None) -> RunOutcome:
-    """Judge a run from its directory alone (``qfarm report``): its status as the summary
+def judge_run_dir(run_dir: Path, max_error_rate: float | None = None, *,
+                  live: dict[str, Any] | None = None) -> RunOutcome:
+    """Judge a run from its directory (``qfarm report``): its status as the summary
     shows it (``qfarm.common.runstatus``), and its rows. ``max_error_rate`` None: the rate
-    the run's sweep was judged by (``record_failure_policy``), else 0."""
+    the run's sweep was judged by (``record_failure_policy``), else 0. ``live``: what Redis
+    holds of the run (``control.redis_state``), whose state and counts then decide: after
+    ``--detach`` or a cancel the directory lags behind Redis."""
     from qfarm.producer.reports import read_run, shown_status  # matplotlib is slow to import
     from qfarm.producer.runs import read_run_status
 
@@ -125,9 +128,13 @@ def judge_run_dir(run_dir: Path, max_error_rate: float | None = None) -> RunOutc
         max_error_rate = recorded_error_rate(recorded)
     # Jobs with a row, not lines: a deleted row and a duplicated one keep the line count.
     status = shown_status(manifest, recorded, stats.jobs)
-    errored = sum(stats.errors.values())
+    jobs, errored = stats.jobs, stats.error_rows
+    if live is not None:
+        prog = live["progress"]
+        status, jobs = str(live["state"]), int(prog["done"])
+        errored = int(prog["failed"] or 0)
     # An interrupted run read back is a run not complete (1); 130 says *this* process was.
-    code, reason = _judge(manifest, status, stats.jobs, errored, max_error_rate,
+    code, reason = _judge(manifest, status, jobs, errored, max_error_rate,
                           stopped=ExitCode.FAILED)
     if stats.duplicates:
         note = (f"rows.jsonl holds {stats.duplicates} rows for jobs that already have one: it "
@@ -138,7 +145,8 @@ def judge_run_dir(run_dir: Path, max_error_rate: float | None = None) -> RunOutc
             reason = f"{reason}; {note}"
     summary = run_dir / "summary.md"
     error = recorded.get("error")
-    return RunOutcome(manifest, run_dir, status, code, stats.rows, errored, max_error_rate,
+    return RunOutcome(manifest, run_dir, status, code,
+                      jobs if live is not None else stats.rows, errored, max_error_rate,
                       reason, str(error) if error else None,
                       summary if summary.exists() else None)
 

@@ -7,6 +7,7 @@ whose keys expired still answers.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,8 @@ from qfarm.producer.runs import (
     update_run_status,
 )
 from qfarm.producer.store import ProducerStore
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,26 @@ def describe_run(run_id: str, settings: Settings, store: ProducerStore | None) -
         "manifest": manifest.model_dump(mode="json"),
         "has_summary": (run_dir / "summary.md").exists(),
     }
+
+
+def redis_state(run_id: str, settings: Settings, *, timeout_s: float = 1.0) -> dict[str, Any] | None:
+    """What Redis holds of a distributed run, in ``describe_run``'s words (``state``,
+    ``progress``: done, total, failed), or None when Redis does not hold the run or cannot
+    be reached. ``qfarm report`` reads it: after ``--detach`` or a cancel, rows.jsonl and
+    status.json lag behind Redis until a follower writes them."""
+    import redis
+
+    from qfarm.common.errors import ConfigError
+    from qfarm.producer.store import connect
+
+    try:
+        store = ProducerStore(connect(settings.redis_url, timeout_s=timeout_s))
+        if not store.has_manifest(run_id):
+            return None
+        return describe_run(run_id, settings, store)
+    except (ConfigError, ManifestError, OSError, redis.exceptions.RedisError) as exc:
+        log.debug("run %s: Redis not read (%s)", run_id, exc)
+        return None
 
 
 def list_runs(settings: Settings, store: ProducerStore | None, *, offset: int,

@@ -334,7 +334,20 @@ def summary_text(manifest: Manifest, stats: RunStats, status: dict[str, Any],
         finished_at=finished_at,
         status=shown_status(manifest, status, stats.jobs),
         cancelled_jobs=_int_or_none(status.get("cancelled_jobs")),
-    ) + _recovery_note(status)
+    ) + _recovery_note(status) + _redis_note(manifest, stats, status)
+
+
+def _redis_note(manifest: Manifest, stats: RunStats, status: dict[str, Any]) -> str:
+    """A run read while Redis holds it: its rows there are ahead of rows.jsonl's."""
+    in_redis = status.get("rows_in_redis")
+    if status.get("source") != "redis" or not isinstance(in_redis, int):
+        return ""
+    return (
+        "\n## Rows in Redis\n\n"
+        f"Redis holds rows for {in_redis} of {manifest.n_jobs} jobs of this run (the status "
+        f"above is Redis's); rows.jsonl holds {stats.jobs}, and the tables above are over "
+        f"those. `qfarm sweep --attach {manifest.run_id}` writes the rest here.\n"
+    )
 
 
 def existing_plots(run_dir: Path) -> dict[str, str]:
@@ -367,6 +380,8 @@ def shown_status(manifest: Manifest, status: dict[str, Any], rows: int) -> str:
     """The run's status from its rows and its producer's process (``qfarm.common.runstatus``),
     not ``status.json``'s word copied."""
     recorded = status.get("status")
+    if status.get("source") == "redis" and recorded:
+        return str(recorded)  # Redis's word for a run it holds (``control.redis_state``)
     return run_status(str(recorded) if recorded else None, rows=rows, n_jobs=manifest.n_jobs,
                       eager=manifest.eager, producer_alive=producer_alive(status))
 

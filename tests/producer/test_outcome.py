@@ -69,3 +69,49 @@ def test_a_run_read_from_its_directory_is_not_ok_until_whole(tmp_path: Path):
 def test_max_error_rate_is_a_fraction(rate: float):
     with pytest.raises(InputError, match="--max-error-rate"):
         check_error_rate(rate)
+
+
+def test_report_reads_a_detached_cancelled_run_from_redis(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After ``--detach`` and ``qfarm cancel`` the directory still says running with no row;
+    ``qfarm report`` says what Redis holds: cancelled, with the rows that landed there."""
+    import redis
+
+    from qfarm.cli import main
+    from qfarm.common import keys
+    from qfarm.producer.control import cancel_run
+    from qfarm.producer.runs import create_run_dir, update_run_status
+    from qfarm.producer.store import ProducerStore
+    from tests.producer.conftest import redis_url
+    from tests.producer.test_control import manifest
+
+    run_id = "20260103-000000-detach"
+    client = redis.Redis.from_url(redis_url())
+
+    def clean() -> None:
+        for key in client.scan_iter(match=f"qfarm:run:{run_id}:*"):
+            client.delete(key)
+        client.zrem(keys.RUNS_KEY, run_id)
+
+    clean()
+    try:
+        store, m = ProducerStore(client), manifest(run_id)  # 20 jobs, distributed
+        store.put_manifest(m)
+        run_dir = create_run_dir(tmp_path, m)
+        update_run_status(run_dir, status="running", started_at=1.0)
+        for i in range(4):
+            client.hset(keys.rows_key(run_id), f"j{i}", "{}")
+        cancel_run(store, run_id, tmp_path)
+        monkeypatch.setenv("QFARM_REDIS_URL", redis_url())
+        assert main(["report", run_id, "--results-dir", str(tmp_path)]) == 1
+        err = capsys.readouterr().err
+        assert f"run {run_id} is cancelled: 4 of 20 jobs have a row" in err
+        summary = (run_dir / "summary.md").read_text()
+        assert "| status | cancelled |" in summary
+        assert "Redis holds rows for 4 of 20 jobs of this run" in summary
+        assert main(["report", run_id, "--results-dir", str(tmp_path), "--json"]) == 1
+        record = json.loads(capsys.readouterr().out)
+        assert (record["status"], record["rows"]) == ("cancelled", 4)
+    finally:
+        clean()
