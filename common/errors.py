@@ -4,7 +4,8 @@
     ├── InputError                  bad user input (files, flags, policy); never retried
     │   └── PolicyError             unknown policy key or bad value
     ├── ConfigError                 bad settings / environment variables
-    ├── ServiceError                a service we depend on misbehaved
+    ├── ServiceError                a service we depend on misbehaved (exit 1)
+    │   ├── ServiceUnreachableError Redis did not answer (exit 1, like any service down)
     │   ├── TransientServiceError   worth retrying (connect error, timeout, 429, 5xx)
     │   │   ├── LLMConnectError         cannot connect to an LLM endpoint
     │   │   ├── LLMTimeoutError         connected, then timed out
@@ -67,6 +68,12 @@ class ServiceError(QfarmError):
         self.endpoint = endpoint
         self.job_id = job_id
         self.attempts = attempts  # requests sent before giving up (LLM gateway)
+
+
+class ServiceUnreachableError(ServiceError):
+    """A service the command needs did not answer (Redis): a service failed, so the command
+    exits 1, as it does when the search backend fails (``RetrievalError``), never 2, which
+    says the input was wrong."""
 
 
 class TransientServiceError(ServiceError):

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from qfarm.common.errors import ConfigError, InputError, ManifestError
+from qfarm.common.errors import InputError, ManifestError, ServiceUnreachableError
 from qfarm.common.runstatus import status_text
 from qfarm.common.settings import Settings
 from qfarm.common.vocab import RunStatus
@@ -76,7 +76,7 @@ def farm_status(settings: Settings, run_id: str | None = None, limit: int = 10) 
     store, redis_error = None, None
     try:
         store = ProducerStore(connect(settings.redis_url))
-    except ConfigError as exc:
+    except ServiceUnreachableError as exc:
         redis_error = _unreachable(settings, exc)
     if run_id:
         runs = [_one_run(run_id, settings, store, redis_error)]
@@ -93,7 +93,7 @@ def farm_status(settings: Settings, run_id: str | None = None, limit: int = 10) 
                       settings.results_dir, redis_error)
 
 
-def _unreachable(settings: Settings, exc: ConfigError) -> str:
+def _unreachable(settings: Settings, exc: ServiceUnreachableError) -> str:
     from qfarm.common.urls import redact_url
 
     cause = exc.__cause__

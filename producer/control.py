@@ -135,7 +135,7 @@ def redis_state(run_id: str, settings: Settings, *, timeout_s: float = 1.0) -> d
     status.json lag behind Redis until a follower writes them."""
     import redis
 
-    from qfarm.common.errors import ConfigError
+    from qfarm.common.errors import ServiceUnreachableError
     from qfarm.producer.store import connect
 
     try:
@@ -143,7 +143,7 @@ def redis_state(run_id: str, settings: Settings, *, timeout_s: float = 1.0) -> d
         if not store.has_manifest(run_id):
             return None
         return describe_run(run_id, settings, store)
-    except (ConfigError, ManifestError, OSError, redis.exceptions.RedisError) as exc:
+    except (ServiceUnreachableError, ManifestError, OSError, redis.exceptions.RedisError) as exc:
         log.debug("run %s: Redis not read (%s)", run_id, exc)
         return None
 

@@ -7,11 +7,12 @@ import json
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import redis
 
 from qfarm.common import keys
-from qfarm.common.errors import ConfigError
+from qfarm.common.errors import ServiceUnreachableError
 from qfarm.common.grounding.rows import row_attempt
 from qfarm.common.jobs import make_job_id, manifest_from_json
 from qfarm.common.models import Manifest
@@ -21,16 +22,25 @@ from qfarm.producer.runs import ASK_RUN_PREFIX, is_ask_run
 
 
 def connect(url: str, *, timeout_s: float = 5.0) -> redis.Redis:
-    """A Redis client that has answered PING, or a ConfigError saying how to fix it."""
+    """A Redis client that has answered PING, or a ``ServiceUnreachableError`` saying how to
+    fix it (exit 1: a service is down, as for the search backend)."""
     try:
         client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
         client.ping()
     except (redis.exceptions.RedisError, ValueError, OSError) as exc:
-        raise ConfigError(
+        raise ServiceUnreachableError(
             f"cannot reach Redis at {redact_url(url)} ({type(exc).__name__}: {exc}); start it "
-            "(redis-server --port 6379) or set QFARM_REDIS_URL, or run with --eager"
+            f"(redis-server --port {_port_of(url)}) or set QFARM_REDIS_URL, or run with --eager"
         ) from exc
     return client
+
+
+def _port_of(url: str) -> int:
+    """The port a Redis URL names (6379, Redis's own, when it names none)."""
+    try:
+        return urlsplit(url).port or 6379
+    except ValueError:
+        return 6379
 
 
 @dataclass(frozen=True)

@@ -102,3 +102,24 @@ def test_compare_fails_on_worse_only_when_asked(env, tmp_path):
     assert all(d["verdict"] == "signal" and d["effect"] == "worse" for d in record["regressions"])
     cycle = qfarm(env, "compare", "good", "bad", "good", "bad", "--fail-on-worse")
     assert cycle.returncode == 2 and "--fail-on-worse judges two runs" in cycle.stderr
+
+
+def test_a_service_that_is_down_exits_1_everywhere(env, tmp_path):
+    """Redis down is a service failing (1), as the search backend's failure is, never bad
+    input (2); the hint names the port of the URL that was tried."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(env, QFARM_REDIS_URL=f"redis://127.0.0.1:{port}/0",
+               QFARM_LLM_ENDPOINTS=f"http://127.0.0.1:{port}")
+    (tmp_path / "q.txt").write_text("What is jazz?\n")
+    for args in (("cancel", "20260101-000000-abcdef"), ("sweep", str(tmp_path / "q.txt"))):
+        res = qfarm(env, *args)
+        assert res.returncode == 1, (args, res.stderr)
+        assert f"cannot reach Redis at redis://127.0.0.1:{port}/0" in res.stderr
+        assert f"redis-server --port {port}" in res.stderr
+    search = qfarm(dict(env, QFARM_RETRIEVER="elasticsearch",
+                        QFARM_ES_URL=f"http://127.0.0.1:{port}"), "search", "jazz")
+    assert search.returncode == 1, search.stderr

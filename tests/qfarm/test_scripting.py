@@ -41,7 +41,8 @@ def test_status_reads_an_eager_run_from_its_directory_with_redis_up_or_down(env,
 
     res = qfarm(up, "status", "run-e")
     assert res.returncode == 0, res.stderr
-    assert res.stdout.startswith("run-e  complete  12/12 rows  failed=1  modes=quote,"), res.stdout
+    assert res.stdout.startswith("run-e  completed with errors (1, 8.3 %) 12/12 rows  failed=1  "
+                                 "modes=quote,"), res.stdout
     assert "from disk (eager)" in res.stdout and "queued messages:" in res.stdout
 
     res = qfarm(down, "status", "run-e")
@@ -49,7 +50,7 @@ def test_status_reads_an_eager_run_from_its_directory_with_redis_up_or_down(env,
     first, second = res.stdout.splitlines()[:2]
     assert first.startswith(f"Redis at redis://127.0.0.1:{unused_port}/0 is unreachable (")
     assert "showing the run directories" in first
-    assert second.startswith("run-e  complete  12/12 rows  failed=1")
+    assert second.startswith("run-e  completed with errors (1, 8.3 %) 12/12 rows  failed=1")
     assert "--eager" not in res.stdout + res.stderr  # `status` takes no --eager
 
     res = qfarm(down, "status", "no-such-run")
