@@ -43,6 +43,7 @@ CHATTY = ("matplotlib", "PIL", "httpcore", "httpx", "asyncio", "urllib3")
 SEARCH_CLIENTS = ("opensearch", "elasticsearch", "elastic_transport")
 
 _role = "qfarm"
+_process_fields: dict[str, str] = {}
 _context: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
     "qfarm_log_context", default=None
 )
@@ -95,8 +96,15 @@ class Redactor:
         return _QUERY_PASSWORD.sub(lambda m: m.group("head") + REDACTED, text)
 
 
+def set_process_fields(**fields: object) -> None:
+    """Fields every line of this process carries unless the record or ``log_context``
+    names its own: a ``qfarm sweep`` process runs one run, so from its start on each line
+    (its threads' and its gateway's too) names the run."""
+    _process_fields.update({k: str(v) for k, v in fields.items() if v is not None})
+
+
 def _fields(record: logging.LogRecord) -> dict[str, str]:
-    ctx = _context.get() or {}
+    ctx = {**_process_fields, **(_context.get() or {})}
     out = {}
     for name in FIELDS:
         value = getattr(record, name, None)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+
 from qfarm.common.errors import InputError
 from qfarm.common.jobs import check_samples, parse_modes
+from qfarm.common.logs import job_fields
 from qfarm.common.settings import Settings, load_settings
 from qfarm.producer._distributed import run_distributed
 from qfarm.producer._eager import run_eager
@@ -16,6 +19,8 @@ from qfarm.producer._types import (
     SweepSpec,
     configured_endpoints,
 )
+
+log = logging.getLogger(__name__)
 
 
 def run_sweep(
@@ -55,10 +60,21 @@ def run_sweep(
     questions = spec.question_set(settings.max_question_chars).selected(
         limit=spec.limit, sample=spec.sample, seed=spec.seed)
     if eager:
-        return run_eager(spec, questions, modes, settings, endpoints, on_progress, index_progress,
-                          serial=serial)
-    return run_distributed(spec, questions, modes, settings, endpoints, on_progress, say,
-                            detach=detach, index_progress=index_progress)
+        result = run_eager(spec, questions, modes, settings, endpoints, on_progress,
+                           index_progress, serial=serial)
+    else:
+        result = run_distributed(spec, questions, modes, settings, endpoints, on_progress, say,
+                                 detach=detach, index_progress=index_progress)
+    log_run_end(result)
+    return result
+
+
+def log_run_end(result: RunResult) -> None:
+    """A sweep's end, on the log at INFO whatever it was (its start: ``create_run_dir``)."""
+    log.info("run %s ended %s: %d of %d jobs have a row%s", result.run_id, result.status,
+             result.rows_written, result.manifest.n_jobs,
+             f" ({result.error})" if result.error else "",
+             extra=job_fields(run_id=result.run_id))
 
 
 def _retry(spec: SweepSpec, run_id: str, *, eager: bool, settings: Settings,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import logging
 import os
 import re
 import secrets
@@ -15,9 +16,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from qfarm.common import logs
 from qfarm.common.errors import InputError, ServiceError, first_validation_error
+from qfarm.common.logs import job_fields
 from qfarm.common.models import Manifest
 from qfarm.common.vocab import RunStatus
+
+log = logging.getLogger(__name__)
 
 # What a run id may be: a directory name under the results directory (nothing that could
 # leave it), short enough for every file system (255 bytes is the usual name limit).
@@ -78,6 +83,13 @@ def create_run_dir(results_dir: Path, manifest: Manifest) -> Path:
     run_dir = results_dir / manifest.run_id
     run_dir.mkdir(parents=True, exist_ok=False)
     write_json_atomic(run_dir / "manifest.json", manifest.model_dump(mode="json"))
+    if logs.role() == "cli":  # the command runs this one run: every later line names it
+        logs.set_process_fields(run_id=manifest.run_id)
+    # A sweep's start, on the log (its end: ``run_sweep``).
+    log.info("run %s started: %d questions × %d modes × n=%d = %d jobs, %s, in %s",
+             manifest.run_id, manifest.n_questions, len(manifest.modes), manifest.n,
+             manifest.n_jobs, "eager" if manifest.eager else "distributed", run_dir,
+             extra=job_fields(run_id=manifest.run_id))
     return run_dir
 
 

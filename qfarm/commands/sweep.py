@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, TextIO
 from qfarm import question_sets, runtime
 from qfarm.common.errors import InputError
 from qfarm.common.jobs import check_samples, parse_modes
+from qfarm.common.logs import log_context
 from qfarm.common.models import ALL_MODES
 from qfarm.common.settings import load_settings
 from qfarm.common.vocab import ExitCode, RunStatus
@@ -104,8 +105,9 @@ def run(args: argparse.Namespace) -> int:
     # `qfarm report` judges the run again by the same rate.
     record_failure_policy(result.run_dir, args.max_error_rate)
     outcome = judge_run(result, args.max_error_rate, detached=args.detach)
-    code = _report(result, detached=args.detach, outcome=outcome,
-                   out=sys.stderr if args.json else sys.stdout)
+    with log_context(run_id=result.run_id):  # the run's last lines carry its id in the logs
+        code = _report(result, detached=args.detach, outcome=outcome,
+                       out=sys.stderr if args.json else sys.stdout)
     record = json.dumps(outcome.as_json(), ensure_ascii=False)
     if args.json_file:
         args.json_file.write_text(record + "\n", encoding="utf-8")

@@ -84,7 +84,7 @@ def test_text_logs_are_prefixed_and_redacted(env, flaky_sim):
     done = qfarm(secret_env(env, flaky_sim.url), "--log-level", "info", "sweep", "smoke",
                  "--modes", "quote", "--eager")
     lines = [x for x in done.stderr.splitlines() if "attempt 1 failed" in x]
-    assert lines and all(" INFO cli qfarm.llm [job=" in x for x in lines)
+    assert lines and all(" INFO cli qfarm.llm [run=" in x and " job=" in x for x in lines)
     for secret in SECRETS:
         assert secret not in done.stderr
 
@@ -106,3 +106,24 @@ def test_the_log_handler_writes_to_the_stderr_of_the_moment(monkeypatch) -> None
     logging.getLogger("qfarm.test").warning("a line after the first stream closed")
     lines = second.getvalue().splitlines()
     assert len(lines) == 1 and lines[0].endswith("a line after the first stream closed"), lines
+
+
+def test_a_sweep_logs_its_start_and_end_and_its_last_lines_carry_its_run_id(env, flaky_sim):
+    run_env = {**secret_env(env, flaky_sim.url), "QFARM_LOG_FORMAT": "json"}
+    done = qfarm(run_env, "sweep", "smoke", "--modes", "quote", "--eager", "--log-level", "info")
+    records = [json.loads(line) for line in done.stderr.splitlines() if line.strip()]
+    started = [r for r in records if r["message"].startswith("run ") and " started: " in r["message"]]
+    assert len(started) == 1 and started[0]["level"] == "info", done.stderr[-3000:]
+    run_id = started[0]["run_id"]
+    assert started[0]["message"].startswith(f"run {run_id} started: ")
+    assert " questions × 1 modes × n=1 = " in started[0]["message"]
+    ended = [r for r in records if r["message"].startswith(f"run {run_id} ended ")]
+    assert len(ended) == 1 and ended[0]["run_id"] == run_id and ended[0]["level"] == "info"
+    # Every line from the start on names the run: the job lines, the gateway's failed
+    # attempts, the end, and the command's own closing lines ("completed with errors", paths).
+    after = records[records.index(started[0]):]
+    missing = [r["message"] for r in after if r.get("run_id") != run_id]
+    assert not missing, missing
+    closing = [r for r in after if r["logger"] == "qfarm.cli"]
+    assert closing and all(r["run_id"] == run_id for r in closing)
+    assert any("attempt 1 failed" in r["message"] for r in after)  # the gateway's, named too
