@@ -11,16 +11,36 @@ keeps a flag beside the exception; a loop that runs until a run ends calls
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
+import sys
 import threading
 from types import FrameType
 
 _requested = threading.Event()
 
 
+STOPPING = "qfarm: stopping… (the run keeps the rows it has)"
+
+
 def _on_sigint(signum: int, frame: FrameType | None) -> None:
+    if not _requested.is_set():
+        _say_stopping()
     _requested.set()
     raise KeyboardInterrupt
+
+
+def _say_stopping() -> None:
+    """Say at once that the stop was heard: ending a run's threads takes seconds."""
+    try:
+        sys.stderr.write(f"\n{STOPPING}\n")
+        sys.stderr.flush()
+    except (RuntimeError, OSError, ValueError):
+        # The signal came while the main thread was writing to stderr (a reentrant call
+        # into its buffer), or stderr is closed: write past the buffer.
+        with contextlib.suppress(OSError):
+            os.write(2, f"\n{STOPPING}\n".encode())
 
 
 def install() -> None:

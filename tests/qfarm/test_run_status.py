@@ -220,3 +220,41 @@ def test_a_redis_run_has_the_same_word_in_the_cli_the_api_and_the_viewer(
     assert main(["status", "run-r"]) == 0
     cli = capsys.readouterr().out.split()[1]
     assert (cli, api, viewer) == (expected, expected, expected)
+
+
+@pytest.mark.slow
+def test_ctrl_c_says_stopping_at_once(tmp_path, env, slow_sim):
+    """The run's threads take seconds to end; the command says at once that it heard."""
+    import threading
+
+    questions = tmp_path / "q.txt"
+    questions.write_text("".join(f"What is the river number {i} of Europe?\n" for i in range(12)))
+    run_env = {**env, "QFARM_LLM_ENDPOINTS": slow_sim, "QFARM_LLM_MAX_INFLIGHT_PER_ENDPOINT": "2",
+               "QFARM_RESULTS_DIR": str(tmp_path / "results")}
+    proc = subprocess.Popen([QFARM, "sweep", str(questions), "--modes", "quote", "--eager",
+                             "--quiet"], cwd=REPO, env=run_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    heard: list[tuple[float, str]] = []
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            heard.append((time.monotonic(), line))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    results = tmp_path / "results"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # the run has begun: a row has landed
+        rows = list(results.glob("*/rows.jsonl")) if results.exists() else []
+        if rows and rows[0].read_bytes().count(b"\n") >= 1:
+            break
+        assert proc.poll() is None
+        time.sleep(0.05)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=120) == 130
+    reader.join(timeout=10)
+    stopping = [t for t, line in heard if "qfarm: stopping…" in line]
+    assert len(stopping) == 1, heard
+    assert stopping[0] - sent < 1.0, f"said after {stopping[0] - sent:.1f} s"
