@@ -15,6 +15,7 @@ from typing import Any
 
 from qfarm.common.errors import InputError
 from qfarm.common.models import Manifest
+from qfarm.common.settings import Settings
 from qfarm.common.vocab import ExitCode, RunStatus
 from qfarm.producer._types import RunResult
 
@@ -174,3 +175,24 @@ def _judge(manifest: Manifest, status: str, rows: int, errored: int, max_error_r
             "allows); the summary's 'Errors and retries' section says what failed"
         )
     return ExitCode.OK, ""
+
+
+def report_run(run_dir: Path, settings: Settings, max_error_rate: float | None = None) -> RunOutcome:
+    """``qfarm report``: write the run's summary and judge it. A distributed run that Redis
+    still holds is read there (``control.redis_state``): after ``--detach`` or a cancel its
+    directory lags behind Redis, whose state and counts of rows then stand."""
+    from qfarm.producer.control import redis_state
+    from qfarm.producer.reports import write_summary  # matplotlib is slow to import
+    from qfarm.producer.runs import read_manifest, read_run_status
+
+    manifest, live = read_manifest(run_dir), None
+    if not manifest.eager:
+        live = redis_state(manifest.run_id, settings.model_copy(
+            update={"results_dir": run_dir.parent}))
+    if live is None:
+        write_summary(run_dir)
+    else:
+        write_summary(run_dir, status={**read_run_status(run_dir), "status": live["state"],
+                                       "source": "redis",
+                                       "rows_in_redis": live["progress"]["done"]})
+    return judge_run_dir(run_dir, max_error_rate, live=live)

@@ -45,6 +45,7 @@ from qfarm.producer._outcome import (
     judge_run,
     judge_run_dir,
     record_failure_policy,
+    report_run,
 )
 from qfarm.producer._services import open_local_retriever
 from qfarm.producer._status import FarmStatus, RunProgress, farm_status
@@ -89,6 +90,7 @@ __all__ = [
     "open_local_retriever",
     "poll_pauses",
     "record_failure_policy",
+    "report_run",
     "resume_eager",
     "retry_errors",
     "run_sweep",

@@ -169,16 +169,17 @@ def _new_figure(width: float, height: float, *,
 
 
 def plot_strict_rates(manifest: Manifest, stats: RunStats, path: Path) -> None:
-    """Bar per mode: strict-rate with its 95% interval (clustered by question when n > 1)."""
+    """Bar per mode: the headline strict-rate (over the jobs, an error row a failure) with
+    its 95% interval (clustered by question when n > 1)."""
     modes = stats.mode_order(m.value for m in manifest.modes)
     fig = _new_figure(1.6 + 1.4 * len(modes), 3.6, margins=(0.75, 0.65, 0.15, 0.35))
     ax = fig.add_subplot()
     rates, lows, highs = [], [], []
     for mode in modes:
         t = stats.modes[mode].tally if mode in stats.modes else None
-        k, n = (t.strict, t.valid) if t else (0, 0)
+        k, n = t.proportion("strict_of_jobs") if t else (0, 0)
         rate = 100 * k / n if n else 0.0
-        low, high = rate_interval(stats.clusters(mode, "strict"))
+        low, high = rate_interval(stats.clusters(mode, "strict_of_jobs"))
         rates.append(rate)
         lows.append(rate - 100 * low if n else 0.0)
         highs.append(100 * high - rate if n else 0.0)
@@ -186,7 +187,7 @@ def plot_strict_rates(manifest: Manifest, stats: RunStats, path: Path) -> None:
     ax.bar(x, rates, color="#4c72b0", yerr=[lows, highs], capsize=6)
     ax.set_xticks(x, [m.replace("_", "_\n") for m in modes], fontsize=8)
     ax.set_ylim(0, 100)
-    ax.set_ylabel("strict-rate, % (95% interval)")
+    ax.set_ylabel("strict-rate of jobs, errors fail,\n% (95% interval)", fontsize=8)
     title = f"{manifest.run_id}: strict-rate by mode"
     ax.set_title(title + (" (SIMULATED)" if manifest.simulated else ""), fontsize=9)
     fig.savefig(path)

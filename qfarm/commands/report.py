@@ -7,9 +7,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
-from qfarm.common.settings import Settings, load_settings
+from qfarm.common.settings import load_settings
 from qfarm.common.vocab import ExitCode
 
 
@@ -43,39 +42,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from qfarm.producer.api import check_error_rate, judge_run_dir
-    from qfarm.producer.reports import resolve_run, write_summary  # matplotlib is slow to import
-    from qfarm.producer.runs import read_run_status
+    from qfarm.producer.api import check_error_rate, report_run
+    from qfarm.producer.reports import resolve_run  # matplotlib is slow to import
 
     if args.max_error_rate is not None:
         check_error_rate(args.max_error_rate)
     settings = load_settings()
-    results_dir = args.results_dir or settings.results_dir
-    run_dir = resolve_run(args.run, results_dir)
-    live = _redis_state(run_dir, settings)
-    if live is None:
-        summary = write_summary(run_dir)
-    else:  # Redis is ahead of the directory (after --detach, a cancel): its word stands
-        summary = write_summary(run_dir, status={
-            **read_run_status(run_dir), "status": live["state"], "source": "redis",
-            "rows_in_redis": live["progress"]["done"]})
-    outcome = judge_run_dir(run_dir, args.max_error_rate, live=live)
+    run_dir = resolve_run(args.run, args.results_dir or settings.results_dir)
+    outcome = report_run(run_dir, settings, args.max_error_rate)
     if args.json:
         print(json.dumps(outcome.as_json(), ensure_ascii=False))
     else:
-        print(f"summary: {summary}")
+        print(f"summary: {run_dir / 'summary.md'}")
     if outcome.reason:
         print(outcome.reason, file=sys.stderr)
     return int(outcome.exit_code)
-
-
-def _redis_state(run_dir: Path, settings: Settings) -> dict[str, Any] | None:
-    """What Redis holds of a distributed run (None for an eager run, one Redis let go, or
-    Redis unreachable: the directory then says all there is)."""
-    from qfarm.producer.control import redis_state
-    from qfarm.producer.runs import read_manifest
-
-    manifest = read_manifest(run_dir)
-    if manifest.eager:
-        return None
-    return redis_state(manifest.run_id, settings.model_copy(update={"results_dir": run_dir.parent}))
