@@ -30,6 +30,14 @@ def sims():
         yield clean.url, broken.url
 
 
+@pytest.fixture
+def env(env):
+    """The test Redis database (``qfarm status`` asks Redis and its workers too)."""
+    from tests.producer.conftest import redis_url
+
+    return dict(env, QFARM_REDIS_URL=redis_url())
+
+
 def _sweep(env: dict[str, str], endpoint: str, *extra: str) -> dict:
     env = dict(env, QFARM_LLM_ENDPOINTS=endpoint, QFARM_LLM_MAX_ATTEMPTS="1",
                QFARM_LLM_WAIT_FOR_ENDPOINT_S="0")
