@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -96,10 +97,19 @@ def server(tmp_path: Path, real_run: Callable[..., Path], real_index: Path,
     write_summary(real_run(RUN_B, CHANGED))
     detached = write_synthetic_run(tmp_path / "results", DETACHED, 2, status="running")
     (detached / "rows.jsonl").unlink()  # `qfarm sweep --detach`: no row has landed yet
+    with served(tmp_path / "results", QFARM_REDIS_URL=redis_run[0],
+                QFARM_INDEX_PATH=str(real_index)) as url:  # fmt: skip
+        yield url
+
+
+@contextmanager
+def served(results: Path, *flags: str, **env_vars: str) -> Iterator[str]:
+    """`qfarm view RESULTS --port 0 FLAGS` in a subprocess (QFARM_* only from ``env_vars``);
+    yields its base URL, and stops it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("QFARM_")}
-    env.update(QFARM_REDIS_URL=redis_run[0], QFARM_INDEX_PATH=str(real_index))
+    env.update(env_vars)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "qfarm.cli", "view", str(tmp_path / "results"), "--port", "0"],
+        [sys.executable, "-m", "qfarm.cli", "view", str(results), "--port", "0", *flags],
         stdout=subprocess.PIPE, text=True, env=env,
     )
     try:

@@ -8,10 +8,7 @@ Runs on disk only (``qfarm view --no-redis``); the browser as in ``test_browser.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +16,7 @@ import pytest
 
 from bench.perf.viewer import write_synthetic_run
 
-from .test_browser import browser, shot  # noqa: F401  (the Chromium fixture)
+from .test_browser import browser, served, shot  # noqa: F401  (the Chromium fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -49,19 +46,8 @@ def server(tmp_path: Path) -> Iterator[str]:
     results = tmp_path / "results"
     make_errored(write_synthetic_run(results, CLEAN, 10, status="complete"), 0)
     make_errored(write_synthetic_run(results, ERRORED, 10, status="complete"), 3)  # 20 of 60
-    env = {k: v for k, v in os.environ.items() if not k.startswith("QFARM_")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "qfarm.cli", "view", str(results), "--port", "0", "--no-redis"],
-        stdout=subprocess.PIPE, text=True, env=env,
-    )
-    try:
-        line = proc.stdout.readline() if proc.stdout else ""
-        match = re.search(r"http://[\d.]+:\d+/", line)
-        assert match, f"qfarm view did not start: {line!r}"
-        yield match.group(0)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with served(results, "--no-redis") as url:
+        yield url
 
 
 def test_an_errored_run_reads_as_errored_in_chromium(server: str, browser: object,  # noqa: F811
