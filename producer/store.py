@@ -18,7 +18,7 @@ from qfarm.common.jobs import make_job_id, manifest_from_json
 from qfarm.common.models import Manifest
 from qfarm.common.urls import redact_url
 from qfarm.common.vocab import Role
-from qfarm.producer.runs import ASK_RUN_PREFIX, is_ask_run
+from qfarm.producer.runs import is_ask_run
 
 
 def connect(url: str, *, timeout_s: float = 5.0) -> redis.Redis:
@@ -88,16 +88,15 @@ class ProducerStore:
     # manifests ----------------------------------------------------------------
     def put_manifest(self, manifest: Manifest, *, ttl_s: int | None = None) -> None:
         """Register a run; with ``ttl_s`` (a single question's run, which lives as long as its
-        row) the manifest expires, and index entries of such runs past it are pruned."""
+        row) the manifest expires, and the index entries of questions' runs past it go."""
         pipe = self.client.pipeline()
         pipe.set(keys.manifest_key(manifest.run_id), manifest.model_dump_json(), ex=ttl_s)
         pipe.zadd(keys.RUNS_KEY, {manifest.run_id: manifest.created_at})
         pipe.execute()
         if ttl_s is not None:
-            prefix = ASK_RUN_PREFIX if is_ask_run(manifest.run_id) else manifest.run_id
             stale: list[bytes] = self.client.zrangebyscore(  # type: ignore[assignment]
                 keys.RUNS_KEY, "-inf", manifest.created_at - ttl_s)
-            gone = [r for r in stale if r.decode().startswith(prefix)]
+            gone = [r for r in stale if is_ask_run(r.decode())]
             if gone:
                 self.client.zrem(keys.RUNS_KEY, *gone)
 
