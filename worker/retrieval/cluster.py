@@ -184,6 +184,13 @@ class ClusterRetriever:
                 raise
             return search_query.evidence_from_hits(ranking.rerank_hits(query, response["hits"]["hits"], top_k))
 
+    def _saturated(self, what: str, attempts: int) -> RetrievalError:
+        return RetrievalError(
+            f"{self.backend} at {self.url} rejected {what} {attempts} times (HTTP 429: its "
+            "search queue is full); the cluster is saturated: run fewer workers or give the "
+            "cluster more search threads"
+        )
+
     def _with_rejection_retries(self, what: str, call: Callable[[], Any]) -> Any:
         """``call()`` under ``translate_errors``, sent again after a rejection (REJECTION_RETRY)."""
         attempt = 1
@@ -194,11 +201,7 @@ class ClusterRetriever:
             except RetrievalError as exc:
                 if not _rejected(exc.__cause__) or attempt >= self.rejection_retry.max_attempts:
                     if _rejected(exc.__cause__):
-                        raise RetrievalError(
-                            f"{self.backend} at {self.url} rejected {what} {attempt} times "
-                            "(HTTP 429: its search queue is full); the cluster is saturated: "
-                            "run fewer workers or give the cluster more search threads"
-                        ) from exc.__cause__
+                        raise self._saturated(what, attempt) from exc.__cause__
                     raise
             self.rejections += 1
             time.sleep(compute_backoff(attempt, self.rejection_retry))
@@ -260,11 +263,7 @@ class ClusterRetriever:
                         f"{self.backend} at {self.url}: msearch failed: {answer['error']}"
                     )
             if rejected and attempt >= self.rejection_retry.max_attempts:
-                raise RetrievalError(
-                    f"{self.backend} at {self.url} rejected {len(rejected)} of the msearch's "
-                    f"searches {attempt} times (HTTP 429: its search queue is full); the cluster "
-                    "is saturated: run fewer workers or give the cluster more search threads"
-                )
+                raise self._saturated(f"{len(rejected)} of the msearch's searches", attempt)
             if rejected:
                 self.rejections += len(rejected)
                 time.sleep(compute_backoff(attempt, self.rejection_retry))
