@@ -353,17 +353,30 @@ def leave(
     """What leaves a link: the rows of jobs that end here, the rest to the next link."""
     nxt = stages.after(step)
     if nxt is None:  # the last link: every job's row (fresh results go into the cache)
-        rows += [pipeline.finish(r) for r in records]
+        rows += [_finished(r) for r in records]
         write_rows(rows, svc, [None] * (len(rows) - len(records)) + [r.cache_key for r in records])
         return
     if step.ends_failed:
-        rows += [pipeline.finish(r) for r in records if r.error]
+        rows += [_finished(r) for r in records if r.error]
         write_rows(rows, svc)
         records = [r for r in records if not r.error]
     elif rows:
         write_rows(rows, svc)
     if records:
         _send(send, nxt.stage, records, svc)
+
+
+def _finished(record: JobRecord) -> Row:
+    """A job's row; a bug building it is that job's error row, not its whole bundle's.
+
+    The error row is built from the bare job: what broke may be in a part the record
+    gained later (its evidence, answer or verification)."""
+    try:
+        return pipeline.finish(record)
+    except Exception as exc:
+        bare = JobRecord(job=record.job, worker=record.worker,
+                         started_at=record.started_at, timings=record.timings)  # fmt: skip
+        return pipeline.finish(failed(bare, exc))
 
 
 def handle_retrieve(ref_data: list[dict], svc: Services, send: Send) -> None:

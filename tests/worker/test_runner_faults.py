@@ -182,6 +182,20 @@ def test_an_answered_job_whose_row_cannot_be_built_still_gets_an_error_row(
     run_expecting(svc, store, jobs, "RuntimeError: row of an answered job broke")
 
 
+def test_a_row_that_cannot_be_built_fails_only_its_own_jobs(setup, monkeypatch) -> None:
+    """All questions in one bundle, so the poisoned rows are built beside healthy ones:
+    a row that cannot be built fails its job alone, not the jobs finishing with it."""
+    svc, store, _, jobs = setup
+    monkeypatch.setattr(pipeline, "finish",
+                        raise_for_poison(pipeline.finish,
+                                         lambda rec: is_poison(rec.job) and rec.generation is not None,
+                                         "row of an answered job broke"))  # fmt: skip
+    r = InProcessRunner(svc, max_inflight=8, bundle_size=len(QUESTIONS) * N)
+    run_to_the_end(r, jobs)
+    assert_one_row_each(store, jobs, "RuntimeError: row of an answered job broke")
+    assert_every_slot_back(r)
+
+
 def test_a_question_that_cannot_be_serialised_fails_only_its_own_jobs(setup) -> None:
     """A lone surrogate in a question that got past loading: its jobs had no row, the
     summary said incomplete. The jobs are built here, past the loader that refuses it."""
