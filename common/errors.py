@@ -2,7 +2,8 @@
 
     QfarmError                      base; ``str(exc)`` is a one-line message for the user
     ├── InputError                  bad user input (files, flags, policy); never retried
-    │   └── PolicyError             unknown policy key or bad value
+    │   ├── PolicyError             unknown policy key or bad value
+    │   └── RunStateError           the run's state forbids it (resume a complete run)
     ├── ConfigError                 bad settings / environment variables
     ├── ServiceError                a service we depend on misbehaved (exit 1)
     │   ├── ServiceUnreachableError Redis did not answer (exit 1, like any service down)
@@ -45,6 +46,11 @@ class InputError(QfarmError):
 
 class PolicyError(InputError):
     """A policy override names an unknown field or has a bad value."""
+
+
+class RunStateError(InputError):
+    """What was asked of a run its state forbids (``common/runstatus.py``): resume a run
+    that is complete or still running, start one that has started."""
 
 
 class ConfigError(QfarmError):

@@ -19,7 +19,7 @@ from qfarm.producer._services import (
 )
 from qfarm.producer._types import EndpointsFor, OnProgress, QuestionSet, RunResult, Say, SweepSpec
 from qfarm.producer.capacity import check_plan_fits
-from qfarm.producer.runs import create_run_dir, this_process, update_run_status
+from qfarm.producer.runs import create_run_dir, read_status, this_process, write_status
 from qfarm.producer.store import ProducerStore, connect
 from qfarm.producer.sweep import SweepPlan
 
@@ -42,15 +42,15 @@ def run_distributed(spec: SweepSpec, questions: QuestionSet, modes: list[Mode],
     store = ProducerStore(client)
     run_dir = create_run_dir(settings.results_dir, plan.manifest)
     store.put_manifest(plan.manifest)
-    update_run_status(run_dir, status=RunStatus.ENQUEUEING, started_at=time.time(), **this_process())
+    write_status(run_dir, read_status(run_dir).started(time.time(), this_process(), enqueueing=True))
     t0 = time.perf_counter()
     try:
         sent = enqueue_counted(app, store, plan.jobs(), bundle_size=settings.bundle_size)
     except KeyboardInterrupt:
-        update_run_status(run_dir, status=RunStatus.ENQUEUE_INTERRUPTED)
+        write_status(run_dir, read_status(run_dir).enqueue_interrupted())
         return RunResult(plan.manifest, run_dir, RunStatus.ENQUEUE_INTERRUPTED)
     elapsed = time.perf_counter() - t0
-    update_run_status(run_dir, status=RunStatus.RUNNING, enqueued=sent)
+    write_status(run_dir, read_status(run_dir).jobs_sent(sent))
     say(f"run {plan.manifest.run_id}: enqueued {sent} jobs in {elapsed:.2f}s "
         f"({sent / max(elapsed, 1e-9):,.0f} jobs/s)")
     if detach:

@@ -37,10 +37,10 @@ from qfarm.producer.runs import (
     is_disk_full,
     producer_alive,
     read_manifest,
-    read_run_status,
+    read_status,
     stopped_by_full_disk,
     this_process,
-    update_run_status,
+    write_status,
 )
 from qfarm.producer.store import ProducerStore
 from qfarm.producer.sweep import SweepPlan, enqueue_jobs, run_questions
@@ -66,7 +66,7 @@ def run_eager(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], settin
         )
         check_plan_fits(plan.manifest, settings)
         run_dir = create_run_dir(settings.results_dir, plan.manifest)
-        update_run_status(run_dir, status=RunStatus.RUNNING, started_at=time.time(), **this_process())
+        write_status(run_dir, read_status(run_dir).started(time.time(), this_process(), enqueueing=False))
         return _execute_eager(plan, plan.jobs(), run_dir, settings, eps, retriever, on_progress,
                               serial=serial)
 
@@ -90,20 +90,20 @@ def resume_eager(
     if not manifest.eager:
         raise InputError(f"run {run_id} is a distributed run: resume it without --eager "
                          f"(qfarm sweep --resume {run_id})")
-    status = read_run_status(run_dir)
-    if status.get("status") == RunStatus.RUNNING and producer_alive(status):
-        raise InputError(f"run {run_id} is still running (process {status.get('pid')}); "
-                         "stop it first or wait for it to end")
+    status = read_status(run_dir)
+    alive = producer_alive(status)
+    status.check_ended(run_id, alive, then="stop it first or wait for it to end")
     plan = SweepPlan(manifest=manifest, questions=run_questions(manifest))
     rows_path = run_dir / "rows.jsonl"
     cut_partial_line(rows_path)  # a line the killed process was writing: its job runs again
     have = {job_id for job_id, _ in file_rows(rows_path)}
     missing = [job for job in plan.jobs() if job.job_id not in have]
+    resumed = status.resumed(time.time(), this_process(), jobs=len(missing),
+                             producer_alive=alive, run_id=run_id)
     retriever = open_local_retriever(settings, progress=False)
     with endpoints(settings) as eps:
         settings = eps.apply(settings)
-        update_run_status(run_dir, status=RunStatus.RUNNING, resumed_at=time.time(),
-                          resumed_jobs=len(missing), **this_process())
+        write_status(run_dir, resumed)
         return _execute_eager(plan, missing, run_dir, settings, eps, retriever, on_progress,
                               serial=serial)
 
@@ -175,7 +175,7 @@ def _execute_eager(plan: SweepPlan, jobs: Iterable[Job], run_dir: Path, settings
             return finish_run(plan.manifest, run_dir, agg.written, interrupted=True)
         error = store.progress(run_id, n_jobs).error
         if error:
-            update_run_status(run_dir, status=RunStatus.FAILED, error=error, rows=agg.written)
+            write_status(run_dir, read_status(run_dir).failed(error, rows=agg.written))
             return RunResult(plan.manifest, run_dir, RunStatus.FAILED, agg.written, error=error)
         return finish_run(plan.manifest, run_dir, agg.written)
     except OSError as exc:

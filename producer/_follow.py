@@ -10,6 +10,7 @@ from typing import Any
 
 from qfarm.common.errors import InputError
 from qfarm.common.models import Manifest
+from qfarm.common.runstatus import RetryEntry, RowsRecovered
 from qfarm.common.settings import Settings, load_settings
 from qfarm.common.vocab import RunStatus
 from qfarm.producer import interrupts
@@ -25,9 +26,9 @@ from qfarm.producer.lease import FollowerLease
 from qfarm.producer.runs import (
     is_disk_full,
     read_manifest,
-    read_run_status,
+    read_status,
     stopped_by_full_disk,
-    update_run_status,
+    write_status,
 )
 from qfarm.producer.store import ProducerStore, connect
 from qfarm.producer.sweep import (
@@ -86,7 +87,7 @@ def follow_run(
 
 
 def _recover(store: ProducerStore, run_dir: Path, manifest: Manifest, lease: FollowerLease,
-             say: Say) -> dict[str, int]:
+             say: Say) -> RowsRecovered:
     """Before re-sending jobs: rows only in rows.jsonl go back to Redis (it lost them in a
     restart), rows only in Redis go into rows.jsonl (if no other follower drains the run)."""
     agg = Aggregator(store, manifest.run_id, run_dir / "rows.jsonl")
@@ -94,7 +95,7 @@ def _recover(store: ProducerStore, run_dir: Path, manifest: Manifest, lease: Fol
     from_redis = agg.drain() if lease.hold() else 0
     say(f"run {manifest.run_id}: recovered {from_file} rows from rows.jsonl and "
         f"{from_redis} from Redis")
-    return {"rows_recovered_from_file": from_file, "rows_recovered_from_redis": from_redis}
+    return RowsRecovered(rows_recovered_from_file=from_file, rows_recovered_from_redis=from_redis)
 
 
 def reconciler(app: Any, plan: SweepPlan, store: ProducerStore, bundle_size: int,
@@ -111,7 +112,7 @@ def reconciler(app: Any, plan: SweepPlan, store: ProducerStore, bundle_size: int
 
 def follow_to_end(store: ProducerStore, run_dir: Path, manifest: Manifest, settings: Settings,
             on_progress: OnProgress | None, say: Say, *, reconcile: Callable[[], int] | None,
-            recovered: dict[str, int] | None = None,
+            recovered: RowsRecovered | None = None,
             lease: FollowerLease | None = None) -> RunResult:
     run_id = manifest.run_id
     follower = Follower(store, manifest, run_dir / "rows.jsonl",
@@ -124,26 +125,25 @@ def follow_to_end(store: ProducerStore, run_dir: Path, manifest: Manifest, setti
         follower.release()
         return RunResult(manifest, run_dir, RunStatus.INTERRUPTED, _written(follower))
     except RedisGone as exc:
-        status = RunStatus.DETACHED
-        update_run_status(run_dir, status=status)
-        return RunResult(manifest, run_dir, status, _written(follower), error=str(exc))
+        write_status(run_dir, read_status(run_dir).detached())
+        return RunResult(manifest, run_dir, RunStatus.DETACHED, _written(follower), error=str(exc))
     except OSError as exc:
         if not is_disk_full(exc):
             raise
         follower.release()  # another follower (a --resume elsewhere) may take the run on
         raise stopped_by_full_disk(run_dir, run_id, exc, _written(follower)) from None
     written = _written(follower)
-    extra: dict[str, object] = dict(recovered or {})
-    if follower.restored:
-        extra["rows_restored_to_redis"] = follower.restored
+    recovered = (recovered or RowsRecovered()).model_copy(
+        update={"rows_restored_to_redis": follower.restored or None})
     if prog.error:
         follower.release()
-        update_run_status(run_dir, status=RunStatus.FAILED, error=prog.error, rows=written, **extra)
+        write_status(run_dir, read_status(run_dir).failed(prog.error, rows=written,
+                                                          recovered=recovered))
         return RunResult(manifest, run_dir, RunStatus.FAILED, written, error=prog.error)
-    if prog.cancelled:
-        extra["cancelled_jobs"] = prog.cancelled_jobs
     try:
-        return finish_run(manifest, run_dir, written, cancelled=prog.cancelled, extra=extra)
+        return finish_run(manifest, run_dir, written, cancelled=prog.cancelled,
+                          recovered=recovered,
+                          cancelled_jobs=prog.cancelled_jobs if prog.cancelled else None)
     except OSError as exc:
         if not is_disk_full(exc):
             raise
@@ -157,17 +157,19 @@ def _written(follower: Follower) -> int:
 
 
 def finish_run(manifest: Manifest, run_dir: Path, written: int, *, cancelled: bool = False,
-            interrupted: bool = False, extra: dict[str, object] | None = None) -> RunResult:
+               interrupted: bool = False, recovered: RowsRecovered | None = None,
+               cancelled_jobs: int | None = None, retry: RetryEntry | None = None) -> RunResult:
+    """End the run: its status (``StatusRecord.finished`` says which), summary and record.
+    ``written`` counts distinct job ids: the run is complete when every planned job has a row."""
     from qfarm.producer.record import write_record
     from qfarm.producer.reports import write_summary  # matplotlib is slow to import
 
-    total = manifest.n_jobs
-    state = (RunStatus.COMPLETE if written >= total else RunStatus.CANCELLED if cancelled
-             else RunStatus.INTERRUPTED if interrupted else RunStatus.INCOMPLETE)
-    # ``written`` counts distinct job ids: the run is complete when every planned job has a row.
-    final = {"status": state, "finished_at": time.time(), "rows": written, **(extra or {})}
-    # The summary first: whoever sees the final status (the API, the viewer) finds it.
-    summary = write_summary(run_dir, status={**read_run_status(run_dir), **final}, record_cost=True)
-    update_run_status(run_dir, **final)
+    final = read_status(run_dir).finished(
+        time.time(), rows=written, n_jobs=manifest.n_jobs, cancelled=cancelled,
+        interrupted=interrupted, recovered=recovered, cancelled_jobs=cancelled_jobs, retry=retry)
+    # The summary first, then the final status (``write_summary`` writes it, its error rows
+    # counted): whoever sees the final status (the API, the viewer) finds the summary.
+    summary = write_summary(run_dir, status=final, record_cost=True)
     write_record(run_dir)  # last: it digests the files written above
-    return RunResult(manifest, run_dir, state, written, summary=summary)
+    assert final.status is not None
+    return RunResult(manifest, run_dir, final.status, written, summary=summary)

@@ -98,19 +98,10 @@ def judge_run(result: RunResult, max_error_rate: float = 0.0, *,
 def record_failure_policy(run_dir: Path, max_error_rate: float) -> None:
     """Write the ``--max-error-rate`` a sweep was judged by into its ``status.json``, so
     ``qfarm report`` judges the run by it again (it exits as the sweep did)."""
-    from qfarm.producer.runs import update_run_status
+    from qfarm.producer.runs import read_status, write_status
 
     if (run_dir / "manifest.json").exists():
-        update_run_status(run_dir, max_error_rate=check_error_rate(max_error_rate))
-
-
-def recorded_error_rate(status: dict[str, Any]) -> float:
-    """The ``--max-error-rate`` ``status.json`` records for the run's sweep; 0 without one."""
-    rate = status.get("max_error_rate")
-    if isinstance(rate, int | float) and not isinstance(rate, bool) and math.isfinite(rate) \
-            and 0.0 <= rate <= 1.0:
-        return float(rate)
-    return 0.0
+        write_status(run_dir, read_status(run_dir).judged_by(check_error_rate(max_error_rate)))
 
 
 def judge_run_dir(run_dir: Path, max_error_rate: float | None = None, *,
@@ -121,12 +112,12 @@ def judge_run_dir(run_dir: Path, max_error_rate: float | None = None, *,
     holds of the run (``control.redis_state``), whose state and counts then decide: after
     ``--detach`` or a cancel the directory lags behind Redis."""
     from qfarm.producer.reports import read_run, shown_status  # matplotlib is slow to import
-    from qfarm.producer.runs import read_run_status
+    from qfarm.producer.runs import read_status
 
     manifest, stats = read_run(run_dir)
-    recorded = read_run_status(run_dir)
-    if max_error_rate is None:
-        max_error_rate = recorded_error_rate(recorded)
+    recorded = read_status(run_dir)
+    if max_error_rate is None:  # the rate the run's sweep was judged by, else 0
+        max_error_rate = recorded.max_error_rate or 0.0
     # Jobs with a row, not lines: a deleted row and a duplicated one keep the line count.
     status = shown_status(manifest, recorded, stats.jobs)
     jobs, errored = stats.jobs, stats.error_rows
@@ -145,10 +136,9 @@ def judge_run_dir(run_dir: Path, max_error_rate: float | None = None, *,
         else:
             reason = f"{reason}; {note}"
     summary = run_dir / "summary.md"
-    error = recorded.get("error")
     return RunOutcome(manifest, run_dir, status, code,
                       jobs if live is not None else stats.rows, errored, max_error_rate,
-                      reason, str(error) if error else None,
+                      reason, recorded.error or None,
                       summary if summary.exists() else None)
 
 
@@ -183,7 +173,7 @@ def report_run(run_dir: Path, settings: Settings, max_error_rate: float | None =
     directory lags behind Redis, whose state and counts of rows then stand."""
     from qfarm.producer.control import redis_state
     from qfarm.producer.reports import write_summary  # matplotlib is slow to import
-    from qfarm.producer.runs import read_manifest, read_run_status
+    from qfarm.producer.runs import read_manifest, read_status
 
     manifest, live = read_manifest(run_dir), None
     if not manifest.eager:
@@ -192,7 +182,6 @@ def report_run(run_dir: Path, settings: Settings, max_error_rate: float | None =
     if live is None:
         write_summary(run_dir)
     else:
-        write_summary(run_dir, status={**read_run_status(run_dir), "status": live["state"],
-                                       "source": "redis",
-                                       "rows_in_redis": live["progress"]["done"]})
+        write_summary(run_dir, status=read_status(run_dir).seen_in_redis(
+            live["state"], rows=live["progress"]["done"]))
     return judge_run_dir(run_dir, max_error_rate, live=live)

@@ -16,7 +16,7 @@ from typing import Any
 from qfarm.common import keys
 from qfarm.common.errors import InputError, ManifestError
 from qfarm.common.models import Manifest
-from qfarm.common.runstatus import run_state, status_text
+from qfarm.common.runstatus import StatusRecord, run_state, status_text
 from qfarm.common.settings import Settings
 from qfarm.common.vocab import RunStatus
 from qfarm.producer.aggregator import file_rows
@@ -24,9 +24,9 @@ from qfarm.producer.runs import (
     producer_alive,
     question_set_name,
     read_manifest,
-    read_run_status,
+    read_status,
     run_kind,
-    update_run_status,
+    write_status,
 )
 from qfarm.producer.store import ProducerStore
 
@@ -68,10 +68,9 @@ def cancel_run(store: ProducerStore, run_id: str, results_dir: Path) -> Cancelle
     counts = store.count_cancel(run_id)
     run_dir = results_dir / run_id
     if (run_dir / "manifest.json").exists():
-        first = read_run_status(run_dir).get("cancelled_at", now)
-        update_run_status(run_dir, cancelled_at=first, last_cancelled_at=now,
-                          cancels=counts.cancels, purged_messages=counts.purged_messages,
-                          cancelled_jobs=counts.cancelled_jobs)
+        write_status(run_dir, read_status(run_dir).cancel_recorded(
+            now, cancels=counts.cancels, purged_messages=counts.purged_messages,
+            cancelled_jobs=counts.cancelled_jobs))
     prog = store.progress(run_id, manifest.n_jobs)
     return Cancelled(run_id, purged, prog.done, prog.total, purged_total=counts.purged_messages,
                      cancelled_jobs=prog.cancelled_jobs, cancels=counts.cancels)
@@ -88,7 +87,7 @@ def describe_run(run_id: str, settings: Settings, store: ProducerStore | None) -
         manifest = read_manifest(run_dir)
     if manifest is None:
         raise InputError(f"run {run_id}: not found in Redis or under {settings.results_dir.name}/")
-    status = read_run_status(run_dir) if on_disk else {}
+    status = read_status(run_dir) if on_disk else StatusRecord()
     total = manifest.n_jobs
     in_redis = store is not None and store.has_manifest(run_id)
     if in_redis:
@@ -99,15 +98,13 @@ def describe_run(run_id: str, settings: Settings, store: ProducerStore | None) -
     else:
         # Counted in rows.jsonl, not copied from status.json (the file may have lost rows).
         done = len({job_id for job_id, _ in file_rows(run_dir / "rows.jsonl")}) if on_disk else 0
-        failed, stages, cancelled, error = None, {}, "cancelled_at" in status, status.get("error")
-    recorded = status.get("status")
-    state = run_state(str(recorded) if recorded else None, done=done, total=total,
+        failed, stages = None, {}
+        cancelled, error = status.cancelled_at is not None, status.error
+    state = run_state(status.status, done=done, total=total,
                       cancelled=cancelled, error=error, from_rows=not in_redis,
                       eager=manifest.eager, producer_alive=producer_alive(status))
-    recorded_errors = status.get("errored_rows")
-    errored = failed if failed is not None else (
-        recorded_errors if isinstance(recorded_errors, int) else None)
-    started = status.get("started_at") or manifest.created_at
+    errored = failed if failed is not None else status.errored_rows
+    started = status.started_at or manifest.created_at
     elapsed = max(time.time() - float(started), 1e-9)
     eta_s = None
     if state == RunStatus.RUNNING and done:
@@ -122,7 +119,7 @@ def describe_run(run_id: str, settings: Settings, store: ProducerStore | None) -
         "progress": {"done": done, "total": total, "failed": failed, "stages": stages},
         "eta_s": eta_s,
         "error": error,
-        "status": status,
+        "status": status.as_json(),
         "manifest": manifest.model_dump(mode="json"),
         "has_summary": (run_dir / "summary.md").exists(),
     }
@@ -245,8 +242,7 @@ def summary_data(run_dir: Path) -> dict[str, Any]:
 
 
 def _finished_at(run_dir: Path) -> float | None:
-    value = read_run_status(run_dir).get("finished_at")
-    return float(value) if isinstance(value, int | float) else None
+    return read_status(run_dir).finished_at
 
 
 def live_cost(run_id: str, settings: Settings, store: ProducerStore | None) -> dict[str, Any]:

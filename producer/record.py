@@ -34,7 +34,7 @@ from qfarm.producer.reports import (
     iter_rows,
     summary_text,
 )
-from qfarm.producer.runs import read_manifest, read_run_status, write_json_atomic
+from qfarm.producer.runs import read_manifest, read_status, write_json_atomic
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -246,10 +246,8 @@ def _summary_from_rows(run_dir: Path, stats: RunStats) -> Check:
     """summary.md rendered again from rows.jsonl's figures (``stats``), the manifest and the
     status must be it."""
     manifest = read_manifest(run_dir)
-    status = read_run_status(run_dir)
-    finished = status.get("finished_at")
-    text = summary_text(manifest, stats, status, existing_plots(run_dir),
-                        float(finished) if isinstance(finished, int | float) else None)
+    status = read_status(run_dir)
+    text = summary_text(manifest, stats, status, existing_plots(run_dir), status.finished_at)
     try:
         have = (run_dir / SUMMARY).read_text(encoding="utf-8")
     except OSError:

@@ -25,13 +25,13 @@ from qfarm.common.reporting.phase import CycleDecision, decide_cycle, render_cyc
 from qfarm.common.reporting.report import render_stats, run_wall_s
 from qfarm.common.reporting.runstats import RunStats
 from qfarm.common.reporting.stats import rate_interval
-from qfarm.common.runstatus import run_status, status_text
+from qfarm.common.runstatus import StatusRecord, run_status
 from qfarm.producer.runs import (
     producer_alive,
     read_manifest,
-    read_run_status,
-    update_run_status,
+    read_status,
     write_json_atomic,
+    write_status,
 )
 
 if TYPE_CHECKING:
@@ -278,20 +278,21 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def write_summary(run_dir: Path, *, finished_at: float | None = None,
-                  status: dict | None = None, record_cost: bool = False) -> Path:  # fmt: skip
+                  status: StatusRecord | None = None, record_cost: bool = False) -> Path:  # fmt: skip
     """(Re)write ``summary.md`` and its plots in ``run_dir``; returns the summary's path.
 
     The end time is ``finished_at``, else the producer's ``status.json``, else
     the last row's ``finished_at``. ``status`` stands in for ``status.json``: a
     run that ends writes its summary before the status that says it ended, so a
     reader who sees "complete" finds the summary. ``record_cost``: also write what
-    the run cost into its manifest (the run's end does).
+    the run cost into its manifest, then ``status`` (its error rows counted) into
+    ``status.json`` (the run's end does).
     """
     run_dir = Path(run_dir)
     manifest, stats = read_run(run_dir)
-    status = read_run_status(run_dir) if status is None else status
-    if finished_at is None and isinstance(status.get("finished_at"), int | float):
-        finished_at = float(status["finished_at"])
+    status = read_status(run_dir) if status is None else status
+    if finished_at is None and status.finished_at is not None:
+        finished_at = status.finished_at
     plots: dict[str, str] = {}
     _draw(
         plots,
@@ -311,21 +312,12 @@ def write_summary(run_dir: Path, *, finished_at: float | None = None,
     if record_cost:
         write_cost(run_dir, manifest, stats, finished_at)
         # The run's end: status.json says in words what its rows say.
-        update_run_status(run_dir, **error_fields(shown_status(manifest, status, stats.jobs),
-                                                  stats))
+        write_status(run_dir, status.rows_counted(shown_status(manifest, status, stats.jobs),
+                                                  errored=stats.error_rows, rows=stats.rows))
     return path
 
 
-def error_fields(status: str, stats: RunStats) -> dict[str, Any]:
-    """What status.json records of a run's error rows: how many, their share of the rows,
-    and the status in words (``completed with errors (N, x %)``)."""
-    errored = stats.error_rows
-    return {"errored_rows": errored,
-            "error_rate": round(errored / stats.rows, 6) if stats.rows else None,
-            "status_text": status_text(status, errored=errored, rows=stats.rows)}
-
-
-def summary_text(manifest: Manifest, stats: RunStats, status: dict[str, Any],
+def summary_text(manifest: Manifest, stats: RunStats, status: StatusRecord,
                  plots: dict[str, str], finished_at: float | None) -> str:
     """summary.md's text (``write_summary``'s, and ``qfarm verify``'s to render it again)."""
     return render_stats(
@@ -334,14 +326,14 @@ def summary_text(manifest: Manifest, stats: RunStats, status: dict[str, Any],
         plots=plots,
         finished_at=finished_at,
         status=shown_status(manifest, status, stats.jobs),
-        cancelled_jobs=_int_or_none(status.get("cancelled_jobs")),
+        cancelled_jobs=status.cancelled_jobs,
     ) + _recovery_note(status) + _redis_note(manifest, stats, status)
 
 
-def _redis_note(manifest: Manifest, stats: RunStats, status: dict[str, Any]) -> str:
+def _redis_note(manifest: Manifest, stats: RunStats, status: StatusRecord) -> str:
     """A run read while Redis holds it: its rows there are ahead of rows.jsonl's."""
-    in_redis = status.get("rows_in_redis")
-    if status.get("source") != "redis" or not isinstance(in_redis, int):
+    in_redis = status.rows_in_redis
+    if status.source != "redis" or in_redis is None:
         return ""
     return (
         "\n## Rows in Redis\n\n"
@@ -356,10 +348,6 @@ def existing_plots(run_dir: Path) -> dict[str, str]:
     return {title: name for title, name in (("strict-rate by mode", STRICT_PLOT),
                                             ("latency distribution", LATENCY_PLOT))
             if (run_dir / name).exists()}
-
-
-def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def run_cost(manifest: Manifest, stats: RunStats, finished_at: float | None) -> dict[str, Any]:
@@ -377,28 +365,27 @@ def write_cost(run_dir: Path, manifest: Manifest, stats: RunStats,
                       .model_dump(mode="json"))
 
 
-def shown_status(manifest: Manifest, status: dict[str, Any], rows: int) -> str:
+def shown_status(manifest: Manifest, status: StatusRecord, rows: int) -> str:
     """The run's status from its rows and its producer's process (``qfarm.common.runstatus``),
     not ``status.json``'s word copied."""
-    recorded = status.get("status")
-    if status.get("source") == "redis" and recorded:
+    recorded = status.status
+    if status.source == "redis" and recorded:
         return str(recorded)  # Redis's word for a run it holds (``control.redis_state``)
-    return run_status(str(recorded) if recorded else None, rows=rows, n_jobs=manifest.n_jobs,
+    return run_status(recorded, rows=rows, n_jobs=manifest.n_jobs,
                       eager=manifest.eager, producer_alive=producer_alive(status))
 
 
-def _recovery_note(status: dict) -> str:
+def _recovery_note(status: StatusRecord) -> str:
     """Where rows came back from after Redis lost them (``--resume``, a healing follower)."""
-    counts = {k: status.get(k) for k in
-              ("rows_recovered_from_file", "rows_recovered_from_redis", "rows_restored_to_redis")}
-    if not any(isinstance(v, int) and v > 0 for v in counts.values()):
+    counts = status.recovered()
+    if not counts.has_any():
         return ""
     return (
         "\n## Recovery\n\n"
-        f"- `--resume`: {counts['rows_recovered_from_file'] or 0} rows recovered from rows.jsonl "
-        f"(written back to Redis), {counts['rows_recovered_from_redis'] or 0} from Redis "
+        f"- `--resume`: {counts.rows_recovered_from_file or 0} rows recovered from rows.jsonl "
+        f"(written back to Redis), {counts.rows_recovered_from_redis or 0} from Redis "
         "(written to rows.jsonl)\n"
-        f"- while following: {counts['rows_restored_to_redis'] or 0} rows of rows.jsonl written "
+        f"- while following: {counts.rows_restored_to_redis or 0} rows of rows.jsonl written "
         "back to Redis after it lost them\n"
     )
 

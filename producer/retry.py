@@ -32,6 +32,7 @@ from qfarm.common.grounding.rows import is_error_row, is_replaceable, retry_kind
 from qfarm.common.jobs import job_from_ref
 from qfarm.common.models import Job, JobRef, Manifest
 from qfarm.common.policy import Policy, governance_policy_hash
+from qfarm.common.runstatus import RetryEntry
 from qfarm.common.settings import Settings, load_settings
 from qfarm.common.vocab import RunStatus
 from qfarm.producer import interrupts
@@ -54,7 +55,7 @@ from qfarm.producer._types import (
 from qfarm.producer.aggregator import Aggregator, _line_job_id, cut_partial_line, file_rows
 from qfarm.producer.lease import FollowerLease
 from qfarm.producer.reports import parse_row
-from qfarm.producer.runs import producer_alive, read_manifest, read_run_status, update_run_status
+from qfarm.producer.runs import producer_alive, read_manifest, read_status, write_status
 from qfarm.producer.store import ProducerStore, Progress, connect
 from qfarm.producer.sweep import Follower, RedisGone, SweepPlan, load_questions
 from qfarm.worker.broker import REDIS_DOWN
@@ -202,10 +203,8 @@ def plan_retry(run_id: str, settings: Settings, *, questions: QuestionSet | None
     except a half-done earlier retry's rows merged into rows.jsonl)."""
     run_dir = settings.results_dir / run_id
     manifest = read_manifest(run_dir)
-    status = read_run_status(run_dir)
-    if status.get("status") in (RunStatus.RUNNING, RunStatus.ENQUEUEING) and producer_alive(status):
-        raise InputError(f"run {run_id} is still running (process {status.get('pid')}); "
-                         "retry its errors once it has ended")
+    status = read_status(run_dir)
+    status.check_ended(run_id, producer_alive(status), then="retry its errors once it has ended")
     if check_index:
         check_same_run(manifest, settings=settings, policy=policy, index_version=index_version)
     source = Path(manifest.question_file)
@@ -272,7 +271,8 @@ def retry_errors(
             return _finish(plan, started=time.time(), replaced=0)
         say(f"run {run_id}: retrying {len(plan.jobs)} jobs whose row is an error")
         started = time.time()
-        update_run_status(plan.run_dir, retrying=len(plan.jobs), retry_started_at=started)
+        write_status(plan.run_dir, read_status(plan.run_dir).retry_started(started,
+                                                                            jobs=len(plan.jobs)))
         if eager:
             done = _run_eager(plan, settings, retriever, len(eps.urls), on_progress, serial=serial)
         else:
@@ -289,15 +289,12 @@ def retry_errors(
 def _finish(plan: RetryPlan, *, started: float, replaced: int) -> RunResult:
     rows_path = plan.run_dir / ROWS
     still = len(error_rows(rows_path))
-    status = read_run_status(plan.run_dir)
-    before = status.get("retries")
-    history: list[Any] = before if isinstance(before, list) else []
-    entry = {"started_at": started, "finished_at": time.time(), "jobs": len(plan.jobs),
-             "replaced": replaced, "error_rows_after": still}
-    extra: dict[str, object] = {"retries": [*history, entry], "retrying": None}
+    status = read_status(plan.run_dir)
+    entry = RetryEntry(started_at=started, finished_at=time.time(), jobs=len(plan.jobs),
+                       replaced=replaced, error_rows_after=still)
     # A cancelled run stays cancelled while jobs it never ran have no row.
     return finish_run(plan.manifest, plan.run_dir, _count_ids(rows_path),
-                      cancelled=status.get("status") == RunStatus.CANCELLED, extra=extra)
+                      cancelled=status.status == RunStatus.CANCELLED, retry=entry)
 
 
 def _count_ids(rows_path: Path) -> int:

@@ -1,4 +1,6 @@
-"""Run ids and run directories: ``<results>/<run_id>/{manifest.json,rows.jsonl,summary.md}``."""
+"""Run ids and run directories: ``<results>/<run_id>/{manifest.json,status.json,rows.jsonl,
+summary.md}``. This module alone reads and writes ``status.json``, as the typed record
+``qfarm.common.runstatus.StatusRecord`` (its methods are the changes a run goes through)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,6 @@ import secrets
 import socket
 import time
 from pathlib import Path, PurePath
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -20,7 +21,7 @@ from qfarm.common import logs
 from qfarm.common.errors import InputError, ServiceError, first_validation_error
 from qfarm.common.logs import job_fields
 from qfarm.common.models import Manifest
-from qfarm.common.vocab import RunStatus
+from qfarm.common.runstatus import ProducerProcess, StatusRecord
 
 log = logging.getLogger(__name__)
 
@@ -108,17 +109,20 @@ def read_manifest(run_dir: Path) -> Manifest:
         ) from exc
 
 
-def this_process() -> dict[str, object]:
-    """What ``status.json`` records of the process running a run, so a reader can tell
-    when that process is gone (``producer_alive``)."""
-    return {"pid": os.getpid(), "host": socket.gethostname()}
+STATUS = "status.json"
 
 
-def producer_alive(status: dict[str, Any]) -> bool | None:
+def this_process() -> ProducerProcess:
+    """The process running a run, as ``status.json`` records it so a reader can tell when
+    that process is gone (``producer_alive``)."""
+    return ProducerProcess(os.getpid(), socket.gethostname())
+
+
+def producer_alive(status: StatusRecord) -> bool | None:
     """Whether the process ``status.json`` names still runs; None when it cannot be told
     (no process recorded, or it ran on another host)."""
-    pid, host = status.get("pid"), status.get("host")
-    if not isinstance(pid, int) or isinstance(pid, bool) or host != socket.gethostname():
+    pid, host = status.pid, status.host
+    if pid is None or host != socket.gethostname():
         return None
     try:
         os.kill(pid, 0)
@@ -129,18 +133,20 @@ def producer_alive(status: dict[str, Any]) -> bool | None:
     return True
 
 
-def update_run_status(run_dir: Path, **fields: object) -> None:
-    """Status lives beside the manifest (the manifest itself never changes)."""
-    write_json_atomic(run_dir / "status.json", {**read_run_status(run_dir), **fields})
-
-
-def read_run_status(run_dir: Path) -> dict[str, Any]:
-    """``status.json`` beside the manifest, or {} if absent or unreadable."""
+def read_status(run_dir: Path) -> StatusRecord:
+    """``status.json`` beside the manifest; an empty record if absent or unreadable."""
     try:
-        data = json.loads((run_dir / "status.json").read_text(encoding="utf-8"))
+        data = json.loads((run_dir / STATUS).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}
+        return StatusRecord()
+    return StatusRecord.from_json(data)
+
+
+def write_status(run_dir: Path, status: StatusRecord) -> None:
+    """Write the run's record, changed by one of ``StatusRecord``'s transitions (the
+    manifest beside it is written once, at the start, and again only to add the run's
+    record and cost at its end)."""
+    write_json_atomic(run_dir / STATUS, status.as_json())
 
 
 def is_disk_full(exc: BaseException) -> bool:
@@ -151,8 +157,8 @@ def stopped_by_full_disk(run_dir: Path, run_id: str, exc: OSError, rows: int) ->
     """The run marked interrupted (if status.json still fits: it is small) and the one-line
     error to raise: what was written is kept, and ``--resume`` finishes the run."""
     with contextlib.suppress(OSError):
-        update_run_status(run_dir, status=RunStatus.INTERRUPTED, rows=rows,
-                          error=f"no space left on device ({exc.strerror})")
+        write_status(run_dir, read_status(run_dir).interrupted(
+            rows=rows, error=f"no space left on device ({exc.strerror})"))
     return ServiceError(
         f"no space left on the device holding {run_dir} ({exc.strerror}): run {run_id} stopped "
         f"as interrupted with its {rows} rows so far kept; free some space, then "

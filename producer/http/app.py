@@ -67,7 +67,7 @@ from qfarm.producer.http.runs import (
     run_dir_of,
 )
 from qfarm.producer.http.schemas import AskRequest, ErrorBody, SweepRequest, answer_payload
-from qfarm.producer.runs import is_ask_run, read_manifest, read_run_status
+from qfarm.producer.runs import is_ask_run, read_manifest, read_status
 from qfarm.producer.store import ProducerStore, connect
 
 log = logging.getLogger("qfarm.api")
@@ -118,7 +118,7 @@ class Followers:
         for run_dir in sorted(results.iterdir()) if results.is_dir() else []:
             if not (run_dir / "manifest.json").is_file():
                 continue
-            if read_run_status(run_dir).get("status") not in (RunStatus.RUNNING, RunStatus.INTERRUPTED):
+            if read_status(run_dir).status not in (RunStatus.RUNNING, RunStatus.INTERRUPTED):
                 continue
             try:
                 if read_manifest(run_dir).eager:
@@ -442,9 +442,9 @@ def _retry_route(app: FastAPI, farm: Farm, admin: Any) -> None:
                                 "it has ended")
         result = await run_in_threadpool(retry_errors, run_id, eager=farm.eager,
                                          settings=settings, endpoints=farm.endpoints)
-        retries = read_run_status(run_dir).get("retries") or [{}]
+        retries = read_status(run_dir).retries
         return {"run_id": run_id, "state": result.status, "rows": result.rows_written,
-                "retry": retries[-1]}
+                "retry": retries[-1].model_dump(mode="json") if retries else {}}
 
 
 def _viewer_route(app: FastAPI, farm: Farm, viewer: Any) -> None:

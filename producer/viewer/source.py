@@ -5,16 +5,14 @@ another host). Redis is optional (``qfarm.producer.viewer.live``)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from qfarm.common.errors import InputError, ManifestError
 from qfarm.common.models import Manifest
-from qfarm.common.runstatus import run_state
+from qfarm.common.runstatus import StatusRecord, run_state
 from qfarm.common.vocab import LIVE_RUN_STATUSES, RunStatus
 from qfarm.producer.reports import MANIFEST, shown_status
-from qfarm.producer.runs import is_run_id, read_manifest, read_run_status
+from qfarm.producer.runs import is_run_id, read_manifest, read_status
 from qfarm.producer.store import ProducerStore, Progress
 from qfarm.producer.viewer.gold import GoldFiles
 from qfarm.producer.viewer.html import NotFound
@@ -33,11 +31,11 @@ def redis_status(p: Progress) -> str:
     return run_state(None, done=p.done, total=p.total, cancelled=p.cancelled, error=p.error)
 
 
-def finished_at(state: str, status: Mapping[str, Any], last_row_at: float | None) -> float | None:
+def finished_at(state: str, status: StatusRecord, last_row_at: float | None) -> float | None:
     """When the run ended; a live run has not (its last row's time is not its end)."""
     if state in LIVE_STATES:
         return None
-    return status.get("finished_at") or last_row_at
+    return status.finished_at or last_row_at
 
 
 class RunSource:
@@ -93,15 +91,14 @@ class RunSource:
         dirs = [p for p in self.results_dir.iterdir() if (p / MANIFEST).is_file()]
         return [p.name for p in sorted(dirs, key=lambda p: p.name, reverse=True)]
 
-    def run(self, run_id: str) -> tuple[Manifest, dict[str, Any], RunRows]:
+    def run(self, run_id: str) -> tuple[Manifest, StatusRecord, RunRows]:
         """A run's manifest, status and rows: from its directory, else from Redis."""
         if self.has_dir(run_id):
             run_dir = self.results_dir / run_id
-            on_disk, status = read_manifest(run_dir), read_run_status(run_dir)
+            on_disk, status = read_manifest(run_dir), read_status(run_dir)
             rr = self.cache.get(run_dir)
             # The status its rows and its process say, not status.json's word.
-            status["status"] = shown_status(on_disk, status, rr.stats.jobs)
-            return on_disk, status, rr
+            return on_disk, status.shown_as(shown_status(on_disk, status, rr.stats.jobs)), rr
         store = self.redis.get() if is_run_id(run_id) else None
         if store is None:
             where = " or in Redis" if self.redis.configured else ""
@@ -119,8 +116,8 @@ class RunSource:
         except ManifestError as exc:
             raise InputError(str(exc)) from None
         self.redis.ok()
-        status = {"status": redis_status(progress), "source": "redis",
-                  "started_at": manifest.created_at, "rows": progress.done}
+        status = StatusRecord(status=redis_status(progress), started_at=manifest.created_at,
+                              rows=progress.done, source="redis")
         return manifest, status, rr
 
     def manifest(self, run_id: str) -> Manifest | None:

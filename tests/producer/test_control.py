@@ -11,9 +11,10 @@ from qfarm.common import keys
 from qfarm.common.errors import InputError
 from qfarm.common.models import Mode
 from qfarm.common.policy import Policy
+from qfarm.common.runstatus import StatusRecord
 from qfarm.common.settings import Settings
 from qfarm.producer.control import cancel_run, describe_run, list_runs
-from qfarm.producer.runs import create_run_dir, update_run_status
+from qfarm.producer.runs import create_run_dir, write_status
 from qfarm.producer.store import ProducerStore
 from qfarm.producer.sweep import make_manifest
 
@@ -36,7 +37,7 @@ def test_a_running_run_is_described_from_redis_with_an_eta(tmp_path, store):
     m = manifest("run-a")  # 5 questions x 2 modes x n=2 = 20 jobs
     store.put_manifest(m)
     run_dir = create_run_dir(tmp_path, m)
-    update_run_status(run_dir, status="running", started_at=time.time() - 10)
+    write_status(run_dir, StatusRecord(status="running", started_at=time.time() - 10))
     for i in range(5):
         store.client.hset(keys.rows_key("run-a"), f"j{i}", "{}")
     info = describe_run("run-a", settings, store)
@@ -49,7 +50,7 @@ def test_a_finished_run_redis_forgot_is_described_from_its_files(tmp_path, store
     settings = Settings(results_dir=tmp_path)
     m = manifest("run-b")
     run_dir = create_run_dir(tmp_path, m)
-    update_run_status(run_dir, status="complete", rows=20)
+    write_status(run_dir, StatusRecord(status="complete", rows=20))
     (run_dir / "rows.jsonl").write_text("".join(f'{{"job_id": "j{i}"}}\n' for i in range(20)))
     info = describe_run("run-b", settings, store)
     assert info["source"] == "disk" and info["state"] == "complete"

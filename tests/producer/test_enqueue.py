@@ -105,7 +105,7 @@ def test_task_args_decodes_real_messages_of_each_stage(client, app):
 
 def test_cancels_add_up_and_purged_jobs_are_counted_as_cancelled(client, app, tmp_path):
     from qfarm.producer.control import cancel_run
-    from qfarm.producer.runs import create_run_dir, read_run_status
+    from qfarm.producer.runs import create_run_dir, read_status
     from qfarm.producer.sweep import make_manifest
 
     js = jobs("drop")  # 5 questions x 3 modes x n=2 = 30 jobs, 4 bundles of 8
@@ -122,17 +122,18 @@ def test_cancels_add_up_and_purged_jobs_are_counted_as_cancelled(client, app, tm
     first = cancel_run(store, "drop", tmp_path)
     assert (first.purged, first.purged_total, first.cancels) == (2, 2, 1)
     assert first.cancelled_jobs == 15 == client.scard(keys.cancelled_jobs_key("drop"))
-    cancelled_at = read_run_status(run_dir)["cancelled_at"]
+    cancelled_at = read_status(run_dir).cancelled_at
     # Jobs enqueued after the first cancel (a resume, say), then a second cancel: it adds.
     enqueue_jobs(app, js[16:], bundle_size=8)
     second = cancel_run(store, "drop", tmp_path)
     assert (second.purged, second.purged_total, second.cancels) == (2, 4, 2)
     assert second.cancelled_jobs == 29
-    status = read_run_status(run_dir)
-    assert status["purged_messages"] == 4 and status["cancels"] == 2
-    assert status["cancelled_jobs"] == 29
-    assert status["cancelled_at"] == cancelled_at < status["last_cancelled_at"]
+    status = read_status(run_dir)
+    assert status.purged_messages == 4 and status.cancels == 2
+    assert status.cancelled_jobs == 29
+    assert cancelled_at is not None and status.last_cancelled_at is not None
+    assert status.cancelled_at == cancelled_at < status.last_cancelled_at
     # A third cancel with nothing queued keeps every count.
     third = cancel_run(store, "drop", tmp_path)
     assert (third.purged, third.purged_total, third.cancelled_jobs) == (0, 4, 29)
-    assert read_run_status(run_dir)["purged_messages"] == 4
+    assert read_status(run_dir).purged_messages == 4

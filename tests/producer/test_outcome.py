@@ -80,8 +80,9 @@ def test_report_reads_a_detached_cancelled_run_from_redis(
 
     from qfarm.cli import main
     from qfarm.common import keys
+    from qfarm.common.runstatus import StatusRecord
     from qfarm.producer.control import cancel_run
-    from qfarm.producer.runs import create_run_dir, update_run_status
+    from qfarm.producer.runs import create_run_dir, write_status
     from qfarm.producer.store import ProducerStore
     from tests.producer.conftest import redis_url
     from tests.producer.test_control import manifest
@@ -99,7 +100,7 @@ def test_report_reads_a_detached_cancelled_run_from_redis(
         store, m = ProducerStore(client), manifest(run_id)  # 20 jobs, distributed
         store.put_manifest(m)
         run_dir = create_run_dir(tmp_path, m)
-        update_run_status(run_dir, status="running", started_at=1.0)
+        write_status(run_dir, StatusRecord(status="running", started_at=1.0))
         for i in range(4):
             client.hset(keys.rows_key(run_id), f"j{i}", "{}")
         cancel_run(store, run_id, tmp_path)

@@ -12,8 +12,8 @@ from qfarm.producer.viewer.source import RunSource
 def progress(src: RunSource, run_id: str) -> Response:
     """JSON for the live progress bars: rows written of jobs, and the run's state."""
     manifest, status, rr = src.run(run_id)
-    rows = int(status["rows"]) if status.get("source") == "redis" else rr.stats.rows
-    state = str(status.get("status") or "")
+    rows = status.rows or 0 if status.source == "redis" else rr.stats.rows
+    state = str(status.status or "")
     data = {"run": run_id, "rows": rows, "jobs": manifest.n_jobs, "status": state,
             "status_text": status_text(state, errored=rr.stats.error_rows, rows=rr.stats.rows)
             if state else ""}

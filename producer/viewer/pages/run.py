@@ -21,7 +21,7 @@ from qfarm.common.reporting.report import (
     run_warnings,
 )
 from qfarm.common.reporting.runstats import NO_VERDICT, STAGES, UNKNOWN_KIND
-from qfarm.common.runstatus import status_text
+from qfarm.common.runstatus import StatusRecord, status_text
 from qfarm.common.vocab import Verdict
 from qfarm.producer.reports import LATENCY_PLOT, STRICT_PLOT
 from qfarm.producer.runs import question_set_name
@@ -39,7 +39,7 @@ from qfarm.producer.viewer.source import LIVE_STATES, RunSource, finished_at
 def run_page(src: RunSource, run_id: str) -> Response:
     manifest, status, rr = src.run(run_id)
     stats, modes = rr.stats, rr.stats.mode_order(manifest.modes)
-    state = str(status.get("status") or "")
+    state = str(status.status or "")
     errored = stats.error_rows
     shown = status_text(state, errored=errored, rows=stats.rows) if state else ""
     facts = [
@@ -53,11 +53,11 @@ def run_page(src: RunSource, run_id: str) -> Response:
                    f'<span class="count">{stats.rows}/{manifest.n_jobs}</span> rows'
                    + (" · " + _rows_link(run_id, error_phrase(errored, stats.rows),
                                          verdict="none") if errored else "")),
-        ("started", h(fmt_time(status.get("started_at") or manifest.created_at))),
+        ("started", h(fmt_time(status.started_at or manifest.created_at))),
         ("finished", h(fmt_time(finished_at(state, status, stats.last_finished)))),
         ("answers kept", "yes" if manifest.keep_answers else "no (run with --keep-answers)"),
     ]
-    in_redis = status.get("source") == "redis"
+    in_redis = status.source == "redis"
     if in_redis:
         facts.append(("read from", "Redis: this run has no directory in "
                       f"{h(src.results_dir)} (yet)"))
@@ -187,7 +187,7 @@ def _error_filter(kind: str) -> dict[str, str]:
     return {"error_kind": kind}
 
 
-def cost_section(manifest: Any, stats: Any, status: dict[str, Any]) -> list[str]:
+def cost_section(manifest: Any, stats: Any, status: StatusRecord) -> list[str]:
     """What the run cost: the summary's table (qfarm.common.reporting.cost), so far while it runs."""
     from qfarm.common.reporting.cost import (
         COST_HEADER,
@@ -198,8 +198,7 @@ def cost_section(manifest: Any, stats: Any, status: dict[str, Any]) -> list[str]
     )
     from qfarm.common.reporting.report import run_wall_s
 
-    end = status.get("finished_at")
-    wall = run_wall_s(manifest, stats, float(end) if isinstance(end, int | float) else None)
+    wall = run_wall_s(manifest, stats, status.finished_at)
     lines = cost_lines(stats.cost, manifest.cost_rates, wall, stats.mode_order(manifest.modes))
     if not lines[0].rows:
         return []

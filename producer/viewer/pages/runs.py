@@ -58,10 +58,10 @@ def _asks_section(src: RunSource, asks: list[str]) -> str:
             + _badge(manifest),
             h(e.question if e else "—"),
             h(", ".join(manifest.modes)),
-            h(status.get("status") or "—"),
+            h(status.status or "—"),
             f'<span class="v-{h(e.verdict or "none")}">{h(e.verdict or "—")}</span>'
             + (f" · {h(e.label)}" if e and e.label else "") if e else "—",
-            h(fmt_time(status.get("started_at") or manifest.created_at)),
+            h(fmt_time(status.started_at or manifest.created_at)),
         ])
     more = (f"<p class=note>The {ASKS_SHOWN} most recent of {len(asks)}.</p>"
             if len(asks) > ASKS_SHOWN else "")
@@ -86,9 +86,9 @@ def _run_row(src: RunSource, run_id: str) -> list[str]:
         manifest, status, rr = src.run(run_id)
     except (InputError, NotFound) as exc:
         return [h(run_id), f'<span class="err">{h(exc)}</span>'] + [""] * 5
-    state = str(status.get("status") or "")
-    in_redis = status.get("source") == "redis"
-    done = int(status["rows"]) if in_redis else rr.stats.rows
+    state = str(status.status or "")
+    in_redis = status.source == "redis"
+    done = status.rows or 0 if in_redis else rr.stats.rows
     bar = (
         f'<progress max="{manifest.n_jobs}" value="{done}"></progress> '
         f'<span class="count">{done}/{manifest.n_jobs}</span>'
@@ -101,7 +101,7 @@ def _run_row(src: RunSource, run_id: str) -> list[str]:
     )
     errored = rr.stats.error_rows
     shown = status_text(state, errored=errored, rows=rr.stats.rows) if state else ""
-    started = status.get("started_at") or manifest.created_at
+    started = status.started_at or manifest.created_at
     finished = finished_at(state, status, rr.stats.last_finished)
     return [
         f'<a href="/runs/{h(quote(run_id))}">{h(run_id)}</a>{_badge(manifest)}'

@@ -66,13 +66,14 @@ def test_an_r_cursor_on_a_file_run_is_refused(make_settings, test_redis):
 def test_a_restarted_server_follows_again_the_runs_it_left_running(make_settings, test_redis):
     # A server died while following: status.json still says running, Redis still has
     # the run. The next server start takes the run up again and finishes it.
-    from qfarm.producer.runs import read_run_status, update_run_status, write_json_atomic
+    from qfarm.common.runstatus import StatusRecord
+    from qfarm.producer.runs import read_status, write_json_atomic, write_status
 
     settings = make_settings(api_tokens=TOKENS)
     done = run_sweep(SweepSpec(questions=QUESTIONS, modes=["quote"]), eager=True,
                      settings=settings)
     (done.run_dir / "summary.md").unlink()
-    update_run_status(done.run_dir, status="running")
+    write_status(done.run_dir, StatusRecord(status="running"))
     manifest = done.manifest.model_copy(update={"eager": False})  # as a distributed run's
     write_json_atomic(done.run_dir / "manifest.json", manifest.model_dump(mode="json"))
     ProducerStore(test_redis).put_manifest(manifest)
@@ -80,10 +81,10 @@ def test_a_restarted_server_follows_again_the_runs_it_left_running(make_settings
     finished = make_settings(api_tokens=TOKENS)
     with TestClient(create_app(finished)) as client:
         deadline = time.monotonic() + 60
-        while read_run_status(done.run_dir).get("status") == "running":
+        while read_status(done.run_dir).status == "running":
             assert time.monotonic() < deadline, "the run was not followed again"
             time.sleep(0.2)
-        assert read_run_status(done.run_dir)["status"] == "complete"
+        assert read_status(done.run_dir).status == "complete"
         assert (done.run_dir / "summary.md").exists()
         rows, _ = _page_all(client, done.run_id)
         assert len(rows) == len(QUESTIONS)  # nothing doubled by the second follower

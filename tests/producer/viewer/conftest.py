@@ -141,11 +141,12 @@ def make_rows(
 
 
 def write_run(results: Path, manifest: Manifest, rows: Sequence[Row]) -> Path:
-    from qfarm.producer.runs import create_run_dir, update_run_status
+    from qfarm.common.runstatus import StatusRecord
+    from qfarm.producer.runs import create_run_dir, write_status
 
     run_dir = create_run_dir(results, manifest)
     (run_dir / "rows.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in rows))
-    update_run_status(run_dir, status="complete", finished_at=manifest.created_at + 5)
+    write_status(run_dir, StatusRecord(status="complete", finished_at=manifest.created_at + 5))
     return run_dir
 
 
