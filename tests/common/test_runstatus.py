@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from qfarm.common.runstatus import run_status
+from qfarm.common.errors import RunStateError
+from qfarm.common.runstatus import ProducerProcess, RetryEntry, StatusRecord, run_status
 
 
 @pytest.mark.parametrize(
@@ -57,3 +58,97 @@ def test_run_state(recorded, done, cancelled, error, from_rows, alive, expected)
     got = run_state(recorded, done=done, total=8, cancelled=cancelled, error=error,
                     from_rows=from_rows, eager=True, producer_alive=alive)
     assert got == expected
+
+
+# --------------------------------------------------------------------------- the record
+
+HERE = ProducerProcess(4242, "host-a")
+
+
+def eager_run() -> StatusRecord:
+    return StatusRecord().started(10.0, HERE, enqueueing=False)
+
+
+def test_a_distributed_run_enqueues_then_runs_then_finishes():
+    rec = StatusRecord().started(10.0, HERE, enqueueing=True)
+    assert (rec.status, rec.started_at, rec.pid, rec.host) == ("enqueueing", 10.0, 4242, "host-a")
+    rec = rec.jobs_sent(8)
+    assert (rec.status, rec.enqueued) == ("running", 8)
+    done = rec.finished(20.0, rows=8, n_jobs=8)
+    assert (done.status, done.finished_at, done.rows) == ("complete", 20.0, 8)
+
+
+@pytest.mark.parametrize(("rows", "cancelled", "interrupted", "expected"), [
+    (8, True, True, "complete"),  # every job has a row, whatever stopped it
+    (5, True, False, "cancelled"),
+    (5, False, True, "interrupted"),
+    (5, False, False, "incomplete"),
+])
+def test_how_a_run_ends_is_derived_from_its_rows(rows, cancelled, interrupted, expected):
+    rec = eager_run().finished(20.0, rows=rows, n_jobs=8, cancelled=cancelled,
+                               interrupted=interrupted)
+    assert rec.status == expected
+
+
+def test_a_finished_run_cannot_go_back_to_running():
+    done = eager_run().finished(20.0, rows=8, n_jobs=8)
+    with pytest.raises(RunStateError, match="cannot start again"):
+        done.started(30.0, HERE, enqueueing=False)
+    with pytest.raises(RunStateError, match="cannot finish enqueueing"):
+        done.jobs_sent(8)
+    with pytest.raises(RunStateError, match="cannot stop enqueueing"):
+        done.enqueue_interrupted()
+    with pytest.raises(RunStateError, match="is complete: every job has a row"):
+        done.resumed(30.0, HERE, jobs=0, producer_alive=None, run_id="r")
+
+
+def test_an_interrupted_run_can_be_resumed_and_a_live_one_cannot():
+    stopped = eager_run().finished(20.0, rows=3, n_jobs=8, interrupted=True)
+    again = stopped.resumed(30.0, ProducerProcess(7, "host-b"), jobs=5, producer_alive=False,
+                            run_id="r")
+    assert (again.status, again.resumed_at, again.resumed_jobs, again.pid, again.host) == \
+        ("running", 30.0, 5, 7, "host-b")
+    assert again.started_at == 10.0  # the run's start stays
+    with pytest.raises(RunStateError, match=r"run r is still running \(process 7\)"):
+        again.resumed(40.0, HERE, jobs=5, producer_alive=True, run_id="r")
+    # Its process killed (kill -9): the record still says running, and it resumes.
+    assert again.resumed(40.0, HERE, jobs=5, producer_alive=False, run_id="r").pid == 4242
+    # A complete run whose rows.jsonl lost rows since is resumed for those.
+    lost = eager_run().finished(20.0, rows=8, n_jobs=8)
+    assert lost.resumed(30.0, HERE, jobs=2, producer_alive=None, run_id="r").status == "running"
+
+
+def test_a_retry_is_listed_and_a_cancel_keeps_its_first_time():
+    rec = eager_run().finished(20.0, rows=8, n_jobs=8).retry_started(30.0, jobs=2)
+    assert rec.retrying == 2
+    entry = RetryEntry(started_at=30.0, finished_at=31.0, jobs=2, replaced=2, error_rows_after=0)
+    rec = rec.finished(31.0, rows=8, n_jobs=8, retry=entry).finished(32.0, rows=8, n_jobs=8,
+                                                                     retry=entry)
+    assert (rec.retries, rec.retrying) == ((entry, entry), None)
+    first = StatusRecord(status="running").cancel_recorded(5.0, cancels=1, purged_messages=2,
+                                                           cancelled_jobs=3)
+    second = first.cancel_recorded(6.0, cancels=2, purged_messages=4, cancelled_jobs=9)
+    assert (second.cancelled_at, second.last_cancelled_at, second.purged_messages) == (5.0, 6.0, 4)
+    assert second.status == "running"  # the follower records the end
+
+
+def test_completed_with_errors_is_counted_into_the_record():
+    rec = eager_run().finished(20.0, rows=30, n_jobs=30).rows_counted("complete", errored=2,
+                                                                      rows=30)
+    assert (rec.errored_rows, rec.error_rate) == (2, round(2 / 30, 6))
+    assert rec.status == "complete" and rec.status_text == "completed with errors (2, 6.7 %)"
+
+
+def test_the_file_keeps_its_field_names_and_a_bad_field_is_dropped_alone():
+    rec = StatusRecord().started(10.0, HERE, enqueueing=True).jobs_sent(8).judged_by(0.05)
+    assert rec.as_json() == {"status": "running", "started_at": 10.0, "pid": 4242,
+                             "host": "host-a", "enqueued": 8, "max_error_rate": 0.05}
+    assert StatusRecord.from_json(rec.as_json()) == rec
+    read = StatusRecord.from_json({"status": "no such word", "pid": True, "rows": "many",
+                                   "max_error_rate": 7, "started_at": 10.0, "other": 1})
+    assert read == StatusRecord(started_at=10.0)
+    assert StatusRecord.from_json(["not", "an", "object"]) == StatusRecord()
+    # What a reader sets for a run Redis holds is never written.
+    seen = rec.seen_in_redis("cancelled", rows=3)
+    assert (seen.status, seen.source, seen.rows_in_redis) == ("cancelled", "redis", 3)
+    assert "source" not in seen.as_json() and "rows_in_redis" not in seen.as_json()
