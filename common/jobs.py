@@ -8,14 +8,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from pydantic import ValidationError
 
 from qfarm.common.errors import InputError, ManifestError, first_validation_error
-from qfarm.common.models import ALL_MODES, Job, JobRef, Manifest, Mode, Question
+from qfarm.common.models import ALL_MODES, Job, JobRef, Manifest, Mode, Question, RunSettings
 from qfarm.common.policy import Policy
-from qfarm.common.profiles import (
-    DEFAULT_PROFILE_ID,
-    HERMES_3_8B_PROFILE_ID,
-    SMALL_LOCAL_MODEL_MARKERS,
-    SMALL_LOCAL_PROFILE_ID,
-)
+from qfarm.common.profiles import profile_id_for_model
 
 
 def parse_modes(text: str | Sequence[str]) -> list[Mode]:
@@ -47,16 +42,6 @@ def seed_for(question_id: str, mode: Mode | str, sample_index: int) -> int:
     return int.from_bytes(hashlib.sha256(raw.encode()).digest()[:4], "big") & 0x7FFFFFFF
 
 
-def profile_id_for_model(model: str) -> str:
-    """Model profile (docs/grounding.md, 'Profiles and caps') for a served model name."""
-    folded = model.casefold()
-    if "hermes-3" in folded and "8b" in folded:
-        return HERMES_3_8B_PROFILE_ID
-    if any(marker in folded for marker in SMALL_LOCAL_MODEL_MARKERS):
-        return SMALL_LOCAL_PROFILE_ID
-    return DEFAULT_PROFILE_ID
-
-
 def check_samples(n: int) -> None:
     """Refuse a sample count below 1 (``-n``; the API's ``n``), before anything starts."""
     if n < 1:
@@ -75,8 +60,16 @@ def expand_jobs(
     use_cache: bool = True,
 ) -> Iterator[Job]:
     """Yield question × mode × n jobs, lazily so 100k-job sweeps stay small in memory."""
+    settings = RunSettings(policy=policy, model=model, model_profile_id=profile_id_for_model(model),
+                           keep_answers=keep_answers, use_cache=use_cache)
+    return plan_jobs(run_id, questions, modes, n, settings)
+
+
+def plan_jobs(run_id: str, questions: Sequence[Question], modes: Sequence[Mode], n: int,
+              settings: RunSettings) -> Iterator[Job]:
+    """``expand_jobs`` for a run whose settings are known (its manifest is a ``RunSettings``)."""
     check_samples(n)
-    profile = profile_id_for_model(model)
+    shared = settings.run_settings()
     for q in questions:
         for mode in modes:
             for i in range(n):
@@ -87,11 +80,7 @@ def expand_jobs(
                     mode=mode,
                     sample_index=i,
                     seed=seed_for(q.id, mode, i),
-                    policy=policy,
-                    model=model,
-                    model_profile_id=profile,
-                    keep_answers=keep_answers,
-                    use_cache=use_cache,
+                    **shared,
                 )
 
 
@@ -128,13 +117,9 @@ def job_from_ref(ref: JobRef, manifest: Manifest) -> Job:
         mode=ref.mode,
         sample_index=ref.i,
         seed=seed_for(ref.qid, ref.mode, ref.i),
-        policy=manifest.policy,
-        model=manifest.model,
-        model_profile_id=manifest.model_profile_id,
-        keep_answers=manifest.keep_answers,
-        use_cache=manifest.use_cache,
         enqueued_at=ref.t,
         retried_errors=ref.r or (),
+        **manifest.run_settings(),
     )
 
 

@@ -20,7 +20,8 @@ from pydantic import (
     model_validator,
 )
 
-from qfarm.common.policy import Policy
+from qfarm.common.policy import Policy, governance_policy_hash, verifier_policy_hash
+from qfarm.common.profiles import profile_id_for_model
 from qfarm.common.record import RunRecord
 from qfarm.common.urls import redact_urls
 from qfarm.common.versions import ROW_SCHEMA_VERSION
@@ -77,7 +78,23 @@ class Evidence(Frozen):
     offset_end: int
 
 
-class Job(Frozen):
+class RunSettings(Frozen):
+    """What every job of a run shares, stated once: the run's manifest holds it (a
+    ``Manifest`` is one), each ``Job`` carries it, and ``run_settings`` copies it from the
+    one to the other (``qfarm.common.jobs``)."""
+
+    policy: Policy = Field(default_factory=Policy)
+    model: str = "adamo1139/Hermes-3-Llama-3.1-8B-FP8-Dynamic"
+    model_profile_id: str = "default"
+    keep_answers: bool = False
+    use_cache: bool = True
+
+    def run_settings(self) -> dict[str, Any]:
+        """These fields by name, for building a job of the run."""
+        return {name: getattr(self, name) for name in RunSettings.model_fields}
+
+
+class Job(RunSettings):
     """One (question, mode, sample index) of a run, as the producer sends it."""
 
     schema_version: int = 1
@@ -87,11 +104,6 @@ class Job(Frozen):
     mode: Mode
     sample_index: int = 0
     seed: int = 0
-    policy: Policy = Field(default_factory=Policy)
-    model: str = "adamo1139/Hermes-3-Llama-3.1-8B-FP8-Dynamic"
-    model_profile_id: str = "default"
-    keep_answers: bool = False
-    use_cache: bool = True
     enqueued_at: float | None = None  # epoch seconds, for queue_wait_ms
     # The error kinds of this job's earlier attempts, oldest first (``--retry-errors``);
     # its length is the attempt number, which the row write compares (common/keys.py).
@@ -353,8 +365,14 @@ class CostRates(Frozen):
         return self.gpus_by_endpoint.get(endpoint.rstrip("/"), self.gpus_per_endpoint)
 
 
-class Manifest(Frozen):
-    """What a run is: written to disk (and Redis) before any job is enqueued."""
+class Manifest(RunSettings):
+    """What a run is: written to disk (and Redis) before any job is enqueued, its settings
+    for every job (``RunSettings``) included. Its fields are stated here alone: a new run's
+    manifest is built from them (``producer.sweep.make_manifest``), a job from its settings
+    (``common.jobs``), the run record from the fields of the same name
+    (``producer.record.write_record``). What a run is never changes after the start; at
+    its end (and after a ``--retry-errors``) the file is written again to add ``record``
+    and ``cost``, what the run did."""
 
     schema_version: int = 1
     run_id: str
@@ -365,11 +383,8 @@ class Manifest(Frozen):
     modes: tuple[Mode, ...]
     n: int
     n_jobs: int
-    policy: Policy
     verifier_policy_hash: str
     governance_policy_hash: str
-    model: str
-    model_profile_id: str
     endpoints: tuple[str, ...] = ()
     simulated: bool = False
     # The server behind the endpoints when qfarm started it, e.g. "llama.cpp server
@@ -379,8 +394,6 @@ class Manifest(Frozen):
     index_version: str | None = None
     corpus: str | None = None
     eager: bool = True
-    keep_answers: bool = False
-    use_cache: bool = True
     # Written when the run ends (and after a retry): what decided its rows, with the
     # digests of its files (common/record.py; ``qfarm verify`` checks it).
     record: RunRecord | None = None
@@ -390,15 +403,34 @@ class Manifest(Frozen):
     # What the run cost (qfarm.common.reporting.cost.cost_summary), written when the run ends.
     cost: dict[str, Any] | None = None
     # The preflight node of the plan (common.grounding.preflight.plan_preflight_hash); None
-    # for runs planned before it existed.
+    # when the manifest was built without its questions' preflight (by hand, in a benchmark).
     preflight_hash: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derive(cls, data: Any) -> Any:
+        # A new run's derived fields follow from the others, here alone: its job count,
+        # its policy's hashes and its model's profile. A manifest read back has them all.
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        if "n_jobs" not in out and {"n_questions", "modes", "n"} <= out.keys():
+            out["n_jobs"] = out["n_questions"] * len(out["modes"]) * out["n"]
+        if "verifier_policy_hash" not in out or "governance_policy_hash" not in out:
+            raw = out.get("policy")
+            policy = raw if isinstance(raw, Policy) else Policy.model_validate(raw or {})
+            out.setdefault("verifier_policy_hash", verifier_policy_hash(policy))
+            out.setdefault("governance_policy_hash", governance_policy_hash(policy))
+        if "model_profile_id" not in out and isinstance(out.get("model"), str):
+            out["model_profile_id"] = profile_id_for_model(out["model"])
+        return out
 
     @field_validator("endpoints")
     @classmethod
     def _no_passwords(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         # The manifest is shown everywhere (summary.md, the API, the viewer) and nothing
         # calls an endpoint from it: a password in QFARM_LLM_ENDPOINTS never lands here,
-        # and one in a manifest written before that is hidden when it is read.
+        # and one in a manifest edited by hand is hidden when it is read.
         return tuple(redact_urls(value))
 
 
@@ -468,7 +500,7 @@ class Row(Frozen):
     truncated: bool | None = None  # finish_reason "length": scored, but cut off at max_tokens
     max_tokens_effective: int | None = None  # budget lowered to fit the context window
     # The error kinds of the job's earlier attempts that this row replaced (``--retry-errors``);
-    # written only when there are any, so rows of a run without retries are as before
+    # written only when there are any, so a row of a job never retried has no such key
     retried_errors: list[str] = Field(default_factory=list)
 
     @model_validator(mode="before")

@@ -82,6 +82,16 @@ MODEL_PROFILES: Final = MappingProxyType(
 SMALL_LOCAL_MODEL_MARKERS: Final = ("smollm",)
 
 
+def profile_id_for_model(model: str) -> str:
+    """Model profile (docs/grounding.md, 'Profiles and caps') for a served model name."""
+    folded = model.casefold()
+    if "hermes-3" in folded and "8b" in folded:
+        return HERMES_3_8B_PROFILE_ID
+    if any(marker in folded for marker in SMALL_LOCAL_MODEL_MARKERS):
+        return SMALL_LOCAL_PROFILE_ID
+    return DEFAULT_PROFILE_ID
+
+
 def _profile_cap(profile_id: str, intensity: Intensity) -> int:
     profile = MODEL_PROFILES.get(profile_id, MODEL_PROFILES[DEFAULT_PROFILE_ID])
     if intensity in profile:

@@ -12,8 +12,8 @@ from qfarm.common import keys
 from qfarm.common.errors import ConfigError
 from qfarm.common.grounding.names import TitleSet
 from qfarm.common.grounding.preflight import plan_preflight_hash
-from qfarm.common.jobs import profile_id_for_model
 from qfarm.common.models import Job, Manifest, Mode
+from qfarm.common.profiles import profile_id_for_model
 from qfarm.common.settings import Settings
 from qfarm.common.vocab import Backend
 from qfarm.producer._types import Endpoints, QuestionSet, SweepSpec

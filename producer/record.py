@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qfarm.common.errors import ConfigError, InputError
+from qfarm.common.models import Manifest
 from qfarm.common.policy import governance_policy_hash, verifier_policy_hash
 from qfarm.common.record import (
     Check,
@@ -86,6 +87,11 @@ def _rows_lines(path: Path) -> Iterator[bytes]:
                 yield line
 
 
+# What the record copies from the manifest: the fields the two models name alike (the
+# question file, policy hashes, retriever, index, corpus, model, endpoints, server).
+FROM_MANIFEST = frozenset(RunRecord.model_fields) & frozenset(Manifest.model_fields)
+
+
 def write_record(run_dir: Path, *, signing_key: Path | None = None) -> RunRecord:
     """Digest what decided the run's rows and the files it wrote, into manifest.json, and
     sign it with ``signing_key`` (default QFARM_SIGNING_KEY) when there is one."""
@@ -93,18 +99,9 @@ def write_record(run_dir: Path, *, signing_key: Path | None = None) -> RunRecord
     source = Path(manifest.question_file)
     rows = digest_rows(_rows_lines(run_dir / ROWS))
     record = RunRecord(
+        **{name: getattr(manifest, name) for name in FROM_MANIFEST},
         recorded_at=time.time(),
-        question_file=manifest.question_file,
         question_file_sha256=_file_sha256(source) if source.is_file() else None,
-        verifier_policy_hash=manifest.verifier_policy_hash,
-        governance_policy_hash=manifest.governance_policy_hash,
-        retriever=manifest.retriever,
-        index_version=manifest.index_version,
-        corpus=manifest.corpus,
-        model=manifest.model,
-        endpoints=manifest.endpoints,
-        llm_server=manifest.llm_server,
-        simulated=manifest.simulated,
         qfarm_version=qfarm_version(),
         git_commit=git_commit(),
         rule_versions=rule_versions(),

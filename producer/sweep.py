@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from qfarm.common import keys
 from qfarm.common.errors import InputError
@@ -21,12 +22,10 @@ from qfarm.common.jobs import (
     bundle_label,
     bundles,
     check_samples,
-    expand_jobs,
-    profile_id_for_model,
+    plan_jobs,
     ref_for,
 )
-from qfarm.common.models import CostRates, Job, Manifest, Mode, Question, QuestionSelection
-from qfarm.common.policy import Policy, governance_policy_hash, verifier_policy_hash
+from qfarm.common.models import Job, Manifest, Question
 from qfarm.common.questions import (
     DEFAULT_MAX_QUESTION_CHARS,
     digest_content,
@@ -92,69 +91,14 @@ class SweepPlan:
 
     def jobs(self) -> Iterable[Job]:
         m = self.manifest
-        return expand_jobs(
-            m.run_id,
-            self.questions,
-            m.modes,
-            m.n,
-            m.policy,
-            model=m.model,
-            keep_answers=m.keep_answers,
-            use_cache=m.use_cache,
-        )
+        return plan_jobs(m.run_id, self.questions, m.modes, m.n, m)
 
 
-def make_manifest(
-    *,
-    run_id: str,
-    question_file: str,
-    question_file_digest: str,
-    n_questions: int,
-    modes: list[Mode],
-    n: int,
-    policy: Policy,
-    model: str,
-    endpoints: list[str],
-    simulated: bool,
-    retriever: str,
-    llm_server: str | None = None,
-    index_version: str | None,
-    corpus: str | None,
-    eager: bool,
-    keep_answers: bool = False,
-    use_cache: bool = True,
-    selection: QuestionSelection | None = None,
-    cost_rates: CostRates | None = None,
-    preflight_hash: str | None = None,
-) -> Manifest:
-    check_samples(n)
-    return Manifest(
-        run_id=run_id,
-        created_at=time.time(),
-        question_file=question_file,
-        question_file_digest=question_file_digest,
-        n_questions=n_questions,
-        modes=tuple(modes),
-        n=n,
-        n_jobs=n_questions * len(modes) * n,
-        policy=policy,
-        verifier_policy_hash=verifier_policy_hash(policy),
-        governance_policy_hash=governance_policy_hash(policy),
-        model=model,
-        model_profile_id=profile_id_for_model(model),
-        endpoints=tuple(endpoints),
-        simulated=simulated,
-        llm_server=llm_server,
-        retriever=retriever,
-        index_version=index_version,
-        corpus=corpus,
-        eager=eager,
-        keep_answers=keep_answers,
-        use_cache=use_cache,
-        selection=selection,
-        cost_rates=cost_rates or CostRates(),
-        preflight_hash=preflight_hash,
-    )
+def make_manifest(**fields: Any) -> Manifest:
+    """A new run's manifest, stamped now: ``fields`` are ``Manifest``'s own, which states
+    them and derives the rest (job count, policy hashes, model profile)."""
+    check_samples(fields.get("n", 1))
+    return Manifest(created_at=time.time(), **fields)
 
 
 def enqueue_jobs(

@@ -38,9 +38,9 @@ def prompts(jobs: int) -> list[str]:
     from bench.perf import saturation
     from qfarm.common.grounding.preflight import run_preflight
     from qfarm.common.grounding.prompts import build_prompt
-    from qfarm.common.jobs import profile_id_for_model
     from qfarm.common.models import Mode
     from qfarm.common.policy import Policy
+    from qfarm.common.profiles import profile_id_for_model
     from qfarm.common.settings import Settings
     from qfarm.worker.retrieval.embedded import EmbeddedRetriever
 

@@ -140,3 +140,22 @@ def test_an_unverified_row_writes_its_verification_keys_empty():
     assert all(dumped[k] is None for k in ("verdict", "ratio", "quote_match_layers", "article_rank"))
     again = type(row).model_validate(dumped)
     assert again.grading is None and again.gold is None and again == row
+
+
+def test_a_manifest_derives_its_job_count_hashes_and_profile_and_gives_jobs_its_settings():
+    from qfarm.common.models import Manifest
+    from qfarm.common.policy import governance_policy_hash, verifier_policy_hash
+
+    policy = build_policy({"top_k": 5})
+    man = Manifest(run_id="r1", created_at=1.0, question_file="q.jsonl", question_file_digest="d",
+                   n_questions=3, modes=(Mode.QUOTE, Mode.CLAIM_LATTICE), n=2, policy=policy,
+                   model="Hermes-3-Llama-3.1-8B", keep_answers=True)
+    assert man.n_jobs == 12 and man.model_profile_id == "hermes-3-8b"
+    assert man.verifier_policy_hash == verifier_policy_hash(policy)
+    assert man.governance_policy_hash == governance_policy_hash(policy)
+    # Read back, nothing is derived again: the file's values stand.
+    again = Manifest.model_validate({**man.model_dump(mode="json"), "n_jobs": 5})
+    assert again.n_jobs == 5
+    job = job_from_ref(ref_for(a_job()), man)
+    assert (job.policy, job.model, job.model_profile_id, job.keep_answers, job.use_cache) == \
+        (policy, man.model, "hermes-3-8b", True, True)

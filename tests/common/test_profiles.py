@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from qfarm.common.errors import InputError
-from qfarm.common.jobs import profile_id_for_model
 from qfarm.common.policy import (
     Policy,
     build_policy,
@@ -19,6 +18,7 @@ from qfarm.common.profiles import (
     MODEL_PROFILES,
     SMALL_LOCAL_PROFILE_ID,
     cap_for_intensity,
+    profile_id_for_model,
 )
 from qfarm.common.vocab import ALL_INTENSITIES
 
