@@ -13,8 +13,8 @@ workers and follow the run until every job has a row. Both write the same run
 directory (``manifest.json``, ``rows.jsonl``, ``status.json``, ``summary.md``).
 
 Everything that can be wrong with the input is checked before a run directory
-exists or a message is sent, in the same order as before this module existed:
-questions and modes, then Redis, the index, the LLM endpoints and capacity.
+exists or a message is sent, in this order: questions and modes, then Redis, the
+index, the LLM endpoints and capacity.
 
 This module is the front: the work is done by private modules beside it (``_launch``
 starts a sweep, ``_eager`` and ``_distributed`` run it, ``_follow`` follows one, ``_ask``

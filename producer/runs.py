@@ -64,8 +64,6 @@ def question_set_name(question_file: str) -> str:
     path = PurePath(question_file)
     if path.parent.parent.name == UPLOADS_DIR:
         return path.stem
-    if path.parent.name == UPLOADS_DIR:  # posted before sets had names: uploads/<digest>.jsonl
-        return "an upload"
     return path.name or question_file
 
 

@@ -43,7 +43,7 @@ def resolve(questions: Path) -> Path:
     if name in sets and (questions.suffix in ("", sets[name].suffix)):
         return sets[name]
     if questions.suffix:
-        return questions  # a missing file: the reader says so, as before
+        return questions  # a missing file: the question reader says so
     raise InputError(
         f"{questions}: no such question file, nor a shipped question set "
         f"({', '.join(sets) or 'none found'}; `qfarm sets` lists them)"

@@ -392,8 +392,7 @@ def handle_retrieve(ref_data: list[dict], svc: Services, send: Send) -> None:
 # bundle's distinct evidence lists, and ``evidence_of`` which list each record had (null:
 # none). The n samples of a question x mode carry the same blocks, two thirds of a record's
 # bytes, and every byte of a message is paid for several times over (pydantic, kombu's
-# JSON and base64, Redis, the prefork pool's pipe). A plain JSON list of whole records
-# (the earlier format, still in queues during an upgrade) is read too.
+# JSON and base64, Redis, the prefork pool's pipe).
 RECORDS = TypeAdapter(list[JobRecord])
 EVIDENCE_LISTS = TypeAdapter(list[tuple[Evidence, ...]])
 
@@ -433,8 +432,6 @@ def load_records(payload: str, svc: Services) -> list[JobRecord]:
 
 def parse_records(payload: str) -> list[JobRecord]:
     """The records ``dump_records`` wrote; ValueError or IndexError if any is unusable."""
-    if payload.startswith("["):  # the earlier format
-        return RECORDS.validate_json(payload)
     bundle = _Bundle.model_validate_json(payload)
     return [
         _with_evidence(record, bundle.evidence[i] if i is not None else None)
@@ -460,9 +457,10 @@ def payload_items(payload: str | list[dict]) -> list[dict]:
     except ValueError:
         log.error("unreadable bundle payload dropped: %.200s", payload)
         return []
-    if isinstance(items, dict):
-        items = _items_with_evidence(items)
-    return items if isinstance(items, list) else []
+    if not isinstance(items, dict):
+        log.error("bundle payload not written by dump_records dropped: %.200s", payload)
+        return []
+    return _items_with_evidence(items)
 
 
 def _items_with_evidence(bundle: dict) -> list[dict]:

@@ -90,9 +90,9 @@ def test_task_args_decodes_real_messages_of_each_stage(client, app):
     assert [r["job"]["job_id"] for r in json.loads(task_args(forwarded)[0])["records"]] == [
         j.job_id for j in js[2:]]
     assert message_run_id(first) == message_run_id(forwarded) == "fwd"
-    # A forwarded bundle in the earlier format (a list of whole records) is still recognised.
+    # A string that is not a bundle object names no run.
     records = "[" + JobRecord(job=js[2]).model_dump_json() + "]"
-    assert message_run_id({"body": json.dumps([[records], {}, {}])}) == "fwd"
+    assert message_run_id({"body": json.dumps([[records], {}, {}])}) is None
     # A message read but not acknowledged lives on in kombu's unacked hash only.
     with app.connection_for_read() as conn:
         held = conn.SimpleQueue(keys.GENERATE.queue, no_ack=False).get(timeout=5)

@@ -247,21 +247,16 @@ def test_a_bundle_is_served_from_the_cache_on_a_second_run(eager):
     assert store.progress("c2", 6).stages["retrieve"] == 6
 
 
-def _unreadable_second_record(records, payload_format: str) -> str:
+def _unreadable_second_record(records) -> str:
     """A forwarded bundle whose second record lost its job (no id, no question)."""
     from qfarm.worker import flow
 
-    if payload_format == "list":  # the earlier format: whole records in a JSON list
-        items = json.loads(flow.RECORDS.dump_json(records))
-        items[1]["job"] = {"run_id": "v"}
-        return json.dumps(items)
     bundle = json.loads(flow.dump_records(records))
     bundle["records"][1]["job"] = {"run_id": "v"}
     return json.dumps(bundle)
 
 
-@pytest.mark.parametrize("payload_format", ["bundle", "list"])
-def test_an_unreadable_record_in_a_forwarded_bundle_spares_the_others(eager, payload_format):
+def test_an_unreadable_record_in_a_forwarded_bundle_spares_the_others(eager):
     from qfarm.worker import flow, pipeline
 
     svc, store, gateway = eager
@@ -269,7 +264,7 @@ def test_an_unreadable_record_in_a_forwarded_bundle_spares_the_others(eager, pay
     jobs, _ = bundle_refs("v", n=1)
     records = pipeline.retrieval_stage([pipeline.begin(j) for j in jobs], svc.retriever)
     sent = []
-    flow.handle_stage(keys.GENERATE, _unreadable_second_record(records, payload_format), svc,
+    flow.handle_stage(keys.GENERATE, _unreadable_second_record(records), svc,
                       lambda stage, rs: sent.extend(rs))
     assert [r.job.job_id for r in sent] == [jobs[0].job_id]
     assert sent[0].retrieval.evidence == records[0].retrieval.evidence  # put back, one by one
@@ -295,8 +290,8 @@ def test_a_bundle_carries_each_evidence_list_once_and_reads_back_equal(eager):
     assert len(bundle["evidence"]) == len(distinct) < len(records) - 1
     assert bundle["evidence_of"][-1] is None
     assert len(payload) < 0.6 * len(flow.RECORDS.dump_json(records))  # 3 samples share blocks
-    # Messages sent before the format changed (a JSON list of whole records) still read.
-    assert flow.load_records(flow.RECORDS.dump_json(records).decode(), svc) == records
+    # A JSON list of whole records is not a bundle: nothing of it runs.
+    assert flow.load_records(flow.RECORDS.dump_json(records).decode(), svc) == []
 
 
 def test_a_failed_hand_off_to_the_next_stage_leaves_the_message_for_redelivery(eager, monkeypatch):
