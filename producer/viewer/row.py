@@ -92,7 +92,7 @@ def _facts(row: Mapping[str, Any]) -> str:
         ("endpoint", row.get("endpoint") or "—"),
         ("tokens", _tokens(row.get("usage"))),
         ("attempts", row.get("attempts")),
-        ("cache hit", row.get("cache_hit")),
+        ("cache hit", _yes_no(row.get("cache_hit"))),
         ("model", row.get("model")),
         ("retriever · index", f"{row.get('retriever') or '—'} · {row.get('index_version') or '—'}"),
         ("worker", row.get("worker")),
@@ -179,8 +179,23 @@ def _claim_result(c: Claim) -> str:
         text = '<span class="v-UNGROUNDED">not verified</span>'
     if c.problems:
         text += "<br>" + ", ".join(
-            f'<span title="{h(meaning(p))}">{h(p)}</span>' for p in c.problems)
+            f'<span title="{h(_problem_meaning(c, p))}">{h(p)}</span>' for p in c.problems)
+        if not c.evidence_ids and ViolationKind.CITATION_MISMATCH in c.problems:
+            text += f'<br><span class="note">{h(UNCITED)}</span>'
     return text
+
+
+# A claim whose pointers all named ids outside the evidence map keeps none: the verifier
+# records CITATION_MISMATCH (no cited block holds it), which does not mean it cited a
+# block that disagrees.
+UNCITED = ("it cites no evidence block: its pointers named ids outside the evidence map "
+           "and were dropped, so nothing backs it")
+
+
+def _problem_meaning(c: Claim, kind: str) -> str:
+    if kind == ViolationKind.CITATION_MISMATCH and not c.evidence_ids:
+        return UNCITED
+    return meaning(kind)
 
 
 def _claims(ver: Any, spans: dict[int, list[Span]], blocks: Mapping[str, Evidence]) -> str:
