@@ -6,7 +6,7 @@ from urllib.parse import quote
 
 from qfarm.common.reporting.compare import Comparison
 from qfarm.common.reporting.phase import phase_line
-from qfarm.producer.viewer.html import h, table
+from qfarm.producer.viewer.html import h, inline, json_value, table
 from qfarm.producer.viewer.index import RunRows
 
 
@@ -20,7 +20,7 @@ def render_comparison(cmp: Comparison) -> str:
     out = []
     if cmp.warnings:
         out.append('<div class="warn"><b>Warnings</b><ul>'
-                   + "".join(f"<li>{h(w)}</li>" for w in cmp.warnings) + "</ul></div>")
+                   + "".join(f"<li>{inline(w)}</li>" for w in cmp.warnings) + "</ul></div>")
     rows = [
         [h(d.mode), h(d.metric.label), h(_pct_or_ratio(d.metric.is_rate, d.a)),
          h(_pct_or_ratio(d.metric.is_rate, d.b)),
@@ -35,14 +35,16 @@ def render_comparison(cmp: Comparison) -> str:
             table(["mode", "metric", "A", "B", "Δ points", "95% interval", "n A/B", "method",
                     "signal / noise"], rows, cls="compare")]
     if cmp.phase is not None:
-        decision = [phase_line(cmp.phase).replace("**", "")]
+        decision = [phase_line(cmp.phase)]
         out.append("<h2>Quantifier phase decision</h2><ul>"
-                   + "".join(f"<li>{h(x)}</li>" for x in decision + [cmp.phase.note] if x)
-                   + f"</ul><p>Rule: {h(cmp.phase.rule)}.</p>")
-    changes = [f"{k}: {va!r} → {vb!r}" for k, (va, vb) in cmp.policy_changes.items()]
-    what = changes + cmp.notes + [f"mixed: {m}" for m in cmp.mixed]
+                   + "".join(f"<li>{inline(x)}</li>" for x in decision + [cmp.phase.note] if x)
+                   + f"</ul><p>Rule: {inline(cmp.phase.rule)}.</p>")
+    # policy values in the policy's own spelling (true/false, null), never Python's
+    changes = [f"<code>{h(k)}</code>: {h(json_value(va))} → {h(json_value(vb))}"
+               for k, (va, vb) in cmp.policy_changes.items()]
+    what = changes + [inline(n) for n in cmp.notes] + [f"mixed: {inline(m)}" for m in cmp.mixed]
     if what:
-        out.append("<h2>What changed</h2><ul>" + "".join(f"<li>{h(w)}</li>" for w in what)
+        out.append("<h2>What changed</h2><ul>" + "".join(f"<li>{w}</li>" for w in what)
                    + "</ul>")
     if cmp.kind_shifts:
         out.append("<h2>Violation kinds</h2>" + table(

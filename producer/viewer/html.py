@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from html import escape
@@ -54,6 +55,28 @@ class NotFound(Exception):
 def h(value: object) -> str:
     """Text for a page: escaped, control characters replaced by U+FFFD."""
     return escape(replace_control_chars("" if value is None else str(value)), quote=True)
+
+
+def inline(text: object) -> str:
+    """Summary text (markdown) for a page: escaped, with its code spans as ``<code>`` and its
+    ``**bold**`` as ``<b>``, so no backtick or asterisk of the markup shows. An unpaired
+    backtick stays a character, as markdown shows it."""
+    parts = str("" if text is None else text).split("`")
+    if len(parts) % 2 == 0:  # an odd number of backticks: one is unclosed, no code spans
+        return _bold(h(str(text)))
+    return "".join(f"<code>{h(p)}</code>" if i % 2 else _bold(h(p)) for i, p in enumerate(parts))
+
+
+def _bold(escaped: str) -> str:
+    parts = escaped.split("**")
+    if len(parts) % 2 == 0:
+        return escaped
+    return "".join(f"<b>{p}</b>" if i % 2 else p for i, p in enumerate(parts))
+
+
+def json_value(value: object) -> str:
+    """A policy value as the policy file and ``--policy`` spell it (true, null, "tail")."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 def page(title: str, body: str, *, status: int = 200) -> Response:

@@ -25,7 +25,7 @@ from qfarm.common.runstatus import status_text
 from qfarm.common.vocab import Verdict
 from qfarm.producer.reports import LATENCY_PLOT, STRICT_PLOT
 from qfarm.producer.runs import question_set_name
-from qfarm.producer.viewer.html import REDIS_BADGE, Response, h
+from qfarm.producer.viewer.html import REDIS_BADGE, Response, h, inline
 from qfarm.producer.viewer.html import badge as _badge
 from qfarm.producer.viewer.html import count_link as _count_link
 from qfarm.producer.viewer.html import meaning as _meaning
@@ -67,7 +67,7 @@ def run_page(src: RunSource, run_id: str) -> Response:
              if line.startswith("- ")]
     if notes:
         out.append('<div class="warn"><b>Warnings</b><ul>'
-                   + "".join(f"<li>{h(n)}</li>" for n in notes) + "</ul></div>")
+                   + "".join(f"<li>{inline(n)}</li>" for n in notes) + "</ul></div>")
     out += mode_section(run_id, stats, modes)
     out += kind_section(run_id, rr, modes)
     out += gold_section(stats, modes)

@@ -241,8 +241,54 @@ def test_compare_page_states_the_phase_decision_and_what_decided_it(results: Pat
     path.write_text(json.dumps(manifest))
     html = get(Viewer(results), "/compare", a="run-a", b="run-b", floor="5")
     assert "<h2>Quantifier phase decision</h2>" in html
-    assert "`quantifier_reminder_enabled` (on in run B): no signal" in html
+    assert "<code>quantifier_reminder_enabled</code> (on in run B): <b>no signal</b>" in html
     assert "FORMAT_COLLAPSED or NO_EVIDENCE_POINTER rate drops" in html
+    # The policy's values as the policy spells them, never Python's False/True.
+    assert "<code>quantifier_reminder_enabled</code>: false → true" in html
+    assert "False" not in html and "True" not in html
+
+
+def text_of(html: str) -> str:
+    """What a reader sees of a page: its text outside tags, scripts and styles."""
+    class _Text(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.parts: list[str] = []
+            self._skip = 0
+
+        def handle_starttag(self, tag: str, attrs: list) -> None:
+            self._skip += tag in ("script", "style")
+
+        def handle_endtag(self, tag: str) -> None:
+            self._skip -= tag in ("script", "style")
+
+        def handle_data(self, data: str) -> None:
+            if not self._skip:
+                self.parts.append(data)
+
+    p = _Text()
+    p.feed(html)
+    return "".join(p.parts)
+
+
+def test_summary_markup_never_shows_as_backticks_or_asterisks(results: Path) -> None:
+    """Warnings, notes and decisions come from the summary's markdown: their code spans are
+    <code> on the page, not literal backticks."""
+    path = results / "run-b" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["policy"]["quantifier_reminder_enabled"] = True
+    manifest["model"] = "other-model"  # a warning naming both models in code spans
+    path.write_text(json.dumps(manifest))
+    rows_path = results / "run-a" / "rows.jsonl"
+    lines = rows_path.read_text().splitlines()
+    rows_path.write_text("\n".join([*lines, lines[0]]) + "\n")  # a duplicate: a warning
+    viewer = Viewer(results)
+    run_page = get(viewer, "/runs/run-a")
+    assert "<code>qfarm verify</code>" in run_page
+    compare = get(viewer, "/compare", a="run-a", b="run-b", floor="5")
+    assert "<code>other-model</code>" in compare
+    for html in (run_page, compare):
+        assert "`" not in text_of(html) and "**" not in text_of(html)
 
 
 @pytest.mark.parametrize("path,query,status", [
