@@ -21,7 +21,11 @@ ASKS_SHOWN = 50  # single questions listed (newest first); each is a Redis read
 
 def runs_page(src: RunSource) -> Response:
     ids = [*src.redis_run_ids(), *src.run_ids()]
-    sweeps = [_run_row(src, r) for r in ids if not is_ask_run(r)]
+    # Newest first across both sources (a run only in Redis is no newer for being there); a
+    # run that cannot be read sorts last.
+    listed = sorted((_run_row(src, r) for r in ids if not is_ask_run(r)),
+                    key=lambda t: (t[0] is not None, t[0] or 0.0), reverse=True)
+    sweeps = [cells for _, cells in listed]
     asks = sorted((r for r in ids if is_ask_run(r)), reverse=True)
     header = ["run", "question set", "modes × n", "status", "started", "finished",
               "strict-rate per mode (of jobs; of answered)"]
@@ -81,11 +85,12 @@ def strict_rates(t: Tally) -> str:
     return f"{of_jobs} ({fmt_pct(t.strict, t.valid, interval=False)} of {t.valid} answered)"
 
 
-def _run_row(src: RunSource, run_id: str) -> list[str]:
+def _run_row(src: RunSource, run_id: str) -> tuple[float | None, list[str]]:
+    """When the run started, and its line of the table."""
     try:
         manifest, status, rr = src.run(run_id)
     except (InputError, NotFound) as exc:
-        return [h(run_id), f'<span class="err">{h(exc)}</span>'] + [""] * 5
+        return None, [h(run_id), f'<span class="err">{h(exc)}</span>'] + [""] * 5
     state = str(status.get("status") or "")
     in_redis = status.get("source") == "redis"
     done = int(status["rows"]) if in_redis else rr.stats.rows
@@ -103,7 +108,7 @@ def _run_row(src: RunSource, run_id: str) -> list[str]:
     shown = status_text(state, errored=errored, rows=rr.stats.rows) if state else ""
     started = status.get("started_at") or manifest.created_at
     finished = finished_at(state, status, rr.stats.last_finished)
-    return [
+    return started, [
         f'<a href="/runs/{h(quote(run_id))}">{h(run_id)}</a>{_badge(manifest)}'
         + (REDIS_BADGE if in_redis else ""),
         f'<span title="{h(manifest.question_file)}">'
