@@ -41,7 +41,7 @@ def test_a_browser_without_a_token_gets_a_page_saying_how_to_log_in(tmp_path: Pa
     srv = viewer_server.make_server(tmp_path, "127.0.0.1", 0,
                                     tokens=auth.Tokens(((token.encode(), "ask"),)))
     threading.Thread(target=srv.serve_forever, daemon=True).start()
-    base = "http://127.0.0.1:%d" % srv.server_address[1]
+    base = f"http://127.0.0.1:{srv.server_address[1]}"
 
     def get(path: str, accept: str) -> tuple[int, str, str]:
         req = urllib.request.Request(base + path, headers={"Accept": accept})
