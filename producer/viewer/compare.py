@@ -8,6 +8,7 @@ from qfarm.common.reporting.compare import Comparison
 from qfarm.common.reporting.phase import phase_line
 from qfarm.producer.viewer.html import h, inline, json_value, table
 from qfarm.producer.viewer.index import RunRows
+from qfarm.producer.viewer.svg import ForestItem, forest
 
 
 def _pct_or_ratio(metric_is_rate: bool, x: float | None) -> str:
@@ -31,7 +32,13 @@ def render_comparison(cmp: Comparison) -> str:
          f"{h(d.verdict)} {h(d.effect if d.verdict == 'signal' else '')}</span>"]
         for d in cmp.deltas
     ]
-    out += [f"<h2>Per mode and metric (floor ±{cmp.floor:g} points)</h2>",
+    items = [ForestItem(f"{d.mode} · {d.metric.label}", d.delta, d.low, d.high,
+                        d.effect if d.verdict == "signal" else "")
+             for d in cmp.deltas if d.delta is not None and d.low is not None
+             and d.high is not None]
+    plot = (f"<figure>{forest('forest-plot', items, cmp.floor, deltas_title(cmp))}</figure>"
+            if items else "")
+    out += [f"<h2>Per mode and metric (floor ±{cmp.floor:g} points)</h2>", plot,
             table(["mode", "metric", "A", "B", "Δ points", "95% interval", "n A/B", "method",
                     "signal / noise"], rows, cls="compare")]
     if cmp.phase is not None:
@@ -53,6 +60,12 @@ def render_comparison(cmp: Comparison) -> str:
               h(f"{s.count_b} ({_pct_or_ratio(True, s.b)})"),
               h("—" if s.delta is None else f"{s.delta:+.1f}")] for s in cmp.kind_shifts)))
     return "".join(out)
+
+
+def deltas_title(cmp: Comparison) -> str:
+    return (f"{cmp.run_a} → {cmp.run_b}: each delta (B − A, points) with its 95% interval "
+            f"against the ±{cmp.floor:g}-point floor; green a better signal, red a worse, grey "
+            "noise")
 
 
 def changed_verdicts(a: str, rr_a: RunRows, b: str, rr_b: RunRows, limit: int = 500) -> str:

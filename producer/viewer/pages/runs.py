@@ -14,6 +14,7 @@ from qfarm.producer.viewer.html import REDIS_BADGE, NotFound, Response, h
 from qfarm.producer.viewer.html import badge as _badge
 from qfarm.producer.viewer.html import page as _page
 from qfarm.producer.viewer.html import table as _table
+from qfarm.producer.viewer.pages.run import overrides_html
 from qfarm.producer.viewer.source import LIVE_STATES, RunSource, finished_at
 
 ASKS_SHOWN = 50  # single questions listed (newest first); each is a Redis read
@@ -27,8 +28,8 @@ def runs_page(src: RunSource) -> Response:
                     key=lambda t: (t[0] is not None, t[0] or 0.0), reverse=True)
     sweeps = [cells for _, cells in listed]
     asks = sorted((r for r in ids if is_ask_run(r)), reverse=True)
-    header = ["run", "question set", "modes × n", "status", "started", "finished",
-              "strict-rate per mode (of jobs; of answered)"]
+    header = ["run", "question set", "modes × n", "policy overrides", "status", "started",
+              "finished", "strict-rate per mode (of jobs; of answered)"]
     if src.redis.note:
         source = f'<p class="note" id="redis-note">{h(src.redis.note)}</p>'
     elif not src.redis.configured:
@@ -90,7 +91,7 @@ def _run_row(src: RunSource, run_id: str) -> tuple[float | None, list[str]]:
     try:
         manifest, status, rr = src.run(run_id)
     except (InputError, NotFound) as exc:
-        return None, [h(run_id), f'<span class="err">{h(exc)}</span>'] + [""] * 5
+        return None, [h(run_id), f'<span class="err">{h(exc)}</span>'] + [""] * 6
     state = str(status.get("status") or "")
     in_redis = status.get("source") == "redis"
     done = int(status["rows"]) if in_redis else rr.stats.rows
@@ -114,6 +115,7 @@ def _run_row(src: RunSource, run_id: str) -> tuple[float | None, list[str]]:
         f'<span title="{h(manifest.question_file)}">'
         f"{h(question_set_name(manifest.question_file))}</span>",
         h(f"{', '.join(manifest.modes)} × {manifest.n}"),
+        overrides_html(manifest),
         f'<span class="status{" errored" if errored else ""}" data-run="{h(run_id)}" '
         f'data-live="{int(state in LIVE_STATES)}">{h(shown or "—")}</span> {bar}',
         h(fmt_time(started)),
