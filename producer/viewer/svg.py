@@ -94,7 +94,8 @@ def verdict_bars(key: str, bars: Sequence[tuple[str, Sequence[Segment]]], title:
             w = PLOT_W * s.count / total
             tip = f"{label}: {s.name} {s.count} of {total} rows ({_pct(s.count, total)})"
             body.append(
-                f'<g class="seg" data-outcome="{h(s.name)}" data-count="{s.count}">'
+                f'<g class="seg" data-bar="{h(label)}" data-outcome="{h(s.name)}" '
+                f'data-count="{s.count}">'
                 f'<rect x="{x:.2f}" y="{y + 2}" width="{w:.2f}" height="{ROW_H - 4}" '
                 f'fill="{OUTCOME_COLORS.get(s.name, NOISE_COLOR)}"><title>{h(tip)}</title></rect>'
                 + (f'<text x="{x + w / 2:.1f}" y="{y + 15}" text-anchor="middle" fill="#fff">'
