@@ -243,7 +243,7 @@ def cost_section(manifest: Any, stats: Any, status: dict[str, Any]) -> list[str]
     return [f"<h2>{title}</h2>",
             _table(COST_HEADER, ([h(c) for c in cost_cells(line, manifest.cost_rates.currency)]
                                  for line in lines), cls="cost"),
-            "".join(f"<p class=note>{h(n)}</p>" for n in notes)]
+            "".join(f"<p class=note>{inline(n)}</p>" for n in notes)]
 
 
 def timing_section(stats: Any) -> list[str]:
