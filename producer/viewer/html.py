@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cache
 from html import escape
+from importlib import resources
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -79,15 +81,24 @@ def json_value(value: object) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def page(title: str, body: str, *, status: int = 200) -> Response:
+def page(title: str, body: str, *, status: int = 200, standalone: bool = False) -> Response:
+    """A whole page. ``standalone``: its style inline and no script, for a page served
+    before the browser may fetch anything else (the login page: /static needs a token too)."""
+    assets = (f"<style>{_css()}</style>" if standalone else
+              '<link rel=stylesheet href="/static/viewer.css">'
+              '<script defer src="/static/viewer.js"></script>')
     html = (
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
-        f"<title>{h(title)} · qfarm</title>"
-        '<link rel=stylesheet href="/static/viewer.css"><script defer src="/static/viewer.js"></script>'
+        f"<title>{h(title)} · qfarm</title>{assets}"
         '</head><body><nav><a href="/">runs</a> · <a href="/compare">compare</a></nav>'
         f"<main>{body}</main></body></html>"
     )
     return Response(status, "text/html; charset=utf-8", html.encode())
+
+
+@cache
+def _css() -> str:
+    return resources.files("qfarm.producer.viewer").joinpath("static", "viewer.css").read_text()
 
 
 def table(header: Iterable[str], rows: Iterable[Iterable[str]], *, cls: str = "") -> str:

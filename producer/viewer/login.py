@@ -12,7 +12,7 @@ from __future__ import annotations
 from qfarm.producer.http import auth
 from qfarm.producer.viewer.html import Response, h, page
 
-MISSING = ("This viewer is read only with a token: one of the tokens in "
+MISSING = ("This viewer's pages need a token: one of the tokens in "
            "<code>QFARM_API_TOKENS</code> on the host that runs it (<code>qfarm view</code> or "
            "<code>qfarm serve</code>; ask whoever runs it for one). Enter it once: this browser "
            "keeps it in a cookie for this site (HttpOnly, SameSite=Strict) and the page opens "
@@ -37,4 +37,4 @@ def login_page(path: str, query: list[tuple[str, str]], *, invalid: bool = False
         'required></label><button>log in</button></form>'
         "<p class=note>Scripts send <code>Authorization: Bearer TOKEN</code> instead.</p>"
     )
-    return page("log in", body, status=401)
+    return page("log in", body, status=401, standalone=True)

@@ -128,6 +128,8 @@ def test_a_browser_without_a_token_is_shown_how_to_log_in_and_can(
         d.get(f"{url}runs/{RUN_A}")  # type: ignore[attr-defined]
         assert d.title.startswith("log in")  # type: ignore[attr-defined]
         assert "QFARM_API_TOKENS" in d.find_element(By.ID, "how").text
+        nav = d.find_element(By.TAG_NAME, "nav")  # styled: the page needs no other request
+        assert nav.value_of_css_property("background-color") == "rgba(38, 50, 56, 1)"
         shot(d, tmp_path, "login-1")
         field = d.find_element(By.NAME, "token")
         field.send_keys("not-the-token-0123456789")
