@@ -188,8 +188,18 @@ def _claim_result(c: Claim) -> str:
 # A claim whose pointers all named ids outside the evidence map keeps none: the verifier
 # records CITATION_MISMATCH (no cited block holds it), which does not mean it cited a
 # block that disagrees.
-UNCITED = ("it cites no evidence block: its pointers named ids outside the evidence map "
+UNCITED = ("the claim cites no evidence block: its pointers named ids outside the evidence map "
            "and were dropped, so nothing backs it")
+
+
+def _row_meaning(kind: str, rr: Reread) -> str:
+    """A kind's meaning for the row; CITATION_MISMATCH when every claim carrying it (as
+    verified again) cites nothing says that instead."""
+    claims = [c for c in rr.verification.claims if kind in c.problems] if rr.verification else []
+    if kind == ViolationKind.CITATION_MISMATCH and claims and not any(c.evidence_ids
+                                                                      for c in claims):
+        return UNCITED
+    return meaning(kind)
 
 
 def _problem_meaning(c: Claim, kind: str) -> str:
@@ -309,7 +319,7 @@ def render_row(run_id: str, pos: int, row: Mapping[str, Any], manifest: Manifest
     kinds = list(row.get("violation_kinds") or [])
     if kinds:
         out.append("<h2>Violation kinds</h2><ul class=kinds>" + "".join(
-            f"<li><b>{h(k)}</b>: {h(meaning(k))}</li>" for k in kinds) + "</ul>")
+            f"<li><b>{h(k)}</b>: {h(_row_meaning(k, rr))}</li>" for k in kinds) + "</ul>")
     out.append(_sidecar(rr))
     out.append(_evidence(row, rr, cited, _marks(rr, spans)))
     out.append(_waterfall(row.get("timings") or {}))

@@ -217,8 +217,10 @@ def test_a_claim_citing_nothing_is_not_called_a_mismatch_with_its_citation(
     rows = rows_of(run_dir)
     pos = position(rows, "q2", "claim_lattice_pointer")
     assert "CITATION_MISMATCH" in rows[pos]["violation_kinds"]
-    claims = re.search(r'<table class="claims">.*?</table>', page(viewer, "run-uncited", pos),
-                       re.S).group(0)
+    html = page(viewer, "run-uncited", pos)
+    claims = re.search(r'<table class="claims">.*?</table>', html, re.S).group(0)
     assert "cites evidence that does not contain it" not in claims
-    assert "it cites no evidence block" in claims
+    assert "the claim cites no evidence block" in claims
+    kinds = re.search(r"<ul class=kinds>.*?</ul>", html, re.S).group(0)  # the row's list too
+    assert "<b>CITATION_MISMATCH</b>: the claim cites no evidence block" in kinds
     assert "cache hit</td><td>no<" in page(viewer, "run-uncited", pos)
