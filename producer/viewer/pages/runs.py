@@ -63,7 +63,7 @@ def _asks_section(src: RunSource, asks: list[str]) -> str:
             + _badge(manifest),
             h(e.question if e else "—"),
             h(", ".join(manifest.modes)),
-            h(status.get("status") or "—"),
+            _status(str(status.get("status") or ""), rr.stats.error_rows, rr.stats.rows),
             f'<span class="v-{h(e.verdict or "none")}">{h(e.verdict or "—")}</span>'
             + (f" · {h(e.label)}" if e and e.label else "") if e else "—",
             h(fmt_time(status.get("started_at") or manifest.created_at)),
@@ -86,6 +86,16 @@ def strict_rates(t: Tally) -> str:
     return f"{of_jobs} ({fmt_pct(t.strict, t.valid, interval=False)} of {t.valid} answered)"
 
 
+def _status(state: str, errored: int, rows: int, live_run: str = "") -> str:
+    """The run's status as every surface words it ("completed with errors (N, x %)"), red
+    when rows errored; with ``live_run``, polled while the run is live."""
+    shown = status_text(state, errored=errored, rows=rows) if state else ""
+    live = (f' data-run="{h(live_run)}" data-live="{int(state in LIVE_STATES)}"'
+            if live_run else "")
+    return (f'<span class="status{" errored" if errored else ""}"{live}>{h(shown or "—")}'
+            "</span>")
+
+
 def _run_row(src: RunSource, run_id: str) -> tuple[float | None, list[str]]:
     """When the run started, and its line of the table."""
     try:
@@ -105,8 +115,6 @@ def _run_row(src: RunSource, run_id: str) -> tuple[float | None, list[str]]:
         # a mode with no row yet (no rows.jsonl after --detach, a run just begun) has no rate
         if (ms := rr.stats.modes.get(m)) is not None
     )
-    errored = rr.stats.error_rows
-    shown = status_text(state, errored=errored, rows=rr.stats.rows) if state else ""
     started = status.get("started_at") or manifest.created_at
     finished = finished_at(state, status, rr.stats.last_finished)
     return started, [
@@ -116,8 +124,7 @@ def _run_row(src: RunSource, run_id: str) -> tuple[float | None, list[str]]:
         f"{h(question_set_name(manifest.question_file))}</span>",
         h(f"{', '.join(manifest.modes)} × {manifest.n}"),
         overrides_html(manifest),
-        f'<span class="status{" errored" if errored else ""}" data-run="{h(run_id)}" '
-        f'data-live="{int(state in LIVE_STATES)}">{h(shown or "—")}</span> {bar}',
+        f"{_status(state, rr.stats.error_rows, rr.stats.rows, run_id)} {bar}",
         h(fmt_time(started)),
         h(fmt_time(finished)),
         rates or "—",

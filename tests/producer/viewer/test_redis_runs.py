@@ -198,3 +198,19 @@ def test_runs_are_listed_newest_first_across_redis_and_disk(
     html = get(Viewer(run_dir.parent, store), "/")
     listed = re.findall(r'<tr><td><a href="/runs/([^"]+)"', html)
     assert listed == [newer, RUN, older]
+
+
+def test_a_single_question_that_errored_reads_as_errored(
+    store: ProducerStore, real_rows: Callable, tmp_path: Path
+) -> None:
+    from qfarm.common.vocab import ErrorKind
+
+    ask = "ask-20260102-000000-errord"
+    manifest, rows = real_rows(ask)
+    store.put_manifest(manifest.model_copy(update={"n_jobs": 1}))
+    failed = rows[0].model_copy(update={"error": "llm: endpoint timed out", "verdict": None,
+                                        "error_kind": ErrorKind.LLM, "label": None,
+                                        "ratio": None})
+    WorkerStore(store.client).write_rows([failed])
+    _, _, asks = get(Viewer(tmp_path, store), "/").partition('<h2 id="asks">')
+    assert '<span class="status errored">completed with errors (1, 100.0 %)</span>' in asks
