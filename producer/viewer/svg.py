@@ -171,9 +171,11 @@ def forest(key: str, items: Sequence[ForestItem], floor: float, title: str) -> s
 
 
 def heatmap(key: str, columns: Sequence[str],
-            rows: Sequence[tuple[str, Sequence[dict[str, int] | None]]], title: str) -> str:
+            rows: Sequence[tuple[str, Sequence[dict[str, int] | None]]], title: str,
+            links: Sequence[Sequence[str]] | None = None) -> str:
     """Questions down, modes across; each cell coloured by its most frequent outcome, darker
-    the larger its share, and lettered (S, H, U, E) so colour is not the only cue."""
+    the larger its share, and lettered (S, H, U, E) so colour is not the only cue. With
+    ``links`` (a URL per cell, row by row) a cell with rows opens them."""
     cell_w, cell_h, top = 130, 16, 22
     width = LABEL_W + cell_w * len(columns) + 20
     height = top + cell_h * len(rows) + 36
@@ -194,14 +196,16 @@ def heatmap(key: str, columns: Sequence[str],
             top_name = max(OUTCOME_COLORS, key=lambda n: (counts.get(n, 0), n == "STRICT"))
             share = counts.get(top_name, 0) / total
             parts = ", ".join(f"{n} {counts.get(n, 0)}" for n in OUTCOME_COLORS)
+            href = links[i][j] if links else ""
             body.append(
-                f'<g class="cell" data-outcome="{top_name}"><title>{h(label)} · '
+                (f'<a href="{h(href)}">' if href else "")
+                + f'<g class="cell" data-outcome="{top_name}"><title>{h(label)} · '
                 f"{h(columns[j])}: {h(parts)}</title>"
                 f'<rect x="{x}" y="{y}" width="{cell_w - 2}" height="{cell_h - 2}" '
                 f'fill="{OUTCOME_COLORS[top_name]}" fill-opacity="{0.35 + 0.65 * share:.2f}"/>'
                 f'<text x="{x + cell_w / 2 - 1:.0f}" y="{y + 12}" text-anchor="middle" '
                 f'font-size="11">{OUTCOME_LETTERS[top_name]} {counts.get(top_name, 0)}/{total}'
-                "</text></g>")
+                "</text></g>" + ("</a>" if href else ""))
     body.append(_legend([(f"{OUTCOME_LETTERS[n]} {n}", c) for n, c in OUTCOME_COLORS.items()],
                         LABEL_W, top + cell_h * len(rows) + 26))
     desc = (f"{len(rows)} questions × {len(columns)} modes; each cell names its most frequent "

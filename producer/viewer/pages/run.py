@@ -27,7 +27,7 @@ from qfarm.common.runstatus import status_text
 from qfarm.common.vocab import Verdict
 from qfarm.producer.reports import LATENCY_PLOT, STRICT_PLOT
 from qfarm.producer.runs import question_set_name
-from qfarm.producer.viewer.html import REDIS_BADGE, Response, h, inline, json_value
+from qfarm.producer.viewer.html import REDIS_BADGE, Response, h, inline, json_value, rows_url
 from qfarm.producer.viewer.html import badge as _badge
 from qfarm.producer.viewer.html import count_link as _count_link
 from qfarm.producer.viewer.html import meaning as _meaning
@@ -76,7 +76,7 @@ def run_page(src: RunSource, run_id: str) -> Response:
     out += mode_section(run_id, stats, modes)
     out += kind_section(run_id, rr, modes)
     out += dry_run_section(manifest, stats, modes)
-    out += question_section(stats, modes)
+    out += question_section(run_id, stats, modes)
     out += gold_section(stats, modes)
     out += error_section(run_id, stats)
     out += timing_section(stats)
@@ -284,8 +284,9 @@ def dry_run_section(manifest: Any, stats: Any, modes: list[str]) -> list[str]:
                          cls="dry-run")]
 
 
-def question_section(stats: Any, modes: list[str]) -> list[str]:
-    """Each question's outcomes per mode: a heatmap, and the summary's table beside it."""
+def question_section(run_id: str, stats: Any, modes: list[str]) -> list[str]:
+    """Each question's outcomes per mode: a heatmap, and the summary's table beside it;
+    a cell opens that question's rows in that mode."""
     selected, note = selected_questions(stats)
     if not selected:
         return []
@@ -299,9 +300,11 @@ def question_section(stats: Any, modes: list[str]) -> list[str]:
     plot = heatmap("question-heatmap", modes,
                    [(f"{q.order + 1}. {q.text}", [counts(q, m) for m in modes])
                     for _, q in selected],
-                   "Outcomes per question and mode: each cell's most frequent outcome")
-    rows = [[h(q.order + 1), h(q.text), h(qid),
-             *(h(_cell(q.cells.get(m))) for m in modes)] for qid, q in selected]
+                   "Outcomes per question and mode: each cell's most frequent outcome",
+                   [[rows_url(run_id, qid=qid, mode=m) for m in modes] for qid, _ in selected])
+    rows = [[h(q.order + 1), _rows_link(run_id, q.text, qid=qid), h(qid),
+             *(_rows_link(run_id, _cell(q.cells[m]), qid=qid, mode=m) if m in q.cells else "—"
+               for m in modes)] for qid, q in selected]
     return ["<h2>Per question</h2>", f"<p class=note>{h(note)}</p>" if note else "",
             f'<figure class="heatmap">{plot}</figure>',
             "<details><summary>The numbers (cells: STRICT/HYBRID/UNGROUNDED/errors)</summary>"

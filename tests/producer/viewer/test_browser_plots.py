@@ -94,6 +94,13 @@ def test_plots_draw_their_numbers_and_keep_hostile_text_as_text_in_chromium(
         ".map(t => t.textContent)")
     assert f"1. {HOSTILE}" in labels  # the question, whole, as text
     shot(d, tmp_path, "plots-1-run")
+    d.find_element(By.CSS_SELECTOR, "#question-heatmap a").click()  # the first cell's rows
+    WebDriverWait(d, 20).until(lambda drv: drv.title.startswith("rows of "))
+    assert int(d.find_element(By.ID, "matched").text) == stats.questions["q000000"].cells[
+        "quote"].rows
+    assert {c.text for c in d.find_elements(By.CSS_SELECTOR, "table.rows tbody td:nth-child(2)")
+            } == {"q000000"}
+    d.back()  # type: ignore[attr-defined]
 
     d.get(f"{server}compare?a={RUN_A}&b={RUN_B}")  # type: ignore[attr-defined]
     WebDriverWait(d, 20).until(lambda drv: drv.title.startswith("compare 2026"))

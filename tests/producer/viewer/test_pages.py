@@ -590,10 +590,22 @@ def test_run_page_has_the_summarys_per_question_and_dry_run_tables(results: Path
     questions = re.search(r'<table class="questions">.*?</table>', html, re.S).group(0)
     assert questions.count("<tr>") == len(stats.questions) + 1
     for qid, q in stats.questions.items():
-        cells = "".join(f"<td>{c.strict}/{c.hybrid}/{c.ungrounded}/{c.errors}</td>"
-                        for c in (q.cells[m] for m in ("quote", "claim_lattice_pointer",
-                                                        "claim_lattice")))
+        cells = "".join(
+            f'<td><a href="/runs/run-a/rows?qid={qid}&amp;mode={m}">'
+            f"{c.strict}/{c.hybrid}/{c.ungrounded}/{c.errors}</a></td>"
+            for m, c in ((m, q.cells[m]) for m in ("quote", "claim_lattice_pointer",
+                                                   "claim_lattice")))
         assert f"<td>{qid}</td>{cells}" in questions
+    # A cell (in the table and in the heatmap) opens exactly that question's rows in that mode.
+    qid, q = next(iter(stats.questions.items()))
+    url = f"/runs/run-a/rows?qid={qid}&amp;mode=quote"
+    assert f'<a href="{url}"><g class="cell"' in html
+    page = get(viewer, "/runs/run-a/rows", qid=qid, mode="quote")
+    assert f"<span id=matched>{q.cells['quote'].rows}</span>" in page
+    assert f'name="qid" value="{qid}"' in page  # the filter form keeps it
+    picked = [json.loads(line) for line in rows_path.open()]
+    assert re.findall(r'<a href="/runs/run-a/rows/(\d+)">', page) == [
+        str(i) for i, r in enumerate(picked) if r["question_id"] == qid and r["mode"] == "quote"]
     set_policy(results, "run-b", quantifier_guard_apply_caps=True)  # caps on: no dry run
     assert "Quantifier guard dry run" not in get(viewer, "/runs/run-b")
 
