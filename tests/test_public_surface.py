@@ -64,7 +64,7 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
     "qfarm.producer.viewer": (
         ["router", "server"],
         ["compare", "export", "gold", "html", "index", "live", "pages", "reread", "row",
-         "source"],
+         "source", "svg"],
     ),
     "qfarm.producer.viewer.pages": ([], ["compare", "progress", "row", "rows", "run", "runs"]),
     "qfarm.ops": (["local", "search", "sim"], ["farm", "process"]),
