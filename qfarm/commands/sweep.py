@@ -18,6 +18,7 @@ from qfarm.common.errors import InputError
 from qfarm.common.jobs import check_samples, parse_modes
 from qfarm.common.logs import log_context
 from qfarm.common.models import ALL_MODES
+from qfarm.common.reporting.rates import RateWindow
 from qfarm.common.settings import load_settings
 from qfarm.common.vocab import ExitCode, RunStatus
 from qfarm.producer.api import (
@@ -223,8 +224,7 @@ class _ProgressBar:
     def __init__(self, quiet: bool):
         self.quiet = quiet
         self.bar: tqdm | None = None
-        self.t0 = time.monotonic()
-        self.first: dict[str, int] | None = None
+        self.window = RateWindow()
 
     def show(self, prog) -> None:
         if self.bar is None:
@@ -232,10 +232,8 @@ class _ProgressBar:
 
             self.bar = tqdm(total=prog.total, unit="job", disable=self.quiet, file=sys.stderr,
                             dynamic_ncols=True)
-        if self.first is None:
-            self.first = prog.stages
-        elapsed = max(time.monotonic() - self.t0, 1e-9)
-        rate = {k: (v - self.first.get(k, 0)) / elapsed for k, v in prog.stages.items()}
+        self.window.add(time.monotonic(), prog.stages)
+        rate = self.window.rates()
         self.bar.set_postfix_str(
             f"failed={prog.failed} " + " ".join(f"{k}={r:.1f}/s" for k, r in rate.items()),
             refresh=False,
