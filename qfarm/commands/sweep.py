@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from qfarm import question_sets, runtime
+from qfarm.commands.export import add_mlflow_flags, experiment_name
 from qfarm.common.errors import InputError
 from qfarm.common.jobs import check_samples, parse_modes
 from qfarm.common.logs import log_context
@@ -33,6 +34,7 @@ from qfarm.producer.api import (
     retry_errors,
     run_sweep,
 )
+from qfarm.producer.exports import AFTER_RUN, export_after_run
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -77,6 +79,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "rows, errored rows, exit code, paths); the other lines go to stderr")
     p.add_argument("--json-file", type=Path, metavar="PATH",
                    help="write that JSON object to PATH as well")
+    p.add_argument("--export", action="append", choices=AFTER_RUN, default=[], metavar="TARGET",
+                   help="after the summary is written, export the run: mlflow (extra "
+                        "qfarm[mlflow]; --tracking-uri, --experiment); a failed export is "
+                        "logged and does not change the exit code")
+    add_mlflow_flags(p, flag=None)
     runtime.add_local_model_flag(p)
     runtime.add_policy_flags(p)
     p.set_defaults(func=run)
@@ -108,6 +115,9 @@ def run(args: argparse.Namespace) -> int:
     with log_context(run_id=result.run_id):  # the run's last lines carry its id in the logs
         code = _report(result, detached=args.detach, outcome=outcome,
                        out=sys.stderr if args.json else sys.stdout)
+    if args.export and not args.detach:
+        export_after_run(result.run_dir, args.export, tracking_uri=args.tracking_uri,
+                         experiment=experiment_name(args))
     record = json.dumps(outcome.as_json(), ensure_ascii=False)
     if args.json_file:
         args.json_file.write_text(record + "\n", encoding="utf-8")

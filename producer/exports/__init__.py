@@ -1,0 +1,47 @@
+"""Exports of a finished run to where its users already look: Parquet files (pandas, DuckDB,
+Hugging Face ``datasets``) and MLflow. Each is an optional extra (``qfarm[parquet]``,
+``qfarm[mlflow]``), imported only when an export runs, and reads the run directory after
+the run: nothing here is on a run's path. Every export is recorded in the run's
+``exports.json`` (``record.read_exports``), which the viewer's run page shows.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from qfarm.producer.exports.record import EXPORTS, read_exports, record_export
+
+log = logging.getLogger(__name__)
+
+# The exports ``qfarm sweep --export`` can run after a run's summary is written.
+AFTER_RUN = ("mlflow",)
+
+__all__ = ["AFTER_RUN", "EXPORTS", "export_after_run", "read_exports", "record_export"]
+
+
+def export_after_run(run_dir: Path, targets: Iterable[str], *,
+                     tracking_uri: str | None = None,
+                     experiment: str | None = None) -> list[dict[str, Any]]:
+    """Run each export of ``targets`` on a run that has ended (``qfarm sweep --export``).
+
+    A failed export is logged and skipped: the run and its exit code stand as they are, and
+    ``qfarm export RUN`` can do it again later. Returns the entries that were recorded.
+    """
+    from qfarm.producer.exports.mlflow import DEFAULT_EXPERIMENT, export_mlflow
+
+    done = []
+    for target in targets:
+        try:
+            if target == "mlflow":
+                done.append(export_mlflow(run_dir, tracking_uri=tracking_uri,
+                                          experiment=experiment or DEFAULT_EXPERIMENT))
+            else:
+                raise ValueError(f"unknown export {target!r}; choose from {', '.join(AFTER_RUN)}")
+        except Exception as exc:  # an export must never fail the run it describes
+            log.warning("export to %s of %s failed, the run is unaffected: %s; run `qfarm "
+                        "export %s --%s` to try again", target, Path(run_dir).name, exc,
+                        Path(run_dir), target)
+    return done

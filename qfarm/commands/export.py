@@ -1,0 +1,82 @@
+"""`qfarm export RUN --parquet DIR` / `--mlflow`: a finished run where its users look
+(``qfarm.producer.exports``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from qfarm.common.errors import InputError
+from qfarm.common.settings import load_settings
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "export",
+        help="export a run's rows as Parquet, or the run to MLflow",
+        description="Export RUN: --parquet DIR writes rows.parquet (and answers.parquet when "
+                    "the run kept answers) with each column's meaning in its metadata (extra "
+                    "qfarm[parquet]); --mlflow logs the run as one MLflow run: params, tags, "
+                    "the summary's numbers as metrics, summary.md, plots, manifest and rows "
+                    "as artifacts (extra qfarm[mlflow]). Each export is recorded in the run's "
+                    "exports.json.",
+    )
+    p.add_argument("run", metavar="RUN",
+                   help="a run directory, or a run id (or unique prefix) under "
+                        "QFARM_RESULTS_DIR (default ./qfarm-runs)")
+    p.add_argument("--results-dir", type=Path, default=None,
+                   help="where run ids are looked up (default: QFARM_RESULTS_DIR)")
+    p.add_argument("--parquet", type=Path, metavar="DIR",
+                   help="write the run's rows as Parquet files into DIR")
+    add_mlflow_flags(p, flag="--mlflow")
+    p.add_argument("--json", action="store_true",
+                   help="print each export's record (as exports.json holds it) as one JSON line")
+    p.set_defaults(func=run)
+
+
+def add_mlflow_flags(p: argparse.ArgumentParser, *, flag: str | None) -> None:
+    """The MLflow options (`qfarm export --mlflow`, `qfarm sweep --export mlflow`)."""
+    if flag:
+        p.add_argument(flag, action="store_true", help="log the run to MLflow")
+    p.add_argument("--tracking-uri", metavar="URI", default=None,
+                   help="MLflow tracking URI, e.g. sqlite:///mlflow.db or http://host:5000 "
+                        "(default: MLFLOW_TRACKING_URI, else MLflow's own default)")
+    p.add_argument("--experiment", metavar="NAME", default=None,
+                   help="MLflow experiment (default: MLFLOW_EXPERIMENT_NAME, else qfarm)")
+
+
+def experiment_name(args: argparse.Namespace) -> str:
+    return args.experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or "qfarm"
+
+
+def run(args: argparse.Namespace) -> int:
+    from qfarm.producer.reports import resolve_run  # matplotlib is slow to import
+
+    if not args.parquet and not args.mlflow:
+        raise InputError("qfarm export: say where to: --parquet DIR and/or --mlflow")
+    settings = load_settings()
+    run_dir = resolve_run(args.run, args.results_dir or settings.results_dir)
+    entries = []
+    if args.parquet:
+        from qfarm.producer.exports.parquet import export_parquet
+
+        entry = export_parquet(run_dir, args.parquet)
+        entries.append(entry)
+        if not args.json:
+            files = ", ".join(f"{name} ({n} rows)" for name, n in entry["files"].items())
+            print(f"parquet: {entry['path']}: {files}")
+    if args.mlflow:
+        from qfarm.producer.exports.mlflow import export_mlflow
+
+        entry = export_mlflow(run_dir, tracking_uri=args.tracking_uri,
+                              experiment=experiment_name(args))
+        entries.append(entry)
+        if not args.json:
+            print(f"mlflow: run {entry['mlflow_run_id']} in experiment {entry['experiment']!r} "
+                  f"at {entry['tracking_uri']}")
+    for entry in entries:
+        if args.json:
+            print(json.dumps(entry, ensure_ascii=False))
+    return 0
