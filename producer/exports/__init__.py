@@ -24,24 +24,25 @@ __all__ = ["AFTER_RUN", "EXPORTS", "export_after_run", "read_exports", "record_e
 
 def export_after_run(run_dir: Path, targets: Iterable[str], *,
                      tracking_uri: str | None = None,
-                     experiment: str | None = None) -> list[dict[str, Any]]:
+                     experiment: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
     """Run each export of ``targets`` on a run that has ended (``qfarm sweep --export``).
 
     A failed export is logged and skipped: the run and its exit code stand as they are, and
-    ``qfarm export RUN`` can do it again later. Returns the entries that were recorded.
+    ``qfarm export RUN`` can do it again later. Returns the entries recorded and a line per
+    export that failed (what failed and how to try again).
     """
     from qfarm.producer.exports.mlflow import DEFAULT_EXPERIMENT, export_mlflow
 
-    done = []
+    done, failed = [], []
     for target in targets:
         try:
-            if target == "mlflow":
-                done.append(export_mlflow(run_dir, tracking_uri=tracking_uri,
-                                          experiment=experiment or DEFAULT_EXPERIMENT))
-            else:
+            if target != "mlflow":
                 raise ValueError(f"unknown export {target!r}; choose from {', '.join(AFTER_RUN)}")
+            done.append(export_mlflow(run_dir, tracking_uri=tracking_uri,
+                                      experiment=experiment or DEFAULT_EXPERIMENT))
         except Exception as exc:  # an export must never fail the run it describes
-            log.warning("export to %s of %s failed, the run is unaffected: %s; run `qfarm "
-                        "export %s --%s` to try again", target, Path(run_dir).name, exc,
-                        Path(run_dir), target)
-    return done
+            line = (f"export to {target} of {Path(run_dir).name} failed, the run is unaffected: "
+                    f"{exc}; run `qfarm export {Path(run_dir)} --{target}` to try again")
+            log.info("%s", line)  # the caller says it (the CLI prints it even with --quiet)
+            failed.append(line)
+    return done, failed

@@ -116,8 +116,10 @@ def run(args: argparse.Namespace) -> int:
         code = _report(result, detached=args.detach, outcome=outcome,
                        out=sys.stderr if args.json else sys.stdout)
     if args.export and not args.detach:
-        export_after_run(result.run_dir, args.export, tracking_uri=args.tracking_uri,
-                         experiment=experiment_name(args))
+        _, failed = export_after_run(result.run_dir, args.export, tracking_uri=args.tracking_uri,
+                                     experiment=experiment_name(args))
+        for line in failed:  # said even with --quiet: the operator asked for the export
+            print(f"qfarm: warning: {line}", file=sys.stderr)
     record = json.dumps(outcome.as_json(), ensure_ascii=False)
     if args.json_file:
         args.json_file.write_text(record + "\n", encoding="utf-8")

@@ -81,13 +81,14 @@ def test_two_exported_runs_carry_the_same_metric_keys(sweep, tracking) -> None:
             "run/completion_tokens"} <= keys[0]
 
 
-def test_a_failed_export_after_a_run_is_logged_not_raised(sweep, tmp_path, caplog, export_extra) -> None:
+def test_a_failed_export_after_a_run_is_returned_not_raised(sweep, tmp_path, caplog, export_extra) -> None:
     export_extra("mlflow")
     result = sweep(limit=1)
     (tmp_path / "not-a-dir").write_text("")
     bad = f"sqlite:///{tmp_path / 'not-a-dir' / 'mlflow.db'}"
-    with caplog.at_level(logging.WARNING):
-        assert export_after_run(result.run_dir, ["mlflow"], tracking_uri=bad) == []
+    with caplog.at_level(logging.INFO):
+        done, [failed] = export_after_run(result.run_dir, ["mlflow"], tracking_uri=bad)
+    assert done == [] and failed in caplog.text
     assert "export to mlflow" in caplog.text and "the run is unaffected" in caplog.text
     assert read_exports(result.run_dir) == []
 
