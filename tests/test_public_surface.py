@@ -61,7 +61,9 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
         ["aggregator", "capacity", "endpoints", "lease", "retry", "runs", "sweep"],
     ),
     "qfarm.producer.exports": (
-        ["AFTER_RUN", "EXPORTS", "export_after_run", "read_exports", "record_export"], ["record"]
+        ["AFTER_RUN", "EXPORTS", "export_after_run", "export_lines", "read_exports",
+         "record_export"],
+        ["record"],
     ),
     "qfarm.producer.http": (
         ["app", "auth"], ["errors", "metrics", "middleware", "requests", "runs", "schemas"]

@@ -12,14 +12,15 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from qfarm.producer.exports.record import EXPORTS, read_exports, record_export
+from qfarm.producer.exports.record import EXPORTS, export_lines, read_exports, record_export
 
 log = logging.getLogger(__name__)
 
 # The exports ``qfarm sweep --export`` can run after a run's summary is written.
 AFTER_RUN = ("mlflow",)
 
-__all__ = ["AFTER_RUN", "EXPORTS", "export_after_run", "read_exports", "record_export"]
+__all__ = ["AFTER_RUN", "EXPORTS", "export_after_run", "export_lines", "read_exports",
+           "record_export"]
 
 
 def export_after_run(run_dir: Path, targets: Iterable[str], *,

@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 from qfarm.common.errors import ConfigError
+from qfarm.common.reporting.report import fmt_time
 from qfarm.producer.runs import write_json_atomic
 
 EXPORTS = "exports.json"
@@ -48,3 +49,19 @@ def record_export(run_dir: Path, kind: str, **where: Any) -> dict[str, Any]:
     entry = {"kind": kind, "at": round(time.time(), 3), **where}
     write_json_atomic(Path(run_dir) / EXPORTS, {"exports": [*read_exports(run_dir), entry]})
     return entry
+
+
+def export_lines(entries: list[dict[str, Any]]) -> list[str]:
+    """One line of text per export, newest first, for a reader (the viewer's run page)."""
+    lines = []
+    for e in reversed(entries):
+        at = fmt_time(e["at"]) if isinstance(e.get("at"), int | float) else "?"
+        if e.get("kind") == "parquet":
+            files = ", ".join(e.get("files") or {})
+            lines.append(f"Parquet: {e.get('path')} ({files}), {at}")
+        elif e.get("kind") == "mlflow":
+            lines.append(f"MLflow: run {e.get('mlflow_run_id')} in experiment "
+                         f"{e.get('experiment')!r} at {e.get('tracking_uri')}, {at}")
+        else:
+            lines.append(f"{e.get('kind')}, {at}")
+    return lines
