@@ -45,7 +45,7 @@ ANSWERS_PARQUET = "answers.parquet"
 BATCH_ROWS = 5_000
 # Parts of the row that the JSON writes flat (Row._flatten), and the answer text, which goes
 # to its own file.
-FLAT_PARTS = {"grading": Grading, "gold": GoldCheck}
+FLAT_PARTS: dict[str, type[BaseModel]] = {"grading": Grading, "gold": GoldCheck}
 ANSWER_FIELDS = ("run_id", "job_id", "answer")
 JSON_TEXT = "json"  # a column's ``encoding`` metadata when it holds JSON text
 
