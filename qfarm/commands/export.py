@@ -20,8 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "the run kept answers) with each column's meaning in its metadata (extra "
                     "qfarm[parquet]); --mlflow logs the run as one MLflow run: params, tags, "
                     "the summary's numbers as metrics, summary.md, plots, manifest and rows "
-                    "as artifacts (extra qfarm[mlflow]). Each export is recorded in the run's "
-                    "exports.json.",
+                    "as artifacts (extra qfarm[mlflow]); --otlp sends each job as an "
+                    "OpenTelemetry trace, built from its row (extra qfarm[otel]). Each export "
+                    "is recorded in the run's exports.json.",
     )
     p.add_argument("run", metavar="RUN",
                    help="a run directory, or a run id (or unique prefix) under "
@@ -31,6 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--parquet", type=Path, metavar="DIR",
                    help="write the run's rows as Parquet files into DIR")
     add_mlflow_flags(p, flag="--mlflow")
+    add_otlp_flags(p, flag="--otlp")
     p.add_argument("--json", action="store_true",
                    help="print each export's record (as exports.json holds it) as one JSON line")
     p.set_defaults(func=run)
@@ -47,6 +49,38 @@ def add_mlflow_flags(p: argparse.ArgumentParser, *, flag: str | None) -> None:
                    help="MLflow experiment (default: MLFLOW_EXPERIMENT_NAME, else qfarm)")
 
 
+def add_otlp_flags(p: argparse.ArgumentParser, *, flag: str | None) -> None:
+    """The trace options (`qfarm export --otlp`, `qfarm sweep --export otlp`)."""
+    if flag:
+        p.add_argument(flag, action="store_true",
+                       help="send each job as an OpenTelemetry trace over OTLP/HTTP")
+    p.add_argument("--otlp-endpoint", metavar="URL", default=None,
+                   help="the collector's OTLP/HTTP base URL, e.g. http://localhost:4318 "
+                        "(default: OTEL_EXPORTER_OTLP_ENDPOINT)")
+    p.add_argument("--trace-sample-ratio", metavar="R", type=float, default=None,
+                   help="fraction of jobs traced, the same jobs on every export (default: "
+                        "every job of a run of up to 1,000 jobs, about 1,000 of a larger one; "
+                        "QFARM_OTEL_SAMPLE_RATIO)")
+
+
+def sample_ratio(args: argparse.Namespace) -> float | None:
+    if args.trace_sample_ratio is not None:
+        return float(args.trace_sample_ratio)
+    text = os.environ.get("QFARM_OTEL_SAMPLE_RATIO")
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise InputError(f"QFARM_OTEL_SAMPLE_RATIO={text!r}: give a fraction from 0 to 1, "
+                         "e.g. 0.01") from None
+
+
+def is_tracing_on() -> bool:
+    """QFARM_OTEL=1, or an OTLP endpoint in the environment: sweeps send their traces."""
+    return os.environ.get("QFARM_OTEL") == "1" or bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+
+
 def experiment_name(args: argparse.Namespace) -> str:
     return args.experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or "qfarm"
 
@@ -54,8 +88,8 @@ def experiment_name(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     from qfarm.producer.reports import resolve_run  # matplotlib is slow to import
 
-    if not args.parquet and not args.mlflow:
-        raise InputError("qfarm export: say where to: --parquet DIR and/or --mlflow")
+    if not args.parquet and not args.mlflow and not args.otlp:
+        raise InputError("qfarm export: say where to: --parquet DIR, --mlflow and/or --otlp")
     settings = load_settings()
     run_dir = resolve_run(args.run, args.results_dir or settings.results_dir)
     entries = []
@@ -76,6 +110,14 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"mlflow: run {entry['mlflow_run_id']} in experiment {entry['experiment']!r} "
                   f"at {entry['tracking_uri']}")
+    if args.otlp:
+        from qfarm.producer.exports.traces import export_traces
+
+        entry = export_traces(run_dir, endpoint=args.otlp_endpoint, sample_ratio=sample_ratio(args))
+        entries.append(entry)
+        if not args.json:
+            print(f"otlp: {entry['jobs_traced']} of {entry['rows']} jobs sent as traces "
+                  f"(sample ratio {entry['sample_ratio']:g}) to {entry['endpoint']}")
     for entry in entries:
         if args.json:
             print(json.dumps(entry, ensure_ascii=False))

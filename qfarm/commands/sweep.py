@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from qfarm import question_sets, runtime
-from qfarm.commands.export import add_mlflow_flags, experiment_name
+from qfarm.commands.export import (
+    add_mlflow_flags,
+    add_otlp_flags,
+    experiment_name,
+    is_tracing_on,
+    sample_ratio,
+)
 from qfarm.common.errors import InputError
 from qfarm.common.jobs import check_samples, parse_modes
 from qfarm.common.logs import log_context
@@ -81,9 +87,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="write that JSON object to PATH as well")
     p.add_argument("--export", action="append", choices=AFTER_RUN, default=[], metavar="TARGET",
                    help="after the summary is written, export the run: mlflow (extra "
-                        "qfarm[mlflow]; --tracking-uri, --experiment); a failed export is "
-                        "logged and does not change the exit code")
+                        "qfarm[mlflow]; --tracking-uri, --experiment) or otlp, each job a trace "
+                        "(extra qfarm[otel]; on by itself with QFARM_OTEL=1 or "
+                        "OTEL_EXPORTER_OTLP_ENDPOINT set); a failed export prints a warning and "
+                        "does not change the exit code")
     add_mlflow_flags(p, flag=None)
+    add_otlp_flags(p, flag=None)
     runtime.add_local_model_flag(p)
     runtime.add_policy_flags(p)
     p.set_defaults(func=run)
@@ -115,9 +124,12 @@ def run(args: argparse.Namespace) -> int:
     with log_context(run_id=result.run_id):  # the run's last lines carry its id in the logs
         code = _report(result, detached=args.detach, outcome=outcome,
                        out=sys.stderr if args.json else sys.stdout)
-    if args.export and not args.detach:
-        _, failed = export_after_run(result.run_dir, args.export, tracking_uri=args.tracking_uri,
-                                     experiment=experiment_name(args))
+    targets = [*args.export, *(["otlp"] if is_tracing_on() and "otlp" not in args.export else [])]
+    if targets and not args.detach:
+        _, failed = export_after_run(result.run_dir, targets, tracking_uri=args.tracking_uri,
+                                     experiment=experiment_name(args),
+                                     otlp_endpoint=args.otlp_endpoint,
+                                     sample_ratio=sample_ratio(args))
         for line in failed:  # said even with --quiet: the operator asked for the export
             print(f"qfarm: warning: {line}", file=sys.stderr)
     record = json.dumps(outcome.as_json(), ensure_ascii=False)

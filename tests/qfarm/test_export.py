@@ -35,7 +35,7 @@ def test_export_without_a_target_is_one_line_and_exit_2(env, tmp_path) -> None:
     out = qfarm(env, "export", str(tmp_path))
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
-        "qfarm: error: qfarm export: say where to: --parquet DIR and/or --mlflow"]
+        "qfarm: error: qfarm export: say where to: --parquet DIR, --mlflow and/or --otlp"]
 
 
 def test_a_failed_export_does_not_fail_the_sweep(env, tmp_path, export_extra) -> None:
