@@ -62,6 +62,9 @@ def export_lines(entries: list[dict[str, Any]]) -> list[str]:
         elif e.get("kind") == "mlflow":
             lines.append(f"MLflow: run {e.get('mlflow_run_id')} in experiment "
                          f"{e.get('experiment')!r} at {e.get('tracking_uri')}, {at}")
+        elif e.get("kind") == "otlp":
+            lines.append(f"traces: {e.get('jobs_traced')} of {e.get('rows')} jobs to "
+                         f"{e.get('endpoint')}, {at}")
         else:
             lines.append(f"{e.get('kind')}, {at}")
     return lines
