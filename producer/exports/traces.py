@@ -139,6 +139,28 @@ def _exporter(endpoint: str | None) -> Any:
     return OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces")
 
 
+class _Checked:
+    """The span exporter, counting the batches it failed to send: the batch processor logs
+    a failure and goes on, and an export that lost its spans must not report them sent."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.failed = inner, 0
+
+    def export(self, spans: Any) -> Any:
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        result = self.inner.export(spans)
+        if result != SpanExportResult.SUCCESS:
+            self.failed += 1
+        return result
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return bool(self.inner.force_flush(timeout_millis))
+
+
 def export_traces(run_dir: Path, *, endpoint: str | None = None,
                   sample_ratio: float | None = None,
                   span_exporter: Any = None) -> dict[str, Any]:
@@ -156,7 +178,7 @@ def export_traces(run_dir: Path, *, endpoint: str | None = None,
     run_dir = Path(run_dir)
     manifest = read_manifest(run_dir)
     ratio = default_ratio(manifest.n_jobs) if sample_ratio is None else sample_ratio
-    exporter = span_exporter if span_exporter is not None else _exporter(endpoint)
+    exporter = _Checked(span_exporter if span_exporter is not None else _exporter(endpoint))
     # A provider of this export's own: the caller's global tracing, if any, is left alone.
     provider = TracerProvider(resource=Resource.create({"service.name": "qfarm"}))
     processor = BatchSpanProcessor(exporter)
@@ -179,11 +201,15 @@ def export_traces(run_dir: Path, *, endpoint: str | None = None,
             if is_sampled(row["job_id"], ratio) and _trace_job(tracer, row, link):
                 traced += 1
         run_span.end(end_time=_ns(run_end if run_end is not None else last_end))
-        if not processor.force_flush():
-            raise ServiceError("traces: the OTLP exporter did not flush in time")
+        flushed = processor.force_flush()
     finally:
         provider.shutdown()
-    return record_export(run_dir, "otlp", endpoint=endpoint or "OTEL_EXPORTER_OTLP_ENDPOINT",
+    where = endpoint or "OTEL_EXPORTER_OTLP_ENDPOINT"
+    if not flushed or exporter.failed:
+        raise ServiceError(f"traces: the OTLP exporter could not send {exporter.failed or 'some'} "
+                           f"span batch(es) of {manifest.run_id} to {where} (its log lines say "
+                           "why); check --otlp-endpoint and that a collector is listening")
+    return record_export(run_dir, "otlp", endpoint=where,
                          sample_ratio=ratio, jobs_traced=traced, rows=rows)
 
 

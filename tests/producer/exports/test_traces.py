@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from qfarm.common.errors import InputError
+from qfarm.common.errors import InputError, ServiceError
 from qfarm.producer.exports import read_exports
 from qfarm.producer.exports.traces import default_ratio, export_traces, is_sampled
 
@@ -72,3 +72,16 @@ def test_a_million_job_run_traces_about_a_thousand_jobs_by_default() -> None:
     traced = sum(is_sampled(f"job-{i}", ratio) for i in range(200_000))
     assert default_ratio(1_000) == 1.0
     assert 150 <= traced <= 250  # 200,000 jobs at 1/1000: about 200
+
+
+def test_spans_the_exporter_could_not_send_fail_the_export(run, export_extra) -> None:
+    export = export_extra("opentelemetry.sdk.trace.export")
+
+    class Refusing(export.SpanExporter):
+        def export(self, spans):
+            return export.SpanExportResult.FAILURE
+
+    before = read_exports(run.run_dir)
+    with pytest.raises(ServiceError, match="could not send 1 span batch"):
+        export_traces(run.run_dir, span_exporter=Refusing())
+    assert read_exports(run.run_dir) == before
