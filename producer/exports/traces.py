@@ -33,6 +33,7 @@ from qfarm.producer.reports import ROWS, iter_rows
 from qfarm.producer.runs import read_manifest, read_run_status
 
 DEFAULT_MAX_TRACES = 1000
+BATCH_SPANS = 512
 NS = 1_000_000_000
 
 
@@ -139,26 +140,44 @@ def _exporter(endpoint: str | None) -> Any:
     return OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces")
 
 
-class _Checked:
-    """The span exporter, counting the batches it failed to send: the batch processor logs
-    a failure and goes on, and an export that lost its spans must not report them sent."""
+def _processor(exporter: Any) -> Any:
+    """A span processor that hands the exporter batches of ``BATCH_SPANS`` ended spans, in
+    this thread. The SDK's batch processor drops spans once its queue is full, and an
+    export makes spans far faster than a collector takes them: here nothing is dropped, and
+    memory holds one batch. It counts the batches the exporter failed to send, so an
+    export that lost its spans does not report them sent."""
+    from opentelemetry.sdk.trace import SpanProcessor
 
-    def __init__(self, inner: Any) -> None:
-        self.inner, self.failed = inner, 0
+    class Batches(SpanProcessor):
+        def __init__(self, exporter: Any) -> None:
+            self.exporter, self.failed, self.sent = exporter, 0, 0
+            self._batch: list[Any] = []
 
-    def export(self, spans: Any) -> Any:
-        from opentelemetry.sdk.trace.export import SpanExportResult
+        def on_start(self, span: Any, parent_context: Any = None) -> None:
+            pass
 
-        result = self.inner.export(spans)
-        if result != SpanExportResult.SUCCESS:
-            self.failed += 1
-        return result
+        def on_end(self, span: Any) -> None:
+            self._batch.append(span)
+            if len(self._batch) >= BATCH_SPANS:
+                self._send()
 
-    def shutdown(self) -> None:
-        self.inner.shutdown()
+        def _send(self) -> None:
+            from opentelemetry.sdk.trace.export import SpanExportResult
 
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return bool(self.inner.force_flush(timeout_millis))
+            batch, self._batch = self._batch, []
+            if batch and self.exporter.export(batch) != SpanExportResult.SUCCESS:
+                self.failed += 1
+            self.sent += len(batch)
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            self._send()
+            return True
+
+        def shutdown(self) -> None:
+            self._send()
+            self.exporter.shutdown()
+
+    return Batches(exporter)
 
 
 def export_traces(run_dir: Path, *, endpoint: str | None = None,
@@ -170,7 +189,6 @@ def export_traces(run_dir: Path, *, endpoint: str | None = None,
     from opentelemetry import trace
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     if sample_ratio is not None and not (math.isfinite(sample_ratio) and 0 <= sample_ratio <= 1):
         raise InputError(f"--trace-sample-ratio {sample_ratio}: give a fraction from 0 to 1, "
@@ -178,10 +196,10 @@ def export_traces(run_dir: Path, *, endpoint: str | None = None,
     run_dir = Path(run_dir)
     manifest = read_manifest(run_dir)
     ratio = default_ratio(manifest.n_jobs) if sample_ratio is None else sample_ratio
-    exporter = _Checked(span_exporter if span_exporter is not None else _exporter(endpoint))
+    exporter = span_exporter if span_exporter is not None else _exporter(endpoint)
     # A provider of this export's own: the caller's global tracing, if any, is left alone.
     provider = TracerProvider(resource=Resource.create({"service.name": "qfarm"}))
-    processor = BatchSpanProcessor(exporter)
+    processor = _processor(exporter)
     provider.add_span_processor(processor)
     tracer = provider.get_tracer("qfarm.exports.traces")
     status = read_run_status(run_dir)
@@ -201,12 +219,11 @@ def export_traces(run_dir: Path, *, endpoint: str | None = None,
             if is_sampled(row["job_id"], ratio) and _trace_job(tracer, row, link):
                 traced += 1
         run_span.end(end_time=_ns(run_end if run_end is not None else last_end))
-        flushed = processor.force_flush()
     finally:
         provider.shutdown()
     where = endpoint or "OTEL_EXPORTER_OTLP_ENDPOINT"
-    if not flushed or exporter.failed:
-        raise ServiceError(f"traces: the OTLP exporter could not send {exporter.failed or 'some'} "
+    if processor.failed:
+        raise ServiceError(f"traces: the OTLP exporter could not send {processor.failed} "
                            f"span batch(es) of {manifest.run_id} to {where} (its log lines say "
                            "why); check --otlp-endpoint and that a collector is listening")
     return record_export(run_dir, "otlp", endpoint=where,

@@ -4,12 +4,19 @@ job, one span per stage placed by the row's timings, linked to the run's trace; 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
+from bench.perf.viewer import write_synthetic_run
 from qfarm.common.errors import InputError, ServiceError
 from qfarm.producer.exports import read_exports
-from qfarm.producer.exports.traces import default_ratio, export_traces, is_sampled
+from qfarm.producer.exports.traces import (
+    default_ratio,
+    export_traces,
+    is_sampled,
+    stage_windows,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -85,3 +92,20 @@ def test_spans_the_exporter_could_not_send_fail_the_export(run, export_extra) ->
     with pytest.raises(ServiceError, match="could not send 1 span batch"):
         export_traces(run.run_dir, span_exporter=Refusing())
     assert read_exports(run.run_dir) == before
+
+
+def test_no_span_is_dropped_however_slow_the_collector(tmp_path, export_extra) -> None:
+    memory = export_extra("opentelemetry.sdk.trace.export.in_memory_span_exporter")
+
+    class SlowCollector(memory.InMemorySpanExporter):
+        def export(self, spans):
+            time.sleep(0.05)  # a collector that takes its time over each batch
+            return super().export(spans)
+
+    write_synthetic_run(tmp_path, "big", 500)  # 3,000 jobs: beyond the SDK's span queue
+    exporter = SlowCollector()
+    entry = export_traces(tmp_path / "big", span_exporter=exporter, sample_ratio=1.0)
+    spans = exporter.get_finished_spans()
+    assert len([s for s in spans if s.name == "qfarm.job"]) == entry["jobs_traced"] == 3000
+    assert len(spans) == 1 + sum(len(stage_windows(json.loads(line))) for line in
+                                 (tmp_path / "big" / "rows.jsonl").read_text().splitlines())
