@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from qfarm.common.errors import InputError
-from qfarm.common.settings import load_settings
+from qfarm.common.settings import Settings, load_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -63,22 +63,15 @@ def add_otlp_flags(p: argparse.ArgumentParser, *, flag: str | None) -> None:
                         "QFARM_OTEL_SAMPLE_RATIO)")
 
 
-def sample_ratio(args: argparse.Namespace) -> float | None:
-    if args.trace_sample_ratio is not None:
-        return float(args.trace_sample_ratio)
-    text = os.environ.get("QFARM_OTEL_SAMPLE_RATIO")
-    if not text:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        raise InputError(f"QFARM_OTEL_SAMPLE_RATIO={text!r}: give a fraction from 0 to 1, "
-                         "e.g. 0.01") from None
+def sample_ratio(args: argparse.Namespace, settings: Settings) -> float | None:
+    """--trace-sample-ratio, else QFARM_OTEL_SAMPLE_RATIO, else None (the export's default)."""
+    return args.trace_sample_ratio if args.trace_sample_ratio is not None \
+        else settings.otel_sample_ratio
 
 
-def is_tracing_on() -> bool:
+def is_tracing_on(settings: Settings) -> bool:
     """QFARM_OTEL=1, or an OTLP endpoint in the environment: sweeps send their traces."""
-    return os.environ.get("QFARM_OTEL") == "1" or bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+    return settings.otel or bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
 
 
 def experiment_name(args: argparse.Namespace) -> str:
@@ -113,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
     if args.otlp:
         from qfarm.producer.exports.traces import export_traces
 
-        entry = export_traces(run_dir, endpoint=args.otlp_endpoint, sample_ratio=sample_ratio(args))
+        entry = export_traces(run_dir, endpoint=args.otlp_endpoint,
+                              sample_ratio=sample_ratio(args, settings))
         entries.append(entry)
         if not args.json:
             print(f"otlp: {entry['jobs_traced']} of {entry['rows']} jobs sent as traces "

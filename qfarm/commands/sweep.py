@@ -25,7 +25,7 @@ from qfarm.common.errors import InputError
 from qfarm.common.jobs import check_samples, parse_modes
 from qfarm.common.logs import log_context
 from qfarm.common.models import ALL_MODES
-from qfarm.common.settings import load_settings
+from qfarm.common.settings import Settings, load_settings
 from qfarm.common.vocab import ExitCode, RunStatus
 from qfarm.producer.api import (
     QuestionSet,
@@ -124,20 +124,32 @@ def run(args: argparse.Namespace) -> int:
     with log_context(run_id=result.run_id):  # the run's last lines carry its id in the logs
         code = _report(result, detached=args.detach, outcome=outcome,
                        out=sys.stderr if args.json else sys.stdout)
-    targets = [*args.export, *(["otlp"] if is_tracing_on() and "otlp" not in args.export else [])]
-    if targets and not args.detach:
-        _, failed = export_after_run(result.run_dir, targets, tracking_uri=args.tracking_uri,
-                                     experiment=experiment_name(args),
-                                     otlp_endpoint=args.otlp_endpoint,
-                                     sample_ratio=sample_ratio(args))
-        for line in failed:  # said even with --quiet: the operator asked for the export
-            print(f"qfarm: warning: {line}", file=sys.stderr)
+    _export(args, settings, result)
     record = json.dumps(outcome.as_json(), ensure_ascii=False)
     if args.json_file:
         args.json_file.write_text(record + "\n", encoding="utf-8")
     if args.json:
         print(record, flush=True)
     return code
+
+
+def _export(args: argparse.Namespace, settings: Settings, result: RunResult) -> None:
+    """``--export`` (and traces with QFARM_OTEL=1) once the run has ended and its summary is
+    written; a failed export is one warning line, even with --quiet, never the exit code."""
+    tracing = is_tracing_on(settings) and "otlp" not in args.export
+    targets = [*args.export, *(["otlp"] if tracing else [])]
+    if not targets:
+        return
+    if args.detach:
+        print(f"qfarm: note: --export runs when a sweep ends; once run {result.run_id} has "
+              f"ended, `qfarm export {result.run_id} --{targets[0]}` exports it", file=sys.stderr)
+        return
+    _, failed = export_after_run(result.run_dir, targets, tracking_uri=args.tracking_uri,
+                                 experiment=experiment_name(args),
+                                 otlp_endpoint=args.otlp_endpoint,
+                                 sample_ratio=sample_ratio(args, settings))
+    for line in failed:
+        print(f"qfarm: warning: {line}", file=sys.stderr)
 
 
 def _check_writable(path: Path) -> None:
