@@ -1,8 +1,9 @@
 """Exports of a finished run to where its users already look: Parquet files (pandas, DuckDB,
 Hugging Face ``datasets``), MLflow, and OpenTelemetry traces (one per job). Each is an
-optional extra (``qfarm[parquet]``, ``qfarm[mlflow]``, ``qfarm[otel]``), imported only when an export runs, and reads the run directory after
-the run: nothing here is on a run's path. Every export is recorded in the run's
-``exports.json`` (``record.read_exports``), which the viewer's run page shows.
+optional extra (``qfarm[parquet]``, ``qfarm[mlflow]``, ``qfarm[otel]``), imported only when
+an export runs, and reads the run directory after the run: nothing here is on a run's path.
+Every export is recorded in the run's ``exports.json`` (``read_exports``), which the
+viewer's run page shows.
 """
 
 from __future__ import annotations
