@@ -232,6 +232,8 @@ def export_parquet(run_dir: Path, out_dir: Path) -> dict[str, Any]:
         if answers_out.rows:
             answers_out.close()
             files[ANSWERS_PARQUET] = answers_out.rows
+        else:  # an earlier export's answers in DIR must not read as this run's
+            answers_out.path.unlink(missing_ok=True)
     finally:
         for w in (rows_out, answers_out):
             w.tmp.unlink(missing_ok=True)

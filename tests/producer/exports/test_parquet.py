@@ -74,6 +74,8 @@ def test_rows_round_trip_through_pandas_and_duckdb(kept, export_extra, tmp_path)
 def test_a_run_without_kept_answers_writes_no_answers_file(sweep, export_extra, tmp_path) -> None:
     export_extra("pyarrow")
     result = sweep(limit=2)
+    (tmp_path / "pq").mkdir()
+    (tmp_path / "pq" / ANSWERS_PARQUET).write_bytes(b"an earlier export's")
     entry = export_parquet(result.run_dir, tmp_path / "pq")
     assert entry["files"] == {ROWS_PARQUET: result.manifest.n_jobs}
     assert not (tmp_path / "pq" / ANSWERS_PARQUET).exists()
