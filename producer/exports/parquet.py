@@ -3,9 +3,9 @@
 The schema is derived from ``qfarm.common.models.Row`` (its fields, in the order rows.jsonl
 writes them, the verifier's and the gold check's parts flat as in the JSON) and each field
 carries its model's description as metadata, so a column's meaning and type follow the model.
-Types are the ones pandas, DuckDB and Hugging Face ``datasets`` all open directly: strings
-(the vocabularies' words), 64-bit integers and floats, booleans, lists, and structs for the
-row's nested records (``timings``, ``usage``, ``llm_request``, ``answerability``); the one
+Types are ones pandas, DuckDB and Hugging Face ``datasets`` all take without a converter:
+strings (the vocabularies' words), 64-bit integers and floats, booleans, lists, and structs
+for the row's nested records (``timings``, ``usage``, ``llm_request``, ``answerability``); the one
 free-keyed map (``quote_match_layers``) is a JSON string, since maps are not a type every
 reader takes. Every column is nullable: a row written before a field existed reads as null.
 
