@@ -38,7 +38,9 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
         ["checks", "claims", "quote", "verifier"],
     ),
     "qfarm.common.retrieval": (["chunking", "corpus", "evaluation", "index", "query", "ranking"], []),
-    "qfarm.common.reporting": (["audit", "compare", "cost", "phase", "report", "runstats", "stats"], []),
+    "qfarm.common.reporting": (
+        ["audit", "compare", "cost", "phase", "report", "run_metrics", "runstats", "stats"], []
+    ),
     "qfarm.worker": (
         ["broker", "celery", "llm", "retrieval", "runner", "services", "store"],
         ["encoding", "flow", "leases", "metrics", "pipeline", "stages"],
@@ -57,6 +59,11 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
         ["Answer", "Endpoints", "QuestionSet", "RunResult", "SweepSpec", "ask",
          "configured_endpoints", "follow_run", "retry_errors", "run_sweep"],
         ["aggregator", "capacity", "endpoints", "lease", "retry", "runs", "sweep"],
+    ),
+    "qfarm.producer.exports": (
+        ["AFTER_RUN", "EXPORTS", "export_after_run", "export_lines", "read_exports",
+         "record_export"],
+        ["record"],
     ),
     "qfarm.producer.http": (
         ["app", "auth"], ["errors", "metrics", "middleware", "requests", "runs", "schemas"]
@@ -77,7 +84,7 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
     "qfarm": (["cli"], ["commands", "question_sets", "runtime"]),
     "qfarm.commands": (
         [],
-        ["ask", "cancel", "compare", "eval_retrieval", "index", "local_model", "policy",
+        ["ask", "cancel", "compare", "eval_retrieval", "export", "index", "local_model", "policy",
          "report", "search", "search_server", "serve", "sets", "sim", "status", "sweep", "verify",
          "view"],
     ),

@@ -25,6 +25,7 @@ from qfarm.common.reporting.report import (
 from qfarm.common.reporting.runstats import NO_VERDICT, STAGES, UNKNOWN_KIND
 from qfarm.common.runstatus import status_text
 from qfarm.common.vocab import Verdict
+from qfarm.producer.exports import export_lines, read_exports
 from qfarm.producer.reports import LATENCY_PLOT, STRICT_PLOT
 from qfarm.producer.runs import question_set_name
 from qfarm.producer.viewer.html import REDIS_BADGE, Response, h, inline, json_value, rows_url
@@ -62,6 +63,9 @@ def run_page(src: RunSource, run_id: str) -> Response:
         ("finished", h(fmt_time(finished_at(state, status, stats.last_finished)))),
         ("answers kept", "yes" if manifest.keep_answers else "no (run with --keep-answers)"),
     ]
+    exports = export_lines(read_exports(src.results_dir / run_id))
+    if exports:  # where else this run can be read (qfarm export; exports.json)
+        facts.append(("exported to", "<br>".join(h(line) for line in exports)))
     in_redis = status.get("source") == "redis"
     if in_redis:
         facts.append(("read from", "Redis: this run has no directory in "
