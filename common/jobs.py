@@ -38,8 +38,8 @@ def parse_modes(text: str | Sequence[str]) -> list[Mode]:
 
 # A single question (`qfarm ask`, POST /v1/ask) is a run of one job whose id starts with
 # this: lists (the viewer's, GET /v1/runs, the compare picker) keep them apart from sweeps,
-# and the LLM gateway serves its request ahead of sweep requests (docs/llm.md, 'Interactive
-# requests first').
+# and the LLM gateway serves its request ahead of sweep requests
+# (docs/llm.md, 'Interactive requests first').
 ASK_RUN_PREFIX = "ask-"
 
 
