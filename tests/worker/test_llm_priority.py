@@ -160,3 +160,24 @@ def test_an_ask_runs_requests_are_interactive(run_id: str, interactive: bool) ->
     job = Job(run_id=run_id, job_id="j", question=Question(id="q", text="Who?"),
               mode="quote", sample_index=0, seed=1)  # fmt: skip
     assert sampling_for(JobRecord(job=job)).interactive is interactive
+
+
+def test_a_server_without_priority_scheduling_says_how_to_fix_it() -> None:
+    """vLLM's engines before V1 (and the simulator under fcfs) refuse a priority other
+    than 0: every job fails at once, with the fix in its error."""
+    from qfarm.common.errors import PermanentServiceError
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, json={"object": "list", "data": []})
+        return httpx.Response(400, json={"error": {
+            "message": "Got priority 1 but Priority scheduling is not enabled.",
+            "type": "BadRequestError", "param": None, "code": 400}})  # fmt: skip
+
+    settings = Settings(llm_endpoints=URL, model="m", llm_health_interval_s=0.0,
+                        llm_priority=True)  # fmt: skip
+    with Gateway(settings, transport=httpx.MockTransport(refuse)) as gw:
+        with pytest.raises(PermanentServiceError, match="--scheduling-policy priority, or unset "
+                           "QFARM_LLM_PRIORITY") as caught:  # fmt: skip
+            gw.generate("sweep", SWEEP, job_id="s")
+    assert caught.value.attempts == 1

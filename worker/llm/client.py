@@ -586,6 +586,9 @@ class LLMClient:
             hint = f"; check QFARM_MODEL ({self.model}) against the server's /v1/models"
         elif status == 501:
             hint = "; the server does not implement this feature (e.g. structured output)"
+        elif status == 400 and "priority scheduling is not enabled" in message.lower():
+            hint = ("; start the server with --scheduling-policy priority, or unset "
+                    "QFARM_LLM_PRIORITY")
         return PermanentStatusError(
             f"{where}: {detail}{hint}", status=status, endpoint=target.display, job_id=job_id
         )
