@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from itertools import chain
 
 
 class Admission:
@@ -38,8 +39,9 @@ class Admission:
     async def acquire(self, interactive: bool) -> None:
         """Wait for a permit; nobody of the same class that came earlier is passed, and a
         sweep request passes no waiting interactive one."""
-        ahead = self._waiting[True] if interactive else (*self._waiting[True], *self._waiting[False])
-        if self._can_take(interactive) and not any(not f.done() for f in ahead):
+        lines = (True,) if interactive else (True, False)
+        ahead = chain.from_iterable(self._waiting[line] for line in lines)
+        if self._can_take(interactive) and all(f.done() for f in ahead):
             self._take(interactive)
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
