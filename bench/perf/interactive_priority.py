@@ -9,8 +9,8 @@ asked one after another, each the whole single-question pipeline the interactive
 the Celery hop and the Redis writes left out), and timed:
 
 * idle: no sweep;
-* during the sweep, (a) as before interactive priority: the ask's request is one more in
-  the queues; (b) the gateway's interactive admission and reserve
+* during the sweep, (a) no interactive priority: the ask's request is one more in the
+  queues (it is given a sweep's run id); (b) the gateway's interactive admission and reserve
   (``QFARM_LLM_INTERACTIVE_RESERVE=1``, the default); (c) the same, plus vLLM's request
   priority (``QFARM_LLM_PRIORITY=1``) against a server started with
   ``--scheduling-policy priority``;
