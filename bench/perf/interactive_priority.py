@@ -14,10 +14,9 @@ the Celery hop and the Redis writes left out), and timed:
   (``QFARM_LLM_INTERACTIVE_RESERVE=1``, the default); (c) the same, plus vLLM's request
   priority (``QFARM_LLM_PRIORITY=1``) against a server started with
   ``--scheduling-policy priority``;
-* each in two topologies: ``shared``, one gateway serves the sweep and the asks (a worker
-  on both queues, the in-process runner of ``qfarm serve``'s eager mode), and ``separate``,
-  the farm's roles, where the generate worker and the interactive worker have a gateway
-  each.
+* each in two topologies: ``shared``, one gateway serves the sweep and the asks (a
+  ``threads`` worker on both queues), and ``separate``, the farm's roles, where the
+  generate worker and the interactive worker have a gateway each.
 
 Printed: p50 and p95 of the model call and of the whole ask, each ÷ its idle value, and
 the sweep's requests/s meanwhile. Then what the reserve costs a sweep alone when the
