@@ -11,8 +11,9 @@ the Celery hop and the Redis writes left out), and timed:
 * idle: no sweep;
 * during the sweep, (a) no interactive priority: the ask's request is one more in the
   queues (it is given a sweep's run id); (b) the gateway's interactive admission and reserve
-  (``QFARM_LLM_INTERACTIVE_RESERVE=1``, the default); (c) the same, plus vLLM's request
-  priority (``QFARM_LLM_PRIORITY=1``) against a server started with
+  (``QFARM_LLM_INTERACTIVE_RESERVE=1``, the default); (b') the same with the gateway's
+  in-flight cap at the server's slots, so nothing queues at the server; (c) (b), plus
+  vLLM's request priority (``QFARM_LLM_PRIORITY=1``) against a server started with
   ``--scheduling-policy priority``;
 * each in two topologies: ``shared``, one gateway serves the sweep and the asks (a
   ``threads`` worker on both queues), and ``separate``, the farm's roles, where the
@@ -64,12 +65,15 @@ QUESTIONS = [
     "What is the Great Barrier Reef?",
 ]
 
-# (label, asks marked interactive, reserve, request priority)
+# (label, asks marked interactive, reserve, request priority, gateway cap = server slots)
 CONFIGS = [
-    ("(a) none", False, 0, False),
-    ("(b) reserve", True, 1, False),
-    ("(c) reserve + priority", True, 1, True),
+    ("(a) none", False, 0, False, False),
+    ("(b) reserve", True, 1, False, False),
+    ("(b') reserve, cap = slots", True, 1, False, True),
+    ("(c) reserve + priority", True, 1, True, False),
 ]
+# (b') needs the sweep and the asks in one gateway: with separate gateways it is (b).
+SHARED_ONLY = {"(b') reserve, cap = slots"}
 
 
 @dataclass
@@ -171,16 +175,19 @@ def asks(gw: Gateway, retriever: Retriever, n: int, interactive: bool) -> Sample
 
 def during_sweep(
     sims: dict[str, SimulatorHandle], retriever: Retriever, args: argparse.Namespace,
-    shared: bool, config: tuple[str, bool, int, bool],
+    shared: bool, config: tuple[str, bool, int, bool, bool],
 ) -> Sample:  # fmt: skip
-    _, interactive, reserve, priority = config
+    _, interactive, reserve, priority, cap_is_slots = config
     sim = sims["priority" if priority else "fcfs"]
+    inflight = args.slots if cap_is_slots else args.inflight
     with ExitStack() as stack:
-        sweep_gw = stack.enter_context(gateway_for(sim, args.inflight, reserve, priority))
+        sweep_gw = stack.enter_context(gateway_for(sim, inflight, reserve, priority))
         ask_gw = sweep_gw if shared else stack.enter_context(
-            gateway_for(sim, args.inflight, reserve, priority))
+            gateway_for(sim, inflight, reserve, priority))
         answered = stack.enter_context(sweep(sweep_gw, args.threads))
-        wait_saturated(sim, args.slots)
+        # The sweep fills what the gateway lets it: every slot, or all but the reserve.
+        wait_saturated(sim, inflight - reserve if cap_is_slots else args.slots,
+                       need_waiting=not cap_is_slots)  # fmt: skip
         before = answered()
         sample = asks(ask_gw, retriever, args.asks, interactive)
         sample.sweep_rps = rate(before, answered())
@@ -253,6 +260,8 @@ def main(argv: list[str] | None = None) -> None:
         results: dict[tuple[bool, str], Sample] = {}
         for shared in (True, False):
             for config in CONFIGS:
+                if not shared and config[0] in SHARED_ONLY:
+                    continue
                 results[(shared, config[0])] = during_sweep(sims, retriever, args, shared, config)
                 print(f"  measured: {'shared' if shared else 'separate'} {config[0]}", flush=True)
         alone = {r: sweep_alone(sims["fcfs"], args.slots, r, args.alone_s) for r in (0, 1)}
@@ -265,6 +274,8 @@ def main(argv: list[str] | None = None) -> None:
     for shared in (True, False):
         base = results[(shared, CONFIGS[0][0])].sweep_rps
         for label, *_ in CONFIGS:
+            if not shared and label in SHARED_ONLY:
+                continue
             name = f"{'shared' if shared else 'separate'} {label}"
             print(row(name, results[(shared, label)], idle, base))
     print(f"\nThe reserve's cost, worst case (gateway cap = server capacity = {args.slots}, sweep "
@@ -272,7 +283,7 @@ def main(argv: list[str] | None = None) -> None:
           f"{alone[1]:.1f} req/s, ×{alone[1] / alone[0]:.2f} (SIMULATED)")
     print(f"{os.cpu_count()} cores, load after: {os.getloadavg()[0]:.2f}. All figures come from the "
           "vLLM simulator (SIMULATED).")
-    best = results[(True, CONFIGS[2][0])]
+    best = results[(True, CONFIGS[3][0])]
     print(f"interactive_priority_ratio={pct(best.whole_s, 50) / pct(idle.whole_s, 50):.2f}")
 
 
