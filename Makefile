@@ -103,3 +103,4 @@ bench: install
 	$(BIN)/python -m bench.perf.record_cost
 	$(BIN)/python -m bench.perf.viewer
 	$(BIN)/python -m bench.perf.api_load
+	$(BIN)/python -m bench.perf.interactive_priority

@@ -325,6 +325,10 @@ class Sampling(Frozen):
     # The answer's grammar (GBNF) when the policy's structured_output is on; the client sends
     # it in the field the endpoint's server reads (qfarm.common.grounding.grammars).
     grammar: str | None = None
+    # A single question's request (an ask run): the LLM gateway admits it ahead of sweep
+    # requests, into slots the sweep may not take, and with QFARM_LLM_PRIORITY sends it with
+    # a higher priority. Request-level, so an ask never shares a micro-batch with a sweep.
+    interactive: bool = False
 
 
 class QuestionSelection(Frozen):

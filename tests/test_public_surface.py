@@ -47,8 +47,8 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
     ),
     "qfarm.worker.llm": (
         ["Gateway", "open_gateway"],
-        ["balancer", "batcher", "bridge", "dispatch", "gateway", "health", "replies", "retry",
-         "transport"],
+        ["admission", "balancer", "batcher", "bridge", "dispatch", "gateway", "health",
+         "replies", "retry", "transport"],
     ),
     "qfarm.worker.retrieval": (
         ["Retriever", "ensure_default_index", "open_retriever"],
