@@ -79,7 +79,8 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
     "qfarm.ops.local": (["launch"], []),
     "qfarm.ops.sim": (
         ["SIMULATOR_OWNER"],
-        ["behaviour", "constraints", "faults", "grammar", "latency", "metrics", "protocol"]
+        ["behaviour", "constraints", "cost", "engine", "faults", "grammar", "latency", "metrics",
+         "prefix_cache", "protocol"]
     ),
     "qfarm": (["cli"], ["commands", "question_sets", "runtime"]),
     "qfarm.commands": (

@@ -15,6 +15,11 @@ slots (in arrival order, or by the request's ``priority`` first under
 ``index = prompt_i * n + j`` and ``usage`` summed over the request, as vLLM
 does; ``--shuffle-choices`` returns them out of order to test clients that
 map by position. One event loop holds hundreds of connections.
+
+Under ``--latency cost`` the slots give way to the cost engine (``engine.py``): steps
+that charge prefill per uncached prompt token and batch decode across the running
+sequences, with a prefix cache; ``/metrics`` and ``GET /sim/stats`` (``charged``) say
+what it charged, and ``POST /sim/reset`` empties its prefix cache.
 """
 
 from __future__ import annotations
