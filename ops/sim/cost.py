@@ -51,11 +51,12 @@ class CostModel:
 
     def __post_init__(self) -> None:
         bad = [f.name for f in fields(self) if getattr(self, f.name) < 0]
-        if bad or self.block_size < 1 or self.time_scale <= 0:
+        bad += [n for n in ("block_size", "time_scale") if getattr(self, n) <= 0 and n not in bad]
+        if bad:
+            values = ", ".join(f"{n}={getattr(self, n):g}" for n in bad)
             raise ValueError(
-                f"cost model: {', '.join(bad) or 'block_size/time_scale'} out of range "
-                f"({self.as_dict()}); times and the cache size must be >= 0, the block "
-                "size >= 1 and the time scale > 0"
+                f"cost model: {values} out of range: times and the cache size must be >= 0, "
+                "the block size >= 1 and the time scale > 0"
             )
 
     def as_dict(self) -> dict[str, float]:
