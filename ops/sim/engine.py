@@ -1,8 +1,10 @@
 """The cost engine behind ``--latency cost``: continuous batching on the event loop.
 
 Each prompt × choice is one sequence, as in vLLM v1, where a request with ``n`` > 1 is
-``n`` engine requests sharing the prompt through the prefix cache. A sequence waits (FIFO)
-for one of ``max_num_seqs`` places; the engine then runs steps (``cost.CostModel``): a
+``n`` engine requests sharing the prompt through the prefix cache. A sequence waits for
+one of ``max_num_seqs`` places, served by (request ``priority``, arrival) as the slots of
+the per-request presets are (all priorities are 0 under ``--scheduling-policy fcfs``:
+arrival order); running sequences are never preempted; the engine then runs steps (``cost.CostModel``): a
 step admits waiting sequences, looks each one's prompt up in the prefix cache and
 caches its blocks (so the second choice of ``n``, admitted in the same step, finds the
 first's blocks: the prompt is prefilled once, plus the partial last block and the last
@@ -23,7 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
+import heapq
+import itertools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,7 +90,8 @@ class Engine:
         self.metrics = metrics
         self.cache = PrefixCache(cost.prefix_cache_blocks, cost.block_size)
         self.charged = Charged()
-        self._waiting: deque[_Running] = deque()
+        self._waiting: list[tuple[int, int, _Running]] = []  # a heap: (priority, arrival, seq)
+        self._arrivals = itertools.count()
         self._running: list[_Running] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -97,7 +101,8 @@ class Engine:
         first token on when ``on_token`` is given)."""
         loop = asyncio.get_running_loop()
         item = _Running(seq, tokens, loop.time(), max(seq.completion.completion_tokens, 1))
-        self._waiting.append(item)
+        priority = getattr(seq, "priority", 0)
+        heapq.heappush(self._waiting, (priority, next(self._arrivals), item))
         self.metrics.waiting += 1
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._loop())
@@ -122,8 +127,10 @@ class Engine:
 
     def _drop(self, item: _Running) -> None:
         """A client that went away: its sequence leaves the engine, as vLLM aborts it."""
-        if item in self._waiting:
-            self._waiting.remove(item)
+        waiting = [entry for entry in self._waiting if entry[2] is not item]
+        if len(waiting) < len(self._waiting):
+            self._waiting = waiting
+            heapq.heapify(self._waiting)
             self.metrics.waiting -= 1
         elif item in self._running:
             self._running.remove(item)
@@ -133,7 +140,7 @@ class Engine:
         """Move waiting sequences into free places; return their uncached prompt tokens."""
         prefill = 0
         while self._waiting and len(self._running) < self.max_num_seqs:
-            item = self._waiting.popleft()
+            item = heapq.heappop(self._waiting)[2]
             self.metrics.waiting -= 1
             self.metrics.running += 1
             item.t_start = now

@@ -144,8 +144,9 @@ class _Completion:
 
 
 class _Seq:
-    def __init__(self, tokens: int):
+    def __init__(self, tokens: int, priority: int = 0):
         self.completion = _Completion(tokens)
+        self.priority = priority
         self.ttft_s = 0.0
         self.e2e_s = 0.0
 
@@ -181,6 +182,22 @@ def test_capacity_queues_the_excess() -> None:
     charged = _charge([words(10, start=100 * i) for i in range(4)], 5, max_num_seqs=2)
     assert charged["steps"] == 10  # two waves of 5 steps
     assert charged["sequences"] == 4
+
+
+def test_waiting_sequences_are_served_by_priority_then_arrival() -> None:
+    done: list[int] = []
+
+    async def one(engine: Engine, priority: int, prompt: list[str]) -> None:
+        await engine.run(_Seq(3, priority), tuple(prompt))
+        done.append(priority)
+
+    async def go() -> None:
+        engine = Engine(FAST, 1, Metrics())
+        await asyncio.gather(*(one(engine, p, words(20, start=100 * p)) for p in (2, 0, 1, 0)))
+        await engine.close()
+
+    asyncio.run(go())
+    assert done == [0, 0, 1, 2]
 
 
 # --------------------------------------------------------------------------- over HTTP
