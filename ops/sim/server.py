@@ -527,8 +527,9 @@ def create_app(config: SimConfig) -> web.Application:
 
 
 async def _close_engine(app: web.Application) -> None:
-    if app[STATE].engine is not None:
-        await app[STATE].engine.close()
+    engine = app[STATE].engine
+    if engine is not None:
+        await engine.close()
 
 
 async def serve(config: SimConfig, stop: asyncio.Event | None = None) -> None:
