@@ -9,16 +9,23 @@ the grammar, regex or schema honoured as ``constraints.py`` says),
 /sim/faults``, ``GET /sim/stats``, ``GET /sim/config``, ``POST /sim/reset``.
 
 Each prompt × choice is one *sequence*: it waits for one of ``max_num_seqs``
-slots (FIFO; the wait is ``vllm:num_requests_waiting``), holds it for TTFT +
+slots (in arrival order, or by the request's ``priority`` first under
+``--scheduling-policy priority``; the wait is ``vllm:num_requests_waiting``), holds it for TTFT +
 (tokens − 1) × per-token time, and frees it. Choices come back with
 ``index = prompt_i * n + j`` and ``usage`` summed over the request, as vLLM
 does; ``--shuffle-choices`` returns them out of order to test clients that
 map by position. One event loop holds hundreds of connections.
+
+Under ``--latency cost`` the slots give way to the cost engine (``engine.py``): steps
+that charge prefill per uncached prompt token and batch decode across the running
+sequences, with a prefix cache; ``/metrics`` and ``GET /sim/stats`` (``charged``) say
+what it charged, and ``POST /sim/reset`` empties its prefix cache.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import itertools
 import json
 import logging
@@ -33,8 +40,10 @@ from aiohttp import web
 from qfarm.common.vocab import SIMULATOR_HEADER
 from qfarm.ops.sim import SIMULATOR_OWNER, behaviour
 from qfarm.ops.sim.config import SimConfig, describe
+from qfarm.ops.sim.engine import Engine
 from qfarm.ops.sim.faults import ARRIVAL_FAULTS, HUGE_ANSWER_BYTES, FaultInjector
 from qfarm.ops.sim.metrics import Metrics
+from qfarm.ops.sim.prefix_cache import tokenize
 from qfarm.ops.sim.protocol import (
     QUEUE_FULL_MESSAGE,
     RequestError,
@@ -53,6 +62,40 @@ STATE: web.AppKey[SimState] = web.AppKey("sim_state")
 LOG_SIZE = 50_000
 
 
+class Slots:
+    """``max_num_seqs`` slots; waiting sequences take them by (priority, arrival), as vLLM's
+    priority request queue orders them (all priorities are 0 under fcfs: arrival order).
+    Running sequences are never preempted (vLLM's priority scheduler preempts the
+    lowest-priority one only when KV-cache blocks run out, which the simulator does not
+    model)."""
+
+    def __init__(self, count: int):
+        self.free = count
+        self._waiting: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._arrivals = itertools.count()
+
+    async def acquire(self, priority: int = 0) -> None:
+        if self.free > 0 and not self._waiting:
+            self.free -= 1
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiting, (priority, next(self._arrivals), waiter))
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # granted as the client went away: pass the slot on
+            raise  # a waiter cancelled in the heap is skipped by release
+
+    def release(self) -> None:
+        while self._waiting:
+            _, _, waiter = heapq.heappop(self._waiting)
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self.free += 1
+
+
 class SimState:
     """Everything one simulator process keeps; touched only from its event loop."""
 
@@ -66,10 +109,14 @@ class SimState:
             seed=config.seed,
         )
         self.rng = random.Random(config.seed)
-        self.slots = asyncio.Semaphore(config.max_num_seqs)
+        self.slots = Slots(config.max_num_seqs)
         self.log: deque[dict[str, Any]] = deque(maxlen=LOG_SIZE)
         self.ids = itertools.count(1)
         self.started = time.time()
+        # --latency cost: one engine charges per token and batches decode (engine.py).
+        self.engine = (
+            Engine(config.cost, config.max_num_seqs, self.metrics) if config.cost else None
+        )
 
 
 # --------------------------------------------------------------------------- generation
@@ -82,7 +129,7 @@ async def hold_slot(state: SimState, seq: Sequence, on_token: Any = None) -> Non
     t_arrival = loop.time()
     m.waiting += 1
     try:
-        await state.slots.acquire()
+        await state.slots.acquire(seq.priority)
     finally:
         m.waiting -= 1
     m.running += 1
@@ -108,6 +155,17 @@ async def hold_slot(state: SimState, seq: Sequence, on_token: Any = None) -> Non
     m.success[reason] = m.success.get(reason, 0) + 1
 
 
+async def run_sequences(
+    state: SimState, seqs: list[Sequence], prompts: list[str], n: int, on_token: Any = None
+) -> None:
+    """Generate every sequence of a request: the cost engine's steps, or a slot each."""
+    if state.engine is None:
+        await asyncio.gather(*(hold_slot(state, s, on_token) for s in seqs))
+        return
+    tokens = [tokenize(p) for p in prompts]
+    await asyncio.gather(*(state.engine.run(s, tokens[s.index // n], on_token) for s in seqs))
+
+
 def build_sequences(
     prompts: list[str], budgets: list[int], params: dict[str, Any], state: SimState
 ) -> list[Sequence]:
@@ -125,7 +183,7 @@ def build_sequences(
                 rates=state.config.rates,
                 constraint=params["constraint"],
             )
-            seqs.append(Sequence(i * n + j, comp))
+            seqs.append(Sequence(i * n + j, comp, params["priority"]))
     return seqs
 
 
@@ -193,15 +251,17 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
         state.metrics.count_fault(fault)
         if fault in ARRIVAL_FAULTS:
             return await arrival_fault(fault, request, state)
-    state.metrics.prompt_tokens += sum(prompt_counts)
+    if state.engine is None:  # the cost engine counts per sequence, as vLLM does
+        state.metrics.prompt_tokens += sum(prompt_counts)
     seqs = build_sequences(prompts, [budget for _, budget in fitted], params, state)
     if fault == "abort":
         for seq in seqs:
             seq.completion = behaviour.aborted(seq.completion)
     req_id = f"{'chatcmpl' if chat else 'cmpl'}-sim-{entry['id']}"
     if params["stream"]:
-        return await stream(request, state, seqs, params, req_id, sum(prompt_counts), chat, fault)
-    await asyncio.gather(*(hold_slot(state, s) for s in seqs))
+        return await stream(request, state, seqs, params, req_id, sum(prompt_counts), chat, fault,
+                            prompts=prompts)  # fmt: skip
+    await run_sequences(state, seqs, prompts, params["n"])
     if fault and fault != "abort":
         return post_fault(fault, req_id)
     body = response_body(
@@ -241,6 +301,7 @@ async def stream(
     prompt_tokens: int,
     chat: bool,
     fault: str | None,
+    prompts: list[str] | None = None,
 ) -> web.StreamResponse:
     resp = web.StreamResponse(
         headers={
@@ -295,7 +356,7 @@ async def stream(
             last = k == len(pieces) - 1
             await send(chunk(seq.index, piece, seq.completion.finish_reason if last else None))
 
-    await asyncio.gather(*(hold_slot(state, s, on_token) for s in seqs))
+    await run_sequences(state, seqs, prompts or [], params["n"], on_token)
     if params["include_usage"] and fault in (None, "abort") and not state.config.omit_usage:
         completion_tokens = sum(s.completion.completion_tokens for s in seqs)
         await send({"id": req_id, "object": obj, "created": int(time.time()),
@@ -338,6 +399,7 @@ async def metrics(request: web.Request) -> web.Response:
         state.config.model,
         state.config.max_num_seqs,
         vllm_series=not state.config.disable_log_stats,
+        charged=state.engine.charged.as_dict() if state.engine else None,
     )
     return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
@@ -369,6 +431,8 @@ async def stats(request: web.Request) -> web.Response:
             "generation_tokens": m.generation_tokens,
             "prompt_tokens": m.prompt_tokens,
             "requests": log,
+            # --latency cost: model seconds and tokens charged (SIMULATED), else null.
+            "charged": state.engine.charged.as_dict() if state.engine else None,
         }
     )
 
@@ -380,6 +444,7 @@ async def config_view(request: web.Request) -> web.Response:
             "simulated": True,
             "model": cfg.model,
             "max_num_seqs": cfg.max_num_seqs,
+            "scheduling_policy": cfg.scheduling_policy,
             "max_model_len": cfg.max_model_len,
             "ttft_ms": list(cfg.latency.ttft_ms),
             "tpot_ms": list(cfg.latency.tpot_ms),
@@ -387,6 +452,7 @@ async def config_view(request: web.Request) -> web.Response:
             "rates": cfg.rates.as_dict(),
             "shuffle_choices": cfg.shuffle_choices,
             "requires_api_key": cfg.api_key is not None,
+            "cost": cfg.cost.as_dict() if cfg.cost else None,
         }
     )
 
@@ -394,6 +460,8 @@ async def config_view(request: web.Request) -> web.Response:
 async def reset(request: web.Request) -> web.Response:
     state = request.app[STATE]
     state.log.clear()
+    if state.engine is not None:
+        state.engine.cache.clear()
     state.faults.update({"rates": {}, "clear_next": True, "down": False})
     return web.json_response({"ok": True})
 
@@ -454,7 +522,14 @@ def create_app(config: SimConfig) -> web.Application:
     app.router.add_get("/sim/stats", stats)
     app.router.add_get("/sim/config", config_view)
     app.router.add_post("/sim/reset", reset)
+    app.on_cleanup.append(_close_engine)
     return app
+
+
+async def _close_engine(app: web.Application) -> None:
+    engine = app[STATE].engine
+    if engine is not None:
+        await engine.close()
 
 
 async def serve(config: SimConfig, stop: asyncio.Event | None = None) -> None:
