@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from qfarm.common import keys
 from qfarm.common.errors import InputError
 from qfarm.common.models import Manifest
 from qfarm.common.settings import Settings, load_settings
@@ -21,6 +22,7 @@ from qfarm.producer._services import (
 )
 from qfarm.producer._types import OnProgress, RunResult, Say
 from qfarm.producer.aggregator import Aggregator
+from qfarm.producer.consumers import unconsumed_queues, worker_commands
 from qfarm.producer.lease import FollowerLease
 from qfarm.producer.runs import (
     is_disk_full,
@@ -32,6 +34,7 @@ from qfarm.producer.runs import (
 from qfarm.producer.store import ProducerStore, connect
 from qfarm.producer.sweep import (
     Follower,
+    NoWorkers,
     RedisGone,
     SweepPlan,
     missing_jobs,
@@ -114,9 +117,14 @@ def follow_to_end(store: ProducerStore, run_dir: Path, manifest: Manifest, setti
             recovered: dict[str, int] | None = None,
             lease: FollowerLease | None = None) -> RunResult:
     run_id = manifest.run_id
+    app = celery_app(settings)
+    sweep_queues = [stage.queue for stage in keys.SWEEP_STAGES]
     follower = Follower(store, manifest, run_dir / "rows.jsonl",
                         lease=lease or FollowerLease(store.client, run_id), reconcile=reconcile,
-                        say=say, reconnect_s=settings.redis_reconnect_s)
+                        say=say, reconnect_s=settings.redis_reconnect_s,
+                        unconsumed=lambda: unconsumed_queues(app, store, sweep_queues),
+                        wait_for_workers_s=settings.wait_for_workers_s,
+                        worker_hint=lambda queues: " and ".join(worker_commands(queues)))
     try:
         prog = follower.run(on_progress=on_progress)
     except KeyboardInterrupt:
@@ -127,6 +135,14 @@ def follow_to_end(store: ProducerStore, run_dir: Path, manifest: Manifest, setti
         status = RunStatus.DETACHED
         update_run_status(run_dir, status=status)
         return RunResult(manifest, run_dir, status, _written(follower), error=str(exc))
+    except NoWorkers as exc:
+        # The jobs stay queued: a worker started later runs them, and --attach drains their rows.
+        follower.release()
+        status = RunStatus.NO_WORKER
+        update_run_status(run_dir, status=status, unconsumed_queues=exc.queues,
+                          rows=_written(follower))
+        return RunResult(manifest, run_dir, status, _written(follower),
+                         error=f"{exc}; start workers with: {' and '.join(worker_commands(exc.queues))}")
     except OSError as exc:
         if not is_disk_full(exc):
             raise

@@ -227,6 +227,28 @@ def test_ask_without_an_interactive_worker_fails_clearly(farm):
     assert farm.redis.llen("interactive") == 0
 
 
+def test_a_sweep_no_worker_consumes_warns_stops_after_the_bound_and_loses_nothing(farm, tmp_path):
+    qfile = write_questions(tmp_path / "q.txt", QUESTIONS[:2])
+    farm.start_worker("cpu", queues="retrieve,verify", concurrency=2)  # no generate worker
+    res = farm.qfarm("sweep", str(qfile), "-n", "1", "--quiet", "--wait-for-workers", "3",
+                     timeout_s=120)
+    assert res.returncode == ExitCode.FAILED, res.stderr
+    run_id = run_id_from(res.stderr)
+    warning = next(line for line in res.stderr.splitlines() if "warning:" in line)
+    assert "no worker consumes the queue generate," in warning
+    assert "celery -A qfarm.worker worker -Q generate -P threads" in warning
+    assert "no worker consumed the queue generate for" in res.stderr
+    assert f"qfarm sweep --attach {run_id}" in res.stderr and "nothing is lost" in res.stderr
+    status = json.loads((Path(farm.env["QFARM_RESULTS_DIR"]) / run_id / "status.json").read_text())
+    assert status["status"] == "stopped: no worker" and status["unconsumed_queues"] == ["generate"]
+    assert farm.redis.llen("generate") == 1  # the jobs wait in their queue
+    # A worker started later runs them, and --attach drains their rows: nothing was lost.
+    farm.start_worker("gpu", queues="generate", concurrency=2)
+    res = farm.qfarm("sweep", "--attach", run_id, "--quiet", timeout_s=120)
+    assert res.returncode == 0, res.stderr
+    assert {r["job_id"] for r in rows_file(farm, run_id)} == expected_ids(QUESTIONS[:2], 1)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
