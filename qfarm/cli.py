@@ -33,6 +33,7 @@ COMMANDS = (
     "compare",
     "verify",
     "status",
+    "doctor",
     "cancel",
     "policy",
     "view",

@@ -56,7 +56,7 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
     "qfarm.producer": (
         ["Answer", "Endpoints", "QuestionSet", "RunResult", "SweepSpec", "ask",
          "configured_endpoints", "follow_run", "retry_errors", "run_sweep"],
-        ["aggregator", "capacity", "endpoints", "lease", "retry", "runs", "sweep"],
+        ["aggregator", "capacity", "consumers", "endpoints", "lease", "retry", "runs", "sweep"],
     ),
     "qfarm.producer.http": (
         ["app", "auth"], ["errors", "metrics", "middleware", "requests", "runs", "schemas"]
@@ -77,7 +77,7 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
     "qfarm": (["cli"], ["commands", "question_sets", "runtime"]),
     "qfarm.commands": (
         [],
-        ["ask", "cancel", "compare", "eval_retrieval", "index", "local_model", "policy",
+        ["ask", "cancel", "compare", "doctor", "eval_retrieval", "index", "local_model", "policy",
          "report", "search", "search_server", "serve", "sets", "sim", "status", "sweep", "verify",
          "view"],
     ),

@@ -249,6 +249,22 @@ def test_a_sweep_no_worker_consumes_warns_stops_after_the_bound_and_loses_nothin
     assert {r["job_id"] for r in rows_file(farm, run_id)} == expected_ids(QUESTIONS[:2], 1)
 
 
+def test_doctor_names_each_worker_with_its_role_and_the_queues_without_one(farm):
+    from qfarm.common.settings import Settings
+    from qfarm.producer.doctor import check_workers
+
+    farm.start_worker("cpu", queues="retrieve,verify", concurrency=2)
+    check = check_workers(Settings(redis_url=farm.env["QFARM_REDIS_URL"]), farm.redis, 1.0)
+    assert check.health == "warn" and check.data["missing"] == ["interactive", "generate"]
+    assert [d.split("@")[0] + d.partition(" ")[2] for d in check.details] == [
+        "cpu(cpu): retrieve, verify"]
+    assert check.fix.splitlines()[1:] == [
+        "celery -A qfarm.worker worker -Q generate -P threads -c 16 -n gpu@%h --without-gossip "
+        "--without-mingle",
+        "celery -A qfarm.worker worker -Q interactive -P threads -c 8 -n interactive@%h "
+        "--without-gossip --without-mingle"]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
