@@ -81,6 +81,7 @@ def follow_run(
         assert plan is not None  # a missing question file raised above
         require_endpoints_for_workers(settings)
         recovered = _recover(store, run_dir, manifest, lease, say)
+        record_resume(run_dir)  # after _recover: the rows only Redis had are in the file now
         sent = enqueue_counted(app, store, missing_jobs(plan, store), bundle_size=settings.bundle_size)
         say(f"run {run_id}: re-enqueued {sent} jobs without a row")
     reconcile = reconciler(app, plan, store, settings.bundle_size, say) if plan else None
@@ -170,6 +171,47 @@ def follow_to_end(store: ProducerStore, run_dir: Path, manifest: Manifest, setti
 
 def _written(follower: Follower) -> int:
     return follower.aggregator.written if follower.aggregator else 0
+
+
+def record_resume(run_dir: Path, *, now: float | None = None) -> float:
+    """Before a resume runs the rest of a run: the time the run stood still since its last
+    activity (its recorded end, or its newest row, whichever is later) is added to
+    ``status.json``'s ``paused_s``, which the summary leaves out of the run's wall time and
+    throughput. Returns this pause (0 when the run left no trace of when it stopped)."""
+    from qfarm.common.reporting.report import recorded_pause_s
+
+    now = time.time() if now is None else now
+    status = read_run_status(run_dir)
+    ends = [t for t in (status.get("finished_at"), newest_row_finished_at(run_dir / "rows.jsonl"))
+            if isinstance(t, int | float) and not isinstance(t, bool)]
+    if not ends:
+        return 0.0
+    pause = max(0.0, now - max(ends))
+    update_run_status(run_dir, paused_s=round(recorded_pause_s(status) + pause, 3))
+    return pause
+
+
+def newest_row_finished_at(rows_path: Path, tail_bytes: int = 1 << 16) -> float | None:
+    """``finished_at`` of the last complete row of a rows file (rows are appended as they
+    land, so it is the newest), read from the file's tail; None without one."""
+    import json
+
+    try:
+        with rows_path.open("rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - tail_bytes))
+            tail = fh.read()
+    except OSError:
+        return None
+    for line in reversed(tail.splitlines()):
+        try:
+            value = json.loads(line).get("finished_at")
+        except (ValueError, AttributeError):
+            continue  # a line cut by the tail's start or by a kill
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    return None
 
 
 def finish_run(manifest: Manifest, run_dir: Path, written: int, *, cancelled: bool = False,
