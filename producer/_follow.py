@@ -113,19 +113,25 @@ def reconciler(app: Any, plan: SweepPlan, store: ProducerStore, bundle_size: int
     return reconcile
 
 
+def worker_watch(store: ProducerStore, settings: Settings) -> dict[str, Any]:
+    """The ``Follower`` arguments that watch the sweep queues for a worker: which have none
+    (``consumers.unconsumed_queues``), how long to wait for one, how to start one."""
+    app = celery_app(settings)
+    sweep_queues = [stage.queue for stage in keys.SWEEP_STAGES]
+    return {"unconsumed": lambda: unconsumed_queues(app, store, sweep_queues),
+            "wait_for_workers_s": settings.wait_for_workers_s,
+            "worker_hint": lambda queues: " and ".join(worker_commands(queues))}
+
+
 def follow_to_end(store: ProducerStore, run_dir: Path, manifest: Manifest, settings: Settings,
             on_progress: OnProgress | None, say: Say, *, reconcile: Callable[[], int] | None,
             recovered: dict[str, int] | None = None,
             lease: FollowerLease | None = None) -> RunResult:
     run_id = manifest.run_id
-    app = celery_app(settings)
-    sweep_queues = [stage.queue for stage in keys.SWEEP_STAGES]
     follower = Follower(store, manifest, run_dir / "rows.jsonl",
                         lease=lease or FollowerLease(store.client, run_id), reconcile=reconcile,
                         say=say, reconnect_s=settings.redis_reconnect_s,
-                        unconsumed=lambda: unconsumed_queues(app, store, sweep_queues),
-                        wait_for_workers_s=settings.wait_for_workers_s,
-                        worker_hint=lambda queues: " and ".join(worker_commands(queues)))
+                        **worker_watch(store, settings))
     try:
         prog = follower.run(on_progress=on_progress)
     except KeyboardInterrupt:
