@@ -255,12 +255,14 @@ def check_local_index(settings: Settings) -> Check:
             retriever.close()
         check_index_pages(path, info.get("corpus"))
     except QfarmError as exc:
-        health = Health.WARN if builds_itself else Health.FAIL if needed else Health.SKIP
-        how = "the first run builds it; `qfarm index` builds it now" if builds_itself else (
-            "build it with `qfarm index` (or point QFARM_INDEX_PATH at one)")
-        return Check("index", health, str(exc).split(":")[0] if needed else
-                     f"{path}: none (not searched: QFARM_RETRIEVER={settings.retriever})",
-                     fix=how if health != Health.SKIP else "", data={"path": str(path)})
+        data = {"path": str(path), "error": str(exc)}
+        if not needed:
+            return Check("index", Health.SKIP, f"{path}: not usable, and not searched "
+                         f"(QFARM_RETRIEVER={settings.retriever})", data=data)
+        if builds_itself and not path.exists():
+            return Check("index", Health.WARN, f"{path}: not built yet",
+                         fix="the first run builds it; `qfarm index` builds it now", data=data)
+        return Check("index", Health.FAIL, f"{path}: not usable", fix=str(exc), data=data)
     line = (f"{path}  version {info.get('index_version')}, corpus {info.get('corpus')}, "
             f"{info.get('documents')} documents, {info.get('passages')} passages")
     if not needed:

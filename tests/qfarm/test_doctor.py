@@ -87,3 +87,18 @@ def test_doctor_says_in_one_line_that_the_search_cluster_is_not_there(env, unuse
     assert "is unreachable" in res.stdout and "Traceback" not in res.stderr
     # The local index is not what runs search now: shown, never failed.
     assert "(not searched: QFARM_RETRIEVER=opensearch)" in res.stdout
+
+
+def test_doctor_fails_an_index_file_that_is_not_there_and_warns_of_a_default_one_not_built(
+        env, tmp_path):
+    env.update(QFARM_REDIS_URL=REDIS, QFARM_INDEX_PATH=str(tmp_path / "none.sqlite"))
+    res = doctor(env, "--json")
+    assert res.returncode == 1
+    index = next(c for c in json.loads(res.stdout)["checks"] if c["name"] == "index")
+    assert index["health"] == "fail" and "run `qfarm index` first" in index["fix"]
+    del env["QFARM_INDEX_PATH"]  # the default index of an empty data directory: built on first use
+    env["QFARM_DATA_DIR"] = str(tmp_path / "data")
+    res = doctor(env, "--json")
+    index = next(c for c in json.loads(res.stdout)["checks"] if c["name"] == "index")
+    assert index["health"] == "warn" and "the first run builds it" in index["fix"]
+    assert res.returncode == 0, res.stdout
