@@ -22,7 +22,7 @@ from qfarm.producer._services import (
 )
 from qfarm.producer._types import OnProgress, RunResult, Say
 from qfarm.producer.aggregator import Aggregator
-from qfarm.producer.consumers import unconsumed_queues, worker_commands
+from qfarm.producer.consumers import SHARED_ANSWER_S, unconsumed_queues, worker_commands
 from qfarm.producer.lease import FollowerLease
 from qfarm.producer.runs import (
     is_disk_full,
@@ -118,7 +118,8 @@ def worker_watch(store: ProducerStore, settings: Settings) -> dict[str, Any]:
     (``consumers.unconsumed_queues``), how long to wait for one, how to start one."""
     app = celery_app(settings)
     sweep_queues = [stage.queue for stage in keys.SWEEP_STAGES]
-    return {"unconsumed": lambda: unconsumed_queues(app, store, sweep_queues),
+    return {"unconsumed": lambda: unconsumed_queues(app, store, sweep_queues,
+                                                    reuse_s=SHARED_ANSWER_S),
             "wait_for_workers_s": settings.wait_for_workers_s,
             "worker_hint": lambda queues: " and ".join(worker_commands(queues))}
 

@@ -9,6 +9,8 @@ queues no heartbeat names, so a worker whose heartbeat is off
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -41,10 +43,34 @@ def worker_commands(queues: Iterable[str]) -> list[str]:
     return [worker_command(role) for role, served, _ in _ROLE_QUEUES if wanted & set(served)]
 
 
+# Followers in one process (the HTTP API follows every sweep posted to it) ask the same
+# question at once: with ``reuse_s`` one of them asks the farm and the others take its
+# answer. Thirty followers each broadcasting an inspect every few seconds queued on the
+# app's broker connections and took minutes to notice a cancel.
+SHARED_ANSWER_S = 2.0
+_answers: dict[tuple[str, tuple[str, ...]], tuple[float, dict[str, list[str]]]] = {}
+_asking = threading.Lock()
+
+
 def consumers_by_queue(app: Any, store: ProducerStore | None, queues: Sequence[str], *,
-                       inspect_timeout_s: float = INSPECT_TIMEOUT_S) -> dict[str, list[str]]:
+                       inspect_timeout_s: float = INSPECT_TIMEOUT_S,
+                       reuse_s: float = 0.0) -> dict[str, list[str]]:
     """For each of ``queues``, the names of the workers that consume it (an empty list:
-    none). Heartbeats first; Celery's inspect only when some queue has none."""
+    none). Heartbeats first; Celery's inspect only when some queue has none. With
+    ``reuse_s``, an answer this process got less than that long ago is reused."""
+    if reuse_s <= 0:
+        return _ask_farm(app, store, queues, inspect_timeout_s)
+    key = (str(app.conf.broker_url), tuple(queues))  # one app object, reconfigured by tests
+    with _asking:
+        at, answer = _answers.get(key, (-reuse_s, {}))
+        if time.monotonic() - at >= reuse_s:
+            answer = _ask_farm(app, store, queues, inspect_timeout_s)
+            _answers[key] = (time.monotonic(), answer)
+        return {q: list(names) for q, names in answer.items()}
+
+
+def _ask_farm(app: Any, store: ProducerStore | None, queues: Sequence[str],
+              inspect_timeout_s: float) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {q: [] for q in queues}
     if store is not None:
         for worker in store.live_workers():
@@ -63,7 +89,9 @@ def consumers_by_queue(app: Any, store: ProducerStore | None, queues: Sequence[s
 
 
 def unconsumed_queues(app: Any, store: ProducerStore | None, queues: Sequence[str], *,
-                      inspect_timeout_s: float = INSPECT_TIMEOUT_S) -> list[str]:
+                      inspect_timeout_s: float = INSPECT_TIMEOUT_S,
+                      reuse_s: float = 0.0) -> list[str]:
     """Those of ``queues`` no worker consumes, in the order given."""
-    found = consumers_by_queue(app, store, queues, inspect_timeout_s=inspect_timeout_s)
+    found = consumers_by_queue(app, store, queues, inspect_timeout_s=inspect_timeout_s,
+                               reuse_s=reuse_s)
     return [q for q in queues if not found[q]]
