@@ -1,6 +1,6 @@
 """`qfarm doctor`: Redis, workers, LLM endpoints, the index, the search cluster and the
-installed packages, each checked with a short timeout, on one screen; exit 1 when
-something a run needs is down. The checks are ``qfarm.producer.doctor``."""
+installed packages, each checked with a short timeout, on one screen; ``ExitCode.FAILED``
+when something a run needs is down. The checks are ``qfarm.producer.doctor``."""
 
 from __future__ import annotations
 

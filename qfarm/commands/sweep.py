@@ -75,8 +75,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--wait-for-workers", type=_seconds, nargs="?", const=0.0, default=None,
                    metavar="SECONDS",
                    help="while some of the run's queues have no worker, keep following this "
-                        "long before stopping (exit 1; the jobs stay queued); alone: as long "
-                        "as it takes (default QFARM_WAIT_FOR_WORKERS_S, 60)")
+                        f"long before stopping (exit {ExitCode.FAILED:d}; the jobs stay queued); "
+                        "alone: as long as it takes (default QFARM_WAIT_FOR_WORKERS_S, 60)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object as the last line of stdout (run id, status, "
