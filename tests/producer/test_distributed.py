@@ -249,6 +249,17 @@ def test_a_sweep_no_worker_consumes_warns_stops_after_the_bound_and_loses_nothin
     assert {r["job_id"] for r in rows_file(farm, run_id)} == expected_ids(QUESTIONS[:2], 1)
 
 
+def test_a_sweep_with_no_worker_at_all_names_the_three_queues_and_exits_1(farm, tmp_path):
+    qfile = write_questions(tmp_path / "q.txt", QUESTIONS[:1])
+    res = farm.qfarm("sweep", str(qfile), "-n", "1", "--quiet", "--json", "--wait-for-workers",
+                     "2", timeout_s=120)
+    assert res.returncode == ExitCode.FAILED, res.stderr
+    assert "no worker consumes the queues retrieve, generate, verify" in res.stderr
+    outcome = json.loads(res.stdout.splitlines()[-1])
+    assert (outcome["status"], outcome["exit_code"], outcome["rows"]) == ("stopped: no worker", 1, 0)
+    assert farm.redis.llen("retrieve") == 1  # its one bundle, still queued
+
+
 def test_doctor_names_each_worker_with_its_role_and_the_queues_without_one(farm):
     from qfarm.common.settings import Settings
     from qfarm.producer.doctor import check_workers
