@@ -23,12 +23,19 @@ $(VENV)/es8-client/.installed: $(VENV)/.installed
 	$(BIN)/pip install -q --no-deps --target $(VENV)/es8-client 'elasticsearch8>=8.13,<9' 'elastic-transport>=8.15.1,<9'
 	touch $@
 
-# What the tests need besides the package: the 8.x client above, and Debian's Chromium
-# and chromedriver for the viewer's browser test (a no-op when present; as root it
-# installs them with apt-get; `make test` starts Redis the same way, ensure-redis.sh).
-install-test: $(VENV)/es8-client/.installed search-node
+# What the tests need besides the package: the 8.x client above, the exports' extras (below),
+# and Debian's Chromium and chromedriver for the viewer's browser test (a no-op when present;
+# as root it installs them with apt-get; `make test` starts Redis the same way, ensure-redis.sh).
+install-test: $(VENV)/es8-client/.installed $(VENV)/.exports-installed search-node
 	bash ops/scripts/ensure-chromium.sh
 	bash ops/scripts/ensure-faketime.sh
+
+# The exports' libraries (docs/reports.md, 'Exports'), for their tests: pyarrow, mlflow-skinny
+# with its SQLite store, and pandas and DuckDB to read the files back. Extras, so `make run`
+# and a plain `pip install .` never pull them in.
+$(VENV)/.exports-installed: $(VENV)/.installed pyproject.toml
+	$(BIN)/pip install -q -e '.[exports-test]'
+	touch $@
 
 # A real OpenSearch node (docs/retrieval.md, 'A real search node'): Java 17+ and Maven
 # (from Debian's packages when missing), the launcher compiled and the server's jars
@@ -78,7 +85,8 @@ test: install install-test install-dense install-local
 	bash ops/scripts/ensure-redis.sh
 	$(BIN)/ruff check .
 	MYPY=$(BIN)/mypy bash ops/scripts/typecheck.sh
-	QFARM_REQUIRE_DENSE=1 QFARM_REQUIRE_LOCAL=1 QFARM_REQUIRE_SEARCH_NODE=1 bash ops/scripts/run-tests.sh
+	QFARM_REQUIRE_DENSE=1 QFARM_REQUIRE_LOCAL=1 QFARM_REQUIRE_SEARCH_NODE=1 QFARM_REQUIRE_EXPORTS=1 \
+	  bash ops/scripts/run-tests.sh
 
 # `pip install .` without extras into a fresh venv, then one small eager sweep (CI runs it).
 check-install:
@@ -95,3 +103,4 @@ bench: install
 	$(BIN)/python -m bench.perf.record_cost
 	$(BIN)/python -m bench.perf.viewer
 	$(BIN)/python -m bench.perf.api_load
+	$(BIN)/python -m bench.perf.interactive_priority

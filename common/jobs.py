@@ -36,6 +36,17 @@ def parse_modes(text: str | Sequence[str]) -> list[Mode]:
     return modes
 
 
+# A single question (`qfarm ask`, POST /v1/ask) is a run of one job whose id starts with
+# this: lists (the viewer's, GET /v1/runs, the compare picker) keep them apart from sweeps,
+# and the LLM gateway serves its request ahead of sweep requests
+# (docs/llm.md, 'Interactive requests first').
+ASK_RUN_PREFIX = "ask-"
+
+
+def is_ask_run(run_id: str) -> bool:
+    return run_id.startswith(ASK_RUN_PREFIX)
+
+
 def make_job_id(question_id: str, mode: Mode | str, sample_index: int) -> str:
     """Deterministic from (question id, mode, sample index): resubmission is idempotent."""
     raw = f"{question_id}\x1f{Mode(mode).value}\x1f{sample_index}"

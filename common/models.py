@@ -145,18 +145,18 @@ class Usage(Frozen):
     proportion to characters), or, when the server gave none, qfarm's estimate
     (``estimated``: characters / 4, docs/reports.md, 'What a run cost')."""
 
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    estimated: bool = False
+    prompt_tokens: int | None = Field(None, description="prompt tokens of the answering request (a micro-batch's apportioned)")
+    completion_tokens: int | None = Field(None, description="completion tokens of the answer")
+    estimated: bool = Field(False, description="true when the server gave no usage and tokens are characters / 4")
 
 
 class LlmRequest(Frozen):
     """The HTTP request that answered a job: when it was sent (epoch seconds), how long it
     took, and how many prompts it carried (a micro-batch's are answered together)."""
 
-    sent_at: float
-    ms: float
-    prompts: int = 1
+    sent_at: float = Field(description="when the answering request was sent, epoch seconds")
+    ms: float = Field(description="the whole request's duration, ms")
+    prompts: int = Field(1, description="prompts the request carried (a micro-batch's are answered together)")
 
 
 class Generation(Frozen):
@@ -196,30 +196,30 @@ class Claim(Frozen):
 class Grading(Frozen):
     """The verifier's grade of an answer: the part of ``Verification`` a row carries first."""
 
-    verdict: Verdict = Verdict.UNGROUNDED
-    label: Label = Label.UNGROUNDED
-    ratio: float = 0.0
-    n_claims: int = 0
-    n_verified: int = 0
-    violation_kinds: tuple[ViolationKind, ...] = ()
+    verdict: Verdict = Field(Verdict.UNGROUNDED, description="STRICT, HYBRID or UNGROUNDED (docs/grounding.md, 'Verdict and label')")
+    label: Label = Field(Label.UNGROUNDED, description="audit label: EVIDENCE-WARRANTED, ANCHOR-WARRANTED, POINTER-LINKED, UNGROUNDED or an extra label")
+    ratio: float = Field(0.0, description="n_verified / max(n_claims, 1)")
+    n_claims: int = Field(0, description="claims (quote mode: quotes) extracted from the answer")
+    n_verified: int = Field(0, description="claims that passed verification")
+    violation_kinds: tuple[ViolationKind, ...] = Field((), description="violation kinds found, sorted and unique")
     # dry run (caps not applied): the BROAD_QUANTIFIER_* kinds the guard would have fired
-    would_fire_kinds: tuple[ViolationKind, ...] = ()
-    format_collapsed: bool = False
-    answer_brackets: int = 0
-    answer_pointer_count: int = 0
-    answer_chars_with_brackets: int = 0
-    raw_meaningful_line_count: int = 0
-    quote_match_layers: dict[str, int] | None = None
+    would_fire_kinds: tuple[ViolationKind, ...] = Field((), description="BROAD_QUANTIFIER_* kinds the guard would have fired (dry run: caps not applied)")
+    format_collapsed: bool = Field(False, description="three or more meaningful lines and no evidence tag (lattice modes)")
+    answer_brackets: int = Field(0, description="bracketed spans [..] in the raw answer")
+    answer_pointer_count: int = Field(0, description="distinct evidence ids the answer cites")
+    answer_chars_with_brackets: int = Field(0, description="characters inside [..] in the answer")
+    raw_meaningful_line_count: int = Field(0, description="answer lines over 20 characters")
+    quote_match_layers: dict[str, int] | None = Field(None, description="quote mode: quotes matched per layer (exact, normalized, fuzzy)")
 
 
 class GoldCheck(Frozen):
     """The answer and its evidence against the question file's gold answers and article."""
 
-    gold_in_claims: bool | None = None
-    gold_in_evidence: bool | None = None
-    gold_evidence_rank: int | None = None  # first passage holding a gold answer, 1-based
-    article_in_evidence: bool | None = None  # None when the question names no article
-    article_rank: int | None = None
+    gold_in_claims: bool | None = Field(None, description="a gold answer appears in the admitted claims; null without gold answers")
+    gold_in_evidence: bool | None = Field(None, description="a gold answer appears in the retrieved evidence; null without gold answers")
+    gold_evidence_rank: int | None = Field(None, description="1-based rank of the first passage holding a gold answer")
+    article_in_evidence: bool | None = Field(None, description="the question's article is among the evidence; null when it names none")
+    article_rank: int | None = Field(None, description="1-based rank of the first passage of the question's article")
 
 
 class Verification(Grading, GoldCheck):
@@ -262,12 +262,12 @@ class Answerability(Frozen):
 
 
 class Timings(Frozen):
-    queue_wait_ms: float | None = None
-    retrieval_ms: float | None = None
-    llm_ms: float | None = None
-    ttft_ms: float | None = None  # time to first token, when the gateway streams
-    verify_ms: float | None = None
-    total_ms: float | None = None
+    queue_wait_ms: float | None = Field(None, description="milliseconds from enqueue to the first stage")
+    retrieval_ms: float | None = Field(None, description="the job's share of its batched search plus its evidence fitting, ms")
+    llm_ms: float | None = Field(None, description="the job's own model request, slot waits, retries and backoff included, ms")
+    ttft_ms: float | None = Field(None, description="time to first token when the gateway streams, ms")
+    verify_ms: float | None = Field(None, description="the job's own verification, ms")
+    total_ms: float | None = Field(None, description="retrieval_ms + llm_ms + verify_ms")
 
 
 class JobRef(Frozen):
@@ -325,6 +325,10 @@ class Sampling(Frozen):
     # The answer's grammar (GBNF) when the policy's structured_output is on; the client sends
     # it in the field the endpoint's server reads (qfarm.common.grounding.grammars).
     grammar: str | None = None
+    # A single question's request (an ask run): the LLM gateway admits it ahead of sweep
+    # requests, into slots the sweep may not take, and with QFARM_LLM_PRIORITY sends it with
+    # a higher priority. Request-level, so an ask never shares a micro-batch with a sweep.
+    interactive: bool = False
 
 
 class QuestionSelection(Frozen):
@@ -406,9 +410,9 @@ class Manifest(Frozen):
 
 
 class AnswerabilitySummary(Frozen):
-    answerability_fired: bool = False
-    answerability_confidence: Confidence | None = None
-    answerability_candidate_count: int = 0
+    answerability_fired: bool = Field(False, description="the answerability sidecar fired: the answer denies what the evidence seems to hold")
+    answerability_confidence: Confidence | None = Field(None, description="the sidecar's confidence: weak, medium or strong")
+    answerability_candidate_count: int = Field(0, description="candidate answer spans the sidecar found in the evidence")
 
 
 class Row(Frozen):
@@ -417,59 +421,59 @@ class Row(Frozen):
     The fields: docs/grounding.md, 'The row'.
     """
 
-    schema_version: int = ROW_SCHEMA_VERSION
-    run_id: str
-    job_id: str
-    question: str
-    question_id: str
-    mode: Mode
-    sample_index: int
-    grading: Grading | None = None  # None until verified; flat in the JSON (_flatten)
-    question_scope: str | None = None  # "bounded"/"unbounded" when the question file says so
-    quantifier_intensity: Intensity | None = None
-    quantifier_matched_token: str | None = None
-    quantifier_explicit_count: int | None = None
-    scope_bound_hint: str | None = None
-    claim_cap_applied: int | None = None  # the guard's cap; None when the guard is off for the job
-    claim_cap_profile: int | None = None  # the profile table's cap for the rung, enforced or not
-    claim_cap_enforced: bool | None = None
+    schema_version: int = Field(ROW_SCHEMA_VERSION, description="version of the row's schema")
+    run_id: str = Field(description="the run the job belongs to")
+    job_id: str = Field(description="the job: one (question, mode, sample index) of the run")
+    question: str = Field(description="the question's text")
+    question_id: str = Field(description="the question's id in its question file")
+    mode: Mode = Field(description="answer mode: quote, claim_lattice_pointer or claim_lattice")
+    sample_index: int = Field(description="sample number of this question and mode, from 0")
+    grading: Grading | None = Field(None, description="the verifier's grade; null until verified; its fields are written flat in the JSON")
+    question_scope: str | None = Field(None, description="bounded or unbounded when the question file says so")
+    quantifier_intensity: Intensity | None = Field(None, description="the quantifier classifier's rung for the question")
+    quantifier_matched_token: str | None = Field(None, description="the words that decided the rung")
+    quantifier_explicit_count: int | None = Field(None, description="the number a bounded question names")
+    scope_bound_hint: str | None = Field(None, description="bounded, unbounded or unknown: whether a broad question names a finite set")
+    claim_cap_applied: int | None = Field(None, description="the quantifier guard's claim cap; null when the guard is off for the job")
+    claim_cap_profile: int | None = Field(None, description="the profile table's cap for the rung, enforced or not")
+    claim_cap_enforced: bool | None = Field(None, description="the cap was applied: excess claims were not admitted")
     # The configured model id, verbatim (what the operator named); the cap profile it
     # resolved to is ``model_profile_key`` ("hermes-3-8b", or "default" when none matched).
-    model_profile_id: str | None = None
-    model_profile_key: str | None = None
-    model: str | None = None
-    endpoint: str | None = None
-    simulated: bool | None = None
-    llm_server: str | None = None  # a recognised non-vLLM server (Generation.server)
-    retriever: str | None = None
-    index_version: str | None = None
-    evidence_ids: list[str] = Field(default_factory=list)
-    top_doc_titles: list[str] = Field(default_factory=list)
-    top_scores: list[float] = Field(default_factory=list)
+    model_profile_id: str | None = Field(None, description="the configured model id, verbatim")
+    model_profile_key: str | None = Field(None, description="the cap profile the model id resolved to")
+    model: str | None = Field(None, description="the model that answered")
+    endpoint: str | None = Field(None, description="the endpoint that answered (passwords redacted)")
+    simulated: bool | None = Field(None, description="answered by the vLLM-compatible simulator: SIMULATED")
+    llm_server: str | None = Field(None, description="the server's name when it is recognisably not vLLM")
+    retriever: str | None = Field(None, description="the retrieval backend")
+    index_version: str | None = Field(None, description="the index version (corpus digest, chunker, ranking)")
+    evidence_ids: list[str] = Field(default_factory=list, description="evidence ids shown to the model, E1 first")
+    top_doc_titles: list[str] = Field(default_factory=list, description="titles of the shown evidence blocks, E1 first")
+    top_scores: list[float] = Field(default_factory=list, description="retrieval scores of the shown blocks, E1 first")
     # The shown blocks' passage ids in the index (chunk ids, E1 first): the viewer reads
     # their text back by id and re-runs the verifier, so rows need not carry the text.
-    evidence_passage_ids: list[str] = Field(default_factory=list)
-    answerability: AnswerabilitySummary | None = None
-    gold: GoldCheck | None = None  # with grading; flat in the JSON
-    verifier_policy_hash: str | None = None
-    governance_policy_hash: str | None = None
-    cache_hit: bool = False
-    attempts: int = 0
-    error: str | None = None
-    error_kind: ErrorKind | None = None  # where the error came from; None without one
-    timings: Timings = Field(default_factory=Timings)
-    usage: Usage = Field(default_factory=Usage)
-    llm_request: LlmRequest | None = None  # the request that answered; None: no model call
-    worker: str | None = None
-    started_at: float | None = None
-    finished_at: float | None = None
-    answer: str | None = None  # only with --keep-answers
-    finish_reason: str | None = None  # the model's, for an answer that came back
-    truncated: bool | None = None  # finish_reason "length": scored, but cut off at max_tokens
-    max_tokens_effective: int | None = None  # budget lowered to fit the context window
+    evidence_passage_ids: list[str] = Field(default_factory=list, description="the shown blocks' passage (chunk) ids in the index, E1 first")
+    answerability: AnswerabilitySummary | None = Field(None, description="the answerability sidecar's summary")
+    gold: GoldCheck | None = Field(None, description="the answer and evidence against the question file's gold answers; written flat in the JSON")
+    verifier_policy_hash: str | None = Field(None, description="hash of the policy fields that change verification or the prompt")
+    governance_policy_hash: str | None = Field(None, description="hash of every policy field and rule version")
+    cache_hit: bool = Field(False, description="the answer came from the result cache")
+    attempts: int = Field(0, description="model requests made for the job")
+    error: str | None = Field(None, description="what went wrong, starting with the error kind; null for an answered job")
+    error_kind: ErrorKind | None = Field(None, description="internal, retrieval or llm; null without an error")
+    timings: Timings = Field(default_factory=Timings, description="the job's stage timings")
+    usage: Usage = Field(default_factory=Usage, description="tokens the job's answer cost")
+    llm_request: LlmRequest | None = Field(None, description="the request that answered; null without a model call")
+    worker: str | None = Field(None, description="the worker that wrote the row")
+    started_at: float | None = Field(None, description="when the job's first stage started, epoch seconds")
+    finished_at: float | None = Field(None, description="when the row was built, epoch seconds")
+    answer: str | None = Field(None, description="the answer text, only with --keep-answers")
+    finish_reason: str | None = Field(None, description="the model's finish reason (stop, length, ...)")
+    truncated: bool | None = Field(None, description="the answer ran out of tokens (finish reason length)")
+    max_tokens_effective: int | None = Field(None, description="the token budget when it was lowered to fit the context window")
     # The error kinds of the job's earlier attempts that this row replaced (``--retry-errors``);
     # written only when there are any, so rows of a run without retries are as before
-    retried_errors: list[str] = Field(default_factory=list)
+    retried_errors: list[str] = Field(default_factory=list, description="error kinds of the job's earlier attempts this row replaced, oldest first")
 
     @model_validator(mode="before")
     @classmethod

@@ -95,6 +95,13 @@ class Settings(BaseSettings):
     llm_timeout_s: float = Field(default=120.0, gt=0)
     llm_connect_timeout_s: float = Field(default=5.0, gt=0)
     llm_max_inflight_per_endpoint: int = Field(default=64, ge=1)
+    # Slots per endpoint (of the above) that only interactive requests (single questions) may
+    # take, so an ask never waits for a sweep's request to finish; an endpoint with a cap of
+    # one keeps no reserve (docs/llm.md, 'Interactive requests first').
+    llm_interactive_reserve: int = Field(default=1, ge=0)
+    # Send vLLM's request "priority" (interactive 0, sweep 1): only to servers started with
+    # --scheduling-policy priority, so off unless the farm says so.
+    llm_priority: bool = False
     # The context window of an endpoint whose /v1/models does not report max_model_len
     # (llama.cpp's server does not; vLLM does, and its figure wins). None: unknown, so
     # max_tokens is never lowered before sending (docs/llm.md, 'Other OpenAI-compatible servers').
@@ -161,6 +168,9 @@ class Settings(BaseSettings):
     # Logging (docs/architecture.md, 'Logs'): level and format of every process's log lines.
     log_level: str | None = None  # None: the process's default (warning for commands)
     log_format: str = "text"
+    # Each job of a sweep as a trace, sent once the run has ended (docs/reports.md, 'Exports').
+    otel: bool = False
+    otel_sample_ratio: float | None = Field(default=None, ge=0, le=1)
 
     @property
     def broker_url(self) -> str:

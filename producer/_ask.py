@@ -11,7 +11,7 @@ from typing import Any
 
 from qfarm.common import keys
 from qfarm.common.errors import InputError, QfarmError
-from qfarm.common.jobs import parse_modes
+from qfarm.common.jobs import ASK_RUN_PREFIX, parse_modes
 from qfarm.common.models import JobRecord, Manifest, Mode, Question, Row
 from qfarm.common.policy import Policy
 from qfarm.common.questions import check_question, digest_content, question_id_for
@@ -34,7 +34,7 @@ from qfarm.producer._types import (
     configured_endpoints,
 )
 from qfarm.producer.consumers import unconsumed_queues, worker_command
-from qfarm.producer.runs import ASK_RUN_PREFIX, new_run_id
+from qfarm.producer.runs import new_run_id
 from qfarm.producer.store import ProducerStore, connect
 from qfarm.producer.sweep import SweepPlan
 

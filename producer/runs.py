@@ -18,6 +18,8 @@ from pydantic import ValidationError
 
 from qfarm.common import logs
 from qfarm.common.errors import InputError, ServiceError, first_validation_error
+from qfarm.common.jobs import ASK_RUN_PREFIX as ASK_RUN_PREFIX  # run ids are this module's subject
+from qfarm.common.jobs import is_ask_run
 from qfarm.common.logs import job_fields
 from qfarm.common.models import Manifest
 from qfarm.common.vocab import RunStatus
@@ -37,14 +39,7 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
 
 
-# A single question (`qfarm ask`, POST /v1/ask) is a run of one job whose id starts with
-# this: lists (the viewer's, GET /v1/runs, the compare picker) keep them apart from sweeps.
-ASK_RUN_PREFIX = "ask-"
 RUN_KINDS = ("sweep", "ask")
-
-
-def is_ask_run(run_id: str) -> bool:
-    return run_id.startswith(ASK_RUN_PREFIX)
 
 
 def run_kind(run_id: str) -> str:

@@ -31,6 +31,7 @@ COMMANDS = (
     "search-server",
     "report",
     "compare",
+    "export",
     "verify",
     "status",
     "doctor",

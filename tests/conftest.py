@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import socket
 
@@ -92,6 +93,23 @@ def local_install() -> None:
         if os.environ.get("QFARM_REQUIRE_LOCAL") == "1":
             pytest.fail(f"QFARM_REQUIRE_LOCAL=1 but {exc}")
         pytest.skip(f"no local model: {exc}")
+
+
+@pytest.fixture(scope="session")
+def export_extra():
+    """Import a library of the exports' extras (`make install-test` installs them):
+    ``export_extra("pyarrow")``. Skips where it is missing (a base install); with
+    QFARM_REQUIRE_EXPORTS=1 (`make test` sets it) a missing one fails instead."""
+    def need(module: str):
+        try:
+            return importlib.import_module(module)
+        except ImportError as exc:
+            if os.environ.get("QFARM_REQUIRE_EXPORTS") == "1":
+                pytest.fail(f"QFARM_REQUIRE_EXPORTS=1 but {module} is not installed ({exc}); "
+                            "run `make install-test`")
+            pytest.skip(f"{module} is not installed (`make install-test` installs it)")
+
+    return need
 
 
 @pytest.fixture(scope="session")

@@ -38,15 +38,17 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
         ["checks", "claims", "quote", "verifier"],
     ),
     "qfarm.common.retrieval": (["chunking", "corpus", "evaluation", "index", "query", "ranking"], []),
-    "qfarm.common.reporting": (["audit", "compare", "cost", "phase", "report", "runstats", "stats"], []),
+    "qfarm.common.reporting": (
+        ["audit", "compare", "cost", "phase", "report", "run_metrics", "runstats", "stats"], []
+    ),
     "qfarm.worker": (
         ["broker", "celery", "llm", "retrieval", "runner", "services", "store"],
         ["encoding", "flow", "leases", "metrics", "pipeline", "stages"],
     ),
     "qfarm.worker.llm": (
         ["Gateway", "open_gateway"],
-        ["balancer", "batcher", "bridge", "dispatch", "gateway", "health", "replies", "retry",
-         "transport"],
+        ["admission", "balancer", "batcher", "bridge", "dispatch", "gateway", "health",
+         "replies", "retry", "transport"],
     ),
     "qfarm.worker.retrieval": (
         ["Retriever", "ensure_default_index", "open_retriever"],
@@ -58,13 +60,18 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
          "configured_endpoints", "follow_run", "retry_errors", "run_sweep"],
         ["aggregator", "capacity", "consumers", "endpoints", "lease", "retry", "runs", "sweep"],
     ),
+    "qfarm.producer.exports": (
+        ["AFTER_RUN", "EXPORTS", "export_after_run", "export_lines", "read_exports",
+         "record_export"],
+        ["record"],
+    ),
     "qfarm.producer.http": (
         ["app", "auth"], ["errors", "metrics", "middleware", "requests", "runs", "schemas"]
     ),
     "qfarm.producer.viewer": (
         ["router", "server"],
         ["compare", "export", "gold", "html", "index", "live", "pages", "reread", "row",
-         "source"],
+         "source", "svg"],
     ),
     "qfarm.producer.viewer.pages": ([], ["compare", "progress", "row", "rows", "run", "runs"]),
     "qfarm.ops": (["local", "search", "sim"], ["farm", "process"]),
@@ -77,7 +84,8 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
     "qfarm": (["cli"], ["commands", "question_sets", "runtime"]),
     "qfarm.commands": (
         [],
-        ["ask", "cancel", "compare", "doctor", "eval_retrieval", "index", "local_model", "policy",
+        ["ask", "cancel", "compare", "doctor", "eval_retrieval", "export", "index", "local_model",
+         "policy",
          "report", "search", "search_server", "serve", "sets", "sim", "status", "sweep", "verify",
          "view"],
     ),

@@ -24,6 +24,7 @@ from qfarm.common.grounding.prompts import STOP, build_prompt
 from qfarm.common.grounding.rows import build_row
 from qfarm.common.grounding.sidecar import assess_answerability, demote_for_missed_evidence
 from qfarm.common.grounding.verify import verify_answer
+from qfarm.common.jobs import is_ask_run
 from qfarm.common.models import (
     Evidence,
     Generation,
@@ -178,6 +179,7 @@ def sampling_for(record: JobRecord) -> Sampling:
         seed=job.seed,
         stop=tuple(STOP),
         grammar=grammar,
+        interactive=is_ask_run(job.run_id),
     )
 
 

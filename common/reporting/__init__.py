@@ -2,10 +2,11 @@
 
 One streaming pass over rows into counters (``runstats``) and costs (``cost``),
 intervals and sketches (``stats``), the run summary (``report``), A/B comparison of two runs (``compare``)
-and the phase decisions read from it (``phase``), and the audit line ``qfarm ask``
-prints (``audit``). Reading files is ``producer/reports.py``'s job.
+and the phase decisions read from it (``phase``), the audit line ``qfarm ask``
+prints (``audit``), and a run's headline numbers as flat metrics for run trackers
+(``run_metrics``). Reading files is ``producer/reports.py``'s job.
 The rules: docs/reports.md.
 """
 
 # The public submodules (tests/test_public_surface.py pins them).
-__all__ = ["audit", "compare", "cost", "phase", "report", "runstats", "stats"]
+__all__ = ["audit", "compare", "cost", "phase", "report", "run_metrics", "runstats", "stats"]

@@ -554,7 +554,9 @@ def _verdict_cell(cell: Tally | None) -> str:
     return f"{cell.strict}/{cell.hybrid}/{cell.ungrounded}/{cell.errors}"
 
 
-def _selected_questions(stats: RunStats) -> tuple[list[tuple[str, QuestionStats]], str]:
+def selected_questions(stats: RunStats) -> tuple[list[tuple[str, QuestionStats]], str]:
+    """The questions the per-question tables show (all, or the worst by strict-rate past
+    ``MAX_QUESTION_ROWS``) and a note saying which; the viewer's page shows the same."""
     items = list(stats.questions.items())
     if len(items) <= MAX_QUESTION_ROWS:
         return items, ""
@@ -573,7 +575,7 @@ def _selected_questions(stats: RunStats) -> tuple[list[tuple[str, QuestionStats]
 
 
 def _question_table(stats: RunStats, modes: list[str]) -> list[str]:
-    selected, note = _selected_questions(stats)
+    selected, note = selected_questions(stats)
     out = ["", "## Per question", "", "Cells: STRICT/HYBRID/UNGROUNDED/errors."]
     if note:
         out.append(note)
@@ -591,7 +593,7 @@ def _quantifier_table(stats: RunStats) -> list[str]:
         return out + ["No row carries quantifier telemetry."]
     counts = Counter(q.intensity for _, q in seen)
     out.append("Intensities: " + ", ".join(f"{k} {v}" for k, v in counts.most_common()) + ".")
-    selected, note = _selected_questions(stats)
+    selected, note = selected_questions(stats)
     if note:
         out.append(note)
     rows = []

@@ -16,6 +16,8 @@ from qfarm.ops.sim.behaviour import DEFAULT_PROFILE, FAILURE_KINDS, PROFILES, Be
 from qfarm.ops.sim.faults import FAULT_KINDS, check_rates
 from qfarm.ops.sim.latency import DEFAULT_PRESET, PRESETS, LatencyModel, format_range, parse_range
 
+SCHEDULING_POLICIES = ("fcfs", "priority")  # vLLM's --scheduling-policy choices
+
 
 @dataclass
 class SimConfig:
@@ -39,6 +41,9 @@ class SimConfig:
     log_requests: bool = False
     disable_log_stats: bool = False  # like vllm --disable-log-stats: no vllm:* series in /metrics
     omit_usage: bool = False  # replies without "usage", as some OpenAI-compatible servers send
+    # vLLM's --scheduling-policy: "priority" serves waiting sequences by (priority, arrival);
+    # "fcfs" by arrival, and refuses a request priority other than 0.
+    scheduling_policy: str = "fcfs"
 
     def accepted_models(self) -> set[str]:
         return {self.model, *self.served_model_names}
@@ -75,6 +80,13 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=256,
         help="sequences generated at once; excess requests queue (default 256)",
+    )
+    p.add_argument(
+        "--scheduling-policy",
+        choices=SCHEDULING_POLICIES,
+        default="fcfs",
+        help="as vLLM's: 'priority' serves waiting requests by their 'priority' (lower first), "
+        "then arrival; 'fcfs' by arrival, and a 'priority' other than 0 is a 400 (default fcfs)",
     )
     p.add_argument(
         "--max-model-len",
@@ -196,6 +208,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         log_requests=args.log_requests,
         disable_log_stats=args.disable_log_stats,
         omit_usage=args.omit_usage,
+        scheduling_policy=args.scheduling_policy,
     )
 
 
@@ -204,7 +217,7 @@ OPTION_NAMES = frozenset(
         "model", "served_model_names", "max_num_seqs", "max_model_len", "latency", "ttft_ms",
         "tpot_ms", "profile", "rates", "fault_rates", "retry_after_s", "hang_s",
         "shuffle_choices", "stream_interval", "seed", "log_requests", "disable_log_stats",
-        "omit_usage",
+        "omit_usage", "scheduling_policy",
     }
 )  # fmt: skip
 
@@ -247,6 +260,7 @@ def describe(config: SimConfig) -> str:
     lat = config.latency
     return (
         f"model={config.model} max_num_seqs={config.max_num_seqs} "
+        f"scheduling_policy={config.scheduling_policy} "
         f"ttft_ms={format_range(lat.ttft_ms)} tpot_ms={format_range(lat.tpot_ms)} "
         f"profile={config.profile} faults={config.fault_rates or 'none'}"
     )

@@ -17,7 +17,12 @@ Mirrors vLLM 0.33 where the farm depends on it (docs/llm.md lists the source lin
 * context: a prompt longer than ``max_model_len``, or ``max_tokens`` above it, is a
   400; when each fits but the sum does not, ``max_tokens`` is silently lowered to
   what the window leaves (``finish_reason: length`` when that bites);
-* choices carry ``index = prompt_i * n + j`` and ``usage`` is summed over the request.
+* choices carry ``index = prompt_i * n + j`` and ``usage`` is summed over the request;
+* ``priority`` (an integer, lower is served earlier) orders the waiting sequences of a
+  server started with ``--scheduling-policy priority``; under ``fcfs`` (the default) a
+  ``priority`` other than 0 is a 400, "Got priority N but Priority scheduling is not
+  enabled." (vLLM's engines before the V1 rewrite; vLLM 0.33 accepts and ignores it,
+  docs/llm.md, 'Interactive requests first').
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from qfarm.ops.sim.constraints import Constraint, ConstraintError, parse_constra
 MAX_COMPLETION_PROMPTS = 1024  # vLLM's VLLM_MAX_COMPLETION_PROMPTS default
 MAX_STOP_STRINGS = 4  # vLLM's VLLM_MAX_STOP_STRINGS default
 GREEDY_EPS = 1e-5  # below this temperature vLLM samples greedily (_SAMPLING_EPS)
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # vLLM's bounds of "priority"
 QUEUE_FULL_MESSAGE = (
     "The engine is currently busy and cannot accept new requests. "
     "Please try again later or on a different instance."
@@ -130,6 +136,18 @@ def _check_top_p(top_p: Any) -> None:
         raise sampling_invalid("top_p", f"top_p must be in (0, 1], got {float(top_p)}.", top_p)
 
 
+def _priority(body: dict, policy: str) -> int:
+    """The request's ``priority`` (default 0), refused unless the server orders by it."""
+    value = body.get("priority", 0)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise body_invalid("priority", f"priority must be an integer (got {value!r})")
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise body_invalid("priority", f"priority must fit in 64 bits (got {value})")
+    if value != 0 and policy != "priority":
+        raise RequestError(400, f"Got priority {value} but Priority scheduling is not enabled.")
+    return value
+
+
 def parse_params(
     body: dict, config: SimConfig, rng: random.Random, chat: bool = False
 ) -> dict[str, Any]:
@@ -169,6 +187,7 @@ def parse_params(
         )
     if temperature < GREEDY_EPS and n is not None and n > 1:
         raise sampling_invalid(None, f"n must be 1 when using greedy sampling, got {n}.")
+    priority = _priority(body, config.scheduling_policy)
     if seed is None:
         seed = rng.getrandbits(31)  # vLLM without a seed is not reproducible either
     return {
@@ -181,6 +200,7 @@ def parse_params(
         "stream": bool(body.get("stream", False)),
         "include_usage": bool((body.get("stream_options") or {}).get("include_usage", False)),
         "constraint": _constraint(body),
+        "priority": priority,
     }
 
 
@@ -273,9 +293,10 @@ def check_context(
 class Sequence:
     """One prompt × choice: its answer, computed up front, and its timing."""
 
-    def __init__(self, index: int, completion: behaviour.Completion):
+    def __init__(self, index: int, completion: behaviour.Completion, priority: int = 0):
         self.index = index
         self.completion = completion
+        self.priority = priority  # waiting sequences are served by (priority, arrival)
         self.ttft_s = 0.0
         self.e2e_s = 0.0
 

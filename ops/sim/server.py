@@ -9,7 +9,8 @@ the grammar, regex or schema honoured as ``constraints.py`` says),
 /sim/faults``, ``GET /sim/stats``, ``GET /sim/config``, ``POST /sim/reset``.
 
 Each prompt × choice is one *sequence*: it waits for one of ``max_num_seqs``
-slots (FIFO; the wait is ``vllm:num_requests_waiting``), holds it for TTFT +
+slots (in arrival order, or by the request's ``priority`` first under
+``--scheduling-policy priority``; the wait is ``vllm:num_requests_waiting``), holds it for TTFT +
 (tokens − 1) × per-token time, and frees it. Choices come back with
 ``index = prompt_i * n + j`` and ``usage`` summed over the request, as vLLM
 does; ``--shuffle-choices`` returns them out of order to test clients that
@@ -19,6 +20,7 @@ map by position. One event loop holds hundreds of connections.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import itertools
 import json
 import logging
@@ -53,6 +55,40 @@ STATE: web.AppKey[SimState] = web.AppKey("sim_state")
 LOG_SIZE = 50_000
 
 
+class Slots:
+    """``max_num_seqs`` slots; waiting sequences take them by (priority, arrival), as vLLM's
+    priority request queue orders them (all priorities are 0 under fcfs: arrival order).
+    Running sequences are never preempted (vLLM's priority scheduler preempts the
+    lowest-priority one only when KV-cache blocks run out, which the simulator does not
+    model)."""
+
+    def __init__(self, count: int):
+        self.free = count
+        self._waiting: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._arrivals = itertools.count()
+
+    async def acquire(self, priority: int = 0) -> None:
+        if self.free > 0 and not self._waiting:
+            self.free -= 1
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiting, (priority, next(self._arrivals), waiter))
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # granted as the client went away: pass the slot on
+            raise  # a waiter cancelled in the heap is skipped by release
+
+    def release(self) -> None:
+        while self._waiting:
+            _, _, waiter = heapq.heappop(self._waiting)
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self.free += 1
+
+
 class SimState:
     """Everything one simulator process keeps; touched only from its event loop."""
 
@@ -66,7 +102,7 @@ class SimState:
             seed=config.seed,
         )
         self.rng = random.Random(config.seed)
-        self.slots = asyncio.Semaphore(config.max_num_seqs)
+        self.slots = Slots(config.max_num_seqs)
         self.log: deque[dict[str, Any]] = deque(maxlen=LOG_SIZE)
         self.ids = itertools.count(1)
         self.started = time.time()
@@ -82,7 +118,7 @@ async def hold_slot(state: SimState, seq: Sequence, on_token: Any = None) -> Non
     t_arrival = loop.time()
     m.waiting += 1
     try:
-        await state.slots.acquire()
+        await state.slots.acquire(seq.priority)
     finally:
         m.waiting -= 1
     m.running += 1
@@ -125,7 +161,7 @@ def build_sequences(
                 rates=state.config.rates,
                 constraint=params["constraint"],
             )
-            seqs.append(Sequence(i * n + j, comp))
+            seqs.append(Sequence(i * n + j, comp, params["priority"]))
     return seqs
 
 
@@ -380,6 +416,7 @@ async def config_view(request: web.Request) -> web.Response:
             "simulated": True,
             "model": cfg.model,
             "max_num_seqs": cfg.max_num_seqs,
+            "scheduling_policy": cfg.scheduling_policy,
             "max_model_len": cfg.max_model_len,
             "ttft_ms": list(cfg.latency.ttft_ms),
             "tpot_ms": list(cfg.latency.tpot_ms),

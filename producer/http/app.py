@@ -448,6 +448,8 @@ def _retry_route(app: FastAPI, farm: Farm, admin: Any) -> None:
 
 
 def _viewer_route(app: FastAPI, farm: Farm, viewer: Any) -> None:
+    from qfarm.producer.viewer.login import wants_html
+
     # The viewer's pages, last: /v1, /metrics and /healthz above take precedence.
     @app.get("/{path:path}", include_in_schema=False)
     def view(path: str, request: Request) -> Response:
@@ -459,6 +461,8 @@ def _viewer_route(app: FastAPI, farm: Farm, viewer: Any) -> None:
             presented = (request.cookies.get(auth.COOKIE)
                          or auth.bearer(request.headers.get("authorization")))
             if farm.tokens.scope_of(presented) is None:
+                if wants_html(request.headers.get("accept")):  # a browser: how to log in
+                    return _login_page(request, invalid=False)
                 return problem(401, "the viewer needs a token: open /?token=TOKEN once "
                                      "(a cookie keeps it) or send Authorization: Bearer TOKEN")
         resp = viewer.handle("/" + path, query)
@@ -470,9 +474,21 @@ def _viewer_route(app: FastAPI, farm: Farm, viewer: Any) -> None:
                         headers=headers)
 
 
+def _login_page(request: Request, *, invalid: bool) -> Response:
+    from qfarm.producer.viewer.login import login_page
+
+    page = login_page(request.url.path, list(request.query_params.multi_items()), invalid=invalid)
+    return Response(page.body, status_code=page.status, media_type=page.content_type,
+                    headers={"Cache-Control": "no-store"})
+
+
 def _login(farm: Farm, request: Request, token: str) -> Response:
     """``?token=T``: a cookie for the viewer's pages, then the same page without the token."""
+    from qfarm.producer.viewer.login import wants_html
+
     if farm.tokens.scope_of(token) is None:
+        if wants_html(request.headers.get("accept")):
+            return _login_page(request, invalid=True)
         return problem(401, "that token is not valid")
     query = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
     resp = RedirectResponse(auth.local_target(request.url.path, query), status_code=303)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cache
 from html import escape
+from importlib import resources
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -56,15 +59,46 @@ def h(value: object) -> str:
     return escape(replace_control_chars("" if value is None else str(value)), quote=True)
 
 
-def page(title: str, body: str, *, status: int = 200) -> Response:
+def inline(text: object) -> str:
+    """Summary text (markdown) for a page: escaped, with its code spans as ``<code>`` and its
+    ``**bold**`` as ``<b>``, so no backtick or asterisk of the markup shows. An unpaired
+    backtick stays a character, as markdown shows it."""
+    parts = str("" if text is None else text).split("`")
+    if len(parts) % 2 == 0:  # an odd number of backticks: one is unclosed, no code spans
+        return _bold(h(str(text)))
+    return "".join(f"<code>{h(p)}</code>" if i % 2 else _bold(h(p)) for i, p in enumerate(parts))
+
+
+def _bold(escaped: str) -> str:
+    parts = escaped.split("**")
+    if len(parts) % 2 == 0:
+        return escaped
+    return "".join(f"<b>{p}</b>" if i % 2 else p for i, p in enumerate(parts))
+
+
+def json_value(value: object) -> str:
+    """A policy value as the policy file and ``--policy`` spell it (true, null, "tail")."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def page(title: str, body: str, *, status: int = 200, standalone: bool = False) -> Response:
+    """A whole page. ``standalone``: its style inline and no script, for a page served
+    before the browser may fetch anything else (the login page: /static needs a token too)."""
+    assets = (f"<style>{_css()}</style>" if standalone else
+              '<link rel=stylesheet href="/static/viewer.css">'
+              '<script defer src="/static/viewer.js"></script>')
     html = (
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
-        f"<title>{h(title)} · qfarm</title>"
-        '<link rel=stylesheet href="/static/viewer.css"><script defer src="/static/viewer.js"></script>'
+        f"<title>{h(title)} · qfarm</title>{assets}"
         '</head><body><nav><a href="/">runs</a> · <a href="/compare">compare</a></nav>'
         f"<main>{body}</main></body></html>"
     )
     return Response(status, "text/html; charset=utf-8", html.encode())
+
+
+@cache
+def _css() -> str:
+    return resources.files("qfarm.producer.viewer").joinpath("static", "viewer.css").read_text()
 
 
 def table(header: Iterable[str], rows: Iterable[Iterable[str]], *, cls: str = "") -> str:

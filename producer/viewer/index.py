@@ -80,7 +80,7 @@ class Shape(NamedTuple):
 # "q" is a substring of the question or of the kept answer, both casefolded; "gold" is
 # match, miss or none; "failures" (any non-empty value) keeps ``RowEntry.is_failure`` rows.
 FILTERS = ("mode", "verdict", "label", "kind", "intensity", "endpoint", "error", "error_kind",
-           "gold", "failures", "q")
+           "gold", "failures", "q", "qid")
 GOLD_VALUES = {"match": True, "miss": False, "none": None}
 # Filter -> whether a shape passes it.
 _SHAPE_TESTS: dict[str, Callable[[Shape, str], bool]] = {
@@ -203,6 +203,8 @@ class RowColumns(Sequence[RowEntry]):
         if shape_tests:
             tests.append((self.shape_codes, self.shapes.passing(
                 lambda s: all(test(s, w) for test, w in shape_tests))))
+        if qid := active.get("qid"):  # one question, by its id (the per-question links)
+            tests.append((self.question_codes, self.questions.passing(lambda v: v[0] == qid)))
         if want := active.get("error"):
             tests.append((self.error_codes, self.errors.passing(
                 lambda v: bool(v) if want == "any" else want.lower() in v.lower())))

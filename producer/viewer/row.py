@@ -92,7 +92,7 @@ def _facts(row: Mapping[str, Any]) -> str:
         ("endpoint", row.get("endpoint") or "—"),
         ("tokens", _tokens(row.get("usage"))),
         ("attempts", row.get("attempts")),
-        ("cache hit", row.get("cache_hit")),
+        ("cache hit", _yes_no(row.get("cache_hit"))),
         ("model", row.get("model")),
         ("retriever · index", f"{row.get('retriever') or '—'} · {row.get('index_version') or '—'}"),
         ("worker", row.get("worker")),
@@ -179,8 +179,33 @@ def _claim_result(c: Claim) -> str:
         text = '<span class="v-UNGROUNDED">not verified</span>'
     if c.problems:
         text += "<br>" + ", ".join(
-            f'<span title="{h(meaning(p))}">{h(p)}</span>' for p in c.problems)
+            f'<span title="{h(_problem_meaning(c, p))}">{h(p)}</span>' for p in c.problems)
+        if not c.evidence_ids and ViolationKind.CITATION_MISMATCH in c.problems:
+            text += f'<br><span class="note">{h(UNCITED)}</span>'
     return text
+
+
+# A claim whose pointers all named ids outside the evidence map keeps none: the verifier
+# records CITATION_MISMATCH (no cited block holds it), which does not mean it cited a
+# block that disagrees.
+UNCITED = ("the claim cites no evidence block: its pointers named ids outside the evidence map "
+           "and were dropped, so nothing backs it")
+
+
+def _row_meaning(kind: str, rr: Reread) -> str:
+    """A kind's meaning for the row; CITATION_MISMATCH when every claim carrying it (as
+    verified again) cites nothing says that instead."""
+    claims = [c for c in rr.verification.claims if kind in c.problems] if rr.verification else []
+    if kind == ViolationKind.CITATION_MISMATCH and claims and not any(c.evidence_ids
+                                                                      for c in claims):
+        return UNCITED
+    return meaning(kind)
+
+
+def _problem_meaning(c: Claim, kind: str) -> str:
+    if kind == ViolationKind.CITATION_MISMATCH and not c.evidence_ids:
+        return UNCITED
+    return meaning(kind)
 
 
 def _claims(ver: Any, spans: dict[int, list[Span]], blocks: Mapping[str, Evidence]) -> str:
@@ -294,7 +319,7 @@ def render_row(run_id: str, pos: int, row: Mapping[str, Any], manifest: Manifest
     kinds = list(row.get("violation_kinds") or [])
     if kinds:
         out.append("<h2>Violation kinds</h2><ul class=kinds>" + "".join(
-            f"<li><b>{h(k)}</b>: {h(meaning(k))}</li>" for k in kinds) + "</ul>")
+            f"<li><b>{h(k)}</b>: {h(_row_meaning(k, rr))}</li>" for k in kinds) + "</ul>")
     out.append(_sidecar(rr))
     out.append(_evidence(row, rr, cited, _marks(rr, spans)))
     out.append(_waterfall(row.get("timings") or {}))

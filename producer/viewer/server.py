@@ -3,7 +3,9 @@
 Read-only pages; on a loopback address they need no login. On any other address
 ``qfarm view`` needs ``QFARM_API_TOKENS`` and then asks for a token the way ``qfarm
 serve`` does (``producer/http/auth.py``): a bearer header, or ``/?token=T`` once,
-which sets a cookie and redirects to the same page without the token.
+which sets a cookie and redirects to the same page without the token. A browser
+refused for want of a token gets a page saying so, with a form to enter it
+(``qfarm.producer.viewer.login``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from qfarm.producer.http import auth
 from qfarm.producer.viewer.html import Response
+from qfarm.producer.viewer.login import login_page, wants_html
 from qfarm.producer.viewer.router import Viewer
 
 
@@ -53,7 +56,7 @@ def make_server(
             token = next((v for k, v in pairs if k == "token"), None)
             if token is not None:  # a login: a cookie, then the page without the token
                 if known.scope_of(token) is None:
-                    self._send(401, "text/plain; charset=utf-8", b"that token is not valid\n")
+                    self._refuse(path, pairs, b"that token is not valid\n", invalid=True)
                     return False
                 self.send_response(303)
                 self.send_header("Location", auth.local_target(
@@ -63,20 +66,18 @@ def make_server(
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return False
-            if known.scope_of(self._cookie() or auth.bearer(self.headers.get("Authorization"))):
+            presented = (cookie_token(self.headers.get("Cookie"))
+                         or auth.bearer(self.headers.get("Authorization")))
+            if known.scope_of(presented):
                 return True
-            self._send(401, "text/plain; charset=utf-8",
-                       b"the viewer needs a token: open /?token=TOKEN once (a cookie keeps it) "
-                       b"or send Authorization: Bearer TOKEN\n")
+            self._refuse(path, pairs, b"the viewer needs a token: open /?token=TOKEN once (a "
+                         b"cookie keeps it) or send Authorization: Bearer TOKEN\n")
             return False
 
-        def _cookie(self) -> str | None:
-            try:
-                jar = SimpleCookie(self.headers.get("Cookie") or "")
-            except CookieError:
-                return None
-            morsel = jar.get(auth.COOKIE)
-            return morsel.value if morsel else None
+        def _refuse(self, path: str, pairs: list[tuple[str, str]], text: bytes,
+                    invalid: bool = False) -> None:
+            resp = refusal(path, pairs, text, self.headers.get("Accept"), invalid=invalid)
+            self._send(resp.status, resp.content_type, resp.body)
 
         def _send(self, status: int, content_type: str, body: bytes,
                   headers: dict[str, str] | None = None) -> None:
@@ -98,6 +99,24 @@ def make_server(
 
 
 IDLE_TIMEOUT_S = 30.0
+
+
+def refusal(path: str, pairs: list[tuple[str, str]], text: bytes, accept: str | None, *,
+            invalid: bool = False) -> Response:
+    """401: a page saying how to log in for a browser, ``text`` (one line) for a script."""
+    if wants_html(accept):
+        return login_page(path, pairs, invalid=invalid)
+    return Response(401, "text/plain; charset=utf-8", text)
+
+
+def cookie_token(header: str | None) -> str | None:
+    """The viewer's token from a Cookie header, None without one (or unreadable)."""
+    try:
+        jar = SimpleCookie(header or "")
+    except CookieError:
+        return None
+    morsel = jar.get(auth.COOKIE)
+    return morsel.value if morsel else None
 
 
 def send_stream(handler: BaseHTTPRequestHandler, resp: Response) -> None:

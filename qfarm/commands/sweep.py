@@ -15,11 +15,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from qfarm import question_sets, runtime
+from qfarm.commands.export import (
+    add_mlflow_flags,
+    add_otlp_flags,
+    experiment_name,
+    is_tracing_on,
+    sample_ratio,
+)
 from qfarm.common.errors import InputError
 from qfarm.common.jobs import check_samples, parse_modes
 from qfarm.common.logs import log_context
 from qfarm.common.models import ALL_MODES
-from qfarm.common.settings import load_settings
+from qfarm.common.reporting.rates import RateWindow
+from qfarm.common.settings import Settings, load_settings
 from qfarm.common.vocab import ExitCode, RunStatus
 from qfarm.producer.api import (
     QuestionSet,
@@ -34,6 +42,7 @@ from qfarm.producer.api import (
     retry_errors,
     run_sweep,
 )
+from qfarm.producer.exports import AFTER_RUN, export_after_run
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -83,6 +92,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "rows, errored rows, exit code, paths); the other lines go to stderr")
     p.add_argument("--json-file", type=Path, metavar="PATH",
                    help="write that JSON object to PATH as well")
+    p.add_argument("--export", action="append", choices=AFTER_RUN, default=[], metavar="TARGET",
+                   help="after the summary is written, export the run: mlflow (extra "
+                        "qfarm[mlflow]; --tracking-uri, --experiment) or otlp, each job a trace "
+                        "(extra qfarm[otel]; on by itself with QFARM_OTEL=1 or "
+                        "OTEL_EXPORTER_OTLP_ENDPOINT set); a failed export prints a warning and "
+                        "does not change the exit code")
+    add_mlflow_flags(p, flag=None)
+    add_otlp_flags(p, flag=None)
     runtime.add_local_model_flag(p)
     runtime.add_policy_flags(p)
     p.set_defaults(func=run)
@@ -118,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
     with log_context(run_id=result.run_id):  # the run's last lines carry its id in the logs
         code = _report(result, detached=args.detach, outcome=outcome,
                        out=sys.stderr if args.json else sys.stdout)
+    _export(args, settings, result)
     record = json.dumps(outcome.as_json(), ensure_ascii=False)
     if args.json_file:
         args.json_file.write_text(record + "\n", encoding="utf-8")
@@ -138,6 +156,25 @@ def _seconds(text: str) -> float:
             "--wait-for-workers 600 (alone, as the last option or before another, it waits as "
             "long as it takes; the question file goes before it)")
     return value
+
+
+def _export(args: argparse.Namespace, settings: Settings, result: RunResult) -> None:
+    """``--export`` (and traces with QFARM_OTEL=1) once the run has ended and its summary is
+    written; a failed export is one warning line, even with --quiet, never the exit code."""
+    tracing = is_tracing_on(settings) and "otlp" not in args.export
+    targets = [*args.export, *(["otlp"] if tracing else [])]
+    if not targets:
+        return
+    if args.detach:
+        print(f"qfarm: note: --export runs when a sweep ends; once run {result.run_id} has "
+              f"ended, `qfarm export {result.run_id} --{targets[0]}` exports it", file=sys.stderr)
+        return
+    _, failed = export_after_run(result.run_dir, targets, tracking_uri=args.tracking_uri,
+                                 experiment=experiment_name(args),
+                                 otlp_endpoint=args.otlp_endpoint,
+                                 sample_ratio=sample_ratio(args, settings))
+    for line in failed:
+        print(f"qfarm: warning: {line}", file=sys.stderr)
 
 
 def _check_writable(path: Path) -> None:
@@ -254,8 +291,7 @@ class _ProgressBar:
     def __init__(self, quiet: bool):
         self.quiet = quiet
         self.bar: tqdm | None = None
-        self.t0 = time.monotonic()
-        self.first: dict[str, int] | None = None
+        self.window = RateWindow()
 
     def show(self, prog) -> None:
         if self.bar is None:
@@ -263,10 +299,8 @@ class _ProgressBar:
 
             self.bar = tqdm(total=prog.total, unit="job", disable=self.quiet, file=sys.stderr,
                             dynamic_ncols=True)
-        if self.first is None:
-            self.first = prog.stages
-        elapsed = max(time.monotonic() - self.t0, 1e-9)
-        rate = {k: (v - self.first.get(k, 0)) / elapsed for k, v in prog.stages.items()}
+        self.window.add(time.monotonic(), prog.stages)
+        rate = self.window.rates()
         self.bar.set_postfix_str(
             f"failed={prog.failed} " + " ".join(f"{k}={r:.1f}/s" for k, r in rate.items()),
             refresh=False,

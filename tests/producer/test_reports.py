@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
@@ -369,3 +370,22 @@ def test_the_pause_between_an_interrupt_and_its_resume_is_left_out_of_the_wall_t
     # A second interrupt and resume add their pause to the first one's.
     assert record_resume(run_dir, now=1_700_003_730.0) == 100.0
     assert json.loads((run_dir / "status.json").read_text())["paused_s"] == 3700.0
+
+
+def test_the_latency_plot_reads_its_axis_in_ms_and_s_not_powers_of_ten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from matplotlib.figure import Figure
+
+    from qfarm.producer.reports import plot_latency, read_run
+
+    drawn: list[Figure] = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: drawn.append(fig))
+    manifest, stats = read_run(write_run(tmp_path, "run1"))
+    plot_latency(manifest, stats, tmp_path / LATENCY_PLOT)
+    (fig,) = drawn
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    lo, hi = ax.get_xlim()
+    labels = [t.get_text() for t in ax.get_xticklabels() if lo <= t.get_position()[0] <= hi]
+    assert labels and all(re.fullmatch(r"\d+(\.\d+)? (ms|s)", x) for x in labels), labels

@@ -4,7 +4,11 @@ Rules, in the order ``acquire`` applies them:
 
 1. An endpoint is *usable* when its last ``/health`` poll passed, its circuit
    breaker lets a request through, its ``Retry-After`` time has passed, and it
-   has fewer than ``max_inflight`` requests in flight from this process.
+   has fewer than ``max_inflight`` requests in flight from this process. A sweep
+   request counts ``interactive_reserve`` fewer: those slots are kept for
+   interactive requests (single questions), so one never waits for a sweep's
+   request to end. An endpoint whose cap is one keeps no reserve (a sweep could
+   never use it); it serves whoever the gateway admits first.
 2. Endpoints the job already tried are avoided while another is usable
    (failover); if none is, the job may go back to one it tried.
 3. Among the rest, the lowest estimated load per unit of capacity wins:
@@ -92,6 +96,7 @@ class Balancer:
         breaker_cooldown_s: float,
         metrics_weighting: bool = True,
         window_fallback: int | None = None,
+        interactive_reserve: int = 0,
         clock: Callable[[], float] = time.monotonic,
     ):
         if not targets:
@@ -99,6 +104,7 @@ class Balancer:
         self.endpoints = [EndpointState(t) for t in targets]
         self._by_url = {e.url: e for e in self.endpoints}
         self.max_inflight = max(1, max_inflight)
+        self.interactive_reserve = max(0, interactive_reserve)
         self.breaker_failures = max(1, breaker_failures)
         self.breaker_cooldown_s = breaker_cooldown_s
         self.metrics_weighting = metrics_weighting
@@ -113,9 +119,16 @@ class Balancer:
     # ------------------------------------------------------------------ choosing
 
     def _blocker(
-        self, e: EndpointState, now: float, cost: int, *, count_inflight: bool = True
+        self,
+        e: EndpointState,
+        now: float,
+        cost: int,
+        *,
+        count_inflight: bool = True,
+        interactive: bool = True,
     ) -> str | None:
-        """Why ``e`` cannot take a request now (None: it can)."""
+        """Why ``e`` cannot take a request now (None: it can); a sweep request
+        (``interactive`` False) may not take the interactive reserve."""
         if not e.healthy:
             return f"unhealthy ({e.health_reason or '/health failed'})"
         if e.breaker == BreakerState.OPEN and now < e.opened_at + self.breaker_cooldown_s:
@@ -124,9 +137,12 @@ class Balancer:
             return "breaker half-open, trial request in flight"
         if now < e.not_before:
             return f"Retry-After for {e.not_before - now:.1f} s more"
-        cap = self.cap(e)
+        cap = self.cap(e) if interactive else self.sweep_cap(e)
         if count_inflight and e.outstanding and e.outstanding + cost > cap:
-            return f"{e.outstanding} requests in flight (max {cap})"
+            if interactive:
+                return f"{e.outstanding} requests in flight (max {cap})"
+            return (f"{e.outstanding} requests in flight (max {cap} for sweeps, "
+                    f"{self.cap(e) - cap} kept for interactive requests)")
         return None
 
     def _weight(self, e: EndpointState) -> float:
@@ -143,20 +159,26 @@ class Balancer:
         others = e.others_load if self.metrics_weighting else 0.0
         return (e.outstanding + others + cost) / self._weight(e)
 
-    def _pick(self, now: float, avoid: Collection[str], cost: int) -> EndpointState | None:
-        usable = [e for e in self.endpoints if self._blocker(e, now, cost) is None]
+    def _pick(
+        self, now: float, avoid: Collection[str], cost: int, interactive: bool
+    ) -> EndpointState | None:
+        usable = [
+            e for e in self.endpoints
+            if self._blocker(e, now, cost, interactive=interactive) is None
+        ]
         fresh = [e for e in usable if e.url not in avoid]
         pool = fresh or usable
         if not pool:
             return None
         return min(pool, key=lambda e: self._score(e, cost))
 
-    def has_available(self, avoid: Collection[str] = ()) -> bool:
+    def has_available(self, avoid: Collection[str] = (), *, interactive: bool = True) -> bool:
         """Is an endpoint not in ``avoid`` usable right now (failover without backoff)?"""
         with self._cond:
             now = self._clock()
             return any(
-                self._blocker(e, now, 1) is None and e.url not in avoid for e in self.endpoints
+                self._blocker(e, now, 1, interactive=interactive) is None and e.url not in avoid
+                for e in self.endpoints
             )
 
     def acquire(
@@ -167,6 +189,7 @@ class Balancer:
         job_id: str | None = None,
         cost: int = 1,
         wait_for_slot: bool = False,
+        interactive: bool = True,
     ) -> EndpointState:
         """Reserve the best usable endpoint, waiting up to ``wait_s`` for one.
 
@@ -179,7 +202,9 @@ class Balancer:
         deadline = self._clock() + wait_s
         with self._cond:
             while True:
-                e, wait = self._try_acquire(avoid, deadline, wait_s, job_id, cost, wait_for_slot)
+                e, wait = self._try_acquire(
+                    avoid, deadline, wait_s, job_id, cost, wait_for_slot, interactive
+                )
                 if e is not None:
                     return e
                 self._cond.wait(timeout=wait)
@@ -193,12 +218,15 @@ class Balancer:
         job_id: str | None = None,
         cost: int = 1,
         wait_for_slot: bool = False,
+        interactive: bool = True,
     ) -> tuple[EndpointState | None, float]:
         """``acquire`` without the wait, for the gateway's event loop: the endpoint, or None
         and the seconds until a time-based blocker lifts (slots and health changes arrive
         through ``on_change``). Raises like ``acquire`` once ``deadline`` has passed."""
         with self._cond:
-            return self._try_acquire(avoid, deadline, wait_s, job_id, cost, wait_for_slot)
+            return self._try_acquire(
+                avoid, deadline, wait_s, job_id, cost, wait_for_slot, interactive
+            )
 
     def _try_acquire(
         self,
@@ -208,11 +236,12 @@ class Balancer:
         job_id: str | None,
         cost: int,
         wait_for_slot: bool,
+        interactive: bool,
     ) -> tuple[EndpointState | None, float]:
         if self._closed:
             raise TransientServiceError("the LLM gateway is closed", job_id=job_id)
         now = self._clock()
-        e = self._pick(now, avoid, cost)
+        e = self._pick(now, avoid, cost, interactive)
         if e is not None:
             if e.breaker == BreakerState.OPEN:  # cool-down over: this request is the trial
                 e.breaker = BreakerState.HALF_OPEN
@@ -221,9 +250,12 @@ class Balancer:
             e.outstanding += cost
             e.sent += 1
             return e, 0.0
-        if now >= deadline and not (wait_for_slot and self._any_only_full(now, cost)):
+        if now >= deadline and not (
+            wait_for_slot and self._any_only_full(now, cost, interactive)
+        ):
             reasons = "; ".join(
-                f"{x.target.display}: {self._blocker(x, now, cost)}" for x in self.endpoints
+                f"{x.target.display}: {self._blocker(x, now, cost, interactive=interactive)}"
+                for x in self.endpoints
             )
             raise TransientServiceError(
                 f"no LLM endpoint was usable for {wait_s:.0f} s ({reasons}); check the "
@@ -241,10 +273,10 @@ class Balancer:
         if self.on_change is not None:
             self.on_change()
 
-    def _any_only_full(self, now: float, cost: int) -> bool:
+    def _any_only_full(self, now: float, cost: int, interactive: bool) -> bool:
         """Is some endpoint blocked by nothing but its in-flight cap?"""
         return any(
-            self._blocker(e, now, cost) is not None
+            self._blocker(e, now, cost, interactive=interactive) is not None
             and self._blocker(e, now, cost, count_inflight=False) is None
             for e in self.endpoints
         )
@@ -341,6 +373,12 @@ class Balancer:
         """How many requests ``e`` may have in flight from this process."""
         return min(self.max_inflight, e.inflight_cap or self.max_inflight)
 
+    def sweep_cap(self, e: EndpointState) -> int:
+        """How many of them may be sweep requests: the cap less the interactive reserve,
+        never below one (a one-slot server keeps no reserve)."""
+        cap = self.cap(e)
+        return cap - min(self.interactive_reserve, cap - 1)
+
     def set_max_model_len(self, url: str, value: int | None) -> None:
         """The window ``/v1/models`` reported, else ``window_fallback`` (the configured one)."""
         with self._cond:
@@ -420,6 +458,7 @@ class Balancer:
                     "weighting": self.weighting_state(e),
                     "max_model_len": e.max_model_len,
                     "max_inflight": self.cap(e),
+                    "sweep_max_inflight": self.sweep_cap(e),
                     "server": e.server,
                     "health_path": e.health_path,
                     "blocked": self._blocker(e, now, 1),

@@ -69,6 +69,11 @@ HEALTH_PATH = "/health"
 MODELS_PATH = "/v1/models"
 LLAMA_CPP_PYTHON_TITLE = "llama.cpp Python API"
 VLLM, LLAMA_CPP = "vllm", "llama.cpp"  # request dialects: where a grammar goes (build_body)
+# vLLM's request "priority" (lower is served earlier; 0 is vLLM's default): a single
+# question's request goes ahead of a sweep's at a server started with
+# --scheduling-policy priority. A sweep takes the number above the default, so it also
+# yields to other clients of a shared server that send none.
+INTERACTIVE_PRIORITY, SWEEP_PRIORITY = 0, 1
 # llama-cpp-python's server answers a request it cannot parse (a parameter out of range) with
 # a 500 carrying pydantic's message ("1 validation error: ..."), not a 400/422: the same
 # request can never succeed, so it is permanent, not a server failure to retry.
@@ -128,6 +133,9 @@ class Target:
     url: str
     api_key: str | None = field(default=None, repr=False)
     dialect: str = VLLM  # llama.cpp once the server says it is (pool.py, _recognise)
+    # Send vLLM's "priority" field (QFARM_LLM_PRIORITY): only a server started with
+    # --scheduling-policy priority orders by it, and some vLLM releases refuse it otherwise.
+    priority: bool = False
 
     @property
     def display(self) -> str:
@@ -185,7 +193,13 @@ def reply_limit(n_prompts: int, sampling: Sampling) -> int:
 
 
 def build_body(
-    model: str, prompts: Sequence[str], sampling: Sampling, *, stream: bool, dialect: str = VLLM
+    model: str,
+    prompts: Sequence[str],
+    sampling: Sampling,
+    *,
+    stream: bool,
+    dialect: str = VLLM,
+    priority: bool = False,
 ) -> dict[str, Any]:
     """Every sampling parameter pinned in the request, so server defaults never leak in.
 
@@ -197,6 +211,9 @@ def build_body(
     ``structured_outputs`` (``StructuredOutputsParams.grammar``); llama.cpp's server
     reads a top-level ``grammar`` on ``/v1/completions`` (``CreateCompletionRequest``)
     and would ignore vLLM's field, as vLLM ignores llama.cpp's.
+
+    With ``priority`` (and the vLLM dialect) the body carries vLLM's ``priority``:
+    ``INTERACTIVE_PRIORITY`` for a single question's request, ``SWEEP_PRIORITY`` otherwise.
     """
     body: dict[str, Any] = {
         "model": model,
@@ -213,6 +230,8 @@ def build_body(
             body["grammar"] = sampling.grammar
         else:
             body["structured_outputs"] = {"grammar": sampling.grammar}
+    if priority and dialect == VLLM:
+        body["priority"] = INTERACTIVE_PRIORITY if sampling.interactive else SWEEP_PRIORITY
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
@@ -340,7 +359,8 @@ class LLMClient:
         """POST /v1/completions once; choices keyed by index, errors translated."""
         if self._closed:
             raise TransientServiceError("the LLM client is closed", job_id=job_id)
-        body = json.dumps(build_body(self.model, prompts, sampling, stream=stream, dialect=target.dialect)).encode()
+        body = json.dumps(build_body(self.model, prompts, sampling, stream=stream,
+                                     dialect=target.dialect, priority=target.priority)).encode()
         url = f"{target.url}/v1/completions"
         sent_at = time.time()
         t0 = time.perf_counter()
@@ -566,6 +586,9 @@ class LLMClient:
             hint = f"; check QFARM_MODEL ({self.model}) against the server's /v1/models"
         elif status == 501:
             hint = "; the server does not implement this feature (e.g. structured output)"
+        elif status == 400 and "priority scheduling is not enabled" in message.lower():
+            hint = ("; start the server with --scheduling-policy priority, or unset "
+                    "QFARM_LLM_PRIORITY")
         return PermanentStatusError(
             f"{where}: {detail}{hint}", status=status, endpoint=target.display, job_id=job_id
         )

@@ -1,6 +1,7 @@
 """Dispatch and admission: every request of a gateway as a coroutine on its loop, admitted
-first come first served to a slot of an endpoint, through the one retry loop (failover,
-backoff, back-pressure), alone or in a micro-batch."""
+to a slot of an endpoint (interactive requests first, then in arrival order:
+``admission.py``), through the one retry loop (failover, backoff, back-pressure), alone or
+in a micro-batch."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from qfarm.common.logs import job_fields
 from qfarm.common.models import Generation, Sampling
 from qfarm.common.settings import Settings
 from qfarm.worker import metrics
+from qfarm.worker.llm.admission import Admission
 from qfarm.worker.llm.balancer import EndpointState
 from qfarm.worker.llm.batcher import BatchItem, MicroBatcher
 from qfarm.worker.llm.client import FINISHED_OK, Choice, Reply
@@ -61,16 +63,17 @@ class Dispatcher:
         self._client = pool.client
         self._balancer = pool.balancer
         self._loop = pool.loop
-        # Coroutines waiting for an endpoint; woken (all) whenever the balancer's state
-        # changes, like the threads of a Condition.notify_all. Touched on the loop only.
-        self._waiters: list[asyncio.Future[None]] = []
+        # Coroutines waiting for an endpoint, by class (interactive or not); woken (all,
+        # interactive ones first) whenever the balancer's state changes, like the threads of
+        # a Condition.notify_all. Touched on the loop only.
+        self._waiters: dict[bool, list[asyncio.Future[None]]] = {True: [], False: []}
         self._balancer.on_change = self._on_change
         self._tasks: set[asyncio.Task[Any]] = set()
         # One permit per slot of every endpoint, taken before the balancer is asked: queued
-        # requests wait here, first come first served, and a finished request wakes exactly
-        # one of them (the balancer's waiters all wake on every change). Single-prompt
-        # requests only: a batch takes its slots from the balancer directly.
-        self._permits = asyncio.Semaphore(pool.slots)
+        # requests wait here, interactive ones first, and a finished request wakes exactly
+        # one of them. Sweep requests leave each endpoint's interactive reserve free.
+        # Single-prompt requests only: a batch takes its slots from the balancer directly.
+        self._permits = Admission(pool.slots, pool.sweep_slots)
         self._policy = RetryPolicy(
             max_attempts=max(1, settings.llm_max_attempts),
             base_s=settings.llm_backoff_base_s,
@@ -143,7 +146,8 @@ class Dispatcher:
         self._loop.call_soon(self._wake)
 
     def _wake(self) -> None:
-        waiters, self._waiters = self._waiters, []
+        waiters = [*self._waiters[True], *self._waiters[False]]
+        self._waiters = {True: [], False: []}
         for w in waiters:
             if not w.done():
                 w.set_result(None)
@@ -176,18 +180,24 @@ class Dispatcher:
         return reply
 
     def _release(
-        self, ep: EndpointState, *, ok: bool, error: ServiceError | None = None, cost: int = 1
+        self,
+        ep: EndpointState,
+        interactive: bool,
+        *,
+        ok: bool,
+        error: ServiceError | None = None,
+        cost: int = 1,
     ) -> None:
         self._balancer.release(ep, ok=ok, error=error, cost=cost)
         if cost == 1:
-            self._permits.release()
+            self._permits.release(interactive)
         self._observe_endpoint(ep)
 
-    def _cancel(self, ep: EndpointState, cost: int = 1) -> None:
+    def _cancel(self, ep: EndpointState, interactive: bool, cost: int = 1) -> None:
         """Give a slot back without an outcome (cancelled while closing, or a bug)."""
         self._balancer.cancel(ep, cost=cost)
         if cost == 1:
-            self._permits.release()
+            self._permits.release(interactive)
 
     async def _run(
         self,
@@ -200,14 +210,15 @@ class Dispatcher:
         last: ServiceError | None = None,
     ) -> Generation:
         tried = list(tried or [])
+        interactive = sampling.interactive
         # Back-pressure (vLLM's queue-full 503) is a wait, not a failure: those retries do not
         # use up the attempt budget, for up to llm_wait_for_endpoint_s after the first one.
         uncharged = overloads = 0
         pressed_since: float | None = None
         while attempts - uncharged < self._policy.max_attempts:
-            if attempts and not self._balancer.has_available(avoid=tried):
+            if attempts and not self._balancer.has_available(avoid=tried, interactive=interactive):
                 await asyncio.sleep(compute_backoff(attempts, self._policy, self._rng))
-            ep = await self._acquire(tried, job_id, attempts, last)
+            ep = await self._acquire(tried, job_id, attempts, last, interactive)
             attempts += 1
             tried.append(ep.url)
             sent = fit_context(prompt, sampling, ep.max_model_len)
@@ -215,7 +226,7 @@ class Dispatcher:
                 reply = await self._attempt(ep, [prompt], sent, stream=self._stream, job_id=job_id)
                 choice = self._usable_choice(reply, ep, job_id, 0)
             except PermanentServiceError as exc:
-                self._release(ep, ok=True)  # the server answered: it is alive
+                self._release(ep, interactive, ok=True)  # the server answered: it is alive
                 exc.attempts = attempts
                 raise
             except TransientServiceError as exc:
@@ -226,7 +237,7 @@ class Dispatcher:
                         uncharged += 1
                     if exc.retry_after_s is None:  # vLLM sends none: hold the endpoint briefly
                         exc.retry_after_s = compute_backoff(overloads, self._policy, self._rng)
-                self._release(ep, ok=False, error=exc)
+                self._release(ep, interactive, ok=False, error=exc)
                 last = exc
                 # Not the job's end (it is retried): the job's error row, if it comes to
                 # that, is the one warning (worker/flow.py, log_error_row).
@@ -234,9 +245,9 @@ class Dispatcher:
                          extra=job_fields(job_id=job_id, endpoint=ep.target.display))
                 continue
             except BaseException:
-                self._cancel(ep)  # cancelled (closing) or a bug: give the slot back
+                self._cancel(ep, interactive)  # cancelled (closing) or a bug: give the slot back
                 raise
-            self._release(ep, ok=True)
+            self._release(ep, interactive, ok=True)
             return to_generation(
                 choice, reply, ep, attempts, started, reply.usage, sampling.max_tokens, sent,
                 prompt,
@@ -250,20 +261,32 @@ class Dispatcher:
         )
 
     async def _acquire(
-        self, tried: list[str], job_id: str, attempts: int, last: ServiceError | None, cost: int = 1
+        self,
+        tried: list[str],
+        job_id: str,
+        attempts: int,
+        last: ServiceError | None,
+        interactive: bool,
+        cost: int = 1,
     ) -> EndpointState:
         """``Balancer.acquire`` for the loop: waits on a future, never blocks the thread."""
         if cost == 1:
-            await self._permits.acquire()
+            await self._permits.acquire(interactive)
         try:
-            return await self._acquire_endpoint(tried, job_id, attempts, last, cost)
+            return await self._acquire_endpoint(tried, job_id, attempts, last, interactive, cost)
         except BaseException:
             if cost == 1:
-                self._permits.release()
+                self._permits.release(interactive)
             raise
 
     async def _acquire_endpoint(
-        self, tried: list[str], job_id: str, attempts: int, last: ServiceError | None, cost: int
+        self,
+        tried: list[str],
+        job_id: str,
+        attempts: int,
+        last: ServiceError | None,
+        interactive: bool,
+        cost: int,
     ) -> EndpointState:
         loop = asyncio.get_running_loop()
         deadline = self._balancer.now() + self._wait_s
@@ -271,7 +294,7 @@ class Dispatcher:
             try:
                 ep, wait_s = self._balancer.try_acquire(
                     avoid=tried, deadline=deadline, wait_s=self._wait_s, job_id=job_id,
-                    cost=cost, wait_for_slot=True,
+                    cost=cost, wait_for_slot=True, interactive=interactive,
                 )  # fmt: skip
             except TransientServiceError as exc:
                 suffix = f"; last error: {last}" if last else ""
@@ -286,7 +309,7 @@ class Dispatcher:
             # No await between the failed try and registering: a release (always on this
             # loop, or scheduled onto it) cannot slip in unseen.
             waiter: asyncio.Future[None] = loop.create_future()
-            self._waiters.append(waiter)
+            self._waiters[interactive].append(waiter)
             timer = loop.call_later(wait_s, _resolve, waiter)
             try:
                 await waiter
@@ -322,9 +345,10 @@ class Dispatcher:
             for item in items:
                 await self._finish_single(item, 0, [], None)
             return
-        sampling = items[0].sampling
+        sampling = items[0].sampling  # one batch key: the same sampling, interactive or not
+        interactive = sampling.interactive
         try:
-            ep = await self._acquire([], items[0].job_id, 0, None, cost=len(items))
+            ep = await self._acquire([], items[0].job_id, 0, None, interactive, cost=len(items))
         except TransientServiceError as exc:
             for item in items:
                 item.future.set_exception(exc)
@@ -335,19 +359,19 @@ class Dispatcher:
             )
         except PermanentServiceError:
             # One bad prompt fails a whole vLLM request: find it by sending each alone.
-            self._release(ep, ok=True, cost=len(items))
+            self._release(ep, interactive, ok=True, cost=len(items))
             for item in items:
                 self._spawn(self._finish_single(item, 1, [], None))
             return
         except TransientServiceError as exc:
-            self._release(ep, ok=False, error=exc, cost=len(items))
+            self._release(ep, interactive, ok=False, error=exc, cost=len(items))
             for item in items:
                 self._spawn(self._finish_single(item, 1, [ep.url], exc))
             return
         except BaseException:
-            self._cancel(ep, cost=len(items))
+            self._cancel(ep, interactive, cost=len(items))
             raise
-        self._release(ep, ok=True, cost=len(items))
+        self._release(ep, interactive, ok=True, cost=len(items))
         shares = split_usage(reply, items)
         for i, item in enumerate(items):
             try:

@@ -28,6 +28,11 @@ with ``generate``/``generate_many`` (blocking) or ``submit_many`` (futures).
 * giving up raises ``TransientServiceError``; both carry ``endpoint``,
   ``job_id`` and ``attempts``, and their messages never contain a key.
 
+A single question's request (``Sampling.interactive``) goes ahead of waiting sweep
+requests and may take the ``llm_interactive_reserve`` slots of each endpoint that sweep
+requests may not (``admission.py``, ``Balancer.sweep_cap``); with ``llm_priority`` every
+request also carries vLLM's ``priority`` (docs/llm.md, 'Interactive requests first').
+
 With ``llm_batch_size`` > 1 prompts go through the micro-batcher instead; a
 batch that fails, or a prompt missing from a batch reply, continues on the
 same retry loop one prompt at a time, so batch-mates never fail silently.

@@ -46,7 +46,7 @@ def build_targets(settings: Settings) -> list[Target]:
                 "API key applies to it too (QFARM_LLM_API_KEY or QFARM_LLM_API_KEYS): give one, "
                 "the key (remove user:password@ from the URL) or the URL's credentials"
             )
-    return [Target(url, keys.get(url, default)) for url in endpoints]
+    return [Target(url, keys.get(url, default), priority=settings.llm_priority) for url in endpoints]
 
 
 class EndpointPool:
@@ -77,8 +77,13 @@ class EndpointPool:
             breaker_cooldown_s=settings.llm_breaker_cooldown_s,
             metrics_weighting=settings.llm_metrics_weighting,
             window_fallback=settings.llm_context_window,
+            interactive_reserve=settings.llm_interactive_reserve,
         )
         self.slots = len(targets) * max_inflight  # requests in flight at once, all endpoints
+        # Of those, the ones sweep requests may hold (the rest: the interactive reserve).
+        self.sweep_slots = len(targets) * (
+            max_inflight - min(settings.llm_interactive_reserve, max_inflight - 1)
+        )
         self._poller: HealthPoller | None = None
 
     def start(self) -> None:

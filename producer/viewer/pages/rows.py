@@ -133,6 +133,8 @@ def filter_form(rr: RunRows, f: dict[str, str], order: dict[str, str]) -> str:
     fields.append(f'<label>error <input name="error" value="{h(f["error"])}" '
                   'placeholder="any, or text"></label>')
     fields.append(f'<label>question or answer <input name="q" value="{h(f["q"])}"></label>')
+    fields.append(f'<label>question id <input name="qid" value="{h(f["qid"])}" size=10>'
+                  "</label>")
     fields.append('<label title="errors, UNGROUNDED verdicts and missed gold answers">'
                   f'<input type="checkbox" name="failures" value="1"'
                   f'{" checked" if f["failures"] else ""}> failures only</label>')

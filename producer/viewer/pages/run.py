@@ -18,14 +18,17 @@ from qfarm.common.reporting.report import (
     fmt_pct,
     fmt_time,
     gold_cells,
+    policy_overrides,
     run_warnings,
+    selected_questions,
 )
 from qfarm.common.reporting.runstats import NO_VERDICT, STAGES, UNKNOWN_KIND
 from qfarm.common.runstatus import status_text
 from qfarm.common.vocab import Verdict
+from qfarm.producer.exports import export_lines, read_exports
 from qfarm.producer.reports import LATENCY_PLOT, STRICT_PLOT
 from qfarm.producer.runs import question_set_name
-from qfarm.producer.viewer.html import REDIS_BADGE, Response, h
+from qfarm.producer.viewer.html import REDIS_BADGE, Response, h, inline, json_value, rows_url
 from qfarm.producer.viewer.html import badge as _badge
 from qfarm.producer.viewer.html import count_link as _count_link
 from qfarm.producer.viewer.html import meaning as _meaning
@@ -34,6 +37,8 @@ from qfarm.producer.viewer.html import rows_link as _rows_link
 from qfarm.producer.viewer.html import table as _table
 from qfarm.producer.viewer.index import RunRows
 from qfarm.producer.viewer.source import LIVE_STATES, RunSource, finished_at
+from qfarm.producer.viewer.svg import OUTCOME_COLORS as OUTCOMES
+from qfarm.producer.viewer.svg import Segment, grouped_bars, heatmap, verdict_bars
 
 
 def run_page(src: RunSource, run_id: str) -> Response:
@@ -48,6 +53,7 @@ def run_page(src: RunSource, run_id: str) -> Response:
         ("modes × n", h(f"{', '.join(manifest.modes)} × {manifest.n} ({manifest.n_jobs} jobs)")),
         ("model", h(f"{manifest.model} (profile {manifest.model_profile_id})")),
         ("retriever", h(f"{manifest.retriever} {manifest.index_version or ''}")),
+        ("policy overrides", overrides_html(manifest)),
         ("status", f'<span class="status{" errored" if errored else ""}" data-run="{h(run_id)}" '
                    f'data-live="{int(state in LIVE_STATES)}">{h(shown or "—")}</span> '
                    f'<span class="count">{stats.rows}/{manifest.n_jobs}</span> rows'
@@ -57,6 +63,9 @@ def run_page(src: RunSource, run_id: str) -> Response:
         ("finished", h(fmt_time(finished_at(state, status, stats.last_finished)))),
         ("answers kept", "yes" if manifest.keep_answers else "no (run with --keep-answers)"),
     ]
+    exports = export_lines(read_exports(src.results_dir / run_id))
+    if exports:  # where else this run can be read (qfarm export; exports.json)
+        facts.append(("exported to", "<br>".join(h(line) for line in exports)))
     in_redis = status.get("source") == "redis"
     if in_redis:
         facts.append(("read from", "Redis: this run has no directory in "
@@ -67,9 +76,11 @@ def run_page(src: RunSource, run_id: str) -> Response:
              if line.startswith("- ")]
     if notes:
         out.append('<div class="warn"><b>Warnings</b><ul>'
-                   + "".join(f"<li>{h(n)}</li>" for n in notes) + "</ul></div>")
+                   + "".join(f"<li>{inline(n)}</li>" for n in notes) + "</ul></div>")
     out += mode_section(run_id, stats, modes)
     out += kind_section(run_id, rr, modes)
+    out += dry_run_section(manifest, stats, modes)
+    out += question_section(run_id, stats, modes)
     out += gold_section(stats, modes)
     out += error_section(run_id, stats)
     out += timing_section(stats)
@@ -109,8 +120,30 @@ def mode_section(run_id: str, stats: Any, modes: list[str]) -> list[str]:
     header = ["mode", "jobs", "errors", STRICT_OF_JOBS, ERROR_RATE,
               f"{Verdict.STRICT} (of answered, 95% CI)", f"{Verdict.HYBRID} (of answered)",
               f"{Verdict.UNGROUNDED} (of answered)", "mean ratio (of answered)"]
+    bars = [(m, [Segment(name, count) for name, count in _outcomes(stats, m)]) for m in modes]
+    plot = verdict_bars("verdict-plot", bars, "Verdicts per mode: every row of each mode, "
+                        "by outcome (STRICT, HYBRID, UNGROUNDED, error)")
     return ["<h2>Verdicts per mode</h2>", _table(header, rows, cls="verdicts"),
-            f'<p class="note">{h(DENOMINATORS_NOTE)}</p>']
+            f'<p class="note">{h(DENOMINATORS_NOTE)}</p>', f'<figure>{plot}</figure>']
+
+
+def _outcomes(stats: Any, mode: str) -> list[tuple[str, int]]:
+    """A mode's rows by outcome: its verdicts, and its error rows (no verdict)."""
+    ms = stats.modes.get(mode)
+    t = ms.tally if ms is not None else None
+    if t is None:
+        return []
+    return list(zip(OUTCOMES, (t.strict, t.hybrid, t.ungrounded, t.errors), strict=True))
+
+
+def overrides_html(manifest: Any) -> str:
+    """The policy fields the run set away from the defaults, as ``--policy`` spells them:
+    what tells a caps-only run from a reminder-only one."""
+    overrides = policy_overrides(manifest.policy)
+    if not overrides:
+        return '<span class="note">none (defaults)</span>'
+    return " ".join(f'<code class="override">{h(k)}={h(json_value(v))}</code>'
+                    for k, v in overrides.items())
 
 
 def kind_section(run_id: str, rr: RunRows, modes: list[str]) -> list[str]:
@@ -124,7 +157,13 @@ def kind_section(run_id: str, rr: RunRows, modes: list[str]) -> list[str]:
                else "0" for m in modes]
             for k in kinds
         ]
-        out += ["<h2>Violation kinds</h2>", _table(["kind", *modes], rows, cls="kinds")]
+        valid = [rr.stats.modes[m].tally.valid if m in rr.stats.modes else 0 for m in modes]
+        groups = [(k, [(rr.stats.modes[m].kinds.get(k, 0) if m in rr.stats.modes else 0, n)
+                       for m, n in zip(modes, valid, strict=True)]) for k in kinds]
+        plot = grouped_bars("kinds-plot", modes, groups, "Violation kinds: the share of each "
+                            "mode's answered rows carrying each kind")
+        out += ["<h2>Violation kinds</h2>", _table(["kind", *modes], rows, cls="kinds"),
+                f"<figure>{plot}</figure>"]
     for title, counters, key in (("Labels", rr.labels, "label"),
                                  ("Quantifier intensity", rr.intensities, "intensity")):
         values = sorted({v for c in counters.values() for v in c})
@@ -209,7 +248,7 @@ def cost_section(manifest: Any, stats: Any, status: dict[str, Any]) -> list[str]
     return [f"<h2>{title}</h2>",
             _table(COST_HEADER, ([h(c) for c in cost_cells(line, manifest.cost_rates.currency)]
                                  for line in lines), cls="cost"),
-            "".join(f"<p class=note>{h(n)}</p>" for n in notes)]
+            "".join(f"<p class=note>{inline(n)}</p>" for n in notes)]
 
 
 def timing_section(stats: Any) -> list[str]:
@@ -218,3 +257,64 @@ def timing_section(stats: Any) -> list[str]:
     if not rows:
         return []
     return ["<h2>Stage timings (ms)</h2>", _table(["stage", "n", "p50", "p95", "p99"], rows)]
+
+
+def dry_run_section(manifest: Any, stats: Any, modes: list[str]) -> list[str]:
+    """Guard on, caps off: the broad-quantifier kinds the guard would have fired, and the
+    STRICT rows applying caps would demote (the summary's "Quantifier guard dry run")."""
+    policy = manifest.policy
+    if not policy.quantifier_guard_enabled or policy.quantifier_guard_apply_caps:
+        return []
+    out = ["<h2>Quantifier guard dry run</h2>",
+           "<p class=note>Caps are off, so the guard only observes: these are the kinds it "
+           "would have fired (each row's <code>would_fire_kinds</code>); no verdict, label or "
+           "rate above counts them. \"STRICT it would demote\" is the STRICT rows carrying a "
+           "kind that soft-demotes once caps are applied: the strict-rate "
+           "<code>--apply-quantifier-caps</code> would cost on these same answers.</p>"]
+    kinds = sorted(stats.would_fire_seen)
+    if not kinds:
+        return out + ["<p>No row would have fired a broad-quantifier kind.</p>"]
+    rows = []
+    for m in modes:
+        ms = stats.modes.get(m)
+        valid = ms.tally.valid if ms is not None else 0
+        cells = [h(f"{ms.would_fire[k]} ({fmt_pct(ms.would_fire[k], valid, interval=False)})")
+                 if ms is not None and valid else "—" for k in kinds]
+        demote = (h(f"{ms.would_demote_strict} "
+                    f"({fmt_pct(ms.would_demote_strict, valid, interval=False)})")
+                  if ms is not None and valid else "—")
+        guarded = "yes" if m in policy.quantifier_guard_modes else "no"
+        rows.append([h(m), guarded, *cells, demote])
+    return out + [_table(["mode", "guarded", *kinds, "STRICT it would demote"], rows,
+                         cls="dry-run")]
+
+
+def question_section(run_id: str, stats: Any, modes: list[str]) -> list[str]:
+    """Each question's outcomes per mode: a heatmap, and the summary's table beside it;
+    a cell opens that question's rows in that mode."""
+    selected, note = selected_questions(stats)
+    if not selected:
+        return []
+    names = list(OUTCOMES)
+
+    def counts(q: Any, m: str) -> dict[str, int] | None:
+        t = q.cells.get(m)
+        return None if t is None else dict(zip(names, (t.strict, t.hybrid, t.ungrounded,
+                                                       t.errors), strict=True))
+
+    plot = heatmap("question-heatmap", modes,
+                   [(f"{q.order + 1}. {q.text}", [counts(q, m) for m in modes])
+                    for _, q in selected],
+                   "Outcomes per question and mode: each cell's most frequent outcome",
+                   [[rows_url(run_id, qid=qid, mode=m) for m in modes] for qid, _ in selected])
+    rows = [[h(q.order + 1), _rows_link(run_id, q.text, qid=qid), h(qid),
+             *(_rows_link(run_id, _cell(q.cells[m]), qid=qid, mode=m) if m in q.cells else "—"
+               for m in modes)] for qid, q in selected]
+    return ["<h2>Per question</h2>", f"<p class=note>{h(note)}</p>" if note else "",
+            f'<figure class="heatmap">{plot}</figure>',
+            "<details><summary>The numbers (cells: STRICT/HYBRID/UNGROUNDED/errors)</summary>"
+            + _table(["#", "question", "id", *modes], rows, cls="questions") + "</details>"]
+
+
+def _cell(t: Any) -> str:
+    return "—" if t is None else f"{t.strict}/{t.hybrid}/{t.ungrounded}/{t.errors}"

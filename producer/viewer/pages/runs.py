@@ -14,6 +14,7 @@ from qfarm.producer.viewer.html import REDIS_BADGE, NotFound, Response, h
 from qfarm.producer.viewer.html import badge as _badge
 from qfarm.producer.viewer.html import page as _page
 from qfarm.producer.viewer.html import table as _table
+from qfarm.producer.viewer.pages.run import overrides_html
 from qfarm.producer.viewer.source import LIVE_STATES, RunSource, finished_at
 
 ASKS_SHOWN = 50  # single questions listed (newest first); each is a Redis read
@@ -21,10 +22,14 @@ ASKS_SHOWN = 50  # single questions listed (newest first); each is a Redis read
 
 def runs_page(src: RunSource) -> Response:
     ids = [*src.redis_run_ids(), *src.run_ids()]
-    sweeps = [_run_row(src, r) for r in ids if not is_ask_run(r)]
+    # Newest first across both sources (a run only in Redis is no newer for being there); a
+    # run that cannot be read sorts last.
+    listed = sorted((_run_row(src, r) for r in ids if not is_ask_run(r)),
+                    key=lambda t: (t[0] is not None, t[0] or 0.0), reverse=True)
+    sweeps = [cells for _, cells in listed]
     asks = sorted((r for r in ids if is_ask_run(r)), reverse=True)
-    header = ["run", "question set", "modes × n", "status", "started", "finished",
-              "strict-rate per mode (of jobs; of answered)"]
+    header = ["run", "question set", "modes × n", "policy overrides", "status", "started",
+              "finished", "strict-rate per mode (of jobs; of answered)"]
     if src.redis.note:
         source = f'<p class="note" id="redis-note">{h(src.redis.note)}</p>'
     elif not src.redis.configured:
@@ -58,7 +63,7 @@ def _asks_section(src: RunSource, asks: list[str]) -> str:
             + _badge(manifest),
             h(e.question if e else "—"),
             h(", ".join(manifest.modes)),
-            h(status.get("status") or "—"),
+            _status(str(status.get("status") or ""), rr.stats.error_rows, rr.stats.rows),
             f'<span class="v-{h(e.verdict or "none")}">{h(e.verdict or "—")}</span>'
             + (f" · {h(e.label)}" if e and e.label else "") if e else "—",
             h(fmt_time(status.get("started_at") or manifest.created_at)),
@@ -81,11 +86,22 @@ def strict_rates(t: Tally) -> str:
     return f"{of_jobs} ({fmt_pct(t.strict, t.valid, interval=False)} of {t.valid} answered)"
 
 
-def _run_row(src: RunSource, run_id: str) -> list[str]:
+def _status(state: str, errored: int, rows: int, live_run: str = "") -> str:
+    """The run's status as every surface words it ("completed with errors (N, x %)"), red
+    when rows errored; with ``live_run``, polled while the run is live."""
+    shown = status_text(state, errored=errored, rows=rows) if state else ""
+    live = (f' data-run="{h(live_run)}" data-live="{int(state in LIVE_STATES)}"'
+            if live_run else "")
+    return (f'<span class="status{" errored" if errored else ""}"{live}>{h(shown or "—")}'
+            "</span>")
+
+
+def _run_row(src: RunSource, run_id: str) -> tuple[float | None, list[str]]:
+    """When the run started, and its line of the table."""
     try:
         manifest, status, rr = src.run(run_id)
     except (InputError, NotFound) as exc:
-        return [h(run_id), f'<span class="err">{h(exc)}</span>'] + [""] * 5
+        return None, [h(run_id), f'<span class="err">{h(exc)}</span>'] + [""] * 6
     state = str(status.get("status") or "")
     in_redis = status.get("source") == "redis"
     done = int(status["rows"]) if in_redis else rr.stats.rows
@@ -99,18 +115,16 @@ def _run_row(src: RunSource, run_id: str) -> list[str]:
         # a mode with no row yet (no rows.jsonl after --detach, a run just begun) has no rate
         if (ms := rr.stats.modes.get(m)) is not None
     )
-    errored = rr.stats.error_rows
-    shown = status_text(state, errored=errored, rows=rr.stats.rows) if state else ""
     started = status.get("started_at") or manifest.created_at
     finished = finished_at(state, status, rr.stats.last_finished)
-    return [
+    return started, [
         f'<a href="/runs/{h(quote(run_id))}">{h(run_id)}</a>{_badge(manifest)}'
         + (REDIS_BADGE if in_redis else ""),
         f'<span title="{h(manifest.question_file)}">'
         f"{h(question_set_name(manifest.question_file))}</span>",
         h(f"{', '.join(manifest.modes)} × {manifest.n}"),
-        f'<span class="status{" errored" if errored else ""}" data-run="{h(run_id)}" '
-        f'data-live="{int(state in LIVE_STATES)}">{h(shown or "—")}</span> {bar}',
+        overrides_html(manifest),
+        f"{_status(state, rr.stats.error_rows, rr.stats.rows, run_id)} {bar}",
         h(fmt_time(started)),
         h(fmt_time(finished)),
         rates or "—",

@@ -356,3 +356,13 @@ def test_ask_without_an_interactive_worker_is_503_and_enqueues_nothing(farm_clie
     assert resp.status_code == 503
     assert "no worker is consuming the interactive queue" in resp.json()["error"]["message"]
     assert test_redis.llen("interactive") == 0 and not test_redis.exists("qfarm:runs")
+
+
+def test_a_browser_without_a_viewer_token_gets_a_page_saying_how_to_log_in(eager_client):
+    eager_client.cookies.clear()
+    page = eager_client.get("/runs/r1", headers={"Accept": "text/html"})
+    assert page.status_code == 401 and page.headers["content-type"].startswith("text/html")
+    assert "<code>QFARM_API_TOKENS</code>" in page.text and 'action="/runs/r1"' in page.text
+    bad = eager_client.get("/?token=" + "y" * 30, headers={"Accept": "text/html"})
+    assert bad.status_code == 401 and "id=invalid" in bad.text
+    assert eager_client.get("/").json()["error"]["status"] == 401  # a script: JSON as before

@@ -54,6 +54,7 @@ def plain_match(r: dict[str, Any], f: dict[str, str]) -> bool:
         or gold is False,
         "q": lambda w: w.casefold() in r["question"].casefold()
         or w.casefold() in answer.casefold(),
+        "qid": lambda w: r["question_id"] == w,
     }
     return all(checks[k](w) for k, w in f.items() if w)
 
@@ -106,6 +107,8 @@ def test_entries_read_back_as_written() -> None:
     {"q": "[E3]"}, {"q": "seine"}, {"q": "STRASSE"}, {"q": "ÉTÉ"}, {"q": "été [e3]"}, {"q": 'été [e"the'},
     {"q": "?"}, {"q": "seine", "failures": "1", "error": "any"}, {"q": "no such text"},
     {"q": "\x00"}, {"q": '3]"the'}, {"q": '"'}, {"q": "1]été [e"},
+    {"qid": "q7"}, {"qid": "q7", "mode": "quote"}, {"qid": "q7", "failures": "1"},
+    {"qid": "no such id"},
 ])
 def test_filters_pick_the_rows_a_plain_check_picks(f: dict[str, str]) -> None:
     assert set(f) <= set(FILTERS)

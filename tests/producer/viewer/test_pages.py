@@ -188,6 +188,10 @@ def test_model_output_is_escaped_everywhere(tmp_path: Path) -> None:
                  top_doc_titles=[XSS])
     rows_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     viewer = Viewer(tmp_path)
+    heatmap = svgs(get(viewer, "/runs/run-x"))
+    assert XSS in "".join(heatmap.titles["question-heatmap"])  # escaped text, read back as text
+    assert XSS in "".join(heatmap.titles["kinds-plot"])
+    assert not [tag for els in heatmap.svgs.values() for tag, _ in els if tag == "script"]
     for path, query in (("/", {}), ("/runs/run-x", {}), ("/runs/run-x/rows", {"q": XSS}),
                         ("/runs/run-x/rows/0", {}), ("/compare", {"a": "run-x", "b": "run-x"})):
         body = viewer.handle(path, query).body
@@ -241,8 +245,54 @@ def test_compare_page_states_the_phase_decision_and_what_decided_it(results: Pat
     path.write_text(json.dumps(manifest))
     html = get(Viewer(results), "/compare", a="run-a", b="run-b", floor="5")
     assert "<h2>Quantifier phase decision</h2>" in html
-    assert "`quantifier_reminder_enabled` (on in run B): no signal" in html
+    assert "<code>quantifier_reminder_enabled</code> (on in run B): <b>no signal</b>" in html
     assert "FORMAT_COLLAPSED or NO_EVIDENCE_POINTER rate drops" in html
+    # The policy's values as the policy spells them, never Python's False/True.
+    assert "<code>quantifier_reminder_enabled</code>: false → true" in html
+    assert "False" not in html and "True" not in html
+
+
+def text_of(html: str) -> str:
+    """What a reader sees of a page: its text outside tags, scripts and styles."""
+    class _Text(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.parts: list[str] = []
+            self._skip = 0
+
+        def handle_starttag(self, tag: str, attrs: list) -> None:
+            self._skip += tag in ("script", "style")
+
+        def handle_endtag(self, tag: str) -> None:
+            self._skip -= tag in ("script", "style")
+
+        def handle_data(self, data: str) -> None:
+            if not self._skip:
+                self.parts.append(data)
+
+    p = _Text()
+    p.feed(html)
+    return "".join(p.parts)
+
+
+def test_summary_markup_never_shows_as_backticks_or_asterisks(results: Path) -> None:
+    """Warnings, notes and decisions come from the summary's markdown: their code spans are
+    <code> on the page, not literal backticks."""
+    path = results / "run-b" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["policy"]["quantifier_reminder_enabled"] = True
+    manifest["model"] = "other-model"  # a warning naming both models in code spans
+    path.write_text(json.dumps(manifest))
+    rows_path = results / "run-a" / "rows.jsonl"
+    lines = rows_path.read_text().splitlines()
+    rows_path.write_text("\n".join([*lines, lines[0]]) + "\n")  # a duplicate: a warning
+    viewer = Viewer(results)
+    run_page = get(viewer, "/runs/run-a")
+    assert "<code>qfarm verify</code>" in run_page
+    compare = get(viewer, "/compare", a="run-a", b="run-b", floor="5")
+    assert "<code>other-model</code>" in compare
+    for html in (run_page, compare):
+        assert "`" not in text_of(html) and "**" not in text_of(html)
 
 
 @pytest.mark.parametrize("path,query,status", [
@@ -457,3 +507,162 @@ def test_compare_picker_proposes_the_two_latest_sweeps_over_one_question_file(
     assert '<option value="run-3" selected>' in html.split('name="b"')[0]  # a: the older
     assert '<option value="run-5" selected>' in html.split('name="b"')[1]
     assert "same question file (a.txt)" in html
+
+
+class _Svg(HTMLParser):
+    """Every element inside each inline <svg>, by the svg's id: (tag, attributes), and the
+    text of each <title>."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.svgs: dict[str, list[tuple[str, dict[str, str | None]]]] = {}
+        self.titles: dict[str, list[str]] = {}
+        self._svg: str | None = None
+        self._title: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "svg":
+            self._svg = a.get("id") or ""
+            self.svgs[self._svg], self.titles[self._svg] = [(tag, a)], []
+        elif self._svg is not None:
+            self.svgs[self._svg].append((tag, a))
+            if tag == "title":
+                self._title = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "svg":
+            self._svg = None
+        if tag == "title" and self._title is not None and self._svg is not None:
+            self.titles[self._svg].append("".join(self._title))
+            self._title = None
+
+    def handle_data(self, data: str) -> None:
+        if self._title is not None:
+            self._title.append(data)
+
+
+def svgs(html: str) -> _Svg:
+    p = _Svg()
+    p.feed(html)
+    return p
+
+
+def set_policy(results: Path, run_id: str, **fields: object) -> None:
+    path = results / run_id / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["policy"].update(fields)
+    path.write_text(json.dumps(manifest))
+
+
+def test_policy_overrides_tell_a_caps_run_from_a_reminder_run(results: Path) -> None:
+    set_policy(results, "run-a", quantifier_guard_apply_caps=True)
+    set_policy(results, "run-b", quantifier_reminder_enabled=True)
+    viewer = Viewer(results)
+    listed = get(viewer, "/")
+    line = {r: re.search(rf'<tr><td><a href="/runs/{r}">.*?</tr>', listed).group(0)
+            for r in ("run-a", "run-b")}
+    assert "<th>policy overrides</th>" in listed
+    assert "quantifier_guard_apply_caps=true" in line["run-a"]
+    assert "quantifier_reminder_enabled" not in line["run-a"]
+    assert "quantifier_reminder_enabled=true" in line["run-b"]
+    assert "quantifier_guard_apply_caps" not in line["run-b"]
+    assert re.search(r"<td>policy overrides</td><td><code[^>]*>quantifier_reminder_enabled=true"
+                     "</code>", get(viewer, "/runs/run-b"))
+    write_synthetic_run(results, "run-c", 2)
+    assert "none (defaults)" in get(viewer, "/runs/run-c")
+
+
+def test_run_page_has_the_summarys_per_question_and_dry_run_tables(results: Path) -> None:
+    rows_path = results / "run-a" / "rows.jsonl"
+    rows = [json.loads(line) for line in rows_path.open()]
+    for r in rows[:5]:
+        r["would_fire_kinds"] = ["BROAD_QUANTIFIER_SCOPE_UNBOUND"]
+    rows_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    viewer = Viewer(results)
+    html = get(viewer, "/runs/run-a")
+    stats = read_stats(rows_path)
+    dry = re.search(r'<table class="dry-run">.*?</table>', html, re.S).group(0)
+    for mode, ms in stats.modes.items():
+        n = ms.would_fire["BROAD_QUANTIFIER_SCOPE_UNBOUND"]
+        assert re.search(rf"<td>{mode}</td><td>(yes|no)</td><td>{n} \(", dry), mode
+    assert sum(ms.would_fire["BROAD_QUANTIFIER_SCOPE_UNBOUND"] for ms in stats.modes.values()) == 5
+    questions = re.search(r'<table class="questions">.*?</table>', html, re.S).group(0)
+    assert questions.count("<tr>") == len(stats.questions) + 1
+    for qid, q in stats.questions.items():
+        cells = "".join(
+            f'<td><a href="/runs/run-a/rows?qid={qid}&amp;mode={m}">'
+            f"{c.strict}/{c.hybrid}/{c.ungrounded}/{c.errors}</a></td>"
+            for m, c in ((m, q.cells[m]) for m in ("quote", "claim_lattice_pointer",
+                                                   "claim_lattice")))
+        assert f"<td>{qid}</td>{cells}" in questions
+    # A cell (in the table and in the heatmap) opens exactly that question's rows in that mode.
+    qid, q = next(iter(stats.questions.items()))
+    url = f"/runs/run-a/rows?qid={qid}&amp;mode=quote"
+    assert f'<a href="{url}"><g class="cell"' in html
+    page = get(viewer, "/runs/run-a/rows", qid=qid, mode="quote")
+    assert f"<span id=matched>{q.cells['quote'].rows}</span>" in page
+    assert f'name="qid" value="{qid}"' in page  # the filter form keeps it
+    picked = [json.loads(line) for line in rows_path.open()]
+    assert re.findall(r'<a href="/runs/run-a/rows/(\d+)">', page) == [
+        str(i) for i, r in enumerate(picked) if r["question_id"] == qid and r["mode"] == "quote"]
+    set_policy(results, "run-b", quantifier_guard_apply_caps=True)  # caps on: no dry run
+    assert "Quantifier guard dry run" not in get(viewer, "/runs/run-b")
+
+
+def test_run_page_draws_verdicts_kinds_and_questions_as_svg_with_their_numbers(
+    results: Path,
+) -> None:
+    html = get(Viewer(results), "/runs/run-a")
+    stats = read_stats(results / "run-a" / "rows.jsonl")
+    found = svgs(html)
+    assert {"verdict-plot", "kinds-plot", "question-heatmap"} <= set(found.svgs)
+    for key, elements in found.svgs.items():
+        root = elements[0][1]
+        assert root["role"] == "img" and root["aria-labelledby"] == f"{key}-t {key}-d"
+        assert found.titles[key][0]  # the plot's own title, then one per mark
+    segs = [a for tag, a in found.svgs["verdict-plot"] if a.get("class") == "seg"]
+    for mode, ms in stats.modes.items():
+        t = ms.tally
+        want = {"STRICT": t.strict, "HYBRID": t.hybrid, "UNGROUNDED": t.ungrounded,
+                "error": t.errors}
+        tips = [x for x in found.titles["verdict-plot"] if x.startswith(f"{mode}: ")]
+        got = {x.split(": ")[1].split()[0]: int(x.split()[2]) for x in tips}
+        assert got == {k: v for k, v in want.items() if v}, mode
+        assert all(f"of {t.rows} rows" in x for x in tips)
+    assert sum(int(a["data-count"]) for a in segs) == stats.rows
+    bars = [a for tag, a in found.svgs["kinds-plot"] if a.get("class") == "bar"]
+    assert len(bars) == len(stats.kinds_seen) * len(stats.modes)
+    assert sum(int(a["data-count"]) for a in bars) == sum(
+        sum(ms.kinds.values()) for ms in stats.modes.values())
+    cells = [a for tag, a in found.svgs["question-heatmap"] if a.get("class") == "cell"]
+    assert len(cells) == len(stats.questions) * len(stats.modes)
+
+
+def test_compare_page_draws_each_delta_with_its_interval_against_the_floor(
+    results: Path,
+) -> None:
+    from qfarm.producer.reports import compare_dirs
+
+    rows_path = results / "run-b" / "rows.jsonl"
+    rows = [json.loads(line) for line in rows_path.open()]
+    for r in rows:
+        if r["verdict"] == "UNGROUNDED" and r["mode"] == "quote":
+            r["verdict"] = "STRICT"
+    rows_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    html = get(Viewer(results), "/compare", a="run-a", b="run-b", floor="5")
+    found = svgs(html)
+    assert found.svgs["forest-plot"][0][1]["role"] == "img"
+    cmp = compare_dirs(results / "run-a", results / "run-b", 5.0)
+    drawn = [d for d in cmp.deltas if d.delta is not None and d.low is not None]
+    tips = [t for t in found.titles["forest-plot"] if "95% interval [" in t]
+    assert len(tips) == len(drawn) > 0
+    for d, tip in zip(drawn, tips, strict=True):
+        assert tip.startswith(f"{d.mode} · {d.metric.label}: Δ {d.delta:+.1f} points")
+        assert f"[{d.low:+.1f}, {d.high:+.1f}]" in tip
+        assert tip.endswith(f"signal, {d.effect}" if d.verdict == "signal" else "noise")
+    effects = [a["data-effect"] for tag, a in found.svgs["forest-plot"]
+               if a.get("class") == "fp-row"]
+    assert "better" in effects  # the flipped verdicts clear the floor somewhere
+    floor = [a for tag, a in found.svgs["forest-plot"] if a.get("class") == "floor"]
+    assert len(floor) == 1

@@ -179,3 +179,38 @@ def test_the_store_names_the_job_at_log_positions_near_or_far(store: ProducerSto
     assert store.log_ids_at(RUN, [3, 1, 2, 60]) == ["job3", "job1", "job2", None]
     assert store.log_ids_at(RUN, [49, 0, 60]) == ["job49", "job0", None]
     assert store.log_ids_at(RUN, []) == []
+
+
+def test_runs_are_listed_newest_first_across_redis_and_disk(
+    store: ProducerStore, real_rows: Callable, real_run: Callable[..., Path]
+) -> None:
+    """A run only in Redis that began before a run on disk is listed after it."""
+    put_run(store, real_rows, RUN, 2)  # begun first
+    older = "20260101-000000-older0"
+    newer = "20260103-000000-newer0"
+    run_dir = real_run(newer)
+    older_dir = real_run(older)
+    for d, at in ((older_dir, 1_000.0), (run_dir, 4_000_000_000.0)):  # 1970 and 2096
+        path = d / "manifest.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "created_at": at}))
+        status = d / "status.json"
+        status.write_text(json.dumps({**json.loads(status.read_text()), "started_at": at}))
+    html = get(Viewer(run_dir.parent, store), "/")
+    listed = re.findall(r'<tr><td><a href="/runs/([^"]+)"', html)
+    assert listed == [newer, RUN, older]
+
+
+def test_a_single_question_that_errored_reads_as_errored(
+    store: ProducerStore, real_rows: Callable, tmp_path: Path
+) -> None:
+    from qfarm.common.vocab import ErrorKind
+
+    ask = "ask-20260102-000000-errord"
+    manifest, rows = real_rows(ask)
+    store.put_manifest(manifest.model_copy(update={"n_jobs": 1}))
+    failed = rows[0].model_copy(update={"error": "llm: endpoint timed out", "verdict": None,
+                                        "error_kind": ErrorKind.LLM, "label": None,
+                                        "ratio": None})
+    WorkerStore(store.client).write_rows([failed])
+    _, _, asks = get(Viewer(tmp_path, store), "/").partition('<h2 id="asks">')
+    assert '<span class="status errored">completed with errors (1, 100.0 %)</span>' in asks

@@ -202,3 +202,25 @@ def test_passage_text_and_titles_are_escaped(run: tuple[Viewer, Path]) -> None:
     html = page(Viewer(run_dir.parent, passages=Hostile()), "run-real", 0)
     assert xss not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "index version" in html  # the version drift is named
+
+
+def test_a_claim_citing_nothing_is_not_called_a_mismatch_with_its_citation(
+    real_run: Callable[..., Path], real_index: Path,
+) -> None:
+    """Its only pointer names an id outside the evidence map: dropped, the claim cites no
+    block, and the page says that rather than "cites evidence that does not contain it"."""
+    from qfarm.common.vocab import Mode
+
+    run_dir = real_run("run-uncited", {("q2", Mode.CLAIM_LATTICE_POINTER):
+                                       "Marie Curie was the first woman to win a Nobel Prize. [E99]"})
+    viewer = Viewer(run_dir.parent, index_path=real_index)
+    rows = rows_of(run_dir)
+    pos = position(rows, "q2", "claim_lattice_pointer")
+    assert "CITATION_MISMATCH" in rows[pos]["violation_kinds"]
+    html = page(viewer, "run-uncited", pos)
+    claims = re.search(r'<table class="claims">.*?</table>', html, re.S).group(0)
+    assert "cites evidence that does not contain it" not in claims
+    assert "the claim cites no evidence block" in claims
+    kinds = re.search(r"<ul class=kinds>.*?</ul>", html, re.S).group(0)  # the row's list too
+    assert "<b>CITATION_MISMATCH</b>: the claim cites no evidence block" in kinds
+    assert "cache hit</td><td>no<" in page(viewer, "run-uncited", pos)
