@@ -1,8 +1,8 @@
 """A run's status: what ``status.json`` records, how it changes, and the word every reader shows.
 
 ``StatusRecord`` is ``status.json`` as a model, and its methods are the only ways a run's
-record changes (``started``, ``jobs_sent``, ``resumed``, ``failed``, ``finished``,
-``interrupted``, ``cancel_recorded``…): each says what happened and refuses a change the
+record changes (``started``, ``jobs_sent``, ``resumed``, ``no_worker``, ``failed``,
+``finished``, ``interrupted``, ``cancel_recorded``…): each says what happened and refuses a change the
 run's state forbids (a complete run does not go back to running; an interrupted one can
 be resumed). ``qfarm.producer.runs`` reads and writes the file; nothing else opens it.
 
@@ -18,7 +18,7 @@ in words, error rows named (``completed with errors (N, x %)``). Pure: no I/O.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -153,6 +153,11 @@ class StatusRecord(BaseModel):
     enqueued: int | None = None
     resumed_at: float | None = None
     resumed_jobs: int | None = None
+    # The time the run stood still between interrupts and their resumes, summed: its wall
+    # time leaves it out (``time_paused``).
+    paused_s: float | None = Field(default=None, ge=0.0)
+    # The run's queues no worker consumed when its follower stopped (``no_worker``).
+    unconsumed_queues: tuple[str, ...] = ()
     finished_at: float | None = None
     rows: int | None = None
     error: str | None = None
@@ -210,8 +215,9 @@ class StatusRecord(BaseModel):
     def as_json(self) -> dict[str, Any]:
         """What ``status.json`` holds: the fields this run has, as JSON."""
         out = self.model_dump(mode="json", exclude_none=True)
-        if not self.retries:
-            out.pop("retries", None)
+        for name in ("retries", "unconsumed_queues"):
+            if not getattr(self, name):
+                out.pop(name, None)
         return out
 
     def _with(self, **fields: Any) -> StatusRecord:
@@ -223,6 +229,18 @@ class StatusRecord(BaseModel):
         return RowsRecovered(rows_recovered_from_file=self.rows_recovered_from_file,
                              rows_recovered_from_redis=self.rows_recovered_from_redis,
                              rows_restored_to_redis=self.rows_restored_to_redis)
+
+    def time_paused(self) -> float:
+        """Seconds the run stood still between interrupts and their resumes (``paused_s``),
+        which its wall time and throughput leave out; 0 when it never paused."""
+        return self.paused_s or 0.0
+
+    def pause_before(self, at: float, *, last_row_at: float | None) -> float:
+        """How long the run stood still before a resume at ``at``: since its last activity,
+        its recorded end or its newest row (``last_row_at``), whichever is later; 0 when it
+        left no trace of when it stopped."""
+        ends = [t for t in (self.finished_at, last_row_at) if t is not None]
+        return max(0.0, at - max(ends)) if ends else 0.0
 
     def is_live(self, producer_alive: bool | None) -> bool:
         """Whether its producer still works at it: recorded running or enqueueing, by a
@@ -258,20 +276,43 @@ class StatusRecord(BaseModel):
         return self._with(status=RunStatus.ENQUEUE_INTERRUPTED)
 
     def resumed(self, at: float, process: ProducerProcess, *, jobs: int,
-                producer_alive: bool | None, run_id: str) -> StatusRecord:
+                producer_alive: bool | None, run_id: str,
+                last_row_at: float | None = None) -> StatusRecord:
         """This process runs the ``jobs`` the run has no row for. An interrupted,
         incomplete or killed run can be resumed; a complete one only when rows went
-        missing since (``jobs`` > 0), and a live one not at all."""
+        missing since (``jobs`` > 0), and a live one not at all. The time the run stood
+        still (``pause_before``; ``last_row_at``: its newest row's end) is added to
+        ``paused_s``."""
         self.check_ended(run_id, producer_alive, then="stop it first or wait for it to end")
         if self.status == RunStatus.COMPLETE and jobs == 0:
             raise RunStateError(f"run {run_id} is complete: every job has a row, nothing to "
                                 "resume")
         return self._with(status=RunStatus.RUNNING, resumed_at=at, resumed_jobs=jobs,
-                          pid=process.pid, host=process.host)
+                          pid=process.pid, host=process.host,
+                          **self._paused_until(at, last_row_at))
+
+    def resend_started(self, at: float, *, last_row_at: float | None) -> StatusRecord:
+        """A distributed ``--resume`` is about to send again the jobs without a row: the
+        time the run stood still (``pause_before``) is added to ``paused_s``. The state
+        stays: the workers run the run, and its follower records how the run ends."""
+        return self._with(**self._paused_until(at, last_row_at))
+
+    def _paused_until(self, at: float, last_row_at: float | None) -> dict[str, Any]:
+        if self.finished_at is None and last_row_at is None:
+            return {}
+        pause = self.pause_before(at, last_row_at=last_row_at)
+        return {"paused_s": round(self.time_paused() + pause, 3)}
 
     def detached(self) -> StatusRecord:
         """The follower lost Redis: the run goes on in its workers, unwatched."""
         return self._with(status=RunStatus.DETACHED)
+
+    def no_worker(self, queues: Sequence[str], *, rows: int) -> StatusRecord:
+        """The follower stopped: no worker consumed ``queues`` for as long as it waits, with
+        ``rows`` rows drained. The jobs stay queued: a worker started later runs them, and
+        ``--attach`` drains their rows."""
+        return self._with(status=RunStatus.NO_WORKER, unconsumed_queues=tuple(queues),
+                          rows=rows)
 
     def failed(self, error: str, *, rows: int,
                recovered: RowsRecovered | None = None) -> StatusRecord:

@@ -13,7 +13,7 @@ from qfarm.common.models import Job, Manifest, Mode
 from qfarm.common.settings import Settings, load_settings
 from qfarm.common.vocab import RunStatus
 from qfarm.producer import interrupts
-from qfarm.producer._follow import finish_run
+from qfarm.producer._follow import finish_run, newest_row_finished_at
 from qfarm.producer._services import (
     celery_app,
     corpus_label,
@@ -98,8 +98,11 @@ def resume_eager(
     cut_partial_line(rows_path)  # a line the killed process was writing: its job runs again
     have = {job_id for job_id, _ in file_rows(rows_path)}
     missing = [job for job in plan.jobs() if job.job_id not in have]
+    # The time the run stood still since its last row or its recorded end: its wall time
+    # leaves it out.
     resumed = status.resumed(time.time(), this_process(), jobs=len(missing),
-                             producer_alive=alive, run_id=run_id)
+                             producer_alive=alive, run_id=run_id,
+                             last_row_at=newest_row_finished_at(rows_path))
     retriever = open_local_retriever(settings, progress=False)
     with endpoints(settings) as eps:
         settings = eps.apply(settings)

@@ -193,7 +193,7 @@ def summary_data(run_dir: Path) -> dict[str, Any]:
     intervals (Wilson, or clustered by question when questions were sampled n > 1 times:
     ``interval``), violation kinds, labels, errors, cache hits and latency quantiles."""
     from qfarm.common.reporting.stats import interval_method, rate_interval
-    from qfarm.producer.reports import read_run, run_cost
+    from qfarm.producer.reports import read_run
 
     manifest, stats = read_run(run_dir)
     modes = {}
@@ -237,12 +237,17 @@ def summary_data(run_dir: Path) -> dict[str, Any]:
         "errors": {kind: {"rows": count, "example": stats.error_examples.get(kind)}
                    for kind, count in stats.errors.most_common()},
         "modes": modes,
-        "cost": run_cost(manifest, stats, _finished_at(run_dir)),
+        "cost": _recorded_cost(run_dir, manifest, stats),
     }
 
 
-def _finished_at(run_dir: Path) -> float | None:
-    return read_status(run_dir).finished_at
+def _recorded_cost(run_dir: Path, manifest: Manifest, stats: Any) -> dict[str, Any]:
+    """The cost of a run on disk (``stats``: its ``RunStats``): its wall time ends at the
+    recorded end and leaves out the time it stood paused between interrupts and resumes."""
+    from qfarm.producer.reports import run_cost
+
+    status = read_status(run_dir)
+    return run_cost(manifest, stats, status.finished_at, status.time_paused())
 
 
 def live_cost(run_id: str, settings: Settings, store: ProducerStore | None) -> dict[str, Any]:
@@ -255,7 +260,7 @@ def live_cost(run_id: str, settings: Settings, store: ProducerStore | None) -> d
     run_dir = settings.results_dir / run_id
     if (run_dir / "manifest.json").exists():
         on_disk, stats = read_run(run_dir)
-        return run_cost(on_disk, stats, _finished_at(run_dir))
+        return _recorded_cost(run_dir, on_disk, stats)
     manifest = store.manifest(run_id) if store is not None else None
     if store is None or manifest is None:
         raise InputError(f"run {run_id}: not found in Redis or under {settings.results_dir.name}/")

@@ -327,7 +327,7 @@ def write_summary(run_dir: Path, *, finished_at: float | None = None,
     path = run_dir / SUMMARY
     _write_atomic(path, text)
     if record_cost:
-        write_cost(run_dir, manifest, stats, finished_at)
+        write_cost(run_dir, manifest, stats, finished_at, status.time_paused())
         # The run's end: status.json says in words what its rows say.
         write_status(run_dir, status.rows_counted(shown_status(manifest, status, stats.jobs),
                                                   errored=stats.error_rows, rows=stats.rows))
@@ -344,6 +344,7 @@ def summary_text(manifest: Manifest, stats: RunStats, status: StatusRecord,
         finished_at=finished_at,
         status=shown_status(manifest, status, stats.jobs),
         cancelled_jobs=status.cancelled_jobs,
+        paused=status.time_paused(),
     ) + _recovery_note(status) + _redis_note(manifest, stats, status)
 
 
@@ -367,17 +368,19 @@ def existing_plots(run_dir: Path) -> dict[str, str]:
             if (run_dir / name).exists()}
 
 
-def run_cost(manifest: Manifest, stats: RunStats, finished_at: float | None) -> dict[str, Any]:
-    """What the run cost, as JSON (``qfarm.common.reporting.cost.cost_summary``)."""
+def run_cost(manifest: Manifest, stats: RunStats, finished_at: float | None,
+             paused_s: float = 0.0) -> dict[str, Any]:
+    """What the run cost, as JSON (``qfarm.common.reporting.cost.cost_summary``); the wall
+    time leaves out ``paused_s`` (``StatusRecord.time_paused``)."""
     modes = stats.mode_order(m.value for m in manifest.modes)
     return cost_summary(stats.cost, manifest.cost_rates,
-                        run_wall_s(manifest, stats, finished_at), modes)
+                        run_wall_s(manifest, stats, finished_at, paused_s), modes)
 
 
 def write_cost(run_dir: Path, manifest: Manifest, stats: RunStats,
-               finished_at: float | None) -> None:
+               finished_at: float | None, paused_s: float = 0.0) -> None:
     """Record the run's cost in ``manifest.json`` (its ``cost``), the rest unchanged."""
-    cost = run_cost(manifest, stats, finished_at)
+    cost = run_cost(manifest, stats, finished_at, paused_s)
     write_json_atomic(run_dir / MANIFEST, manifest.model_copy(update={"cost": cost})
                       .model_dump(mode="json"))
 

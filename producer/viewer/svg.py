@@ -14,12 +14,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from qfarm.common.vocab import Verdict
 from qfarm.producer.viewer.html import h
 
 # Outcome colours (the row's verdict, or an error row), as the summary's plots use them.
-OUTCOME_COLORS = {"STRICT": "#2a9d4b", "HYBRID": "#e0a030", "UNGROUNDED": "#c0392b",
-                  "error": "#8c8c8c"}
-OUTCOME_LETTERS = {"STRICT": "S", "HYBRID": "H", "UNGROUNDED": "U", "error": "E"}
+OUTCOME_COLORS = {Verdict.STRICT: "#2a9d4b", Verdict.HYBRID: "#e0a030",
+                  Verdict.UNGROUNDED: "#c0392b", "error": "#8c8c8c"}
+OUTCOME_LETTERS = {Verdict.STRICT: "S", Verdict.HYBRID: "H", Verdict.UNGROUNDED: "U", "error": "E"}
 SERIES_COLORS = ("#4c72b0", "#dd8452", "#55a868", "#8172b3", "#937860", "#da8bc3")
 EFFECT_COLORS = {"better": "#2a9d4b", "worse": "#c0392b"}
 NOISE_COLOR = "#7f7f7f"
@@ -193,7 +194,7 @@ def heatmap(key: str, columns: Sequence[str],
                             f'width="{cell_w - 2}" height="{cell_h - 2}" fill="#f2f2f2">'
                             f"<title>{h(label)} · {h(columns[j])}: no rows</title></rect>")
                 continue
-            top_name = max(OUTCOME_COLORS, key=lambda n: (counts.get(n, 0), n == "STRICT"))
+            top_name = max(OUTCOME_COLORS, key=lambda n: (counts.get(n, 0), n == Verdict.STRICT))
             share = counts.get(top_name, 0) / total
             parts = ", ".join(f"{n} {counts.get(n, 0)}" for n in OUTCOME_COLORS)
             href = links[i][j] if links else ""

@@ -152,3 +152,28 @@ def test_the_file_keeps_its_field_names_and_a_bad_field_is_dropped_alone():
     seen = rec.seen_in_redis("cancelled", rows=3)
     assert (seen.status, seen.source, seen.rows_in_redis) == ("cancelled", "redis", 3)
     assert "source" not in seen.as_json() and "rows_in_redis" not in seen.as_json()
+
+
+def test_a_resume_adds_the_time_the_run_stood_still_to_its_pause():
+    stopped = eager_run().finished(20.0, rows=3, n_jobs=8, interrupted=True)
+    # Its newest row ended after the recorded end: the pause runs from the later of the two.
+    again = stopped.resumed(100.0, HERE, jobs=5, producer_alive=False, run_id="r",
+                            last_row_at=25.0)
+    assert (again.paused_s, again.time_paused()) == (75.0, 75.0)
+    later = again.finished(110.0, rows=3, n_jobs=8, interrupted=True)
+    assert later.resend_started(130.0, last_row_at=None).paused_s == 95.0  # the two summed
+    assert later.resend_started(130.0, last_row_at=None).status == "interrupted"  # state kept
+    # A run that left no trace of when it stopped records no pause.
+    assert StatusRecord(status="interrupted").resend_started(50.0, last_row_at=None).as_json() \
+        == {"status": "interrupted"}
+    assert StatusRecord().time_paused() == 0.0
+
+
+def test_a_follower_with_no_worker_records_the_queues_it_waited_on():
+    rec = StatusRecord().started(10.0, HERE, enqueueing=True).jobs_sent(8)
+    stopped = rec.no_worker(["generate"], rows=0)
+    assert (stopped.status, stopped.unconsumed_queues, stopped.rows) == \
+        ("stopped: no worker", ("generate",), 0)
+    assert stopped.as_json()["unconsumed_queues"] == ["generate"]
+    assert StatusRecord.from_json(stopped.as_json()) == stopped
+    assert "unconsumed_queues" not in rec.as_json()

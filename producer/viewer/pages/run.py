@@ -237,7 +237,7 @@ def cost_section(manifest: Any, stats: Any, status: StatusRecord) -> list[str]:
     )
     from qfarm.common.reporting.report import run_wall_s
 
-    wall = run_wall_s(manifest, stats, status.finished_at)
+    wall = run_wall_s(manifest, stats, status.finished_at, status.time_paused())
     lines = cost_lines(stats.cost, manifest.cost_rates, wall, stats.mode_order(manifest.modes))
     if not lines[0].rows:
         return []
