@@ -53,9 +53,25 @@ def make_job_id(question_id: str, mode: Mode | str, sample_index: int) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()[:20]
 
 
-def seed_for(question_id: str, mode: Mode | str, sample_index: int) -> int:
+def seed_for(
+    question_id: str, mode: Mode | str, sample_index: int, *, shared: bool = False
+) -> int:
+    """A job's seed. Each sample has its own hash, unless the policy's ``share_samples`` is
+    on: then sample i is seed ``shared_seed_base(question, mode) + i``, the seed vLLM gives
+    choice i of a request with the base seed and ``n`` > i (its parallel sampling seeds
+    child j with seed + j), so a sample's answer does not depend on how samples were
+    grouped into requests (docs/llm.md, 'Shared samples')."""
+    if shared:
+        return shared_seed_base(question_id, mode) + sample_index
     raw = f"seed\x1f{question_id}\x1f{Mode(mode).value}\x1f{sample_index}"
     return int.from_bytes(hashlib.sha256(raw.encode()).digest()[:4], "big") & 0x7FFFFFFF
+
+
+def shared_seed_base(question_id: str, mode: Mode | str) -> int:
+    """The seed of sample 0 of (question, mode) under ``share_samples``: 30 bits, so the
+    base plus any sample index stays a positive 31-bit integer."""
+    raw = f"shared-seed\x1f{question_id}\x1f{Mode(mode).value}"
+    return int.from_bytes(hashlib.sha256(raw.encode()).digest()[:4], "big") & 0x3FFFFFFF
 
 
 def profile_id_for_model(model: str) -> str:
@@ -97,7 +113,7 @@ def expand_jobs(
                     question=q,
                     mode=mode,
                     sample_index=i,
-                    seed=seed_for(q.id, mode, i),
+                    seed=seed_for(q.id, mode, i, shared=policy.share_samples),
                     policy=policy,
                     model=model,
                     model_profile_id=profile,
@@ -138,7 +154,7 @@ def job_from_ref(ref: JobRef, manifest: Manifest) -> Job:
         ),
         mode=ref.mode,
         sample_index=ref.i,
-        seed=seed_for(ref.qid, ref.mode, ref.i),
+        seed=seed_for(ref.qid, ref.mode, ref.i, shared=manifest.policy.share_samples),
         policy=manifest.policy,
         model=manifest.model,
         model_profile_id=manifest.model_profile_id,

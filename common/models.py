@@ -329,6 +329,9 @@ class Sampling(Frozen):
     # requests, into slots the sweep may not take, and with QFARM_LLM_PRIORITY sends it with
     # a higher priority. Request-level, so an ask never shares a micro-batch with a sweep.
     interactive: bool = False
+    # The policy's share_samples: the gateway may answer this job with one choice of a
+    # request that carries its sibling samples (qfarm.common.sharing). Not sent.
+    share_samples: bool = False
 
 
 class QuestionSelection(Frozen):
