@@ -6,8 +6,8 @@ but for the seed, and whose seeds are consecutive, become one request with the l
 and ``n`` = their count; choice j answers the request whose seed is the lowest + j. That is
 vLLM's own rule for the choices of one request (its parallel sampling seeds choice j with
 seed + j), so a sample's answer is the same alone or in any group: a rerun, a resume or a
-redelivered bundle that regroups what is left gets the same rows (docs/llm.md, 'Shared
-samples').
+redelivered bundle that regroups what is left gets the same rows
+(docs/llm.md, 'Shared samples').
 
 Never shared: requests without ``share_samples``, greedy ones (vLLM refuses ``n`` > 1 at
 temperature 0, and greedy samples do not differ), and requests that already ask ``n`` > 1.

@@ -4,6 +4,7 @@ reproducible however the samples were grouped, and whole under HTTP faults."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -102,3 +103,67 @@ def test_faults_leave_one_row_per_job(sim, default_index, tmp_path):
     for job in answered:  # a retried request answers as the first try would have
         assert rows[job]["answer"] and rows[job]["answer"] == expected[job]["answer"]
         assert rows[job]["verdict"] == expected[job]["verdict"]
+
+
+@pytest.fixture
+def farm(sim, default_index):
+    """The Celery tasks, eagerly, on an in-memory Redis, with a gateway to the simulator."""
+    import fakeredis
+
+    from qfarm.producer.store import ProducerStore
+    from qfarm.worker.celery import configure_app
+    from qfarm.worker.llm import open_gateway
+    from qfarm.worker.retrieval import open_retriever
+    from qfarm.worker.services import Services, install_services
+    from qfarm.worker.store import WorkerStore
+
+    client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    settings = Settings(index_path=default_index, llm_endpoints=sim.url)
+    configure_app(settings, eager=True)
+    gateway = open_gateway(settings)
+    svc = Services(settings=settings, store=WorkerStore(client), worker_name="t",
+                   retriever_factory=lambda: open_retriever(settings),
+                   gateway_factory=lambda: gateway)
+    install_services(svc)
+    yield ProducerStore(client)
+    install_services(None)
+    gateway.close()
+
+
+def test_a_redelivered_bundle_whose_group_was_half_written_regroups_the_rest(sim, farm):
+    """On the farm a bundle is redelivered whole; the jobs that have rows are skipped at
+    the entry check (rows are set-if-absent) and the rest regroup into one request seeded
+    by its first sample: no duplicate row, and each answer is the one the whole group
+    would have given."""
+    from qfarm.common.jobs import expand_jobs, ref_for
+    from qfarm.common.models import Mode, Question
+    from qfarm.producer.sweep import make_manifest
+    from qfarm.worker import celery as tasks
+
+    def bundle(run_id: str) -> list[dict]:
+        farm.put_manifest(make_manifest(
+            run_id=run_id, question_file="-", question_file_digest="-", n_questions=1,
+            modes=[Mode.CLAIM_LATTICE], n=N, policy=Policy(share_samples=True), model=Settings().model,
+            endpoints=[], simulated=True, retriever="embedded", index_version=None, corpus=None,
+            eager=True, keep_answers=True, use_cache=False,
+        ))
+        jobs = expand_jobs(run_id, [Question(id="q", text="What is jazz?")], [Mode.CLAIM_LATTICE], N,
+                           Policy(share_samples=True), model=Settings().model, keep_answers=True,
+                           use_cache=False)
+        return [ref_for(j).model_dump(mode="json", exclude_none=True) for j in jobs]
+
+    def answers(run_id: str) -> dict[int, str]:
+        rows = [json.loads(r) for r in farm.read_rows(run_id, 0)]
+        assert len(rows) == len({r["job_id"] for r in rows}) == N  # one row per job
+        return {r["sample_index"]: r["answer"] for r in rows}
+
+    sim.reset()
+    refs = bundle("half")
+    tasks.retrieve.apply_async(args=[refs[:2]])  # the first two samples' rows landed
+    tasks.retrieve.apply_async(args=[refs])  # then the whole bundle came again
+    sent = [r for r in sim.stats()["requests"] if "completions" in r["path"]]
+    assert len(sent) == 2 and sent[1]["seed"] == sent[0]["seed"] + 2
+    tasks.retrieve.apply_async(args=[bundle("whole")])
+    whole = answers("whole")
+    assert len(set(whole.values())) > 1  # the samples differ: the seeds reached the model
+    assert answers("half") == whole
