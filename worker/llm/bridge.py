@@ -1,5 +1,6 @@
 """The blocking face of a gateway: threads hand prompts to its event loop and get
-``concurrent.futures.Future``s back."""
+``concurrent.futures.Future``s back (one per prompt, also for the samples a shared request
+answers together: ``qfarm.common.sharing``)."""
 
 from __future__ import annotations
 
