@@ -79,3 +79,14 @@ def test_greedy_samples_are_never_shared(temperature: float) -> None:
     with gateway(server) as gw:
         gw.generate_many(greedy)
     assert [b["n"] for b in server.bodies] == [1, 1]
+
+
+def test_a_shared_reply_without_usage_estimates_the_prompt_once() -> None:
+    reply = httpx.Response(200, json={"choices": [
+        {"index": j, "text": "abcd" * (j + 1), "finish_reason": "stop"} for j in range(3)]})
+    prompt = "x" * 400  # 100 tokens at 4 characters a token
+    with gateway(Server([reply])) as gw:
+        gens = gw.generate_many(items(3, prompt=prompt))
+    assert sum(g.usage.prompt_tokens for g in gens) == 100  # type: ignore[union-attr,misc]
+    assert [g.usage.completion_tokens for g in gens] == [1, 2, 3]  # type: ignore[union-attr]
+    assert all(g.usage.estimated for g in gens)  # type: ignore[union-attr]

@@ -245,7 +245,7 @@ class Dispatcher:
         many = sent.model_copy(update={"n": len(job_ids)})
         reply = await self._attempt(ep, [prompt], many, stream=False, job_id=job_id)
         choices = [self._usable_choice(reply, ep, jid, j) for j, jid in enumerate(job_ids)]
-        shares = split_shared_usage(reply.usage, [c.text for c in choices])
+        shares = split_shared_usage(reply.usage, [c.text for c in choices], prompt)
         return [(c, reply, u) for c, u in zip(choices, shares, strict=True)]
 
     async def _run_group(
