@@ -179,14 +179,35 @@ def manifest_from_json(run_id: str, raw: str | bytes) -> Manifest:
 
 
 def bundles(jobs: Iterable[Job], size: int) -> Iterator[list[Job]]:
-    """Consecutive jobs in lists of ``size`` (the last may be shorter); lazily. The samples
-    and modes of a question are consecutive in a plan, so a bundle's jobs share their
-    search (one message a bundle on the farm, one hand-over in the in-process runner)."""
+    """Consecutive jobs in lists of at most ``size`` (the last may be shorter); lazily. The
+    samples and modes of a question are consecutive in a plan, so a bundle's jobs share their
+    search (one message a bundle on the farm, one hand-over in the in-process runner).
+
+    Under the policy's ``share_samples`` a bundle ends before the samples of a question x
+    mode it would cut (unless they alone fill it): the samples a bundle holds together are
+    one request (docs/llm.md, 'Shared samples')."""
     bundle: list[Job] = []
     for job in jobs:
+        if len(bundle) >= size:  # held back (share_samples) to see whether job continues a group
+            cut = _group_start(bundle) if _same_group(bundle[-1], job) else len(bundle)
+            yield bundle[:cut]
+            bundle = bundle[cut:]
         bundle.append(job)
-        if len(bundle) >= size:
+        if len(bundle) >= size and not job.policy.share_samples:
             yield bundle
             bundle = []
     if bundle:
         yield bundle
+
+
+def _same_group(a: Job, b: Job) -> bool:
+    return (a.question.id, a.mode) == (b.question.id, b.mode)
+
+
+def _group_start(bundle: list[Job]) -> int:
+    """Where the trailing samples of one question x mode begin, or the bundle's length when
+    they are all of it (a group larger than a bundle is cut)."""
+    start = len(bundle)
+    while start > 0 and _same_group(bundle[start - 1], bundle[-1]):
+        start -= 1
+    return start or len(bundle)

@@ -6,7 +6,14 @@ from __future__ import annotations
 import pytest
 
 from qfarm.common import policy as policy_module
-from qfarm.common.jobs import expand_jobs, job_from_ref, ref_for, seed_for, shared_seed_base
+from qfarm.common.jobs import (
+    bundles,
+    expand_jobs,
+    job_from_ref,
+    ref_for,
+    seed_for,
+    shared_seed_base,
+)
 from qfarm.common.models import Manifest, Mode, Question, Sampling
 from qfarm.common.policy import Policy, governance_policy_hash, verifier_policy_hash
 from qfarm.common.sharing import share_groups
@@ -73,3 +80,21 @@ def test_the_switch_folds_into_the_governance_hash_only_while_on(
     off, on = Policy(), Policy(share_samples=True)
     assert governance_policy_hash(on) != governance_policy_hash(off)
     assert verifier_policy_hash(on) == verifier_policy_hash(off)
+
+
+def _plan(n: int, share: bool, questions: int = 3) -> list:
+    qs = [Question(id=f"q{i}", text=f"What is thing {i}?") for i in range(questions)]
+    return list(expand_jobs("r", qs, [Mode.QUOTE, Mode.CLAIM_LATTICE], n,
+                            Policy(share_samples=share), model="m"))
+
+
+def test_bundles_under_sharing_end_before_a_group_they_would_cut() -> None:
+    sizes = [len(b) for b in bundles(_plan(4, share=True), 10)]
+    assert sizes == [8, 8, 8]  # each (question, mode)'s 4 samples stay in one bundle
+    assert [len(b) for b in bundles(_plan(4, share=False), 10)] == [10, 10, 4]  # off: as ever
+    # A group larger than a bundle is cut where it must be, and nowhere else.
+    assert [len(b) for b in bundles(_plan(13, share=True, questions=1), 10)] == [10, 3, 10, 3]
+    assert [len(b) for b in bundles(_plan(13, share=True), 32)] == [26, 26, 26]
+    for size in (1, 3, 7, 32):  # every job once, in plan order
+        plan = _plan(5, share=True)
+        assert [j for b in bundles(plan, size) for j in b] == plan
