@@ -64,6 +64,10 @@ class Settings(BaseSettings):
     # How long a following producer waits for Redis to come back (reconnecting with
     # backoff) before it detaches; the run itself goes on.
     redis_reconnect_s: float = Field(default=300.0, ge=0)
+    # How long a following producer waits while some of its run's queues have no worker
+    # before it stops following (the jobs stay queued; --attach picks the run up). 0: as
+    # long as it takes.
+    wait_for_workers_s: float = Field(default=60.0, ge=0)
     # Jobs per sweep message: the stages handle a bundle's jobs together (one search per
     # distinct question, prompts in flight together, one Redis round trip per step).
     # The generate worker then has up to -c x bundle_size requests in flight. 32, not 8:

@@ -147,6 +147,9 @@ class RunStatus(StrEnum):
     ENQUEUE_INTERRUPTED = "enqueue interrupted"
     # A follower that lost Redis: the run goes on in its workers, unwatched.
     DETACHED = "detached: Redis unreachable"
+    # A follower that stopped because no worker consumed some of the run's queues: its
+    # jobs wait there for one.
+    NO_WORKER = "stopped: no worker"
     # A run the viewer lists from Redis whose manifest has expired.
     LOST = "lost"
 

@@ -91,10 +91,26 @@ def states(env: Mapping[str, str]) -> dict[str, str]:
     return {line.split()[0]: line.split()[1] for line in out.splitlines() if len(line.split()) > 1}
 
 
+def _roles_file(env: Mapping[str, str]) -> Path:
+    """Where ``up`` records the roles it was asked to start, for ``status`` to judge by."""
+    return Path(env["FARM_DIR"]) / "roles"
+
+
+def asked_roles(env: Mapping[str, str]) -> list[str] | None:
+    """The roles the farm's ``up`` was asked to start (None: not recorded)."""
+    try:
+        text = _roles_file(env).read_text(encoding="utf-8")
+    except OSError:
+        return None
+    return [r for r in text.strip().split(",") if r]
+
+
 def up(env: Mapping[str, str], roles: Sequence[str], *, wait_s: float = 0.0,
        foreground: bool = False) -> int:  # fmt: skip
-    """Start supervisord and its roles; with ``wait_s``, wait until they all run."""
+    """Start supervisord and its roles; with ``wait_s``, wait until they all run. Says what
+    it started (each role's pid) and where their logs are."""
     Path(env["FARM_DIR"]).mkdir(parents=True, exist_ok=True)
+    _roles_file(env).write_text(",".join(roles) + "\n", encoding="utf-8")
     cmd = [_tool("supervisord", env), "-c", str(CONF)]
     if foreground:
         os.execve(cmd[0], [*cmd, "--nodaemon"], dict(env))
@@ -104,13 +120,21 @@ def up(env: Mapping[str, str], roles: Sequence[str], *, wait_s: float = 0.0,
         print(f"farm in {env['FARM_DIR']}: supervisord did not start: "
               f"{said[0] if said else f'exit status {res.returncode}'}", file=sys.stderr)
         return 1
+    farm_dir = env["FARM_DIR"]
     if wait_s <= 0:
+        print(f"farm in {farm_dir}: supervisord started with the roles {', '.join(roles)} (not "
+              f"waited for; `{_me(env)} status` shows their state; logs {farm_dir}/<role>.log)")
         return 0
     deadline = time.monotonic() + wait_s
     seen: dict[str, str] = {}
     while time.monotonic() < deadline:
         seen = {role: state for role, state in states(env).items() if role in roles}
         if len(seen) == len(roles) and set(seen.values()) <= UP_STATES:
+            pids = {role: ctl(env, "pid", role).stdout.strip() for role in roles}
+            print(f"farm in {farm_dir}: started " + ", ".join(
+                f"{role} (pid {pids[role]})" for role in roles)
+                + f"; logs {farm_dir}/<role>.log; `{_me(env)} status` shows them, "
+                  f"`{_me(env)} down` stops them")
             return 0
         if set(seen.values()) & FAILED_STATES:
             break
@@ -119,6 +143,37 @@ def up(env: Mapping[str, str], roles: Sequence[str], *, wait_s: float = 0.0,
     print(f"farm in {env['FARM_DIR']}: not running after {wait_s:.0f}s: {failed or 'no status'}; "
           f"see {env['FARM_DIR']}/<role>.log", file=sys.stderr)  # fmt: skip
     return 1
+
+
+def _me(env: Mapping[str, str]) -> str:
+    """This launcher's command line for the farm's directory, for the lines it prints."""
+    return f"python -m qfarm.ops.farm --dir {env['FARM_DIR']}"
+
+
+def status(env: Mapping[str, str]) -> int:
+    """Each role's state; 0 when every role ``up`` was asked for runs, else 1 (a role never
+    asked for is listed as such and does not count)."""
+    res = ctl(env, "status")
+    sys.stderr.write(res.stderr)
+    asked = asked_roles(env)
+    lines = [ln for ln in res.stdout.splitlines() if ln.split()]
+    if asked is None:  # a farm started by hand: the roles it started are those started
+        asked = [ln.split()[0] for ln in lines if "Not started" not in ln]
+    down_roles = []
+    for line in lines:
+        role, state = line.split()[0], (line.split() + [""])[1]
+        if role in asked:
+            print(line)
+            if state not in UP_STATES:
+                down_roles.append(f"{role} {state}")
+    idle = sorted(ln.split()[0] for ln in lines if ln.split()[0] not in asked)
+    if idle:
+        print(f"not asked for: {', '.join(idle)}")
+    if down_roles:
+        print(f"not running: {', '.join(down_roles)}; see {env['FARM_DIR']}/<role>.log",
+              file=sys.stderr)
+        return 1
+    return 0
 
 
 def down(env: Mapping[str, str]) -> int:
@@ -147,7 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                        help="wait up to S seconds for every role to run; 0: do not wait (default 60)")
     start.add_argument("--foreground", action="store_true",
                        help="run supervisord in the foreground (under another supervisor, a container)")
-    sub.add_parser("status", help="each role's state")
+    sub.add_parser("status", help="each role's state; exit 0 when every role `up` started "
+                                  "runs, 1 otherwise")
     sub.add_parser("down", help="stop the roles (warm shutdown) and supervisord")
     passthrough = sub.add_parser("ctl", help="any supervisorctl command, e.g. `ctl restart gpu`")
     passthrough.add_argument("args", nargs=argparse.REMAINDER)
@@ -162,8 +218,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     if args.command == "down":
         return down(env)
-    cmd = ["status"] if args.command == "status" else args.args
-    res = ctl(env, *cmd)
+    if args.command == "status":
+        return status(env)
+    res = ctl(env, *args.args)
     sys.stdout.write(res.stdout)
     sys.stderr.write(res.stderr)
     return res.returncode

@@ -16,6 +16,7 @@ from qfarm.common.models import JobRecord, Manifest, Mode, Question, Row
 from qfarm.common.policy import Policy
 from qfarm.common.questions import check_question, digest_content, question_id_for
 from qfarm.common.settings import Settings, load_settings
+from qfarm.common.vocab import Role
 from qfarm.producer._services import (
     celery_app,
     eager_services,
@@ -32,6 +33,7 @@ from qfarm.producer._types import (
     SweepSpec,
     configured_endpoints,
 )
+from qfarm.producer.consumers import unconsumed_queues, worker_command
 from qfarm.producer.runs import new_run_id
 from qfarm.producer.store import ProducerStore, connect
 from qfarm.producer.sweep import SweepPlan
@@ -114,7 +116,7 @@ def _ask_distributed(settings: Settings, question: Question, modes: list[Mode], 
         return answer
     raise QfarmError(
         f"no answer within {timeout_s:.0f}s (run {ticket.run_id}); is a worker consuming the "
-        "interactive queue? start one with: celery -A qfarm.worker worker -Q interactive -P threads -c 8"
+        f"interactive queue? start one with: {worker_command(Role.INTERACTIVE)}"
     )
 
 
@@ -210,21 +212,18 @@ HEARTBEAT_TRUST_S = 2.0  # one flush interval: a worker seen this recently is ta
 
 
 def _require_interactive_worker(app: Any, store: ProducerStore | None = None) -> None:
-    # The workers' heartbeats (worker/metrics.py) answer in one round trip; Celery's
-    # inspect waits for its whole timeout, so it is asked only when no heartbeat says so.
+    # A worker seen this recently is taken as alive without asking again: a flood of
+    # questions costs no Redis round trip (nor a Celery inspect) each.
     global _interactive_seen_at
-    if store is not None:
-        if time.monotonic() - _interactive_seen_at < HEARTBEAT_TRUST_S:
-            return
-        if any(keys.INTERACTIVE.queue in w.queues for w in store.live_workers()):
-            _interactive_seen_at = time.monotonic()
-            return
-    replies = app.control.inspect(timeout=1.5).active_queues() or {}
-    if not any(q.get("name") == keys.INTERACTIVE.queue for qs in replies.values() for q in qs):
+    if store is not None and time.monotonic() - _interactive_seen_at < HEARTBEAT_TRUST_S:
+        return
+    if unconsumed_queues(app, store, [keys.INTERACTIVE.queue], inspect_timeout_s=1.5):
         raise QfarmError(
             "no worker is consuming the interactive queue; start one with: "
-            "celery -A qfarm.worker worker -Q interactive -P threads -c 8  (or use --eager)"
+            f"{worker_command(Role.INTERACTIVE)}  (or use --eager)"
         )
+    if store is not None:
+        _interactive_seen_at = time.monotonic()
 
 
 def _fetch(store: ProducerStore, run_id: str, job_id: str) -> Answer:

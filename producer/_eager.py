@@ -13,7 +13,7 @@ from qfarm.common.models import Job, Manifest, Mode
 from qfarm.common.settings import Settings, load_settings
 from qfarm.common.vocab import RunStatus
 from qfarm.producer import interrupts
-from qfarm.producer._follow import finish_run
+from qfarm.producer._follow import finish_run, record_resume
 from qfarm.producer._services import (
     celery_app,
     corpus_label,
@@ -98,6 +98,7 @@ def resume_eager(
     rows_path = run_dir / "rows.jsonl"
     cut_partial_line(rows_path)  # a line the killed process was writing: its job runs again
     have = {job_id for job_id, _ in file_rows(rows_path)}
+    record_resume(run_dir)
     missing = [job for job in plan.jobs() if job.job_id not in have]
     retriever = open_local_retriever(settings, progress=False)
     with endpoints(settings) as eps:

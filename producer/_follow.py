@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from qfarm.common import keys
 from qfarm.common.errors import InputError
 from qfarm.common.models import Manifest
 from qfarm.common.settings import Settings, load_settings
@@ -21,6 +22,7 @@ from qfarm.producer._services import (
 )
 from qfarm.producer._types import OnProgress, RunResult, Say
 from qfarm.producer.aggregator import Aggregator
+from qfarm.producer.consumers import SHARED_ANSWER_S, unconsumed_queues, worker_commands
 from qfarm.producer.lease import FollowerLease
 from qfarm.producer.runs import (
     is_disk_full,
@@ -32,6 +34,7 @@ from qfarm.producer.runs import (
 from qfarm.producer.store import ProducerStore, connect
 from qfarm.producer.sweep import (
     Follower,
+    NoWorkers,
     RedisGone,
     SweepPlan,
     missing_jobs,
@@ -78,6 +81,7 @@ def follow_run(
         assert plan is not None  # a missing question file raised above
         require_endpoints_for_workers(settings)
         recovered = _recover(store, run_dir, manifest, lease, say)
+        record_resume(run_dir)  # after _recover: the rows only Redis had are in the file now
         sent = enqueue_counted(app, store, missing_jobs(plan, store), bundle_size=settings.bundle_size)
         say(f"run {run_id}: re-enqueued {sent} jobs without a row")
     reconcile = reconciler(app, plan, store, settings.bundle_size, say) if plan else None
@@ -109,6 +113,17 @@ def reconciler(app: Any, plan: SweepPlan, store: ProducerStore, bundle_size: int
     return reconcile
 
 
+def worker_watch(store: ProducerStore, settings: Settings) -> dict[str, Any]:
+    """The ``Follower`` arguments that watch the sweep queues for a worker: which have none
+    (``consumers.unconsumed_queues``), how long to wait for one, how to start one."""
+    app = celery_app(settings)
+    sweep_queues = [stage.queue for stage in keys.SWEEP_STAGES]
+    return {"unconsumed": lambda: unconsumed_queues(app, store, sweep_queues,
+                                                    reuse_s=SHARED_ANSWER_S),
+            "wait_for_workers_s": settings.wait_for_workers_s,
+            "worker_hint": lambda queues: " and ".join(worker_commands(queues))}
+
+
 def follow_to_end(store: ProducerStore, run_dir: Path, manifest: Manifest, settings: Settings,
             on_progress: OnProgress | None, say: Say, *, reconcile: Callable[[], int] | None,
             recovered: dict[str, int] | None = None,
@@ -116,7 +131,8 @@ def follow_to_end(store: ProducerStore, run_dir: Path, manifest: Manifest, setti
     run_id = manifest.run_id
     follower = Follower(store, manifest, run_dir / "rows.jsonl",
                         lease=lease or FollowerLease(store.client, run_id), reconcile=reconcile,
-                        say=say, reconnect_s=settings.redis_reconnect_s)
+                        say=say, reconnect_s=settings.redis_reconnect_s,
+                        **worker_watch(store, settings))
     try:
         prog = follower.run(on_progress=on_progress)
     except KeyboardInterrupt:
@@ -127,6 +143,14 @@ def follow_to_end(store: ProducerStore, run_dir: Path, manifest: Manifest, setti
         status = RunStatus.DETACHED
         update_run_status(run_dir, status=status)
         return RunResult(manifest, run_dir, status, _written(follower), error=str(exc))
+    except NoWorkers as exc:
+        # The jobs stay queued: a worker started later runs them, and --attach drains their rows.
+        follower.release()
+        status = RunStatus.NO_WORKER
+        update_run_status(run_dir, status=status, unconsumed_queues=exc.queues,
+                          rows=_written(follower))
+        return RunResult(manifest, run_dir, status, _written(follower),
+                         error=f"{exc}; start workers with: {' and '.join(worker_commands(exc.queues))}")
     except OSError as exc:
         if not is_disk_full(exc):
             raise
@@ -154,6 +178,47 @@ def follow_to_end(store: ProducerStore, run_dir: Path, manifest: Manifest, setti
 
 def _written(follower: Follower) -> int:
     return follower.aggregator.written if follower.aggregator else 0
+
+
+def record_resume(run_dir: Path, *, now: float | None = None) -> float:
+    """Before a resume runs the rest of a run: the time the run stood still since its last
+    activity (its recorded end, or its newest row, whichever is later) is added to
+    ``status.json``'s ``paused_s``, which the summary leaves out of the run's wall time and
+    throughput. Returns this pause (0 when the run left no trace of when it stopped)."""
+    from qfarm.common.reporting.report import recorded_pause_s
+
+    now = time.time() if now is None else now
+    status = read_run_status(run_dir)
+    ends = [t for t in (status.get("finished_at"), newest_row_finished_at(run_dir / "rows.jsonl"))
+            if isinstance(t, int | float) and not isinstance(t, bool)]
+    if not ends:
+        return 0.0
+    pause = max(0.0, now - max(ends))
+    update_run_status(run_dir, paused_s=round(recorded_pause_s(status) + pause, 3))
+    return pause
+
+
+def newest_row_finished_at(rows_path: Path, tail_bytes: int = 1 << 16) -> float | None:
+    """``finished_at`` of the last complete row of a rows file (rows are appended as they
+    land, so it is the newest), read from the file's tail; None without one."""
+    import json
+
+    try:
+        with rows_path.open("rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - tail_bytes))
+            tail = fh.read()
+    except OSError:
+        return None
+    for line in reversed(tail.splitlines()):
+        try:
+            value = json.loads(line).get("finished_at")
+        except (ValueError, AttributeError):
+            continue  # a line cut by the tail's start or by a kill
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    return None
 
 
 def finish_run(manifest: Manifest, run_dir: Path, written: int, *, cancelled: bool = False,

@@ -181,7 +181,9 @@ class RunResult:
     ``status`` is the run's ``status.json`` status: complete, incomplete, cancelled,
     failed, running (detached on purpose), interrupted (distributed: this process stopped
     following and the run goes on; eager: the run stopped with the rows it had, and
-    ``resume_eager`` runs the rest), enqueue interrupted, or detached: Redis unreachable.
+    ``resume_eager`` runs the rest), enqueue interrupted, detached: Redis unreachable, or
+    stopped: no worker (some of the run's queues had no worker for as long as the follower
+    waits; the jobs stay queued).
     """
 
     manifest: Manifest

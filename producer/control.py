@@ -240,8 +240,14 @@ def summary_data(run_dir: Path) -> dict[str, Any]:
         "errors": {kind: {"rows": count, "example": stats.error_examples.get(kind)}
                    for kind, count in stats.errors.most_common()},
         "modes": modes,
-        "cost": run_cost(manifest, stats, _finished_at(run_dir)),
+        "cost": run_cost(manifest, stats, _finished_at(run_dir), _paused(run_dir)),
     }
+
+
+def _paused(run_dir: Path) -> float:
+    from qfarm.common.reporting.report import recorded_pause_s
+
+    return recorded_pause_s(read_run_status(run_dir))
 
 
 def _finished_at(run_dir: Path) -> float | None:
@@ -259,7 +265,7 @@ def live_cost(run_id: str, settings: Settings, store: ProducerStore | None) -> d
     run_dir = settings.results_dir / run_id
     if (run_dir / "manifest.json").exists():
         on_disk, stats = read_run(run_dir)
-        return run_cost(on_disk, stats, _finished_at(run_dir))
+        return run_cost(on_disk, stats, _finished_at(run_dir), _paused(run_dir))
     manifest = store.manifest(run_id) if store is not None else None
     if store is None or manifest is None:
         raise InputError(f"run {run_id}: not found in Redis or under {settings.results_dir.name}/")

@@ -22,7 +22,7 @@ from qfarm.common.models import Manifest
 from qfarm.common.reporting.compare import Comparison, MetricDelta, compare_runs, render_compare
 from qfarm.common.reporting.cost import cost_summary
 from qfarm.common.reporting.phase import CycleDecision, decide_cycle, render_cycle
-from qfarm.common.reporting.report import render_stats, run_wall_s
+from qfarm.common.reporting.report import recorded_pause_s, render_stats, run_wall_s
 from qfarm.common.reporting.runstats import RunStats
 from qfarm.common.reporting.stats import rate_interval
 from qfarm.common.runstatus import run_status, status_text
@@ -326,7 +326,7 @@ def write_summary(run_dir: Path, *, finished_at: float | None = None,
     path = run_dir / SUMMARY
     _write_atomic(path, text)
     if record_cost:
-        write_cost(run_dir, manifest, stats, finished_at)
+        write_cost(run_dir, manifest, stats, finished_at, recorded_pause_s(status))
         # The run's end: status.json says in words what its rows say.
         update_run_status(run_dir, **error_fields(shown_status(manifest, status, stats.jobs),
                                                   stats))
@@ -352,6 +352,7 @@ def summary_text(manifest: Manifest, stats: RunStats, status: dict[str, Any],
         finished_at=finished_at,
         status=shown_status(manifest, status, stats.jobs),
         cancelled_jobs=_int_or_none(status.get("cancelled_jobs")),
+        paused=recorded_pause_s(status),
     ) + _recovery_note(status) + _redis_note(manifest, stats, status)
 
 
@@ -379,17 +380,19 @@ def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def run_cost(manifest: Manifest, stats: RunStats, finished_at: float | None) -> dict[str, Any]:
-    """What the run cost, as JSON (``qfarm.common.reporting.cost.cost_summary``)."""
+def run_cost(manifest: Manifest, stats: RunStats, finished_at: float | None,
+             paused_s: float = 0.0) -> dict[str, Any]:
+    """What the run cost, as JSON (``qfarm.common.reporting.cost.cost_summary``); the wall
+    time leaves out ``paused_s`` (``recorded_pause_s``)."""
     modes = stats.mode_order(m.value for m in manifest.modes)
     return cost_summary(stats.cost, manifest.cost_rates,
-                        run_wall_s(manifest, stats, finished_at), modes)
+                        run_wall_s(manifest, stats, finished_at, paused_s), modes)
 
 
 def write_cost(run_dir: Path, manifest: Manifest, stats: RunStats,
-               finished_at: float | None) -> None:
+               finished_at: float | None, paused_s: float = 0.0) -> None:
     """Record the run's cost in ``manifest.json`` (its ``cost``), the rest unchanged."""
-    cost = run_cost(manifest, stats, finished_at)
+    cost = run_cost(manifest, stats, finished_at, paused_s)
     write_json_atomic(run_dir / MANIFEST, manifest.model_copy(update={"cost": cost})
                       .model_dump(mode="json"))
 

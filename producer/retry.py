@@ -36,7 +36,7 @@ from qfarm.common.settings import Settings, load_settings
 from qfarm.common.vocab import RunStatus
 from qfarm.producer import interrupts
 from qfarm.producer._eager import run_in_process
-from qfarm.producer._follow import finish_run
+from qfarm.producer._follow import finish_run, worker_watch
 from qfarm.producer._services import (
     celery_app,
     enqueue_counted,
@@ -52,11 +52,12 @@ from qfarm.producer._types import (
     configured_endpoints,
 )
 from qfarm.producer.aggregator import Aggregator, _line_job_id, cut_partial_line, file_rows
+from qfarm.producer.consumers import worker_commands
 from qfarm.producer.lease import FollowerLease
 from qfarm.producer.reports import parse_row
 from qfarm.producer.runs import producer_alive, read_manifest, read_run_status, update_run_status
 from qfarm.producer.store import ProducerStore, Progress, connect
-from qfarm.producer.sweep import Follower, RedisGone, SweepPlan, load_questions
+from qfarm.producer.sweep import Follower, NoWorkers, RedisGone, SweepPlan, load_questions
 from qfarm.worker.broker import REDIS_DOWN
 
 RETRY_ROWS = "retry.jsonl"
@@ -342,16 +343,19 @@ def _run_distributed(plan: RetryPlan, settings: Settings, on_progress: OnProgres
     return follow_retry(
         plan, store, lease,
         lambda jobs: enqueue_counted(app, store, jobs, bundle_size=settings.bundle_size),
-        on_progress, say, reconnect_s=settings.redis_reconnect_s)
+        on_progress, say, reconnect_s=settings.redis_reconnect_s,
+        watch=worker_watch(store, settings))
 
 
 def follow_retry(plan: RetryPlan, store: ProducerStore, lease: FollowerLease,
                  send: Callable[[list[Job]], int], on_progress: OnProgress | None, say: Say, *,
-                 reconnect_s: float, poll_s: float = 0.5, stall_s: float = 10.0) -> bool:
+                 reconnect_s: float, poll_s: float = 0.5, stall_s: float = 10.0,
+                 watch: dict[str, Any] | None = None) -> bool:
     """Send the retry's jobs (``send``) and follow them with the run's ``Follower`` until each
     has its new row in retry.jsonl: it rides out Redis outages, heals a run Redis lost, hands
     over between followers, and re-sends jobs left with no row and no message (a duplicate is
-    harmless: the row write takes one row per attempt). False if interrupted."""
+    harmless: the row write takes one row per attempt). ``watch``: the follower's watch for
+    queues without a worker (``_follow.worker_watch``). False if interrupted."""
     run_id = plan.run_id
     rows_path = plan.run_dir / RETRY_ROWS
     try:
@@ -364,7 +368,8 @@ def follow_retry(plan: RetryPlan, store: ProducerStore, lease: FollowerLease,
         agg.drain()
         follower = Follower(store, plan.manifest, rows_path, lease=lease, say=say,
                             reconnect_s=reconnect_s, poll_s=poll_s, stall_s=stall_s,
-                            aggregator=agg, accept=plan.accept, expected=len(plan.jobs))
+                            aggregator=agg, accept=plan.accept, expected=len(plan.jobs),
+                            **(watch or {}))
 
         def resend_lost() -> int:
             if store.pending_message_count(run_id) > 0:
@@ -385,6 +390,11 @@ def follow_retry(plan: RetryPlan, store: ProducerStore, lease: FollowerLease,
     except RedisGone as exc:
         raise ServiceError(f"run {run_id}: {exc}; the retry's rows so far are kept in "
                            f"{RETRY_ROWS}: qfarm sweep --retry-errors {run_id} goes on") from exc
+    except NoWorkers as exc:
+        raise ServiceError(
+            f"run {run_id}: {exc}; start workers with: {' and '.join(worker_commands(exc.queues))}"
+            f". The retried jobs stay queued and the rows so far are kept in {RETRY_ROWS}: "
+            f"qfarm sweep --retry-errors {run_id} goes on once a worker runs") from exc
     finally:
         with contextlib.suppress(*REDIS_DOWN):
             lease.release()

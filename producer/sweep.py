@@ -204,6 +204,17 @@ class RedisGone(Exception):
     """Redis stayed unreachable longer than the follower was told to wait."""
 
 
+class NoWorkers(Exception):
+    """No worker consumed some of the run's queues for as long as the follower was told to
+    wait: the run's jobs wait in those queues, and nothing would ever land."""
+
+    def __init__(self, queues: list[str], waited_s: float):
+        super().__init__(f"no worker consumed the queue{'s' if len(queues) > 1 else ''} "
+                         f"{', '.join(queues)} for {waited_s:.0f}s")
+        self.queues = queues
+        self.waited_s = waited_s
+
+
 @dataclass
 class Follower:
     """Follows a run until every job has a row: drains rows into rows.jsonl (while it
@@ -212,6 +223,11 @@ class Follower:
     ``reconcile`` is called when the run has made no progress for ``stall_s``; it
     re-enqueues jobs whose messages were lost (see ``reconcile_run``). ``say``
     prints a line for the operator.
+
+    ``unconsumed`` names the run's queues no worker consumes (``consumers.unconsumed_queues``):
+    it is asked every ``consumer_check_s`` while no row lands. The follower says at once
+    which queues have no worker and how to start one, and raises ``NoWorkers`` once they
+    have had none for ``wait_for_workers_s`` (0: it waits as long as it takes).
 
     With ``accept`` (``--retry-errors``: only the new attempts' rows of ``expected`` jobs)
     the rows drained are those it takes, and progress counts them: the follow ends when
@@ -232,7 +248,14 @@ class Follower:
     accept: Callable[[str, bytes], bool] | None = None
     expected: int | None = None  # the rows to wait for (default: every job of the run)
     restored: int = 0  # rows written back into Redis from rows.jsonl
+    unconsumed: Callable[[], list[str]] | None = None
+    wait_for_workers_s: float = 60.0
+    consumer_check_s: float = 2.0
+    worker_hint: Callable[[list[str]], str] | None = None  # how to start workers for queues
     _watching: bool = field(default=False, repr=False)
+    _done_seen: int = field(default=-1, repr=False)
+    _next_consumer_check: float = field(default=0.0, repr=False)
+    _unconsumed_since: float | None = field(default=None, repr=False)
 
     @property
     def run_id(self) -> str:
@@ -260,6 +283,8 @@ class Follower:
                 return prog
             agg = self.aggregator
             try:
+                if self.unconsumed is not None and not prog.cancelled and prog.done < self.total:
+                    self._check_consumers(prog.done)
                 if prog.done >= self.total and agg is not None:
                     agg.drain()
                     if agg.written < self.total:  # the log was rebuilt under our cursor
@@ -279,6 +304,37 @@ class Follower:
             if deadline and now > deadline:
                 return prog
             time.sleep(self.poll_s)
+
+    def _check_consumers(self, done: int) -> None:
+        """Warn when some of the run's queues have no worker; ``NoWorkers`` past the bound."""
+        now = time.monotonic()
+        if done != self._done_seen:
+            first, self._done_seen = self._done_seen < 0, done
+            if not first:  # rows are landing: workers are at it
+                self._next_consumer_check = now + self.consumer_check_s
+                self._unconsumed_since = None
+                return
+        if now < self._next_consumer_check or self.unconsumed is None:
+            return
+        missing = self.unconsumed()
+        now = time.monotonic()
+        self._next_consumer_check = now + self.consumer_check_s
+        if not missing:
+            if self._unconsumed_since is not None:
+                self.say(f"run {self.run_id}: every queue of the run has a worker now; following")
+            self._unconsumed_since = None
+            return
+        if self._unconsumed_since is None:
+            self._unconsumed_since = now
+            bound = (f"stops after {self.wait_for_workers_s:.0f}s without one (--wait-for-workers "
+                     "[SECONDS] or QFARM_WAIT_FOR_WORKERS_S waits longer)"
+                     if self.wait_for_workers_s > 0 else "waits for one")
+            start = f"; start workers with: {self.worker_hint(missing)}" if self.worker_hint else ""
+            self.say(f"run {self.run_id}: warning: no worker consumes the queue"
+                     f"{'s' if len(missing) > 1 else ''} {', '.join(missing)}, where its jobs "
+                     f"wait{start}; this follow {bound}")
+        elif self.wait_for_workers_s > 0 and now - self._unconsumed_since >= self.wait_for_workers_s:
+            raise NoWorkers(missing, now - self._unconsumed_since)
 
     def _poll_until_reachable(self) -> tuple[Progress, bool]:
         """One poll; while Redis is unreachable, retry with backoff for up to ``reconnect_s``.

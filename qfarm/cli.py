@@ -34,6 +34,7 @@ COMMANDS = (
     "export",
     "verify",
     "status",
+    "doctor",
     "cancel",
     "policy",
     "view",

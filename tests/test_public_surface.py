@@ -58,7 +58,7 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
     "qfarm.producer": (
         ["Answer", "Endpoints", "QuestionSet", "RunResult", "SweepSpec", "ask",
          "configured_endpoints", "follow_run", "retry_errors", "run_sweep"],
-        ["aggregator", "capacity", "endpoints", "lease", "retry", "runs", "sweep"],
+        ["aggregator", "capacity", "consumers", "endpoints", "lease", "retry", "runs", "sweep"],
     ),
     "qfarm.producer.exports": (
         ["AFTER_RUN", "EXPORTS", "export_after_run", "export_lines", "read_exports",
@@ -79,12 +79,14 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
     "qfarm.ops.local": (["launch"], []),
     "qfarm.ops.sim": (
         ["SIMULATOR_OWNER"],
-        ["behaviour", "constraints", "faults", "grammar", "latency", "metrics", "protocol"]
+        ["behaviour", "constraints", "cost", "engine", "faults", "grammar", "latency", "metrics",
+         "prefix_cache", "protocol"]
     ),
     "qfarm": (["cli"], ["commands", "question_sets", "runtime"]),
     "qfarm.commands": (
         [],
-        ["ask", "cancel", "compare", "eval_retrieval", "export", "index", "local_model", "policy",
+        ["ask", "cancel", "compare", "doctor", "eval_retrieval", "export", "index", "local_model",
+         "policy",
          "report", "search", "search_server", "serve", "sets", "sim", "status", "sweep", "verify",
          "view"],
     ),

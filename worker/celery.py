@@ -78,6 +78,9 @@ KEEPALIVE = {
 HEALTH_CHECK_INTERVAL_S = 10
 
 
+EAGER_BROKER_URL = "memory://localhost/"
+
+
 def celery_config(settings: Settings, *, eager: bool = False) -> dict[str, Any]:
     transport = {
         "visibility_timeout": settings.visibility_timeout_s,
@@ -93,7 +96,9 @@ def celery_config(settings: Settings, *, eager: bool = False) -> dict[str, Any]:
         "unacked_mutex_expire": leases.RESTORE_MUTEX_EXPIRE_S,
     }
     return {
-        "broker_url": "memory://" if eager else settings.broker_url,
+        # The in-memory transport ignores the host, but kombu warns "No hostname was
+        # supplied" on a URL without one, at every eager run.
+        "broker_url": EAGER_BROKER_URL if eager else settings.broker_url,
         "result_backend": None,
         "task_ignore_result": True,
         "task_serializer": "json",

@@ -17,6 +17,8 @@ latency model (TTFT 60–120 ms, 10–15 ms per output token: the published
 The driver is a function (``DRIVERS``) so the thread pool used here (the way
 a Celery ``threads`` worker calls the gateway) can be swapped for a driver
 that goes through the distributed farm. Figures are printed, never asserted.
+What the endpoints are *charged* (prefill, decode, the prefix cache) rather than how
+full they are kept: ``bench.perf.sharing``.
 ``saturation_ratio=<x>`` is the last line.
 
     .venv/bin/python -m bench.perf.saturation [--jobs 1000] [--quick]

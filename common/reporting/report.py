@@ -145,6 +145,7 @@ def _header(
     finished_at: float | None,
     status: str | None,
     cancelled_jobs: int | None = None,
+    paused_s: float = 0.0,
 ) -> list[str]:
     out = [f"# qfarm run `{man.run_id}`", ""]
     if man.simulated or stats.simulated_rows:
@@ -155,7 +156,7 @@ def _header(
         ]
     end = finished_at if finished_at is not None else stats.last_finished
     start = man.created_at
-    wall = run_wall_s(man, stats, finished_at)
+    wall = run_wall_s(man, stats, finished_at, paused_s)
     overrides = policy_overrides(man.policy)
     override_text = (
         ", ".join(f"`{k}={json.dumps(v)}`" for k, v in overrides.items()) or "none (defaults)"
@@ -188,7 +189,9 @@ def _header(
         ("status", status_text(status, errored=n_errors, rows=stats.rows) if status else "—"),
         ("started", fmt_time(start)),
         ("finished", fmt_time(end)),
-        ("wall time", "—" if wall is None else f"{wall:.1f} s"),
+        ("wall time", "—" if wall is None else f"{wall:.1f} s" + (
+            f" ({paused_s:.1f} s between an interrupt and its resume left out)"
+            if paused_s > 0 else "")),
         ("throughput", "—" if not wall or wall <= 0 else f"{stats.rows / wall:.2f} jobs/s"),
         ("cache hits", str(stats.cache_hits)),
     ]
@@ -197,14 +200,29 @@ def _header(
     return out
 
 
-def run_wall_s(man: Manifest, stats: RunStats, finished_at: float | None) -> float | None:
-    """The run's wall time: from its manifest to its end (or its last row so far)."""
+def run_wall_s(man: Manifest, stats: RunStats, finished_at: float | None,
+               paused_s: float = 0.0) -> float | None:
+    """The run's wall time: from its manifest to its end (or its last row so far), less
+    ``paused_s``, the time it stood between interrupts and their resumes."""
     end = finished_at if finished_at is not None else stats.last_finished
-    return (end - man.created_at) if end is not None else None
+    if end is None:
+        return None
+    return max(end - man.created_at - paused_s, 0.0)
 
 
-def _cost(man: Manifest, stats: RunStats, modes: list[str], finished_at: float | None) -> list[str]:
-    lines = cost_lines(stats.cost, man.cost_rates, run_wall_s(man, stats, finished_at), modes)
+def recorded_pause_s(status: Mapping[str, Any]) -> float:
+    """The time a run stood still between interrupts and their resumes, as its
+    ``status.json`` records it (``paused_s``, summed over its resumes); 0 when none."""
+    value = status.get("paused_s")
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return 0.0
+
+
+def _cost(man: Manifest, stats: RunStats, modes: list[str], finished_at: float | None,
+          paused: float = 0.0) -> list[str]:
+    lines = cost_lines(stats.cost, man.cost_rates, run_wall_s(man, stats, finished_at, paused),
+                       modes)
     return render_cost(lines, man.cost_rates, cost_notes(stats.cost),
                        simulated=man.simulated or stats.simulated_rows > 0)
 
@@ -694,13 +712,16 @@ def render_stats(
     finished_at: float | None = None,
     status: str | None = None,
     cancelled_jobs: int | None = None,
+    paused: float = 0.0,
 ) -> str:
     """Render an already accumulated run; ``render_summary`` is this plus the pass over rows.
-    ``cancelled_jobs``: the farm's count of jobs a cancel stopped (status.json)."""
+    ``cancelled_jobs``: the farm's count of jobs a cancel stopped (status.json); ``paused``:
+    seconds between interrupts and resumes, left out of the wall time
+    (``recorded_pause_s``)."""
     man = manifest if isinstance(manifest, Manifest) else Manifest.model_validate(manifest)
     modes = stats.mode_order(m.value for m in man.modes)
     sections = [
-        _header(man, stats, finished_at, status, cancelled_jobs),
+        _header(man, stats, finished_at, status, cancelled_jobs, paused),
         _mode_table(stats, modes),
         _kinds_table(stats, modes),
         _label_table(stats, modes),
@@ -713,7 +734,7 @@ def render_stats(
         _errors(stats),
         _truncations(stats, modes),
         _timings(stats),
-        _cost(man, stats, modes, finished_at),
+        _cost(man, stats, modes, finished_at, paused),
         plots_section(plots),
     ]
     return "\n".join(line for section in sections for line in section).rstrip() + "\n"

@@ -13,6 +13,7 @@ from typing import Any
 
 from qfarm.common.settings import DEFAULT_MODEL
 from qfarm.ops.sim.behaviour import DEFAULT_PROFILE, FAILURE_KINDS, PROFILES, BehaviourRates
+from qfarm.ops.sim.cost import CostModel
 from qfarm.ops.sim.faults import FAULT_KINDS, check_rates
 from qfarm.ops.sim.latency import DEFAULT_PRESET, PRESETS, LatencyModel, format_range, parse_range
 
@@ -44,6 +45,7 @@ class SimConfig:
     # vLLM's --scheduling-policy: "priority" serves waiting sequences by (priority, arrival);
     # "fcfs" by arrival, and refuses a request priority other than 0.
     scheduling_policy: str = "fcfs"
+    cost: CostModel | None = None  # --latency cost: the cost engine replaces ``latency``
 
     def accepted_models(self) -> set[str]:
         return {self.model, *self.served_model_names}
@@ -96,10 +98,12 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--latency",
-        choices=sorted(PRESETS),
+        choices=sorted([*PRESETS, COST_LATENCY]),
         default=DEFAULT_PRESET,
-        help="latency preset: h100-8b (TTFT 60-120 ms, 10-15 ms/token) or zero",
+        help="latency preset: h100-8b (TTFT 60-120 ms, 10-15 ms/token), zero, or cost "
+        "(prefill per uncached prompt token, batched decode, a prefix cache)",
     )
+    add_cost_arguments(p)
     p.add_argument("--ttft-ms", default=None, help="time to first token, ms or LOW-HIGH range")
     p.add_argument("--tpot-ms", default=None, help="time per output token, ms or LOW-HIGH range")
     p.add_argument(
@@ -167,9 +171,45 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+COST_LATENCY = "cost"
+# --latency cost's options: (CostModel field, which is the flag's name, type, help).
+COST_OPTIONS: tuple[tuple[str, type, str], ...] = (
+    ("prefill_ms_per_token", float, "prefill time per uncached prompt token, ms (default 0.04)"),
+    ("decode_step_ms", float, "fixed time of one engine step (a forward pass), ms (default 6)"),
+    ("decode_ms_per_seq", float, "time each running sequence adds to a step, ms (default 0.06)"),
+    ("prefix_cache_blocks", int, "prefix cache capacity in blocks; 0 turns it off (default 25000)"),
+    ("block_size", int, "tokens per prefix-cache block (default 16, as vLLM)"),
+    ("time_scale", float, "multiply every sleep (not the seconds charged) by this (default 1)"),
+)
+
+
+def add_cost_arguments(p: argparse.ArgumentParser) -> None:
+    for name, kind, text in COST_OPTIONS:
+        p.add_argument("--" + name.replace("_", "-"), type=kind, default=None,
+                       help=f"--latency cost: {text}")  # fmt: skip
+
+
+def cost_from_args(args: argparse.Namespace) -> CostModel | None:
+    """The cost model ``--latency cost`` asks for, or None; its options need it."""
+    given = {n: getattr(args, n) for n, _, _ in COST_OPTIONS if getattr(args, n, None) is not None}
+    if args.latency != COST_LATENCY:
+        if given:
+            flags = ", ".join("--" + n.replace("_", "-") for n in given)
+            raise ValueError(f"{flags}: only with --latency cost (the latency is {args.latency})")
+        return None
+    if args.ttft_ms is not None or args.tpot_ms is not None:
+        raise ValueError("--ttft-ms/--tpot-ms: not with --latency cost, which charges per token "
+                         "(set --prefill-ms-per-token, --decode-step-ms, --decode-ms-per-seq)")
+    try:
+        return CostModel(**given)
+    except ValueError as exc:
+        raise ValueError(f"--latency cost: {exc}") from None
+
+
 def config_from_args(args: argparse.Namespace) -> SimConfig:
     """Build and validate a SimConfig; raises ValueError with the option's name."""
-    latency = LatencyModel.preset(args.latency)
+    cost = cost_from_args(args)
+    latency = LatencyModel.preset(DEFAULT_PRESET if cost else args.latency)
     try:
         if args.ttft_ms is not None:
             latency = LatencyModel(parse_range(args.ttft_ms), latency.tpot_ms)
@@ -209,6 +249,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         disable_log_stats=args.disable_log_stats,
         omit_usage=args.omit_usage,
         scheduling_policy=args.scheduling_policy,
+        cost=cost,
     )
 
 
@@ -217,7 +258,7 @@ OPTION_NAMES = frozenset(
         "model", "served_model_names", "max_num_seqs", "max_model_len", "latency", "ttft_ms",
         "tpot_ms", "profile", "rates", "fault_rates", "retry_after_s", "hang_s",
         "shuffle_choices", "stream_interval", "seed", "log_requests", "disable_log_stats",
-        "omit_usage", "scheduling_policy",
+        "omit_usage", "scheduling_policy", *(name for name, _, _ in COST_OPTIONS),
     }
 )  # fmt: skip
 
@@ -258,10 +299,14 @@ def options_to_argv(**options: Any) -> list[str]:
 
 def describe(config: SimConfig) -> str:
     lat = config.latency
+    timing = (
+        f"ttft_ms={format_range(lat.ttft_ms)} tpot_ms={format_range(lat.tpot_ms)}"
+        if config.cost is None
+        else "latency=cost " + " ".join(f"{k}={v:g}" for k, v in config.cost.as_dict().items())
+    )
     return (
         f"model={config.model} max_num_seqs={config.max_num_seqs} "
-        f"scheduling_policy={config.scheduling_policy} "
-        f"ttft_ms={format_range(lat.ttft_ms)} tpot_ms={format_range(lat.tpot_ms)} "
+        f"scheduling_policy={config.scheduling_policy} {timing} "
         f"profile={config.profile} faults={config.fault_rates or 'none'}"
     )
 

@@ -11,6 +11,7 @@ sequence (one prompt of a list is one engine request in vLLM too). Extra
 from __future__ import annotations
 
 import bisect
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)  # fmt: skip
@@ -71,8 +72,16 @@ class Metrics:
     def count_fault(self, kind: str) -> None:
         self.faults[kind] = self.faults.get(kind, 0) + 1
 
-    def render(self, model_name: str, max_num_seqs: int, *, vllm_series: bool = True) -> str:
-        """Prometheus text; without ``vllm_series`` (``--disable-log-stats``) only ours."""
+    def render(
+        self,
+        model_name: str,
+        max_num_seqs: int,
+        *,
+        vllm_series: bool = True,
+        charged: Mapping[str, float] | None = None,
+    ) -> str:
+        """Prometheus text; without ``vllm_series`` (``--disable-log-stats``) only ours.
+        ``charged``: the cost engine's counters (``engine.Charged``), under ``--latency cost``."""
         out = [
             "# qfarm vLLM simulator: every value below is SIMULATED, not from a real model server",
             "# TYPE qfarm_sim_simulated gauge",
@@ -80,6 +89,8 @@ class Metrics:
         ]
         if vllm_series:
             out += self._vllm_series(model_name, max_num_seqs)
+        if charged is not None:
+            out += cost_series(model_name, charged, vllm_series=vllm_series)
         out.append("# TYPE qfarm_sim_http_requests_total counter")
         for status, count in sorted(self.http_requests.items()):
             out.append(f'qfarm_sim_http_requests_total{{status="{status}"}} {count}')
@@ -112,3 +123,38 @@ class Metrics:
         out += self.e2e.render("vllm:e2e_request_latency_seconds", labels)
         out += self.queue.render("vllm:request_queue_time_seconds", labels)
         return out
+
+
+def cost_series(
+    model_name: str, charged: Mapping[str, float], *, vllm_series: bool = True
+) -> list[str]:
+    """What the cost engine charged: vLLM 0.33's prefix-cache and prompt-source counters
+    (vllm/v1/metrics/loggers.py: ``vllm:prefix_cache_queries``/``_hits`` in tokens,
+    ``vllm:prompt_tokens_by_source``, ``vllm:prompt_tokens_cached``; prometheus_client adds
+    ``_total``), and the model seconds charged under ``qfarm_sim_*`` names (vLLM has none)."""
+    labels = f'engine="0",model_name="{model_name}"'
+    out: list[str] = []
+    if vllm_series:
+        out += [
+            "# TYPE vllm:prefix_cache_queries_total counter",
+            f"vllm:prefix_cache_queries_total{{{labels}}} {charged['prompt_tokens']}",
+            "# TYPE vllm:prefix_cache_hits_total counter",
+            f"vllm:prefix_cache_hits_total{{{labels}}} {charged['prompt_tokens_cached']}",
+            "# TYPE vllm:prompt_tokens_by_source_total counter",
+            f'vllm:prompt_tokens_by_source_total{{{labels},source="local_compute"}} '
+            f"{charged['prompt_tokens_computed']}",
+            f'vllm:prompt_tokens_by_source_total{{{labels},source="local_cache_hit"}} '
+            f"{charged['prompt_tokens_cached']}",
+            f'vllm:prompt_tokens_by_source_total{{{labels},source="external_kv_transfer"}} 0',
+            "# TYPE vllm:prompt_tokens_cached_total counter",
+            f"vllm:prompt_tokens_cached_total{{{labels}}} {charged['prompt_tokens_cached']}",
+        ]
+    out += [
+        "# TYPE qfarm_sim_model_seconds_total counter",
+        f'qfarm_sim_model_seconds_total{{phase="busy"}} {charged["busy_s"]}',
+        f'qfarm_sim_model_seconds_total{{phase="prefill"}} {charged["prefill_s"]}',
+        f'qfarm_sim_model_seconds_total{{phase="decode"}} {charged["decode_s"]}',
+        "# TYPE qfarm_sim_engine_steps_total counter",
+        f"qfarm_sim_engine_steps_total {charged['steps']}",
+    ]
+    return out

@@ -15,6 +15,11 @@ slots (in arrival order, or by the request's ``priority`` first under
 ``index = prompt_i * n + j`` and ``usage`` summed over the request, as vLLM
 does; ``--shuffle-choices`` returns them out of order to test clients that
 map by position. One event loop holds hundreds of connections.
+
+Under ``--latency cost`` the slots give way to the cost engine (``engine.py``): steps
+that charge prefill per uncached prompt token and batch decode across the running
+sequences, with a prefix cache; ``/metrics`` and ``GET /sim/stats`` (``charged``) say
+what it charged, and ``POST /sim/reset`` empties its prefix cache.
 """
 
 from __future__ import annotations
@@ -35,8 +40,10 @@ from aiohttp import web
 from qfarm.common.vocab import SIMULATOR_HEADER
 from qfarm.ops.sim import SIMULATOR_OWNER, behaviour
 from qfarm.ops.sim.config import SimConfig, describe
+from qfarm.ops.sim.engine import Engine
 from qfarm.ops.sim.faults import ARRIVAL_FAULTS, HUGE_ANSWER_BYTES, FaultInjector
 from qfarm.ops.sim.metrics import Metrics
+from qfarm.ops.sim.prefix_cache import tokenize
 from qfarm.ops.sim.protocol import (
     QUEUE_FULL_MESSAGE,
     RequestError,
@@ -106,6 +113,10 @@ class SimState:
         self.log: deque[dict[str, Any]] = deque(maxlen=LOG_SIZE)
         self.ids = itertools.count(1)
         self.started = time.time()
+        # --latency cost: one engine charges per token and batches decode (engine.py).
+        self.engine = (
+            Engine(config.cost, config.max_num_seqs, self.metrics) if config.cost else None
+        )
 
 
 # --------------------------------------------------------------------------- generation
@@ -142,6 +153,17 @@ async def hold_slot(state: SimState, seq: Sequence, on_token: Any = None) -> Non
     m.generation_tokens += n_tokens
     reason = seq.completion.finish_reason
     m.success[reason] = m.success.get(reason, 0) + 1
+
+
+async def run_sequences(
+    state: SimState, seqs: list[Sequence], prompts: list[str], n: int, on_token: Any = None
+) -> None:
+    """Generate every sequence of a request: the cost engine's steps, or a slot each."""
+    if state.engine is None:
+        await asyncio.gather(*(hold_slot(state, s, on_token) for s in seqs))
+        return
+    tokens = [tokenize(p) for p in prompts]
+    await asyncio.gather(*(state.engine.run(s, tokens[s.index // n], on_token) for s in seqs))
 
 
 def build_sequences(
@@ -232,15 +254,17 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
         state.metrics.count_fault(fault)
         if fault in ARRIVAL_FAULTS:
             return await arrival_fault(fault, request, state)
-    state.metrics.prompt_tokens += sum(prompt_counts)
+    if state.engine is None:  # the cost engine counts per sequence, as vLLM does
+        state.metrics.prompt_tokens += sum(prompt_counts)
     seqs = build_sequences(prompts, [budget for _, budget in fitted], params, state)
     if fault == "abort":
         for seq in seqs:
             seq.completion = behaviour.aborted(seq.completion)
     req_id = f"{'chatcmpl' if chat else 'cmpl'}-sim-{entry['id']}"
     if params["stream"]:
-        return await stream(request, state, seqs, params, req_id, sum(prompt_counts), chat, fault)
-    await asyncio.gather(*(hold_slot(state, s) for s in seqs))
+        return await stream(request, state, seqs, params, req_id, sum(prompt_counts), chat, fault,
+                            prompts=prompts)  # fmt: skip
+    await run_sequences(state, seqs, prompts, params["n"])
     if fault and fault != "abort":
         return post_fault(fault, req_id)
     body = response_body(
@@ -280,6 +304,7 @@ async def stream(
     prompt_tokens: int,
     chat: bool,
     fault: str | None,
+    prompts: list[str] | None = None,
 ) -> web.StreamResponse:
     resp = web.StreamResponse(
         headers={
@@ -334,7 +359,7 @@ async def stream(
             last = k == len(pieces) - 1
             await send(chunk(seq.index, piece, seq.completion.finish_reason if last else None))
 
-    await asyncio.gather(*(hold_slot(state, s, on_token) for s in seqs))
+    await run_sequences(state, seqs, prompts or [], params["n"], on_token)
     if params["include_usage"] and fault in (None, "abort") and not state.config.omit_usage:
         completion_tokens = sum(s.completion.completion_tokens for s in seqs)
         await send({"id": req_id, "object": obj, "created": int(time.time()),
@@ -377,6 +402,7 @@ async def metrics(request: web.Request) -> web.Response:
         state.config.model,
         state.config.max_num_seqs,
         vllm_series=not state.config.disable_log_stats,
+        charged=state.engine.charged.as_dict() if state.engine else None,
     )
     return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
@@ -408,6 +434,8 @@ async def stats(request: web.Request) -> web.Response:
             "generation_tokens": m.generation_tokens,
             "prompt_tokens": m.prompt_tokens,
             "requests": log,
+            # --latency cost: model seconds and tokens charged (SIMULATED), else null.
+            "charged": state.engine.charged.as_dict() if state.engine else None,
         }
     )
 
@@ -427,6 +455,7 @@ async def config_view(request: web.Request) -> web.Response:
             "rates": cfg.rates.as_dict(),
             "shuffle_choices": cfg.shuffle_choices,
             "requires_api_key": cfg.api_key is not None,
+            "cost": cfg.cost.as_dict() if cfg.cost else None,
         }
     )
 
@@ -434,6 +463,8 @@ async def config_view(request: web.Request) -> web.Response:
 async def reset(request: web.Request) -> web.Response:
     state = request.app[STATE]
     state.log.clear()
+    if state.engine is not None:
+        state.engine.cache.clear()
     state.faults.update({"rates": {}, "clear_next": True, "down": False})
     return web.json_response({"ok": True})
 
@@ -494,7 +525,14 @@ def create_app(config: SimConfig) -> web.Application:
     app.router.add_get("/sim/stats", stats)
     app.router.add_get("/sim/config", config_view)
     app.router.add_post("/sim/reset", reset)
+    app.on_cleanup.append(_close_engine)
     return app
+
+
+async def _close_engine(app: web.Application) -> None:
+    engine = app[STATE].engine
+    if engine is not None:
+        await engine.close()
 
 
 async def serve(config: SimConfig, stop: asyncio.Event | None = None) -> None:

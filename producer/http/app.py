@@ -90,9 +90,14 @@ class Followers:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start(self, run_id: str, *, resend_missing: bool = False) -> None:
+        # A sweep posted before its workers start is the server's to finish: its follower
+        # logs which queues have no worker and waits for one, without a bound
+        # (QFARM_WAIT_FOR_WORKERS_S bounds a follow someone watches from a terminal).
+        settings = self.settings.model_copy(update={"wait_for_workers_s": 0.0})
+
         def follow() -> None:
             try:
-                result = follow_run(run_id, resend_missing=resend_missing, settings=self.settings)
+                result = follow_run(run_id, resend_missing=resend_missing, settings=settings)
                 log.info("run %s: %s (%d rows)", run_id, result.status, result.rows_written)
             except QfarmError as exc:
                 self.errors[run_id] = str(exc)

@@ -4,8 +4,9 @@
     qfarm eval-retrieval general.jsonl --backend embedded --backend opensearch
 
 FILE is a question file with gold ``answers`` (JSONL; an optional ``title``
-names the article). Prints one line of figures per backend and writes them,
-with the first misses, to a JSON report (``--out``).
+names the article). Prints one line of figures per backend (rates with their 95%
+intervals, latency of cold searches) and, with ``--out``, writes them with the first
+misses to a JSON report; without it nothing is written.
 """
 
 from __future__ import annotations
@@ -33,22 +34,27 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--out",
         type=Path,
         metavar="PATH",
-        help="JSON report (default: <FILE stem>.retrieval.json in the current directory)",
+        help="also write the figures and the first misses to this JSON report (default: "
+             "none written)",
     )
     p.set_defaults(func=run)
 
 
 def _line(fig: dict[str, Any]) -> str:
-    def pct(value: float | None) -> str:
-        return "n/a" if value is None else f"{value:.1%}"
+    def pct(value: float | None, ci: list[float] | None) -> str:
+        if value is None:
+            return "n/a"
+        return f"{value:.1%}" + (f" [{ci[0]:.1%}–{ci[1]:.1%}]" if ci else "")
 
     mrr = "n/a" if fig["mrr"] is None else f"{fig['mrr']:.3f}"
     return (
-        f"{fig['backend']:<13} recall@{fig['top_k']} {pct(fig['recall_at_k'])} "
+        f"{fig['backend']:<13} recall@{fig['top_k']} "
+        f"{pct(fig['recall_at_k'], fig['recall_at_k_ci95'])} "
         f"({fig['with_answers']} with answers) · article hit@{fig['top_k']} "
-        f"{pct(fig['article_hit_at_k'])} ({fig['with_titles']} with titles) · MRR {mrr} · "
-        f"p50 {fig['latency_p50_ms']:.2f} ms · p95 {fig['latency_p95_ms']:.2f} ms · "
-        f"index {fig['index_version']}"
+        f"{pct(fig['article_hit_at_k'], fig['article_hit_at_k_ci95'])} "
+        f"({fig['with_titles']} with titles) · MRR {mrr} · "
+        f"p50 {fig['latency_p50_ms']:.2f} ms · p95 {fig['latency_p95_ms']:.2f} ms "
+        f"({fig['timed_searches']} cold searches) · index {fig['index_version']}"
     )
 
 
@@ -73,7 +79,6 @@ def run(args: argparse.Namespace) -> int:
             '{"question": ..., "answers": [...]} lines'
         )
     titles = titles_by_id(questions)
-    out = args.out or Path(f"{args.file.stem}.retrieval.json")
     results = []
     for backend in args.backend or [None]:
         settings = load_settings(**({"retriever": backend} if backend else {}))
@@ -92,6 +97,9 @@ def run(args: argparse.Namespace) -> int:
               "n_questions": len(questions),
               "selection": selection.model_dump(mode="json") if selection else None,
               "backends": results}
-    out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(f"report: {out}")
+    print("intervals: 95% Wilson, over the questions")
+    if args.out is not None:
+        args.out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n",
+                            encoding="utf-8")
+        print(f"report: {args.out}")
     return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -80,6 +81,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "replace the error rows")
     p.add_argument("--attach", metavar="RUN_ID", help="follow a running sweep again")
     p.add_argument("--detach", action="store_true", help="enqueue and return without following")
+    p.add_argument("--wait-for-workers", type=_seconds, nargs="?", const=0.0, default=None,
+                   metavar="SECONDS",
+                   help="while some of the run's queues have no worker, keep following this "
+                        f"long before stopping (exit {ExitCode.FAILED:d}; the jobs stay queued); "
+                        "alone: as long as it takes (default QFARM_WAIT_FOR_WORKERS_S, 60)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object as the last line of stdout (run id, status, "
@@ -108,6 +114,10 @@ def run(args: argparse.Namespace) -> int:
     settings = load_settings()
     if args.out is not None:
         settings = settings.model_copy(update={"results_dir": args.out})
+    if args.wait_for_workers is not None:
+        if args.eager:
+            raise InputError("--wait-for-workers is for runs on workers; an --eager run has none")
+        settings = settings.model_copy(update={"wait_for_workers_s": args.wait_for_workers})
     bar = _ProgressBar(args.quiet)
     try:
         if args.retry_errors:
@@ -136,6 +146,20 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(record, flush=True)
     return code
+
+
+def _seconds(text: str) -> float:
+    """``--wait-for-workers SECONDS``: a finite number of seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise InputError(
+            f"--wait-for-workers {text}: seconds, a finite number of 0 or more, e.g. "
+            "--wait-for-workers 600 (alone, as the last option or before another, it waits as "
+            "long as it takes; the question file goes before it)")
+    return value
 
 
 def _export(args: argparse.Namespace, settings: Settings, result: RunResult) -> None:
@@ -235,6 +259,13 @@ def _report(result: RunResult, *, detached: bool, outcome: RunOutcome | None = N
     if result.status == RunStatus.DETACHED:
         _err(f"\nrun {run_id}: {result.error}; detached (workers carry on once Redis is back). "
              f"Re-attach with: qfarm sweep --attach {run_id}")
+        return code
+    if result.status == RunStatus.NO_WORKER:
+        _err(f"\nrun {run_id}: {result.error}. Stopped following with {result.rows_written} of "
+             f"{result.manifest.n_jobs} jobs done; nothing is lost, the jobs stay queued. Once a "
+             f"worker runs, pick the run up with: qfarm sweep --attach {run_id}  (or --resume "
+             f"{run_id} to send again jobs that lost their message; cancel with: qfarm cancel "
+             f"{run_id})")
         return code
     if result.status == RunStatus.FAILED:
         _err(f"run {run_id} failed: {result.error}")

@@ -111,3 +111,33 @@ def test_the_launcher_fills_in_only_what_is_not_set():
 def test_the_launcher_refuses_an_unknown_role():
     with pytest.raises(SystemExit, match="unknown role.*gpus.*the roles are simulator, cpu"):
         farm.farm_env({}, Path("/tmp/f"), ("cpu", "gpus"))
+
+
+@pytest.mark.slow
+def test_up_says_what_it_started_and_status_judges_only_the_roles_asked_for(tmp_path, unused_port):
+    import os
+    import sys
+
+    if shutil.which("supervisord", path=str(Path(sys.executable).parent)) is None:
+        pytest.skip("supervisor is not installed (pip install -e '.[farm]')")
+    env = {**os.environ, "FARM_SIM_PORT": str(unused_port), "FARM_STARTSECS": "1",
+           "FARM_HOME": str(REPO)}
+    farm_dir = tmp_path / "farm"
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "qfarm.ops.farm", "--dir", str(farm_dir), *args],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+
+    try:
+        res = run("up", "--roles", "simulator", "--wait", "60")
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert res.stdout.startswith(f"farm in {farm_dir}: started simulator (pid ")
+        res = run("status")  # the other roles were never asked for: no failure for them
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "simulator" in res.stdout and "RUNNING" in res.stdout
+        assert "not asked for: api, cpu, flower, gpu, interactive" in res.stdout
+        run("ctl", "stop", "simulator")
+        res = run("status")  # a role asked for that does not run is a failure
+        assert res.returncode == 1 and "not running: simulator STOPPED" in res.stderr
+    finally:
+        run("down")

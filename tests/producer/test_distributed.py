@@ -227,6 +227,55 @@ def test_ask_without_an_interactive_worker_fails_clearly(farm):
     assert farm.redis.llen("interactive") == 0
 
 
+def test_a_sweep_no_worker_consumes_warns_stops_after_the_bound_and_loses_nothing(farm, tmp_path):
+    qfile = write_questions(tmp_path / "q.txt", QUESTIONS[:2])
+    farm.start_worker("cpu", queues="retrieve,verify", concurrency=2)  # no generate worker
+    res = farm.qfarm("sweep", str(qfile), "-n", "1", "--quiet", "--wait-for-workers", "3",
+                     timeout_s=120)
+    assert res.returncode == ExitCode.FAILED, res.stderr
+    run_id = run_id_from(res.stderr)
+    warning = next(line for line in res.stderr.splitlines() if "warning:" in line)
+    assert "no worker consumes the queue generate," in warning
+    assert "celery -A qfarm.worker worker -Q generate -P threads" in warning
+    assert "no worker consumed the queue generate for" in res.stderr
+    assert f"qfarm sweep --attach {run_id}" in res.stderr and "nothing is lost" in res.stderr
+    status = json.loads((Path(farm.env["QFARM_RESULTS_DIR"]) / run_id / "status.json").read_text())
+    assert status["status"] == "stopped: no worker" and status["unconsumed_queues"] == ["generate"]
+    assert farm.redis.llen("generate") == 1  # the jobs wait in their queue
+    # A worker started later runs them, and --attach drains their rows: nothing was lost.
+    farm.start_worker("gpu", queues="generate", concurrency=2)
+    res = farm.qfarm("sweep", "--attach", run_id, "--quiet", timeout_s=120)
+    assert res.returncode == 0, res.stderr
+    assert {r["job_id"] for r in rows_file(farm, run_id)} == expected_ids(QUESTIONS[:2], 1)
+
+
+def test_a_sweep_with_no_worker_at_all_names_the_three_queues_and_exits_1(farm, tmp_path):
+    qfile = write_questions(tmp_path / "q.txt", QUESTIONS[:1])
+    res = farm.qfarm("sweep", str(qfile), "-n", "1", "--quiet", "--json", "--wait-for-workers",
+                     "2", timeout_s=120)
+    assert res.returncode == ExitCode.FAILED, res.stderr
+    assert "no worker consumes the queues retrieve, generate, verify" in res.stderr
+    outcome = json.loads(res.stdout.splitlines()[-1])
+    assert (outcome["status"], outcome["exit_code"], outcome["rows"]) == ("stopped: no worker", 1, 0)
+    assert farm.redis.llen("retrieve") == 1  # its one bundle, still queued
+
+
+def test_doctor_names_each_worker_with_its_role_and_the_queues_without_one(farm):
+    from qfarm.common.settings import Settings
+    from qfarm.producer.doctor import check_workers
+
+    farm.start_worker("cpu", queues="retrieve,verify", concurrency=2)
+    check = check_workers(Settings(redis_url=farm.env["QFARM_REDIS_URL"]), farm.redis, 1.0)
+    assert check.health == "warn" and check.data["missing"] == ["interactive", "generate"]
+    assert [d.split("@")[0] + d.partition(" ")[2] for d in check.details] == [
+        "cpu(cpu): retrieve, verify"]
+    assert check.fix.splitlines()[1:] == [
+        "celery -A qfarm.worker worker -Q generate -P threads -c 16 -n gpu@%h --without-gossip "
+        "--without-mingle",
+        "celery -A qfarm.worker worker -Q interactive -P threads -c 8 -n interactive@%h "
+        "--without-gossip --without-mingle"]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

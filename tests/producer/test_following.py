@@ -206,3 +206,47 @@ def test_a_ctrl_c_that_a_finalizer_swallowed_still_ends_the_follow(tmp_path, mon
     finally:
         signal.signal(signal.SIGINT, previous)
         interrupts.handled()
+
+
+def test_the_follower_names_the_queues_without_a_worker_and_stops_after_the_bound(tmp_path):
+    from qfarm.producer.sweep import Follower, NoWorkers
+
+    store = ProducerStore(fakeredis.FakeRedis())
+    manifest = a_manifest("r", 2)
+    store.put_manifest(manifest)
+    said: list[str] = []
+    follower = Follower(store, manifest, tmp_path / "rows.jsonl", say=said.append, poll_s=0.01,
+                        unconsumed=lambda: ["generate", "verify"], wait_for_workers_s=0.2,
+                        consumer_check_s=0.01, worker_hint=lambda qs: "celery ... -Q " + ",".join(qs))
+    with pytest.raises(NoWorkers) as caught:
+        follower.run(timeout_s=30)
+    assert caught.value.queues == ["generate", "verify"]
+    assert "no worker consumed the queues generate, verify for" in str(caught.value)
+    warnings = [s for s in said if "warning" in s]
+    assert len(warnings) == 1  # said once, not at every check
+    assert "no worker consumes the queues generate, verify" in warnings[0]
+    assert "celery ... -Q generate,verify" in warnings[0] and "--wait-for-workers" in warnings[0]
+
+
+def test_the_follower_goes_on_once_a_worker_consumes_the_queues(tmp_path):
+    from qfarm.producer.sweep import Follower
+
+    store = ProducerStore(fakeredis.FakeRedis())
+    manifest = a_manifest("r", 2)
+    store.put_manifest(manifest)
+    checks: list[int] = []
+
+    def unconsumed() -> list[str]:
+        checks.append(1)
+        if len(checks) < 3:
+            return ["retrieve"]
+        land(store.client, "r", "a", "b")  # a worker started: the jobs land
+        return []
+
+    said: list[str] = []
+    follower = Follower(store, manifest, tmp_path / "rows.jsonl", say=said.append, poll_s=0.01,
+                        unconsumed=unconsumed, wait_for_workers_s=0, consumer_check_s=0.01)
+    prog = follower.run(timeout_s=30)
+    assert prog.done == 2 and ids_in(tmp_path / "rows.jsonl") == ["a", "b"]
+    assert any("no worker consumes the queue retrieve" in s and "waits for one" in s for s in said)
+    assert any("every queue of the run has a worker now" in s for s in said)

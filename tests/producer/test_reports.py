@@ -349,6 +349,29 @@ def test_report_counts_jobs_not_lines(tmp_path: Path, capsys: pytest.CaptureFixt
     assert summary.split("| status |")[1].split("|")[0].strip() != "complete"
 
 
+def test_the_pause_between_an_interrupt_and_its_resume_is_left_out_of_the_wall_time(
+    tmp_path: Path,
+) -> None:
+    from qfarm.producer._follow import record_resume
+
+    run_dir = write_run(tmp_path, "run-p")  # 36 rows; created at 1_700_000_000
+    status = {"status": "interrupted", "finished_at": 1_700_000_010.0}
+    (run_dir / "status.json").write_text(json.dumps(status))
+    assert record_resume(run_dir, now=1_700_003_610.0) == 3600.0  # resumed an hour later
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["paused_s"] == 3600.0
+    status.update(status="complete", finished_at=1_700_003_630.0)  # and done 20 s after
+    (run_dir / "status.json").write_text(json.dumps(status))
+    text = write_summary(run_dir, record_cost=True).read_text()
+    assert "| wall time | 30.0 s (3600.0 s between an interrupt and its resume left out) |" in text
+    assert "| throughput | 1.20 jobs/s |" in text
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["cost"]["wall_s"] == 30.0
+    # A second interrupt and resume add their pause to the first one's.
+    assert record_resume(run_dir, now=1_700_003_730.0) == 100.0
+    assert json.loads((run_dir / "status.json").read_text())["paused_s"] == 3700.0
+
+
 def test_the_latency_plot_reads_its_axis_in_ms_and_s_not_powers_of_ten(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -252,3 +252,29 @@ def test_a_second_retry_of_a_run_is_refused_while_one_runs(eager_run):
             retry_errors(first.run_id, settings=settings, endpoints=endpoints,
                          questions=QuestionSet.from_texts(QUESTIONS))
     assert in_progress.read_text().startswith('{"job_id": "a row the running retry wrote"}')
+
+
+def test_a_distributed_retry_no_worker_consumes_stops_after_the_bound_and_says_so(tmp_path):
+    from types import SimpleNamespace
+
+    import fakeredis
+
+    from qfarm.common.errors import ServiceError
+    from qfarm.producer.lease import FollowerLease
+    from qfarm.producer.retry import ROWS, RetryPlan, follow_retry
+    from qfarm.producer.store import ProducerStore
+    from tests.producer.test_following import a_manifest
+
+    store = ProducerStore(fakeredis.FakeRedis())
+    manifest = a_manifest("r", 2)
+    (tmp_path / ROWS).write_text(json.dumps({"run_id": "r", "job_id": "a", "error": "llm down"}) + "\n")
+    plan = RetryPlan(manifest=manifest, run_dir=tmp_path,  # type: ignore[arg-type]
+                     jobs=[SimpleNamespace(job_id="a", attempt=1)])
+    said: list[str] = []
+    watch = {"unconsumed": lambda: ["generate"], "wait_for_workers_s": 0.2,
+             "consumer_check_s": 0.01, "worker_hint": lambda qs: "celery ... -Q generate"}
+    with pytest.raises(ServiceError, match=r"no worker consumed the queue generate for .*"
+                                           r"qfarm sweep --retry-errors r goes on"):
+        follow_retry(plan, store, FollowerLease(store.client, "r"), len, None, said.append,
+                     reconnect_s=5, poll_s=0.01, watch=watch)
+    assert any("no worker consumes the queue generate" in s for s in said)

@@ -127,3 +127,12 @@ def test_a_sweep_logs_its_start_and_end_and_its_last_lines_carry_its_run_id(env,
     closing = [r for r in after if r["logger"] == "qfarm.cli"]
     assert closing and all(r["run_id"] == run_id for r in closing)
     assert any("attempt 1 failed" in r["message"] for r in after)  # the gateway's, named too
+
+
+def test_an_eager_ask_prints_no_third_party_warning(env):
+    # kombu warned "No hostname was supplied" on the eager broker's URL at every eager run.
+    with start_simulator(latency="zero", profile="clean") as sim:
+        done = qfarm({**env, "QFARM_LLM_ENDPOINTS": sim.url}, "ask", "Who painted the Mona Lisa?",
+                     "--mode", "quote", "--eager")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""

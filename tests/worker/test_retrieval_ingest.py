@@ -346,10 +346,18 @@ def test_cli_eval_retrieval_prints_and_writes_figures(
     questions.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
     out = tmp_path / "report.json"
     capsys.readouterr()
+    here = tmp_path / "cwd"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    assert qfarm_main(["eval-retrieval", str(questions), "--top-k", "1"]) == 0
+    assert list(here.iterdir()) == []
+    printed = capsys.readouterr().out  # rates with their 95% intervals; nothing written
+    assert "recall@1 66.7% [20.8%–93.8%] (3 with answers)" in printed
+    assert "article hit@1 100.0% [34.2%–100.0%] (2 with titles)" in printed
+    assert "(3 cold searches)" in printed and "report:" not in printed
     argv = ["eval-retrieval", str(questions), "--top-k", "1", "--out", str(out)]
     assert qfarm_main(argv) == 0
-    printed = capsys.readouterr().out
-    assert "recall@1 66.7% (3 with answers)" in printed and "article hit@1 100.0%" in printed
+    assert f"report: {out}" in capsys.readouterr().out
     fig = json.loads(out.read_text())["backends"][0]
     assert (fig["backend"], fig["questions"], fig["with_titles"]) == ("embedded", 3, 2)
     assert fig["misses"] == [{"id": "3", "question": "Which port city is in North West England?"}]
@@ -359,3 +367,35 @@ def test_cli_eval_retrieval_prints_and_writes_figures(
     assert qfarm_main(["eval-retrieval", str(bare), "--out", str(tmp_path / "no.json")]) == 2
     assert "no question carries `answers`" in capsys.readouterr().err
     assert not (tmp_path / "no.json").exists()
+
+
+class _RememberingRetriever:
+    """Answers from a cache of searches, as the embedded index does, and counts the hits."""
+
+    backend = "stub"
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self.hits = 0
+
+    def search(self, query: str, *, top_k: int, title_boost: float) -> list:
+        self.hits += query in self.seen
+        self.seen.add(query)
+        return []
+
+    def forget_searches(self) -> None:
+        self.seen.clear()
+
+    def index_version(self) -> str:
+        return "v"
+
+
+def test_eval_retrieval_times_no_search_its_warm_up_or_a_repeat_answered_from_memory() -> None:
+    from qfarm.common.models import Question
+    from qfarm.worker.retrieval.evaluate import evaluate
+
+    questions = [Question(id=str(i), text=f"question {i % 12}", answers=["x"]) for i in range(15)]
+    retriever = _RememberingRetriever()
+    fig = evaluate(retriever, questions, {}, top_k=3, title_boost=2.0)
+    assert retriever.hits == 0 and fig["timed_searches"] == 15
+    assert fig["recall_at_k"] == 0.0 and fig["recall_at_k_ci95"] == [0.0, 0.2039]

@@ -300,3 +300,22 @@ def test_forced_rebuild_of_the_served_version_is_built_beside_it(
     assert again.replaced == [first.target] and retriever.alias_targets() == [again.target]
     assert retriever.index_version() == sample.index_version  # same corpus, same version
     assert retriever.search("Beatles", top_k=1, title_boost=2.0)[0].title == "The Beatles"
+
+
+def test_doctor_names_the_cluster_its_version_and_the_index_qfarm_built(
+    settings: Settings, corpus_items, tmp_path: Path
+) -> None:
+    from qfarm.producer.doctor import check_search_cluster
+
+    check = check_search_cluster(settings, 3.0)  # an empty node: no alias yet
+    assert check.health == "fail" and "qfarm index --backend opensearch" in check.fix
+    sample = _write_sample(tmp_path / "s.jsonl", corpus_items, SAMPLE_TITLES[:3])
+    r = open_retriever(settings)
+    try:
+        build_cluster_index(r, CorpusSource.resolve(str(sample)), progress=False)
+    finally:
+        r.close()
+    check = check_search_cluster(settings, 3.0)
+    assert check.health == "ok", check
+    assert check.line.startswith("opensearch 2.19.") and " alias qfarm-passages -> qfarm-passages-" in check.line
+    assert check.data["passages"] > 0 and check.data["index_version"]

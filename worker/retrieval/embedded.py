@@ -374,6 +374,12 @@ class EmbeddedRetriever:
                 self._searches.popitem(last=False)
         return list(found)
 
+    def forget_searches(self) -> None:
+        """Drop the remembered searches: the next search of any question is answered from
+        the index (``qfarm eval-retrieval`` times only such cold searches)."""
+        with self._lock:
+            self._searches.clear()
+
     def _search(
         self, query: str, *, top_k: int, title_boost: float, doc_ids: Sequence[str] | None
     ) -> list[Evidence]:

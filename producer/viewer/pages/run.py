@@ -235,10 +235,11 @@ def cost_section(manifest: Any, stats: Any, status: dict[str, Any]) -> list[str]
         cost_notes,
         price_note,
     )
-    from qfarm.common.reporting.report import run_wall_s
+    from qfarm.common.reporting.report import recorded_pause_s, run_wall_s
 
     end = status.get("finished_at")
-    wall = run_wall_s(manifest, stats, float(end) if isinstance(end, int | float) else None)
+    wall = run_wall_s(manifest, stats, float(end) if isinstance(end, int | float) else None,
+                      recorded_pause_s(status))
     lines = cost_lines(stats.cost, manifest.cost_rates, wall, stats.mode_order(manifest.modes))
     if not lines[0].rows:
         return []

@@ -366,3 +366,25 @@ def test_a_browser_without_a_viewer_token_gets_a_page_saying_how_to_log_in(eager
     bad = eager_client.get("/?token=" + "y" * 30, headers={"Accept": "text/html"})
     assert bad.status_code == 401 and "id=invalid" in bad.text
     assert eager_client.get("/").json()["error"]["status"] == 401  # a script: JSON as before
+
+
+def test_the_servers_followers_wait_for_a_worker_without_the_sweeps_bound(monkeypatch):
+    """A sweep posted before its workers start is the server's to finish: its follower is
+    not stopped after QFARM_WAIT_FOR_WORKERS_S as a terminal's `qfarm sweep` is."""
+    import threading
+
+    import qfarm.producer.http.app as app_module
+    from qfarm.common.settings import Settings
+    from qfarm.producer.http.app import Followers
+
+    seen: list[float] = []
+    done = threading.Event()
+
+    def follow_run(run_id: str, *, resend_missing: bool, settings: Settings):
+        seen.append(settings.wait_for_workers_s)
+        done.set()
+        raise app_module.QfarmError("stop here")
+
+    monkeypatch.setattr(app_module, "follow_run", follow_run)
+    Followers(Settings(wait_for_workers_s=60)).start("r1")
+    assert done.wait(10) and seen == [0.0]
