@@ -43,12 +43,14 @@ class Figures:
     requests: int
     prompt_tokens: int
     wall_s: float
+    charged: dict[str, float]  # the cost engine's model seconds (--cost), summed over endpoints
 
 
 def sweep(sims: Sequence[SimulatorHandle], questions: QuestionSet, n: int, *,
           share: bool) -> Figures:  # fmt: skip
     for sim in sims:
-        sim.reset()
+        sim.reset()  # the request log and the prefix cache; the charged seconds run on
+    before = [_charged(sim.stats()) for sim in sims]
     tmp = Path(tempfile.mkdtemp(prefix="qfarm-shared-"))
     settings = Settings(llm_endpoints=",".join(s.url for s in sims), index_path=table_index(),
                         results_dir=tmp / "results", bundle_size=n)  # a bundle per question
@@ -58,12 +60,23 @@ def sweep(sims: Sequence[SimulatorHandle], questions: QuestionSet, n: int, *,
     result = run_sweep(spec, eager=True, settings=settings)
     wall = time.perf_counter() - t0
     rows = result.rows()
-    requests = sum(1 for s in sims for r in s.stats()["requests"] if "completions" in r["path"])
+    stats = [s.stats() for s in sims]
+    requests = sum(1 for st in stats for r in st["requests"] if "completions" in r["path"])
+    charged: dict[str, float] = {}
+    for st, was in zip(stats, before, strict=True):
+        for key, value in _charged(st).items():
+            charged[key] = charged.get(key, 0.0) + value - was.get(key, 0.0)
     return Figures(
         jobs=result.manifest.n_jobs, rows=len(rows), errors=sum(1 for r in rows if r.error),
         requests=requests, prompt_tokens=sum(r.usage.prompt_tokens or 0 for r in rows),
-        wall_s=wall,
+        wall_s=wall, charged=charged,
     )
+
+
+def _charged(stats: dict) -> dict[str, float]:
+    """The cost engine's running totals of model seconds (none without --cost)."""
+    return {k: float(v) for k, v in (stats.get("charged") or {}).items()
+            if isinstance(v, (int, float))}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -71,6 +84,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--questions", type=int, default=152, help="questions of general.jsonl (152)")
     p.add_argument("-n", type=int, default=13, help="samples per question (13)")
     p.add_argument("--repeat", type=int, default=2, help="runs of each (alternated; 2)")
+    p.add_argument("--cost", action="store_true",
+                   help="the simulator's cost engine (--latency cost: prefill per uncached "
+                        "prompt token, vLLM's prefix cache) instead of the latency profile; "
+                        "prints the model seconds it charged")
+    p.add_argument("--time-scale", type=float, default=0.2,
+                   help="--cost: the engine's sleeps x this (the seconds charged are not scaled)")
     p.add_argument("--quick", action="store_true",
                    help="seconds, figures meaningless: 4 questions x 3 samples, zero latency (CI)")
     args = p.parse_args(argv)
@@ -78,12 +97,17 @@ def main(argv: list[str] | None = None) -> None:
         args.questions, args.n, args.repeat = 4, 3, 1
     every = QuestionSet.from_file(QUESTIONS / WORKLOADS["general"][0])
     questions = replace(every, questions=every.questions[: args.questions])
-    latency = {"latency": "zero"} if args.quick else {"ttft_ms": TTFT_MS, "tpot_ms": TPOT_MS}
+    latency: dict[str, object] = {"ttft_ms": TTFT_MS, "tpot_ms": TPOT_MS}
+    if args.cost:
+        latency = {"latency": "cost", "time_scale": args.time_scale}
+    elif args.quick:
+        latency = {"latency": "zero"}
     with ExitStack() as stack:
         sims = [stack.enter_context(start_simulator(max_num_seqs=MAX_NUM_SEQS, **latency))
                 for _ in range(2)]  # fmt: skip
         print(f"endpoints: 2 vLLM SIMULATORS, max_num_seqs={MAX_NUM_SEQS}, "
-              + ("zero latency" if args.quick else
+              + (f"cost engine (time scale {args.time_scale:g})" if args.cost
+                 else "zero latency" if args.quick else
                  f"ttft {TTFT_MS[0]:g}-{TTFT_MS[1]:g} ms, tpot {TPOT_MS[0]:g}-{TPOT_MS[1]:g} ms"))
         print(f"workload: general, {len(questions.questions)} questions x quote x {args.n} samples")
         # Untimed: the index opened, the simulators and this process warm, before either runs.
@@ -107,6 +131,12 @@ def main(argv: list[str] | None = None) -> None:
     wall_ratio = sum(f.wall_s for f in shared) / max(1e-9, sum(f.wall_s for f in base))
     print(f"\nSIMULATED ratios, shared / one request per job: requests {req_ratio:.3f}, "
           f"prompt tokens {tok_ratio:.3f}, wall time {wall_ratio:.2f}")
+    if args.cost:
+        for key in ("prefill_s", "decode_s", "busy_s"):
+            a = sum(f.charged.get(key, 0.0) for f in base)
+            b = sum(f.charged.get(key, 0.0) for f in shared)
+            print(f"charged {key}: one request per job {a:.2f}, shared {b:.2f}, "
+                  f"ratio {b / a if a else float('nan'):.3f}")
     print(f"shared_requests_ratio={req_ratio:.3f}")
 
 
