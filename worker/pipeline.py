@@ -180,6 +180,7 @@ def sampling_for(record: JobRecord) -> Sampling:
         stop=tuple(STOP),
         grammar=grammar,
         interactive=is_ask_run(job.run_id),
+        share_samples=job.policy.share_samples,
     )
 
 

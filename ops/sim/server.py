@@ -173,10 +173,13 @@ def build_sequences(
     n = params["n"]
     for i, prompt in enumerate(prompts):
         for j in range(n):
+            # vLLM's parallel sampling runs choice j as a request seeded seed + j
+            # (vllm/v1/engine/parallel_sampling.py): choice j equals a lone request's answer
+            # with that seed, which the farm's shared samples rely on.
             comp = behaviour.complete(
                 prompt,
-                seed=params["seed"],
-                choice_index=j,
+                seed=params["seed"] + j,
+                choice_index=0,
                 temperature=params["temperature"],
                 max_tokens=budgets[i],
                 stop=params["stop"],
