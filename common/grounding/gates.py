@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 try:  # the parser behind re.compile (named sre_parse before Python 3.11)
     from re import _constants as _c  # type: ignore[attr-defined]
@@ -52,7 +53,7 @@ def gate_of(pattern: re.Pattern[str]) -> Gate:
         return None
 
 
-def _sequence(items: Sequence[tuple[object, object]]) -> Gate:
+def _sequence(items: Sequence[tuple[Any, Any]]) -> Gate:
     """The most selective gate of a sequence of nodes, all of which a match goes through."""
     candidates: list[frozenset[str]] = []
     run: list[str] = []
@@ -64,7 +65,7 @@ def _sequence(items: Sequence[tuple[object, object]]) -> Gate:
 
     for op, av in items:
         if op == _c.LITERAL:
-            run.append(chr(av))  # type: ignore[arg-type]
+            run.append(chr(av))
             continue
         flush()
         found = _node(op, av)
@@ -82,20 +83,20 @@ def _strength(word: str) -> int:
     return 3 if word == DIGIT else len(word)
 
 
-def _node(op: object, av: object) -> Gate:
+def _node(op: Any, av: Any) -> Gate:
     """The gate of one node of a sequence (None: it guarantees no literal)."""
     if op == _c.SUBPATTERN:
-        _group, add_flags, _del_flags, body = av  # type: ignore[misc]
+        _group, add_flags, _del_flags, body = av
         if add_flags & re.IGNORECASE:
             return None
         return _sequence(list(body))
     if op in (_c.MAX_REPEAT, _c.MIN_REPEAT, getattr(_c, "POSSESSIVE_REPEAT", None)):
-        low, _high, body = av  # type: ignore[misc]
+        low, _high, body = av
         return _sequence(list(body)) if low >= 1 else None
     if op == getattr(_c, "ATOMIC_GROUP", None):
-        return _sequence(list(av))  # type: ignore[call-overload]
+        return _sequence(list(av))
     if op == _c.BRANCH:
-        _none, branches = av  # type: ignore[misc]
+        _none, branches = av
         union: set[str] = set()
         for branch in branches:
             gate = _sequence(list(branch))
@@ -103,7 +104,7 @@ def _node(op: object, av: object) -> Gate:
                 return None
             union |= gate
         return frozenset(union)
-    if op == _c.IN and list(av) == [(_c.CATEGORY, _c.CATEGORY_DIGIT)]:  # type: ignore[call-overload]
+    if op == _c.IN and list(av) == [(_c.CATEGORY, _c.CATEGORY_DIGIT)]:
         return frozenset({DIGIT})
     # Anything else (another class, a lookaround, an anchor, a back-reference) holds no
     # literal a match is sure to contain, as far as this reading goes.
