@@ -59,6 +59,7 @@ from qfarm.ops.sim.protocol import (
 
 log = logging.getLogger("qfarm.sim")
 STATE: web.AppKey[SimState] = web.AppKey("sim_state")
+ENTRY: web.RequestKey[dict[str, Any]] = web.RequestKey("sim_entry", dict)  # the request log's line
 LOG_SIZE = 50_000
 
 
@@ -234,7 +235,7 @@ def post_fault(kind: str, req_id: str) -> web.Response:
 
 async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
     state = request.app[STATE]
-    entry = request["entry"]
+    entry = request[ENTRY]
     try:
         body = await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -479,7 +480,7 @@ async def bookkeeping(request: web.Request, handler: Any) -> web.StreamResponse:
     m = state.metrics
     entry: dict[str, Any] = {"id": next(state.ids), "path": request.path, "t_arrival": time.time(),
                              "status": None, "fault": None}  # fmt: skip
-    request["entry"] = entry
+    request[ENTRY] = entry
     m.open_requests += 1
     m.max_concurrent_requests = max(m.max_concurrent_requests, m.open_requests)
     try:

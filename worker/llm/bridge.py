@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from concurrent.futures import Future
+from typing import Any
 
 from qfarm.common.errors import TransientServiceError
 from qfarm.common.models import Generation, Sampling
@@ -24,7 +25,8 @@ class ThreadBridge:
         self.closed = False  # set by the gateway's close: later prompts fail at once
         # The task behind each started future, so a caller can abandon it (``cancel_many``);
         # only read and written on the loop's thread.
-        self._tasks: dict[Future[Generation], asyncio.Task[Generation]] = {}
+        # A shared request's task answers several futures (a list of Generations).
+        self._tasks: dict[Future[Generation], asyncio.Task[Any]] = {}
 
     def submit_many(self, items: list[tuple[str, Sampling, str]]) -> list[Future[Generation]]:
         """Futures of many prompts, started with one wake-up of the loop (waking it costs a
@@ -81,7 +83,7 @@ class ThreadBridge:
                              for (_, future), running in zip(pairs, live, strict=True)]
         ))
 
-    def _forget(self, future: Future[Generation], _task: asyncio.Task[Generation]) -> None:
+    def _forget(self, future: Future[Generation], _task: asyncio.Task[Any]) -> None:
         self._tasks.pop(future, None)
 
     def cancel_many(self, futures: list[Future[Generation]]) -> None:
