@@ -48,9 +48,25 @@ def make_job_id(question_id: str, mode: Mode | str, sample_index: int) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()[:20]
 
 
-def seed_for(question_id: str, mode: Mode | str, sample_index: int) -> int:
+def seed_for(
+    question_id: str, mode: Mode | str, sample_index: int, *, shared: bool = False
+) -> int:
+    """A job's seed. Each sample has its own hash, unless the policy's ``share_samples`` is
+    on: then sample i is seed ``shared_seed_base(question, mode) + i``, the seed vLLM gives
+    choice i of a request with the base seed and ``n`` > i (its parallel sampling seeds
+    child j with seed + j), so a sample's answer does not depend on how samples were
+    grouped into requests (docs/llm.md, 'Shared samples')."""
+    if shared:
+        return shared_seed_base(question_id, mode) + sample_index
     raw = f"seed\x1f{question_id}\x1f{Mode(mode).value}\x1f{sample_index}"
     return int.from_bytes(hashlib.sha256(raw.encode()).digest()[:4], "big") & 0x7FFFFFFF
+
+
+def shared_seed_base(question_id: str, mode: Mode | str) -> int:
+    """The seed of sample 0 of (question, mode) under ``share_samples``: 30 bits, so the
+    base plus any sample index stays a positive 31-bit integer."""
+    raw = f"shared-seed\x1f{question_id}\x1f{Mode(mode).value}"
+    return int.from_bytes(hashlib.sha256(raw.encode()).digest()[:4], "big") & 0x3FFFFFFF
 
 
 def check_samples(n: int) -> None:
@@ -90,7 +106,7 @@ def plan_jobs(run_id: str, questions: Sequence[Question], modes: Sequence[Mode],
                     question=q,
                     mode=mode,
                     sample_index=i,
-                    seed=seed_for(q.id, mode, i),
+                    seed=seed_for(q.id, mode, i, shared=settings.policy.share_samples),
                     **shared,
                 )
 
@@ -127,7 +143,7 @@ def job_from_ref(ref: JobRef, manifest: Manifest) -> Job:
         ),
         mode=ref.mode,
         sample_index=ref.i,
-        seed=seed_for(ref.qid, ref.mode, ref.i),
+        seed=seed_for(ref.qid, ref.mode, ref.i, shared=manifest.policy.share_samples),
         enqueued_at=ref.t,
         retried_errors=ref.r or (),
         **manifest.run_settings(),
@@ -148,14 +164,35 @@ def manifest_from_json(run_id: str, raw: str | bytes) -> Manifest:
 
 
 def bundles(jobs: Iterable[Job], size: int) -> Iterator[list[Job]]:
-    """Consecutive jobs in lists of ``size`` (the last may be shorter); lazily. The samples
-    and modes of a question are consecutive in a plan, so a bundle's jobs share their
-    search (one message a bundle on the farm, one hand-over in the in-process runner)."""
+    """Consecutive jobs in lists of at most ``size`` (the last may be shorter); lazily. The
+    samples and modes of a question are consecutive in a plan, so a bundle's jobs share their
+    search (one message a bundle on the farm, one hand-over in the in-process runner).
+
+    Under the policy's ``share_samples`` a bundle ends before the samples of a question x
+    mode it would cut (unless they alone fill it): the samples a bundle holds together are
+    one request (docs/llm.md, 'Shared samples')."""
     bundle: list[Job] = []
     for job in jobs:
+        if len(bundle) >= size:  # held back (share_samples) to see whether job continues a group
+            cut = _group_start(bundle) if _same_group(bundle[-1], job) else len(bundle)
+            yield bundle[:cut]
+            bundle = bundle[cut:]
         bundle.append(job)
-        if len(bundle) >= size:
+        if len(bundle) >= size and not job.policy.share_samples:
             yield bundle
             bundle = []
     if bundle:
         yield bundle
+
+
+def _same_group(a: Job, b: Job) -> bool:
+    return (a.question.id, a.mode) == (b.question.id, b.mode)
+
+
+def _group_start(bundle: list[Job]) -> int:
+    """Where the trailing samples of one question x mode begin, or the bundle's length when
+    they are all of it (a group larger than a bundle is cut)."""
+    start = len(bundle)
+    while start > 0 and _same_group(bundle[start - 1], bundle[-1]):
+        start -= 1
+    return start or len(bundle)

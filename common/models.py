@@ -157,7 +157,7 @@ class Usage(Frozen):
     proportion to characters), or, when the server gave none, qfarm's estimate
     (``estimated``: characters / 4, docs/reports.md, 'What a run cost')."""
 
-    prompt_tokens: int | None = Field(None, description="prompt tokens of the answering request (a micro-batch's apportioned)")
+    prompt_tokens: int | None = Field(None, description="prompt tokens of the answering request (a micro-batch's apportioned; a shared-samples request's split among its choices)")
     completion_tokens: int | None = Field(None, description="completion tokens of the answer")
     estimated: bool = Field(False, description="true when the server gave no usage and tokens are characters / 4")
 
@@ -168,7 +168,7 @@ class LlmRequest(Frozen):
 
     sent_at: float = Field(description="when the answering request was sent, epoch seconds")
     ms: float = Field(description="the whole request's duration, ms")
-    prompts: int = Field(1, description="prompts the request carried (a micro-batch's are answered together)")
+    prompts: int = Field(1, description="answers the request carried: a micro-batch's prompts, or a shared-samples request's n choices")
 
 
 class Generation(Frozen):
@@ -341,6 +341,9 @@ class Sampling(Frozen):
     # requests, into slots the sweep may not take, and with QFARM_LLM_PRIORITY sends it with
     # a higher priority. Request-level, so an ask never shares a micro-batch with a sweep.
     interactive: bool = False
+    # The policy's share_samples: the gateway may answer this job with one choice of a
+    # request that carries its sibling samples (qfarm.common.sharing). Not sent.
+    share_samples: bool = False
 
 
 class QuestionSelection(Frozen):

@@ -15,7 +15,8 @@ Which fields fold into which hash is one explicit list per hash:
   (classifier, denial patterns, extraction cues, verifier, prompt, model
   profiles) and every cap of every model profile, so editing one cap
   invalidates the cache. The
-  answerability sidecar's settings fold into this hash only.
+  answerability sidecar's settings fold into this hash only, and so does
+  ``share_samples``, only while it is on.
 """
 
 from __future__ import annotations
@@ -80,6 +81,11 @@ class Policy(BaseModel):
     # decodes only the contract's form. Off by default: the design measures before it turns
     # a prompt-changing switch on.
     structured_output: bool = False
+    # The samples of one question x mode share one request with ``n`` completions (the
+    # prompt prefilled once), their seeds following vLLM's rule for the choices of one
+    # request (docs/llm.md, 'Shared samples'). Changes which answers a run gets, so it
+    # folds into the governance hash, but only while on: runs without it keep their hash.
+    share_samples: bool = False
 
     @field_validator("max_context_chars_by_mode")
     @classmethod
@@ -211,6 +217,7 @@ GOVERNANCE_ONLY_FIELDS: tuple[str, ...] = (
     "answerability_sidecar_enabled",
     "answerability_threshold",
     "answerability_proximity_chars",
+    "share_samples",
 )
 
 
@@ -282,6 +289,8 @@ def _governance_policy_hash(policy: Policy) -> str:
     from qfarm.common.profiles import MODEL_PROFILES
 
     payload = policy.model_dump(mode="json")
+    if not policy.share_samples:
+        del payload["share_samples"]  # off: the hash runs had before the switch existed
     payload["_model_profiles"] = {pid: dict(caps) for pid, caps in MODEL_PROFILES.items()}
     payload["_versions"] = {
         "model_profiles": versions.MODEL_PROFILES_VERSION,

@@ -141,6 +141,8 @@ def policy_from_args(args: argparse.Namespace) -> Policy:
         overrides["quantifier_guard_apply_caps"] = True
     if args.structured_output:
         overrides["structured_output"] = True
+    if getattr(args, "share_samples", False):  # sweep's flag (ask has one sample)
+        overrides["share_samples"] = True
     return build_policy(overrides)
 
 

@@ -31,7 +31,7 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
     "qfarm.common.grounding": (
         ["gold", "grammars", "names", "preflight", "prompts", "quantifier", "rows", "sidecar",
          "verify"],
-        ["denials", "reminders"],
+        ["denials", "gates", "reminders"],
     ),
     "qfarm.common.grounding.verify": (
         ["DEFLECTION_PATTERNS", "verify_answer"],

@@ -200,6 +200,8 @@ def _with_cache_key(record: JobRecord, svc: Services) -> JobRecord:
         digest = _cache_digest(record.job, svc)
     except Exception as exc:  # an unusable retriever is a row with its error
         return record.failed(ErrorKind.RETRIEVAL, str(exc))
+    if digest == record.cache_key:  # no cache for this job: nothing to add, nothing to copy
+        return record
     return record.model_copy(update={"cache_key": digest})
 
 

@@ -64,8 +64,13 @@ def begin(job: Job, *, worker: str | None = None) -> JobRecord:
     return JobRecord(job=job, worker=worker, started_at=now, timings=Timings(queue_wait_ms=wait))
 
 
-def _with_timing(record: JobRecord, **timings: float | None) -> JobRecord:
-    return record.model_copy(update={"timings": record.timings.model_copy(update=timings)})
+def _with_timing(
+    record: JobRecord, update: dict[str, object] | None = None, **timings: float | None
+) -> JobRecord:
+    """The record with ``update``'s fields and these timings: one copy of it, not one a part."""
+    return record.model_copy(
+        update={**(update or {}), "timings": record.timings.model_copy(update=timings)}
+    )
 
 
 # Preflight depends only on the question, mode, policy and model profile (and the rule
@@ -149,7 +154,7 @@ def _fit_evidence(
     retrieval = Retrieval(
         evidence=built.evidence, backend=backend, index_version=version, retrieval_ms=ms
     )
-    return _with_timing(record.model_copy(update={"retrieval": retrieval}), retrieval_ms=ms)
+    return _with_timing(record, {"retrieval": retrieval}, retrieval_ms=ms)
 
 
 def sampling_for(record: JobRecord) -> Sampling:
@@ -180,6 +185,7 @@ def sampling_for(record: JobRecord) -> Sampling:
         stop=tuple(STOP),
         grammar=grammar,
         interactive=is_ask_run(job.run_id),
+        share_samples=job.policy.share_samples,
     )
 
 
@@ -320,7 +326,7 @@ def with_generation(
     # otherwise fail every serialisation of the record (and its bundle's message).
     result = result.model_copy(update={"text": replace_lone_surrogates(result.text)})
     return _with_timing(
-        record.model_copy(update={"generation": result}), llm_ms=result.llm_ms, ttft_ms=result.ttft_ms
+        record, {"generation": result}, llm_ms=result.llm_ms, ttft_ms=result.ttft_ms
     )
 
 
@@ -340,18 +346,19 @@ def verification_stage(record: JobRecord) -> JobRecord:
         policy=job.policy,
         preflight=record.preflight,
     )
+    gold: dict[str, object] = {}  # the gold-answer fields, added in one copy
     if job.question.answers:
         in_claims, in_evidence = match_gold(job.question.answers, verification.claims, evidence)
-        verification = verification.model_copy(
-            update={"gold_in_claims": in_claims, "gold_in_evidence": in_evidence}
-        )
+        gold.update(gold_in_claims=in_claims, gold_in_evidence=in_evidence)
     if job.question.answers or job.question.title:
         ranks = judge(job.question, job.question.title, evidence)
-        verification = verification.model_copy(update={
-            "gold_evidence_rank": ranks.answer_rank,
-            "article_in_evidence": ranks.article_rank is not None if ranks.has_title else None,
-            "article_rank": ranks.article_rank,
-        })
+        gold.update(
+            gold_evidence_rank=ranks.answer_rank,
+            article_in_evidence=ranks.article_rank is not None if ranks.has_title else None,
+            article_rank=ranks.article_rank,
+        )
+    if gold:
+        verification = verification.model_copy(update=gold)
     answerability = assess_answerability(
         job.question.text,
         answer,
@@ -361,7 +368,7 @@ def verification_stage(record: JobRecord) -> JobRecord:
     )
     verification = demote_for_missed_evidence(verification, answerability, job.policy)
     return _with_timing(
-        record.model_copy(update={"verification": verification, "answerability": answerability}),
+        record, {"verification": verification, "answerability": answerability},
         verify_ms=_ms_since(t0),
     )
 
@@ -390,6 +397,6 @@ def finish(record: JobRecord) -> Row:
     total = own_total_ms(record.timings)
     if total is None and record.started_at is not None:
         total = round((now - record.started_at) * 1000.0, 3)
-    record = _with_timing(record.model_copy(update={"finished_at": now}), total_ms=total)
+    record = _with_timing(record, {"finished_at": now}, total_ms=total)
     return build_row(record)
 

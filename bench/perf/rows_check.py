@@ -11,6 +11,9 @@ if any does.
 
     python -m bench.perf.rows_check --out /tmp/rows-before.jsonl
     python -m bench.perf.rows_check --against /tmp/rows-before.jsonl [--eager]
+
+``--questions`` sweeps another question file (``-n 1`` on the 1,000 distinct tuning
+questions checks what depends on each question's own words: its search and preflight).
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ def _key(row: dict[str, Any]) -> tuple:
     return (row["question_id"], row["mode"], row["sample_index"])
 
 
-def run(n: int, bundle: int, eager: bool, first: int | None = None) -> list[dict[str, Any]]:
+def run(n: int, bundle: int, eager: bool, first: int | None = None,
+        question_file: Path = REPO / "bench/questions/general.jsonl") -> list[dict[str, Any]]:  # fmt: skip
     from qfarm.common.settings import Settings
     from qfarm.ops.sim.launch import start_simulator
     from qfarm.producer import QuestionSet, SweepSpec, run_sweep
@@ -45,7 +49,7 @@ def run(n: int, bundle: int, eager: bool, first: int | None = None) -> list[dict
 
     tmp = Path(tempfile.mkdtemp(prefix="qfarm-rows-"))
     index = ensure_default_index(Settings(data_dir=tmp / "data"), progress=False)
-    questions = QuestionSet.from_file(REPO / "bench/questions/general.jsonl")
+    questions = QuestionSet.from_file(question_file)
     if first is not None:
         questions = QuestionSet.from_texts(questions.questions[:first], source=questions.source)
     spec = SweepSpec(questions=questions,
@@ -73,6 +77,9 @@ def main() -> None:
     ap.add_argument("--eager", action="store_true", help="run in-process instead of on workers")
     ap.add_argument("--out", type=Path, help="write the normalised rows here")
     ap.add_argument("--against", type=Path, help="compare with rows written by --out")
+    ap.add_argument("--questions", type=Path, default=REPO / "bench/questions/general.jsonl",
+                    help="question file (default: the general set); e.g. independent_tune.jsonl "
+                         "for distinct questions, each searched and classified once")
     ap.add_argument("--quick", action="store_true",
                     help="seconds: the first 10 questions, 1 sample (CI; not the fixed sweep to compare)")
     args = ap.parse_args()
@@ -80,7 +87,7 @@ def main() -> None:
     from qfarm.common.settings import Settings
 
     n, first = (1, 10) if args.quick else (args.n, None)
-    rows = run(n, args.bundle or Settings().bundle_size, args.eager, first)
+    rows = run(n, args.bundle or Settings().bundle_size, args.eager, first, args.questions)
     errors = sum(1 for r in rows if r["error"])
     print(f"rows={len(rows)} error_rows={errors}")
     if args.out:

@@ -15,8 +15,8 @@ is sent each question's samples three ways, a fresh simulator per way:
 * ``1 request, n=13``: one request asking for 13 choices.
 
 Questions go one after another, each question's requests at once, over HTTP straight to
-the simulator: the farm sends every sample as its own job and has no way yet to ask for
-``n`` samples in one request, so the third way is what such sharing would cost. Printed
+the simulator, without the farm (the farm asks for ``n`` samples in one request with
+``--share-samples``: bench/perf/shared_samples.py sweeps through it). Printed
 per way: prompt tokens queried, computed and served from the cache (vLLM's
 ``prefix_cache_*`` counters), the model seconds charged (prefill, decode, busy) and the
 busy time ÷ the no-cache way's, measured in the same run. Every figure is SIMULATED.

@@ -44,6 +44,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from qfarm.common.grounding.gates import GatedPatterns
 from qfarm.common.grounding.verify.text import normalize
 
 # ---------------------------------------------------------------- word tables
@@ -538,9 +539,15 @@ def find_denials(answer: str) -> list[Denial]:
     return sorted(found, key=lambda d: (d.start, d.end))
 
 
+# Each family runs only on a sentence holding one of the words it must match.
+_FAMILY_LIST = tuple((family, pattern, where) for family, (pattern, where) in FAMILIES.items())
+_GATED_FAMILIES = GatedPatterns(pattern for _, pattern, _ in _FAMILY_LIST)
+
+
 def _sentence_denials(text: str, offset: int) -> list[Denial]:
     found: list[Denial] = []
-    for family, (pattern, where) in FAMILIES.items():
+    for i in _GATED_FAMILIES.candidates(text):
+        family, pattern, where = _FAMILY_LIST[i]
         for match in pattern.finditer(text):
             group = "m" if match.group("m") is not None else "m2"
             core_start, core_end = match.span(group)

@@ -58,14 +58,22 @@ def _split_dashes(text: str) -> str:
 @lru_cache(maxsize=4096)
 def normalize_tokens(text: str) -> tuple[str, ...]:
     """Tokens of ``text`` after NFKC, casefold, dash split, edge-punctuation strip and article removal."""
-    tokens = []
-    for raw in _split_dashes(unicodedata.normalize("NFKC", text).casefold()).split():
-        token = _strip_edges(raw)
-        if token.endswith(("'s", "\u2019s")):
-            token = _strip_edges(token[:-2])
-        if token and token not in ARTICLES:
-            tokens.append(token)
-    return tuple(tokens)
+    # A letter or digit is never punctuation or a symbol: most words have one at each end
+    # and nothing to strip, and skip the category lookups of ``_strip_edges``.
+    words = _split_dashes(unicodedata.normalize("NFKC", text).casefold()).split()
+    stripped = [w if w[0].isalnum() and w[-1].isalnum() else _strip_edges(w) for w in words]
+    return tuple(
+        token
+        for token in (_without_possessive(t) if t.endswith(_POSSESSIVE) else t for t in stripped)
+        if token and token not in ARTICLES
+    )
+
+
+_POSSESSIVE = ("'s", "\u2019s")
+
+
+def _without_possessive(token: str) -> str:
+    return _strip_edges(token[:-2])
 
 
 def contains_answer(text_tokens: Sequence[str], answers: Iterable[Sequence[str]]) -> bool:

@@ -66,6 +66,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
+from qfarm.common.grounding.gates import GatedPatterns
 from qfarm.common.grounding.names import (
     PLACEHOLDER,
     TitleSet,
@@ -663,10 +664,16 @@ def _scope_hint(text: str, named: str, is_broad: bool, count: int | None) -> str
     return "bounded" if any(p.search(text) for p in BOUNDED_ANCHORS) else "unbounded"
 
 
+# Each marker runs only on a text holding one of the words it must match (most questions
+# hold the words of a few dozen of the markers).
+_GATED_MARKERS = GatedPatterns(m.pattern for m in MARKERS)
+
+
 def _first_match_per_rung(text: str) -> dict[Intensity, tuple[Marker, re.Match[str]]]:
     """The earliest match of each rung (the first marker listed wins ties)."""
     found: dict[Intensity, tuple[Marker, re.Match[str]]] = {}
-    for marker in MARKERS:
+    for i in _GATED_MARKERS.candidates(text):
+        marker = MARKERS[i]
         match = marker.pattern.search(text)
         if match is None:
             continue

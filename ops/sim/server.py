@@ -59,6 +59,7 @@ from qfarm.ops.sim.protocol import (
 
 log = logging.getLogger("qfarm.sim")
 STATE: web.AppKey[SimState] = web.AppKey("sim_state")
+ENTRY: web.RequestKey[dict[str, Any]] = web.RequestKey("sim_entry", dict)  # the request log's line
 LOG_SIZE = 50_000
 
 
@@ -173,10 +174,13 @@ def build_sequences(
     n = params["n"]
     for i, prompt in enumerate(prompts):
         for j in range(n):
+            # vLLM's parallel sampling runs choice j as a request seeded seed + j
+            # (vllm/v1/engine/parallel_sampling.py): choice j equals a lone request's answer
+            # with that seed, which the farm's shared samples rely on.
             comp = behaviour.complete(
                 prompt,
-                seed=params["seed"],
-                choice_index=j,
+                seed=params["seed"] + j,
+                choice_index=0,
                 temperature=params["temperature"],
                 max_tokens=budgets[i],
                 stop=params["stop"],
@@ -231,7 +235,7 @@ def post_fault(kind: str, req_id: str) -> web.Response:
 
 async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
     state = request.app[STATE]
-    entry = request["entry"]
+    entry = request[ENTRY]
     try:
         body = await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -476,7 +480,7 @@ async def bookkeeping(request: web.Request, handler: Any) -> web.StreamResponse:
     m = state.metrics
     entry: dict[str, Any] = {"id": next(state.ids), "path": request.path, "t_arrival": time.time(),
                              "status": None, "fault": None}  # fmt: skip
-    request["entry"] = entry
+    request[ENTRY] = entry
     m.open_requests += 1
     m.max_concurrent_requests = max(m.max_concurrent_requests, m.open_requests)
     try:

@@ -102,6 +102,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_otlp_flags(p, flag=None)
     runtime.add_local_model_flag(p)
     runtime.add_policy_flags(p)
+    p.add_argument("--share-samples", action="store_true",
+                   help="share_samples=true: the -n samples of a question and mode go in one "
+                        "request with n choices (the prompt read once); sample i is seeded "
+                        "as choice i of that request (docs/llm.md, 'Shared samples')")
     p.set_defaults(func=run)
 
 
@@ -217,7 +221,8 @@ def _retry(args: argparse.Namespace, settings, bar: _ProgressBar) -> RunResult:
         raise InputError("--retry-errors RUN_ID takes the run's own questions and options: "
                          "give it alone (with --eager to run the jobs in this process)")
     given = (args.policy or args.no_quantifier_guard or args.allow_broad or args.reject_broad
-             or args.apply_quantifier_caps or args.structured_output or args.local_model)
+             or args.apply_quantifier_caps or args.structured_output or args.local_model
+             or args.share_samples)
     return retry_errors(args.retry_errors, eager=True if args.eager else None, settings=settings,
                         policy=runtime.policy_from_args(args) if given else None,
                         on_progress=bar.show, say=bar.say, serial=args.serial,

@@ -52,6 +52,7 @@ FLIPS: dict[str, Any] = {
     "temperature": 0.0,
     "max_tokens": 256,
     "structured_output": True,
+    "share_samples": True,
 }
 
 

@@ -75,6 +75,18 @@ def test_list_prompt_with_n_maps_index_and_sums_usage(sim: SimulatorHandle) -> N
     assert usage["completion_tokens"] > 6
 
 
+def test_choice_j_is_the_answer_of_seed_plus_j(sim: SimulatorHandle) -> None:
+    """As vLLM's parallel sampling: choice j of a request seeded s is what a request of
+    n=1 seeded s + j answers (the farm's shared samples depend on it)."""
+    body = {"model": MODEL, "prompt": make_prompt(Mode.CLAIM_LATTICE_POINTER), "n": 4,
+            "max_tokens": 300, "seed": 40, "temperature": 0.7}
+    shared = {c["index"]: c["text"] for c in post(sim, body).json()["choices"]}
+    alone = [post(sim, {**body, "n": 1, "seed": 40 + j}).json()["choices"][0]["text"]
+             for j in range(4)]
+    assert [shared[j] for j in range(4)] == alone
+    assert len(set(alone)) > 1
+
+
 def test_deterministic_for_prompt_and_seed_across_processes(sim: SimulatorHandle) -> None:
     body = {
         "prompt": make_prompt(Mode.CLAIM_LATTICE),

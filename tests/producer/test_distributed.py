@@ -436,3 +436,35 @@ def test_cancel_mid_run_accounts_every_job_and_counts_add_up(farm, tmp_path):
     summary = (Path(farm.env["QFARM_RESULTS_DIR"]) / run_id / "summary.md").read_text()
     assert f"The farm counted {total - rows} cancelled jobs" in summary
     assert "rows + cancelled = planned" in summary
+
+
+def test_shared_samples_survive_a_kill_9_with_one_row_each_and_the_eager_answers(farm, tmp_path):
+    """With --share-samples a generate task holds requests of n choices; a worker killed
+    mid-sweep leaves bundles whose groups may be half written. After redelivery every job
+    has exactly one row, and each answer is the one an eager run of the same sweep gives
+    (a regrouped remainder asks with the seeds its samples always had)."""
+    qfile = write_questions(tmp_path / "q.txt")
+    args = ("sweep", str(qfile), "-n", "8", "--share-samples", "--keep-answers", "--quiet")
+    res = farm.qfarm(*args, "--detach")
+    assert res.returncode == 0, res.stderr
+    run_id = run_id_from(res.stderr)
+    victim = farm.start_worker("victim", concurrency=8)
+    assert farm.wait_for(lambda: len(farm.rows(run_id)) >= 40, timeout_s=120)
+    farm.kill9(victim)
+    in_flight_at_kill = farm.redis.hlen("unacked")
+    farm.start_worker("survivor", concurrency=8)
+    res = farm.qfarm("sweep", "--attach", run_id, "--quiet", timeout_s=400)
+    assert res.returncode == 0, res.stderr
+    rows = rows_file(farm, run_id)
+    ids = [r["job_id"] for r in rows]
+    assert len(ids) == len(set(ids)) == 480
+    assert set(ids) == expected_ids(QUESTIONS, 8)
+    assert all(r["error"] is None for r in rows)
+    assert max(r["llm_request"]["prompts"] for r in rows) == 8  # samples answered together
+    assert in_flight_at_kill > 0  # the kill really left work behind
+    res = farm.qfarm(*args, "--eager")
+    assert res.returncode == 0, res.stderr
+    paths = dict(line.split(":", 1) for line in res.stdout.strip().splitlines())
+    eager_rows = Path(paths["rows"].split("(")[0].strip()).read_text().splitlines()
+    eager = [json.loads(line) for line in eager_rows]
+    assert {r["job_id"]: r["answer"] for r in rows} == {r["job_id"]: r["answer"] for r in eager}

@@ -53,6 +53,19 @@ def test_smoke_sweep_over_three_modes(env, tmp_path):
     assert manifest["index_version"] and manifest["verifier_policy_hash"]
 
 
+def test_share_samples_flag_turns_the_policy_switch_on(env, tmp_path):
+    res = qfarm(env, "sweep", "bench/questions/smoke.txt", "--modes", "quote", "-n", "2",
+                "--limit", "2", "--eager", "--quiet", "--share-samples")
+    assert res.returncode == 0, res.stderr
+    paths = dict(line.split(":", 1) for line in res.stdout.strip().splitlines())
+    rows_path = Path(paths["rows"].split("(")[0].strip())
+    manifest = json.loads((rows_path.parent / "manifest.json").read_text())
+    assert manifest["policy"]["share_samples"] is True
+    rows = [json.loads(line) for line in rows_path.read_text().splitlines()]
+    assert len(rows) == len({r["job_id"] for r in rows}) == 4
+    assert {r["llm_request"]["prompts"] for r in rows} == {2}  # two samples, one request
+
+
 def test_retrieval_figures_of_a_sweep_whose_questions_carry_answers_and_titles(env, tmp_path):
     lines = [ln for ln in (REPO / "bench/questions/general.jsonl").read_text().splitlines()
              if ln.startswith("{") and '"answers"' in ln and '"title"' in ln][:4]

@@ -273,3 +273,35 @@ def test_structured_output_sends_the_jobs_grammar_and_rows_cite(sim, retriever, 
         assert row.error is None
         assert row.grading is not None
         assert not row.grading.format_collapsed and row.grading.answer_pointer_count >= 1, row
+
+
+def test_each_stage_copies_a_record_once(monkeypatch):
+    """A stage that adds its part and its timing makes one copy of the record, not one per
+    part (the copies were a share of every job's CPU); what it adds is unchanged."""
+    from qfarm.common.models import Generation, JobRecord
+    from qfarm.worker import pipeline
+
+    text = "Jazz is a music genre that originated in New Orleans in the late 19th century."
+    evidence = (Evidence(id="E1", doc_id="d", chunk_id="d#0", title="Jazz", text=text, score=1.0,
+                         offset_start=0, offset_end=len(text)),)  # fmt: skip
+    job = make_job("What is jazz?", Mode.QUOTE).model_copy(
+        update={"question": Question(id="q1", text="What is jazz?", answers=("New Orleans",))})
+    record = pipeline.preflight_stage(pipeline.begin(job))
+    copies: list[str] = []
+    real = JobRecord.model_copy
+
+    def counted(self, *args, **kwargs):
+        copies.append("copy")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(JobRecord, "model_copy", counted)
+    record = pipeline._fit_evidence(record, evidence, "embedded", "v", 1.5)
+    assert len(copies) == 1 and record.retrieval is not None and record.timings.retrieval_ms
+    answer = Generation(text=f'"{text}" [E1]', endpoint="e", llm_ms=3.0)
+    record = pipeline.with_generation(record, answer, 0.0)
+    assert len(copies) == 2 and record.timings.llm_ms == 3.0
+    record = pipeline.verification_stage(record)
+    assert len(copies) == 3 and record.timings.verify_ms is not None
+    assert record.verification.gold_in_claims and record.verification.gold_in_evidence
+    row = pipeline.finish(record)
+    assert len(copies) == 4 and row.timings.total_ms is not None and row.finished_at

@@ -191,3 +191,28 @@ def test_a_tokens_postings_are_the_same_counted_either_way() -> None:
         assert tf.sum() == len(codes) and list(rowids) == sorted({c >> 1 for c in codes})
     with pytest.raises(ValueError, match="65,535"):
         _postings_of(np.full(70_000, 7, dtype=np.int64))
+
+
+def test_a_bundles_new_words_are_tokenized_in_one_pass(index: Path) -> None:
+    """``search_many`` hands FTS5 the new words of all its questions at once; the hits are
+    those of the questions searched one by one."""
+    batched, alone = EmbeddedRetriever(index), EmbeddedRetriever(index)
+    reader = batched._reader()
+    assert reader is not None
+    passes: list[list[str]] = []
+    real = reader._tokenize
+
+    def counted(terms: list[str]) -> dict[str, tuple[str, ...]]:
+        passes.append(list(terms))
+        return real(terms)
+
+    reader._tokenize = counted  # type: ignore[method-assign]
+    questions = shipped_questions(every=211)[:12] + ["Who painted the Mona Lisa?"]
+    got = batched.search_many(questions, top_k=8, title_boost=2.0)
+    assert len(passes) == 1 and "mona" in passes[0]
+    assert got == [alone.search(q, top_k=8, title_boost=2.0) for q in questions]
+    # Known words and questions already searched start no pass of their own.
+    batched.search_many(questions[:3] + ["Mona Lisa painter?"], top_k=8, title_boost=2.0)
+    assert passes[1:] == [["painter"]]
+    batched.close()
+    alone.close()

@@ -1,14 +1,17 @@
 """The blocking face of a gateway: threads hand prompts to its event loop and get
-``concurrent.futures.Future``s back."""
+``concurrent.futures.Future``s back (one per prompt, also for the samples a shared request
+answers together: ``qfarm.common.sharing``)."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
 from concurrent.futures import Future
+from typing import Any
 
 from qfarm.common.errors import TransientServiceError
 from qfarm.common.models import Generation, Sampling
+from qfarm.common.sharing import share_groups
 from qfarm.worker.llm.dispatch import Dispatcher
 from qfarm.worker.llm.transport import EventLoopThread
 
@@ -22,7 +25,8 @@ class ThreadBridge:
         self.closed = False  # set by the gateway's close: later prompts fail at once
         # The task behind each started future, so a caller can abandon it (``cancel_many``);
         # only read and written on the loop's thread.
-        self._tasks: dict[Future[Generation], asyncio.Task[Generation]] = {}
+        # A shared request's task answers several futures (a list of Generations).
+        self._tasks: dict[Future[Generation], asyncio.Task[Any]] = {}
 
     def submit_many(self, items: list[tuple[str, Sampling, str]]) -> list[Future[Generation]]:
         """Futures of many prompts, started with one wake-up of the loop (waking it costs a
@@ -40,7 +44,11 @@ class ThreadBridge:
         self, pairs: list[tuple[tuple[str, Sampling, str], Future[Generation]]]
     ) -> None:
         loop = asyncio.get_running_loop()
-        for (prompt, sampling, job_id), future in pairs:
+        for group in share_groups([item for item, _ in pairs]):
+            if len(group) > 1:
+                self._start_shared([pairs[i] for i in group], loop)
+                continue
+            (prompt, sampling, job_id), future = pairs[group[0]]
             if not future.set_running_or_notify_cancel():
                 continue  # the caller cancelled it meanwhile
             task = loop.create_task(self._dispatch.tracked(
@@ -50,7 +58,32 @@ class ThreadBridge:
             task.add_done_callback(functools.partial(_settle, future))
             task.add_done_callback(functools.partial(self._forget, future))
 
-    def _forget(self, future: Future[Generation], _task: asyncio.Task[Generation]) -> None:
+    def _start_shared(
+        self,
+        pairs: list[tuple[tuple[str, Sampling, str], Future[Generation]]],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        """One request for a group of samples (seed order); each future gets its choice. A
+        sample its caller cancelled meanwhile is still asked for (its choice is dropped),
+        so the others keep the seeds and choices they would have had."""
+        live = [future.set_running_or_notify_cancel() for _, future in pairs]
+        if not any(live):
+            return
+        (prompt, sampling, _), _ = pairs[0]
+        job_ids = [job_id for (_, _, job_id), _ in pairs]
+        task = loop.create_task(self._dispatch.tracked(
+            self._dispatch.agenerate_shared(prompt, sampling, job_ids)
+        ))
+        for (_, future), running in zip(pairs, live, strict=True):
+            if running:
+                self._tasks[future] = task
+                task.add_done_callback(functools.partial(self._forget, future))
+        task.add_done_callback(functools.partial(
+            _settle_shared, [future if running else None
+                             for (_, future), running in zip(pairs, live, strict=True)]
+        ))
+
+    def _forget(self, future: Future[Generation], _task: asyncio.Task[Any]) -> None:
         self._tasks.pop(future, None)
 
     def cancel_many(self, futures: list[Future[Generation]]) -> None:
@@ -77,3 +110,22 @@ def _settle(future: Future[Generation], task: asyncio.Task[Generation]) -> None:
         future.set_exception(exc)
     else:
         future.set_result(task.result())
+
+
+def _settle_shared(
+    futures: list[Future[Generation] | None], task: asyncio.Task[list[Generation]]
+) -> None:
+    """A shared request's outcome to each of its samples' futures (None: cancelled before
+    it started): choice j to the j-th, or the one failure to every one of them."""
+    failure: BaseException | None = None
+    if task.cancelled():
+        failure = TransientServiceError("the LLM gateway is closed")
+    else:
+        failure = task.exception()
+    for j, future in enumerate(futures):
+        if future is None or future.done():
+            continue
+        if failure is not None:
+            future.set_exception(failure)
+        else:
+            future.set_result(task.result()[j])

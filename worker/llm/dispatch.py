@@ -22,15 +22,15 @@ from qfarm.common.errors import (
     UnfinishedChoiceError,
 )
 from qfarm.common.logs import job_fields
-from qfarm.common.models import Generation, Sampling
+from qfarm.common.models import Generation, Sampling, Usage
 from qfarm.common.settings import Settings
 from qfarm.worker import metrics
 from qfarm.worker.llm.admission import Admission
 from qfarm.worker.llm.balancer import EndpointState
 from qfarm.worker.llm.batcher import BatchItem, MicroBatcher
-from qfarm.worker.llm.client import FINISHED_OK, Choice, Reply
+from qfarm.worker.llm.client import FINISHED_OK, VLLM, Choice, Reply
 from qfarm.worker.llm.pool import EndpointPool
-from qfarm.worker.llm.replies import fit_context, split_usage, to_generation
+from qfarm.worker.llm.replies import fit_context, split_shared_usage, split_usage, to_generation
 
 log = logging.getLogger("qfarm.llm")
 T = TypeVar("T")
@@ -209,8 +209,60 @@ class Dispatcher:
         tried: list[str] | None = None,
         last: ServiceError | None = None,
     ) -> Generation:
+        (gen,) = await self._run_group(prompt, sampling, [job_id], started, attempts, tried, last)
+        return gen
+
+    async def agenerate_shared(
+        self, prompt: str, sampling: Sampling, job_ids: list[str]
+    ) -> list[Generation]:
+        """The samples of one prompt (``qfarm.common.sharing.share_groups``: ``sampling.seed``
+        the first's, each next one's seed one higher) in one request with ``n`` choices;
+        choice j is ``job_ids[j]``'s answer. On the gateway's loop only."""
+        sampling = sampling.model_copy(update={"n": 1})
+        return await self._run_group(prompt, sampling, job_ids, time.perf_counter())
+
+    async def _send_group(
+        self, ep: EndpointState, prompt: str, sent: Sampling, job_ids: list[str]
+    ) -> list[tuple[Choice, Reply, Usage]]:
+        """One attempt for a group: each job's choice, the reply it came in and its usage.
+
+        vLLM takes the group as one request with ``n`` choices (the prompt prefilled once);
+        a server without ``n`` (llama.cpp's) gets one request per job with that job's seed,
+        back to back on this endpoint, whose prefix cache then holds the prompt. Either way
+        a missing or unfinished choice fails the whole attempt: the group is retried as one.
+        """
+        job_id = job_ids[0]
+        if len(job_ids) == 1:
+            reply = await self._attempt(ep, [prompt], sent, stream=self._stream, job_id=job_id)
+            return [(self._usable_choice(reply, ep, job_id, 0), reply, reply.usage)]
+        if ep.target.dialect != VLLM:
+            out = []
+            for j, jid in enumerate(job_ids):
+                one = sent.model_copy(update={"seed": sent.seed + j})
+                reply = await self._attempt(ep, [prompt], one, stream=self._stream, job_id=jid)
+                out.append((self._usable_choice(reply, ep, jid, 0), reply, reply.usage))
+            return out
+        many = sent.model_copy(update={"n": len(job_ids)})
+        reply = await self._attempt(ep, [prompt], many, stream=False, job_id=job_id)
+        choices = [self._usable_choice(reply, ep, jid, j) for j, jid in enumerate(job_ids)]
+        shares = split_shared_usage(reply.usage, [c.text for c in choices], prompt)
+        return [(c, reply, u) for c, u in zip(choices, shares, strict=True)]
+
+    async def _run_group(
+        self,
+        prompt: str,
+        sampling: Sampling,
+        job_ids: list[str],
+        started: float,
+        attempts: int = 0,
+        tried: list[str] | None = None,
+        last: ServiceError | None = None,
+    ) -> list[Generation]:
+        """The one retry loop, for one job or a shared group (one unit: every job of it gets
+        its answer from the same attempt, or all fail together)."""
         tried = list(tried or [])
         interactive = sampling.interactive
+        job_id = job_ids[0]
         # Back-pressure (vLLM's queue-full 503) is a wait, not a failure: those retries do not
         # use up the attempt budget, for up to llm_wait_for_endpoint_s after the first one.
         uncharged = overloads = 0
@@ -223,8 +275,7 @@ class Dispatcher:
             tried.append(ep.url)
             sent = fit_context(prompt, sampling, ep.max_model_len)
             try:
-                reply = await self._attempt(ep, [prompt], sent, stream=self._stream, job_id=job_id)
-                choice = self._usable_choice(reply, ep, job_id, 0)
+                answers = await self._send_group(ep, prompt, sent, job_ids)
             except PermanentServiceError as exc:
                 self._release(ep, interactive, ok=True)  # the server answered: it is alive
                 exc.attempts = attempts
@@ -248,10 +299,16 @@ class Dispatcher:
                 self._cancel(ep, interactive)  # cancelled (closing) or a bug: give the slot back
                 raise
             self._release(ep, interactive, ok=True)
-            return to_generation(
-                choice, reply, ep, attempts, started, reply.usage, sampling.max_tokens, sent,
-                prompt,
-            )
+            # One reply for the group (n choices): its time is shared among them, as a
+            # micro-batch's among its prompts (the cost table's model seconds).
+            one_reply = len(answers) > 1 and answers[0][1] is answers[-1][1]
+            return [
+                to_generation(
+                    choice, reply, ep, attempts, started, usage, sampling.max_tokens, sent,
+                    prompt, prompts=len(answers) if one_reply else 1,
+                )
+                for choice, reply, usage in answers
+            ]
         assert last is not None
         raise TransientServiceError(
             f"gave up after {attempts} attempts; last error: {last}",

@@ -33,6 +33,12 @@ requests and may take the ``llm_interactive_reserve`` slots of each endpoint tha
 requests may not (``admission.py``, ``Balancer.sweep_cap``); with ``llm_priority`` every
 request also carries vLLM's ``priority`` (docs/llm.md, 'Interactive requests first').
 
+With the policy's ``share_samples`` (``Sampling.share_samples``), the samples of one prompt
+handed over together (``submit_many``, grouped by ``qfarm.common.sharing.share_groups``) are
+one request with ``n`` choices, choice j the j-th sample in seed order, or, on a server
+without ``n`` (llama.cpp's), requests back to back on one endpoint; the group goes through
+the retry loop as one unit (docs/llm.md, 'Shared samples').
+
 With ``llm_batch_size`` > 1 prompts go through the micro-batcher instead; a
 batch that fails, or a prompt missing from a batch reply, continues on the
 same retry loop one prompt at a time, so batch-mates never fail silently.

@@ -118,3 +118,38 @@ def split_usage(reply: Reply, items: list[BatchItem]) -> list[Usage]:
         )
         for k in range(len(items))
     ]
+
+
+def _apportion(total: int, weights: list[int]) -> list[int]:
+    """``total`` split in proportion to ``weights`` (evenly when they are all 0), in whole
+    numbers that sum to ``total`` exactly (largest remainders first)."""
+    k = len(weights)
+    whole = sum(weights)
+    exact = [total * w / whole for w in weights] if whole else [total / k] * k
+    parts = [int(x) for x in exact]
+    by_remainder = sorted(range(k), key=lambda i: (parts[i] - exact[i], i))
+    for i in by_remainder[: total - sum(parts)]:
+        parts[i] += 1
+    return parts
+
+
+def split_shared_usage(usage: Usage, texts: list[str], prompt: str) -> list[Usage]:
+    """Each choice's share of a shared request's usage (one prompt, ``n`` choices): the
+    prompt was read once, so its tokens are split evenly among the choices; the completion
+    tokens (vLLM sums them over the choices) in proportion to each choice's characters.
+    The shares sum to the server's counts, so the cost table counts the prompt once. A
+    server that gave no prompt count gets the prompt's estimate shared the same way (the
+    rows say it is estimated)."""
+    k = len(texts)
+    prompt_total, estimated = usage.prompt_tokens, False
+    if prompt_total is None:
+        prompt_total, estimated = -(-len(prompt) // CHARS_PER_TOKEN_USAGE), True
+    prompt_shares = _apportion(prompt_total, [1] * k)
+    completion = (None if usage.completion_tokens is None
+                  else _apportion(usage.completion_tokens, [len(t) for t in texts]))
+    return [
+        Usage(prompt_tokens=prompt_shares[j],
+              completion_tokens=None if completion is None else completion[j],
+              estimated=estimated)
+        for j in range(k)
+    ]

@@ -486,7 +486,19 @@ class EmbeddedRetriever:
     def search_many(
         self, queries: Sequence[str], *, top_k: int, title_boost: float
     ) -> list[list[Evidence]]:
+        self._learn_terms(queries, top_k, title_boost)
         return [self.search(q, top_k=top_k, title_boost=title_boost) for q in queries]
+
+    def _learn_terms(self, queries: Sequence[str], top_k: int, title_boost: float) -> None:
+        """The first stage's tokens of every question about to be searched, learnt in one
+        pass (``PostingsReader.learn``): a pass per question cost 0.17 ms a question on
+        the distinct tuning and held-out questions, a pass per 32 of them 0.03 ms."""
+        reader = self._reader()
+        if reader is None:
+            return
+        with self._lock:
+            new = [q for q in queries if (q, int(top_k), float(title_boost)) not in self._searches]
+        reader.learn([term for q in new for term in query_terms(q)])
 
     def passages(self, chunk_ids: Sequence[str]) -> dict[str, Evidence]:
         """The passages with these chunk ids (a row's ``evidence_passage_ids``), by id.

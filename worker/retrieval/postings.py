@@ -184,17 +184,27 @@ class PostingsReader:
 
     def tokens(self, terms: Sequence[str]) -> list[tuple[str, ...]]:
         """Each term as FTS5's tokenizer stores it (a stemmed word; several for a phrase)."""
-        with self._lock:
-            missing = [t for t in dict.fromkeys(terms) if t not in self._tokens]
-        if missing:
-            found = self._tokenize(missing)
-            with self._lock:
-                for term in missing:
-                    self._tokens[term] = found.get(term, ())
-                while len(self._tokens) > TOKEN_CACHE_SIZE:
-                    self._tokens.popitem(last=False)
+        self.learn(terms)
         with self._lock:
             return [self._tokens.get(t, ()) for t in terms]
+
+    def learn(self, terms: Sequence[str]) -> None:
+        """Tokenize the terms not known yet, all in one pass through FTS5.
+
+        A pass costs about as much for one word as for a hundred (the temporary table's
+        write, read back and delete): a bundle's questions learn their new words together
+        before they are searched one by one.
+        """
+        with self._lock:
+            missing = [t for t in dict.fromkeys(terms) if t not in self._tokens]
+        if not missing:
+            return
+        found = self._tokenize(missing)
+        with self._lock:
+            for term in missing:
+                self._tokens[term] = found.get(term, ())
+            while len(self._tokens) > TOKEN_CACHE_SIZE:
+                self._tokens.popitem(last=False)
 
     def _tokenize(self, terms: list[str]) -> dict[str, tuple[str, ...]]:
         conn = self._conn()

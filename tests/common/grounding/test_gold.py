@@ -108,3 +108,44 @@ def test_the_dash_table_holds_every_dash_of_this_pythons_unicode() -> None:
     assert {unicodedata.category(ch) for ch in set(DASHES) - dashes} <= {"Cn"}
     assert normalize_tokens("China\u2013Nepal mid\u20102061 x\uff0dy") == (
         "china", "nepal", "mid", "2061", "x", "y")
+
+
+def test_no_letter_or_digit_is_punctuation_or_a_symbol_in_this_pythons_unicode() -> None:
+    """``normalize_tokens`` strips nothing from a word with a letter or digit at each end;
+    that holds only while no such character is in a P or S category."""
+    both = [hex(c) for c in range(sys.maxunicode + 1)
+            if chr(c).isalnum() and unicodedata.category(chr(c))[0] in "PS"]  # fmt: skip
+    assert both == []
+
+
+def _tokens_char_by_char(text: str) -> tuple[str, ...]:
+    """The tokens as the rules state them, every edge character's category looked up."""
+
+    def strip(token: str) -> str:
+        while token and unicodedata.category(token[0])[0] in "PS":
+            token = token[1:]
+        while token and unicodedata.category(token[-1])[0] in "PS":
+            token = token[:-1]
+        return token
+
+    out = []
+    for raw in "".join(" " if unicodedata.category(ch) == "Pd" else ch
+                       for ch in unicodedata.normalize("NFKC", text).casefold()).split():  # fmt: skip
+        token = strip(raw)
+        if token.endswith(("'s", "\u2019s")):
+            token = strip(token[:-2])
+        if token and token not in ("a", "an", "the"):
+            out.append(token)
+    return tuple(out)
+
+
+def test_tokens_are_those_of_the_rules_on_awkward_words() -> None:
+    texts = [
+        "The Beatles' songs, (1960s) and Seurat's \u201cLa Grande Jatte\u201d.",
+        "_under_ score__ $100 \u00a3 5% #1 +/- \u00bd \u2153 x\u00b2 \u2460 \u0663\u0664",
+        "caf\u00e9 cafe\u0301 \u0301accent e\u0301's 's 's's \u2019s it\u2019s'",
+        "\u0915\u093f \u4e00\u4e8c \u3280 \uff10\uff11 \u2167 \u00e6sop \u0130stanbul \ufb01ne",
+        "... -- \u2014 \u00ab\u00bb a an the THE An \u200b zero\u200bwidth",
+    ]
+    for text in texts:
+        assert normalize_tokens(text) == _tokens_char_by_char(text), text
