@@ -10,7 +10,7 @@ crashed sweep.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, wait
 from typing import Protocol, cast
 
@@ -25,6 +25,7 @@ from qfarm.common.grounding.rows import build_row
 from qfarm.common.grounding.sidecar import assess_answerability, demote_for_missed_evidence
 from qfarm.common.grounding.verify import verify_answer
 from qfarm.common.jobs import is_ask_run
+from qfarm.common.logs import log_context
 from qfarm.common.models import (
     Evidence,
     Generation,
@@ -231,12 +232,14 @@ def generation_stage(
     t0 = time.perf_counter()
     items = [(render_prompt(records[i]), sampling_for(records[i]), records[i].job.job_id)
              for i in todo]
-    if not hasattr(gateway, "submit_many") or not hasattr(gateway, "cancel_many"):
-        for i, result in zip(todo, gateway.generate_many(items), strict=True):
-            out[i] = with_generation(records[i], result, t0)
-        return out
-    cancellable = cast(CancellableGateway, gateway)
-    futures = cancellable.submit_many(items)
+    # The gateway's lines about these requests name their run (a worker serves several).
+    with log_context(run_id=one_run_id(records[i] for i in todo)):
+        if not hasattr(gateway, "submit_many") or not hasattr(gateway, "cancel_many"):
+            for i, result in zip(todo, gateway.generate_many(items), strict=True):
+                out[i] = with_generation(records[i], result, t0)
+            return out
+        cancellable = cast(CancellableGateway, gateway)
+        futures = cancellable.submit_many(items)
     ended: dict[Future[Generation], float] = {}
 
     def settled(future: Future[Generation]) -> None:
@@ -288,6 +291,12 @@ def _outcome(future: Future[Generation]) -> Generation | ServiceError | None:
     if isinstance(exc, ServiceError):
         return exc
     raise exc
+
+
+def one_run_id(records: Iterable[JobRecord]) -> str | None:
+    """The run of these records when they share one (a bundle's always do), else None."""
+    runs = {r.job.run_id for r in records}
+    return runs.pop() if len(runs) == 1 else None
 
 
 def generation_request(record: JobRecord) -> tuple[str, Sampling, str] | None:

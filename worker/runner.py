@@ -40,6 +40,7 @@ from typing import Any
 from qfarm.common import keys
 from qfarm.common.errors import ServiceError
 from qfarm.common.jobs import bundles, ref_for
+from qfarm.common.logs import log_context
 from qfarm.common.models import Job, JobRecord
 from qfarm.worker import flow, pipeline, stages
 from qfarm.worker.services import Services
@@ -190,7 +191,8 @@ class InProcessRunner:
         submit_many = getattr(gateway, "submit_many", None)
         futures: list[Future[Any]]
         if submit_many is not None:
-            futures = submit_many(requests)
+            with log_context(run_id=pipeline.one_run_id(r for r, _ in sent_asks)):
+                futures = submit_many(requests)
         else:  # a gateway without futures (tests' canned ones): a pool thread waits instead
             pool = self._pool_or_fail()
             futures = [pool.submit(gateway.generate_many, [r]) for r in requests]

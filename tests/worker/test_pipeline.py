@@ -305,3 +305,43 @@ def test_each_stage_copies_a_record_once(monkeypatch):
     assert record.verification.gold_in_claims and record.verification.gold_in_evidence
     row = pipeline.finish(record)
     assert len(copies) == 4 and row.timings.total_ms is not None and row.finished_at
+
+
+def test_the_gateways_lines_about_a_bundle_name_its_run(retriever):
+    """A worker serves several runs through one gateway: its lines about a bundle's
+    requests (a failed attempt, logged on the gateway's own thread) name the bundle's run."""
+    import io
+    import json
+    import logging
+
+    from qfarm.common import logs
+    from qfarm.ops.sim.launch import start_simulator
+    from qfarm.worker import pipeline
+    from qfarm.worker.llm import open_gateway
+
+    stream = io.StringIO()
+    handler = logs.log_handler(stream, fmt="json")
+    logger = logging.getLogger("qfarm")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        with start_simulator(latency="zero") as sim:
+            gw = open_gateway(Settings(llm_endpoints=sim.url, llm_max_attempts=3,
+                                       llm_backoff_base_s=0.01, llm_backoff_max_s=0.02))
+            try:
+                for run_id in ("run-a", "run-b"):
+                    (job,) = expand_jobs(run_id, [Question(id="q1", text="What is jazz?")],
+                                         [Mode.QUOTE], 1, build_policy({}), model="m")
+                    records = pipeline.retrieval_stage(
+                        [pipeline.preflight_stage(pipeline.begin(job))], retriever)
+                    sim.set_faults(next=["503"])
+                    (out,) = pipeline.generation_stage(records, gw)
+                    assert out.error is None and out.generation.attempts == 2
+            finally:
+                gw.close()
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    failed = [json.loads(x) for x in stream.getvalue().splitlines() if "attempt 1 failed" in x]
+    assert sorted(r.get("run_id") for r in failed) == ["run-a", "run-b"], failed
