@@ -16,6 +16,7 @@ from qfarm.producer import interrupts
 from qfarm.producer._follow import finish_run, newest_row_finished_at
 from qfarm.producer._services import (
     celery_app,
+    check_same_preflight,
     corpus_label,
     eager_services,
     open_local_retriever,
@@ -104,6 +105,8 @@ def resume_eager(
                              producer_alive=alive, run_id=run_id,
                              last_row_at=newest_row_finished_at(rows_path))
     retriever = open_local_retriever(settings, progress=False)
+    check_same_preflight(manifest, (q.text for q in plan.questions), retriever,
+                         "resume it")
     with endpoints(settings) as eps:
         settings = eps.apply(settings)
         write_status(run_dir, resumed)

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from qfarm.common import keys
-from qfarm.common.errors import ConfigError
+from qfarm.common.errors import ConfigError, InputError
 from qfarm.common.grounding.names import TitleSet
 from qfarm.common.grounding.preflight import plan_preflight_hash
 from qfarm.common.models import Job, Manifest, Mode
@@ -56,6 +56,24 @@ def run_manifest(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], set
             index_titles(retriever),
         ),
     )
+
+
+def check_same_preflight(manifest: Manifest, questions: Iterable[str], retriever: Any,
+                         action: str) -> None:
+    """Refuse to add rows to a run whose questions this qfarm reads differently from the
+    one that planned it (a changed classifier, cap table or index titles): the run's rows
+    would mix two readings under one plan. A manifest without the hash is not checked."""
+    if manifest.preflight_hash is None:
+        return
+    now = plan_preflight_hash(questions, profile_id_for_model(manifest.model),
+                              index_titles(retriever))
+    if now != manifest.preflight_hash:
+        raise InputError(
+            f"run {manifest.run_id}: its questions were planned with preflight "
+            f"{manifest.preflight_hash}, and this qfarm and index read them as {now} (a "
+            f"changed quantifier classifier, profile cap table or index titles); {action} "
+            f"with the qfarm and index that planned the run, or start a new run "
+            f"(qfarm sweep {manifest.question_file} ...)")
 
 
 def index_titles(retriever: Any) -> TitleSet | None:

@@ -32,6 +32,7 @@ from qfarm.common.grounding.rows import is_error_row, is_replaceable, retry_kind
 from qfarm.common.jobs import job_from_ref
 from qfarm.common.models import Job, JobRef, Manifest
 from qfarm.common.policy import Policy, governance_policy_hash
+from qfarm.common.questions import reselect_questions
 from qfarm.common.runstatus import RetryEntry
 from qfarm.common.settings import Settings, load_settings
 from qfarm.common.vocab import RunStatus
@@ -40,6 +41,7 @@ from qfarm.producer._eager import run_in_process
 from qfarm.producer._follow import finish_run, worker_watch
 from qfarm.producer._services import (
     celery_app,
+    check_same_preflight,
     enqueue_counted,
     open_local_retriever,
     require_endpoints_for_workers,
@@ -199,7 +201,7 @@ def check_same_run(manifest: Manifest, *, settings: Settings, policy: Policy | N
 
 def plan_retry(run_id: str, settings: Settings, *, questions: QuestionSet | None = None,
                policy: Policy | None = None, index_version: str | None = None,
-               check_index: bool = True) -> RetryPlan:
+               check_index: bool = True, retriever: Any = None) -> RetryPlan:
     """The jobs to retry, after every check (nothing runs or changes before it returns,
     except a half-done earlier retry's rows merged into rows.jsonl)."""
     run_dir = settings.results_dir / run_id
@@ -228,6 +230,9 @@ def plan_retry(run_id: str, settings: Settings, *, questions: QuestionSet | None
         raise InputError(f"{manifest.question_file}: changed since run {run_id} started "
                          f"({digest} != {manifest.question_file_digest}); restore it to retry "
                          "the run's errors, or start a new run")
+    if retriever is not None:
+        check_same_preflight(manifest, (q.text for q in reselect_questions(qs, manifest.selection)),
+                             retriever, "retry its errors")
     merge_retry_rows(run_dir)
     errors = error_rows(run_dir / ROWS)
     jobs = [job.model_copy(update={"retried_errors": retry_kinds(errors[job.job_id])})
@@ -266,7 +271,7 @@ def retry_errors(
         # the model check as they did when the run started.
         settings = eps.apply(settings) if eager else settings
         plan = plan_retry(run_id, settings, questions=questions, policy=policy,
-                          index_version=retriever.index_version())
+                          index_version=retriever.index_version(), retriever=retriever)
         if not plan.jobs:
             say(f"run {run_id}: no error rows; nothing to retry")
             return _finish(plan, started=time.time(), replaced=0)

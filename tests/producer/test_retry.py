@@ -126,6 +126,33 @@ def test_a_retry_under_another_policy_model_or_question_set_is_refused(eager_run
                   settings=settings, endpoints=endpoints, retry_errors=first.run_id)
 
 
+def test_a_retry_or_resume_where_the_questions_read_differently_is_refused(eager_run, monkeypatch):
+    """A qfarm whose classifier reads the run's questions differently from the one that
+    planned it (here: its version moved) adds no rows to the run."""
+    from qfarm.common.grounding import preflight
+    from qfarm.producer.api import resume_eager
+
+    first, settings, endpoints, urls = eager_run
+    source = settings.results_dir.parent / "questions.txt"
+    source.write_text("\n".join(QUESTIONS) + "\n")
+    sim = start_simulator(ttft_ms=0, tpot_ms=0)
+    try:
+        urls[:] = [sim.url]
+        from_file = run_sweep(SweepSpec(questions=source, modes=["quote"]), eager=True,
+                              settings=settings, endpoints=endpoints)
+    finally:
+        sim.stop()
+    rows = from_file.rows_path.read_text().splitlines()
+    from_file.rows_path.write_text("\n".join(rows[1:]) + "\n")  # one job to resume
+    monkeypatch.setattr(preflight.versions, "CLASSIFIER_VERSION", "quantifier-changed")
+    with pytest.raises(InputError, match="planned with preflight .*; retry its errors with"):
+        retry_errors(first.run_id, settings=settings, endpoints=endpoints,
+                     questions=QuestionSet.from_texts(QUESTIONS))
+    with pytest.raises(InputError, match="planned with preflight .*; resume it with"):
+        resume_eager(from_file.run_id, settings=settings, endpoints=endpoints)
+    assert from_file.rows_path.read_text().splitlines() == rows[1:]  # nothing was added
+
+
 @pytest.mark.slow
 def test_a_distributed_retry_after_an_endpoint_died_leaves_one_row_per_job(farm, tmp_path):
     questions = tmp_path / "q.txt"
