@@ -26,6 +26,7 @@ if not __name__.startswith("qfarm."):  # imported by its folder's bare name from
 # concerns; redis_urls is settings' own.
 __all__ = [
     "backoff",
+    "cache",
     "errors",
     "grounding",
     "jobs",

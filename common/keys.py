@@ -161,8 +161,13 @@ def worker_key(name: str) -> str:
     return f"{WORKER_PREFIX}{name}"
 
 
+CACHE_PREFIX = f"{PREFIX}:cache:"
+# SCAN pattern of every result-cache entry (``qfarm cache``); digests are hex, never a glob.
+CACHE_PATTERN = f"{CACHE_PREFIX}*"
+
+
 def cache_key(digest: str) -> str:
-    return f"{PREFIX}:cache:{digest}"
+    return f"{CACHE_PREFIX}{digest}"
 
 
 def result_cache_digest(

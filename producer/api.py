@@ -19,7 +19,7 @@ index, the LLM endpoints and capacity.
 This module is the front: the work is done by private modules beside it (``_launch``
 starts a sweep, ``_eager`` and ``_distributed`` run it, ``_follow`` follows one, ``_ask``
 asks one question, ``_index`` builds the index, ``_status`` reads the farm's state,
-``_outcome`` judges how a run ended against a failure policy: its exit code), and
+``_cache`` the result cache's and prunes it, ``_outcome`` judges how a run ended against a failure policy: its exit code), and
 what callers may use is re-exported here.
 """
 
@@ -35,6 +35,7 @@ from qfarm.producer._ask import (
     submit_ask,
     wait_for_answer,
 )
+from qfarm.producer._cache import cache_stats, prune_cache
 from qfarm.producer._eager import resume_eager
 from qfarm.producer._follow import follow_run
 from qfarm.producer._index import build_index, index_info
@@ -80,6 +81,7 @@ __all__ = [
     "ask",
     "ask_context",
     "build_index",
+    "cache_stats",
     "check_error_rate",
     "configured_endpoints",
     "farm_status",
@@ -89,6 +91,7 @@ __all__ = [
     "judge_run_dir",
     "open_local_retriever",
     "poll_pauses",
+    "prune_cache",
     "record_failure_policy",
     "report_run",
     "resume_eager",

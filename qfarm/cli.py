@@ -36,6 +36,7 @@ COMMANDS = (
     "status",
     "doctor",
     "cancel",
+    "cache",
     "policy",
     "view",
     "serve",

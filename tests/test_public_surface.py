@@ -23,7 +23,7 @@ FOLDERS = ("common", "worker", "producer", "ops")  # installed as qfarm.<folder>
 # package: (its __all__, its internal modules: imported only from inside the package)
 SURFACE: dict[str, tuple[list[str], list[str]]] = {
     "qfarm.common": (
-        ["backoff", "errors", "grounding", "jobs", "keys", "logs", "metrics", "models", "policy", "profiles",
+        ["backoff", "cache", "errors", "grounding", "jobs", "keys", "logs", "metrics", "models", "policy", "profiles",
          "questions", "record", "reporting", "retrieval", "runstatus", "settings", "text", "urls",
          "versions", "vocab"],
         ["redis_urls"],
@@ -85,7 +85,7 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
     "qfarm": (["cli"], ["commands", "question_sets", "runtime"]),
     "qfarm.commands": (
         [],
-        ["ask", "cancel", "compare", "doctor", "eval_retrieval", "export", "index", "local_model",
+        ["ask", "cache", "cancel", "compare", "doctor", "eval_retrieval", "export", "index", "local_model",
          "policy",
          "report", "search", "search_server", "serve", "sets", "sim", "status", "sweep", "verify",
          "view"],
