@@ -30,11 +30,13 @@ class RateWindow:
             self._samples.popleft()
 
     def rates(self) -> dict[str, float]:
+        """Empty until two samples span some time: one sample says nothing of a pace
+        (a run that ends before its second report would read 0/s everywhere)."""
         if not self._samples:
             return {}
         t1, last = self._samples[-1]
         t0, first = self._samples[0]
         span = t1 - t0
         if span <= 0:
-            return {k: 0.0 for k in last}
+            return {}
         return {k: max(0, v - first.get(k, 0)) / span for k, v in last.items()}

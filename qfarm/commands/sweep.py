@@ -307,7 +307,7 @@ class _ProgressBar:
         self.window.add(time.monotonic(), prog.stages)
         rate = self.window.rates()
         self.bar.set_postfix_str(
-            f"failed={prog.failed} " + " ".join(f"{k}={r:.1f}/s" for k, r in rate.items()),
+            " ".join([f"failed={prog.failed}", *(f"{k}={r:.1f}/s" for k, r in rate.items())]),
             refresh=False,
         )
         self.bar.update(max(0, prog.done - self.bar.n))
