@@ -57,7 +57,8 @@ def test_priority_policy_serves_the_waiting_ask_before_the_waiting_sweep() -> No
     with start_simulator(max_num_seqs=1, ttft_ms=600, tpot_ms=0, latency="zero",
                          scheduling_policy="priority") as sim:  # fmt: skip
         order = served_order(sim, sweeps=3)
-    assert order == ["first", "ask", "sweep0", "sweep1", "sweep2"]
+    # The sweeps' own order is their arrival's, which concurrent connections do not fix.
+    assert order[:2] == ["first", "ask"] and sorted(order[2:]) == ["sweep0", "sweep1", "sweep2"]
 
 
 def test_fcfs_refuses_a_priority_other_than_0_as_vllm_did() -> None:
