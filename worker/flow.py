@@ -376,9 +376,15 @@ def _finished(record: JobRecord) -> Row:
     try:
         return pipeline.finish(record)
     except Exception as exc:
-        bare = JobRecord(job=record.job, worker=record.worker,
-                         started_at=record.started_at, timings=record.timings)  # fmt: skip
-        return pipeline.finish(failed(bare, exc))
+        return pipeline.finish(failed(bare(record), exc))
+
+
+def bare(record: JobRecord) -> JobRecord:
+    """``record`` cut back to its job and timing, for an error row: what broke may be in a
+    part it gained later (its evidence, answer or verification). Also the in-process
+    runner's (worker/runner.py)."""
+    return JobRecord(job=record.job, worker=record.worker,
+                     started_at=record.started_at, timings=record.timings)  # fmt: skip
 
 
 def handle_retrieve(ref_data: list[dict], svc: Services, send: Send) -> None:

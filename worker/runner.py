@@ -289,8 +289,7 @@ class InProcessRunner:
         cannot be stored is logged and the run goes on.
         """
         for record in records:
-            bare = JobRecord(job=record.job, worker=record.worker,
-                             started_at=record.started_at, timings=record.timings)  # fmt: skip
+            bare = flow.bare(record)
             try:
                 flow.internal_error_row(bare.model_dump(mode="json"), self._svc, exc)
             except Exception:
