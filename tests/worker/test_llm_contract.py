@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -565,11 +566,15 @@ def test_a_stream_that_ends_before_any_event_says_so() -> None:
             gw.generate("q", Sampling(max_tokens=8), job_id="j")
 
 
-def liveness_poller(models: Handler) -> tuple[HealthPoller, Balancer]:
+def not_found(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(404, json={"detail": "Not Found"})
+
+
+def liveness_poller(models: Handler, health: Handler = not_found) -> tuple[HealthPoller, Balancer]:
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/v1/models":
             return models(request)
-        return httpx.Response(404, json={"detail": "Not Found"})  # /health, /metrics
+        return health(request)  # /health, /metrics
 
     client = LLMClient(model=MODEL, timeout_s=5, connect_timeout_s=1, max_connections=2,
                        transport=httpx.MockTransport(handler))  # fmt: skip
@@ -610,6 +615,33 @@ def test_a_server_without_health_is_asked_v1_models_instead_said_once(caplog) ->
     assert state["healthy"] and state["health_path"] == "/v1/models"
     said = [r.getMessage() for r in caplog.records if "has no /health" in r.getMessage()]
     assert len(said) == 1
+
+
+def test_a_slow_poll_never_writes_a_stale_down_over_a_live_server_without_health() -> None:
+    # The poller's own loop and a caller can poll together. The first /health answer
+    # (404) comes late: by then another poll has moved the endpoint to /v1/models and
+    # found it alive, and the late poll must not then mark it down.
+    health_calls: list[float] = []
+
+    def health(request: httpx.Request) -> httpx.Response:
+        health_calls.append(time.monotonic())
+        if len(health_calls) == 1:
+            time.sleep(0.3)
+        return not_found(request)
+
+    poller, balancer = liveness_poller(lambda r: httpx.Response(200, json={"data": []}), health)
+    try:
+        polls = [threading.Thread(target=poller.poll_once) for _ in range(2)]
+        for t in polls:
+            t.start()
+            time.sleep(0.05)
+        for t in polls:
+            t.join()
+    finally:
+        poller.close()
+    (state,) = balancer.snapshot()
+    assert state["healthy"], state
+    assert state["health_path"] == "/v1/models"
 
 
 def test_a_v1_models_timeout_is_busy_while_our_request_runs_and_down_otherwise() -> None:

@@ -12,7 +12,6 @@ from qfarm.worker.llm.client import HEALTH_PATH, MODELS_PATH, LLMClient
 log = logging.getLogger("qfarm.llm")
 
 
-
 class HealthPoller:
     """Polls ``/health`` (and ``/metrics`` when weighting) of every endpoint."""
 
@@ -22,10 +21,17 @@ class HealthPoller:
         self._interval_s = interval_s
         self._metrics = metrics
         self._stop = threading.Event()
+        # One poll at a time: a poll reads an endpoint's state and writes it back, and two
+        # interleaved (the loop's and a caller's) could write a stale verdict last.
+        self._polling = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="qfarm-llm-health", daemon=True)
         self._thread.start()
 
     def poll_once(self) -> None:
+        with self._polling:
+            self._poll()
+
+    def _poll(self) -> None:
         timeout = max(0.2, min(2.0, self._interval_s))
         for e in self._balancer.endpoints:
             healthy, reason = self._liveness(e, timeout)
@@ -59,8 +65,9 @@ class HealthPoller:
         answers one of our requests: a timeout then is a busy endpoint, not a dead one.
         A refused connection or an error status still takes the endpoint out.
         """
-        probe = self._client.probe(e.target, e.health_path, timeout)
-        if e.health_path == HEALTH_PATH and probe.status == 404:
+        path = e.health_path
+        probe = self._client.probe(e.target, path, timeout)
+        if path == HEALTH_PATH and probe.status == 404:
             if self._balancer.set_health_path(e.url, MODELS_PATH):  # said once, by one poll
                 log.warning(
                     "%s has no /health (404): its liveness is read from /v1/models instead",
