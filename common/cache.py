@@ -1,6 +1,8 @@
-"""The result cache's entries as ``qfarm cache`` sees them: which entries an operator's
+"""The two caches' entries as ``qfarm cache`` sees them: which entries an operator's
 filters select, and the figures of a set of entries. The Redis side is the producer's
-(``producer/_cache.py``); an entry's value is the cached row's JSON (worker/store.py)."""
+(``producer/_cache.py``). A result-cache entry's value is the cached row's JSON
+(worker/store.py); a response-cache entry's is a ``ResponseEntry``, one model reply
+(worker/llm/response_cache.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from qfarm.common import keys
+from qfarm.common.models import Frozen, Usage
 
 # The name an entry without a model or an index version is counted under.
 NONE = "(none)"
@@ -24,6 +29,44 @@ class CacheEntry:
     model: str | None = None
     index_version: str | None = None
     finished_at: float | None = None
+    # A response-cache entry: the served model's root (or id) as its endpoint reported it.
+    revision: str | None = None
+
+
+class ResponseEntry(Frozen):
+    """One model reply in the response cache: what a hit gives the job again. Only a
+    complete reply (finish reason ``stop``) is ever stored."""
+
+    schema_version: int = 1
+    model: str
+    # What the endpoint said it serves (``/v1/models``: id, root, max_model_len, owned_by;
+    # the server's name when it is not vLLM): part of the key, kept here for ``qfarm cache``.
+    served: dict[str, Any]
+    text: str
+    finish_reason: str
+    usage: Usage
+    # The model time the reply took: its request's duration, shared among the answers the
+    # request carried (a micro-batch's prompts, a shared request's choices).
+    model_ms: float
+    simulated: bool = False
+    server: str | None = None
+    max_tokens_effective: int | None = None
+    created_at: float
+
+    @property
+    def revision(self) -> str | None:
+        found = self.served.get("root") or self.served.get("id")
+        return str(found) if found else None
+
+
+def read_response_entry(raw: bytes | str) -> CacheEntry:
+    size = len(raw.encode() if isinstance(raw, str) else raw)
+    try:
+        entry = ResponseEntry.model_validate_json(raw)
+    except (ValidationError, ValueError):
+        return CacheEntry(size, readable=False)
+    return CacheEntry(size, model=entry.model, finished_at=entry.created_at,
+                      revision=entry.revision)
 
 
 def read_entry(raw: bytes | str) -> CacheEntry:
@@ -82,6 +125,7 @@ class CacheStats:
     no_expiry: int = 0  # entries Redis keeps for ever (written by hand, or PERSISTed)
     by_model: dict[str, int] = field(default_factory=dict)
     by_index_version: dict[str, int] = field(default_factory=dict)
+    by_revision: dict[str, int] = field(default_factory=dict)
     oldest: float | None = None
     newest: float | None = None
     ttl_s: int = keys.CACHE_TTL_S
@@ -97,6 +141,8 @@ class CacheStats:
         model, index = entry.model or NONE, entry.index_version or NONE
         self.by_model[model] = self.by_model.get(model, 0) + 1
         self.by_index_version[index] = self.by_index_version.get(index, 0) + 1
+        if entry.revision is not None:
+            self.by_revision[entry.revision] = self.by_revision.get(entry.revision, 0) + 1
         if entry.finished_at is not None:
             self.oldest = min(self.oldest or entry.finished_at, entry.finished_at)
             self.newest = max(self.newest or entry.finished_at, entry.finished_at)
@@ -106,6 +152,8 @@ class CacheStats:
                 "no_expiry": self.no_expiry, "ttl_s": self.ttl_s,
                 "by_model": dict(sorted(self.by_model.items())),
                 "by_index_version": dict(sorted(self.by_index_version.items())),
+                **({"by_revision": dict(sorted(self.by_revision.items()))}
+                   if self.by_revision else {}),
                 "oldest_finished_at": self.oldest, "newest_finished_at": self.newest}
 
 

@@ -25,7 +25,8 @@ Everything for a run lives under ``qfarm:run:<run_id>:``:
 * ``detail:<job_id>`` the full job record of a single query (claims, sidecar), for ``qfarm ask``
 
 ``qfarm:runs`` is a sorted set of run ids by creation time; ``qfarm:cache:<digest>``
-holds cached results across runs.
+holds cached results across runs, ``qfarm:response:<digest>`` cached model replies
+(the response cache, ``--cache``: docs/llm.md, 'Response cache').
 
 Operator metrics (run-independent, read by ``qfarm serve``'s /metrics; fields are
 spelled in common/metrics.py):
@@ -192,6 +193,33 @@ def result_cache_digest(
     }
     raw = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+RESPONSE_CACHE_PREFIX = f"{PREFIX}:response:"
+# SCAN pattern of every response-cache entry; a prefix of its own, so the result cache's
+# pattern never reads a model reply as a row (or the other way round).
+RESPONSE_CACHE_PATTERN = f"{RESPONSE_CACHE_PREFIX}*"
+RESPONSE_CACHE_TTL_S = CACHE_TTL_S
+
+# Request fields that change how a reply travels or is scheduled, never its text: left out
+# of the response cache's key. Every other field of the body is in it, so a parameter added
+# to the request later is keyed without anyone remembering to add it.
+RESPONSE_KEY_TRANSPORT_FIELDS = frozenset({"stream", "stream_options", "priority"})
+
+
+def response_cache_key(digest: str) -> str:
+    return f"{RESPONSE_CACHE_PREFIX}{digest}"
+
+
+def response_cache_digest(identity: dict, body: dict) -> str:
+    """Content key of a cached model reply: the served model as its endpoint described
+    itself (``identity``) and the request body as sent, less its transport-only fields."""
+    payload = {
+        "served": identity,
+        "body": {k: v for k, v in body.items() if k not in RESPONSE_KEY_TRANSPORT_FIELDS},
+    }
+    raw = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 # KEYS: rows hash, log list, failed counter, verify-stage counter.

@@ -88,6 +88,10 @@ class RunSettings(Frozen):
     model_profile_id: str = "default"
     keep_answers: bool = False
     use_cache: bool = True
+    # ``--cache``: model replies of this run may come from, and go into, the response cache
+    # (docs/llm.md, 'Response cache'). Not a policy field: a reply served again is the same
+    # reply, so the run's hashes (and the result cache's key) stay as they were.
+    response_cache: bool = False
 
     def run_settings(self) -> dict[str, Any]:
         """These fields by name, for building a job of the run."""
@@ -190,6 +194,10 @@ class Generation(Frozen):
     truncated: bool = False
     # set when the token budget was lowered to fit max_model_len (by qfarm or by the server)
     max_tokens_effective: int | None = None
+    # None: the run did not ask for the response cache; else whether the reply came from it
+    response_cache_hit: bool | None = None
+    # a cached reply: the model time its first request took (this job's share of it)
+    model_ms_saved: float | None = None
 
 
 class Claim(Frozen):
@@ -344,6 +352,9 @@ class Sampling(Frozen):
     # The policy's share_samples: the gateway may answer this job with one choice of a
     # request that carries its sibling samples (qfarm.common.sharing). Not sent.
     share_samples: bool = False
+    # The run's ``--cache``: the gateway may answer from the response cache, and stores
+    # complete replies there. Not sent.
+    cache: bool = False
 
 
 class QuestionSelection(Frozen):
@@ -492,7 +503,9 @@ class Row(Frozen):
     gold: GoldCheck | None = Field(None, description="the answer and evidence against the question file's gold answers; written flat in the JSON")
     verifier_policy_hash: str | None = Field(None, description="hash of the policy fields that change verification or the prompt")
     governance_policy_hash: str | None = Field(None, description="hash of every policy field and rule version")
-    cache_hit: bool = Field(False, description="the answer came from the result cache")
+    cache_hit: bool = Field(False, description="the whole row came from the result cache (no stage ran)")
+    response_cache_hit: bool | None = Field(None, description="with --cache: the model's reply came from the response cache (the row was verified afresh); absent without --cache")
+    model_ms_saved: float | None = Field(None, description="a response-cache hit: the model time the reply first took, ms")
     attempts: int = Field(0, description="model requests made for the job")
     error: str | None = Field(None, description="what went wrong, starting with the error kind; null for an answered job")
     error_kind: ErrorKind | None = Field(None, description="internal, retrieval or llm; null without an error")
@@ -539,6 +552,11 @@ class Row(Frozen):
                 flat[key] = []
         if not flat.get("retried_errors"):  # only a retry's row says so: other rows stay as they were
             flat.pop("retried_errors", None)
+        # Only a run with --cache says whether the response cache answered: other rows stay
+        # as they were.
+        for key in ("response_cache_hit", "model_ms_saved"):
+            if flat.get(key) is None:
+                flat.pop(key, None)
         return flat
 
 

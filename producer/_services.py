@@ -49,6 +49,7 @@ def run_manifest(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], set
         eager=eager,
         keep_answers=spec.keep_answers,
         use_cache=spec.use_cache,
+        response_cache=spec.response_cache,
         selection=questions.selection,
         cost_rates=settings.cost_rates(),
         preflight_hash=plan_preflight_hash(
@@ -108,13 +109,15 @@ def eager_services(settings: Settings, retriever: Any) -> tuple[Any, ProducerSto
     """In-process services for eager runs over an in-memory Redis."""
     import fakeredis  # only eager runs need it
 
+    from qfarm.worker.llm.response_cache import process_response_cache
     from qfarm.worker.services import Services, install_services
     from qfarm.worker.store import InProcessStore
 
     client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
     # Only this process reaches the in-memory Redis: rows are written without the row script.
+    # The response cache outlives the run: eager runs of one process share its replies.
     svc = Services(settings=settings, store=InProcessStore(client), worker_name="eager",
-                   retriever_factory=lambda: retriever)
+                   retriever_factory=lambda: retriever, response_store=process_response_cache())
     install_services(svc)
     return svc, ProducerStore(client)
 

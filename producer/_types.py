@@ -156,6 +156,8 @@ class SweepSpec:
     policy: Policy = field(default_factory=Policy)
     keep_answers: bool = False
     use_cache: bool = True
+    # ``--cache``: the response cache answers requests asked before (docs/llm.md).
+    response_cache: bool = False
     limit: int | None = None
     sample: int | None = None
     seed: int | None = None

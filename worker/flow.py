@@ -180,6 +180,9 @@ def row_from_cache(cached: dict, record: JobRecord) -> Row:
         question_scope=job.question.scope,
         sample_index=job.sample_index,
         cache_hit=True,
+        # A whole row re-issued: no model reply was asked for, cached or not.
+        response_cache_hit=None,
+        model_ms_saved=None,
         # The sidecar does not run on the cache-hit path: the cached verdict is re-issued as it was.
         answerability=None,
         attempts=0,

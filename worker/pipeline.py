@@ -187,6 +187,7 @@ def sampling_for(record: JobRecord) -> Sampling:
         grammar=grammar,
         interactive=is_ask_run(job.run_id),
         share_samples=job.policy.share_samples,
+        cache=job.response_cache,
     )
 
 

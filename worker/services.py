@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from qfarm.common.settings import Settings, load_settings
 
 if TYPE_CHECKING:  # imported where used at run time: a prefork parent opens no connections
+    from qfarm.worker.llm.response_cache import ResponseStore
     from qfarm.worker.pipeline import Gateway
     from qfarm.worker.retrieval.base import Retriever
     from qfarm.worker.store import WorkerStore
@@ -29,6 +30,9 @@ class Services:
     worker_name: str
     retriever_factory: Callable[[], Retriever] | None = None
     gateway_factory: Callable[[], Gateway] | None = None
+    # Where the gateway keeps model replies of runs with --cache: Redis on the farm, this
+    # process's memory for eager runs (worker/llm/response_cache.py). None: nowhere.
+    response_store: ResponseStore | None = None
     _retriever: Retriever | None = None
     _gateway: Gateway | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -54,7 +58,7 @@ class Services:
                 else:
                     from qfarm.worker.llm import open_gateway
 
-                    self._gateway = open_gateway(self.settings)
+                    self._gateway = open_gateway(self.settings, self.response_store)
             return self._gateway
 
     def close(self) -> None:
@@ -73,6 +77,7 @@ _guard = threading.Lock()
 def build_services(settings: Settings | None = None) -> Services:
     import redis
 
+    from qfarm.worker.llm.response_cache import RedisResponseCache
     from qfarm.worker.store import WorkerStore
 
     settings = settings or load_settings()
@@ -83,7 +88,12 @@ def build_services(settings: Settings | None = None) -> Services:
         health_check_interval=30,
     )
     name = f"{socket.gethostname()}:{os.getpid()}"
-    return Services(settings=settings, store=WorkerStore(client), worker_name=name)
+    return Services(
+        settings=settings,
+        store=WorkerStore(client),
+        worker_name=name,
+        response_store=RedisResponseCache(client),
+    )
 
 
 def get_services() -> Services:

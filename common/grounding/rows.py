@@ -94,6 +94,8 @@ def build_row(record: JobRecord) -> Row:
         finish_reason=gen.finish_reason if gen else None,
         truncated=gen.truncated if gen and not record.error else None,
         max_tokens_effective=gen.max_tokens_effective if gen else None,
+        response_cache_hit=gen.response_cache_hit if gen else None,
+        model_ms_saved=gen.model_ms_saved if gen else None,
         retried_errors=list(job.retried_errors),
     )
 

@@ -11,6 +11,9 @@ come from the rates the manifest recorded (``CostRates``). The rules:
 docs/reports.md, 'What a run cost'.
 
 Rows served from the result cache and rows without a model call cost nothing here.
+Rows whose reply came from the response cache (``--cache``) cost nothing either: their
+tokens and the model time their reply first took are counted apart, as what the cache
+saved (``CostStats.saved``).
 Memory is bounded: the in-flight union keeps at most ``MAX_SPANS`` disjoint spans, and
 past that joins the two closest (the joined gap is reported as ``over_s``).
 """
@@ -99,6 +102,28 @@ class CostCell:
         self.busy.add(span[0], span[1])
 
 
+@dataclass
+class SavedByCache:
+    """Replies the response cache gave a run: no request was made for them, and what they
+    first cost (tokens, model seconds) was spent by an earlier run."""
+
+    rows: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    model_s: float = 0.0
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        usage = row.get("usage") or {}
+        self.rows += 1
+        self.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+        self.completion_tokens += int(usage.get("completion_tokens") or 0)
+        self.model_s += float(row.get("model_ms_saved") or 0.0) / 1000.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {"rows": self.rows, "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens, "model_s": round(self.model_s, 3)}
+
+
 class CostStats:
     """``CostCell`` per run, mode and endpoint, filled one row at a time."""
 
@@ -106,10 +131,14 @@ class CostStats:
         self.total = CostCell()
         self.modes: dict[str, CostCell] = {}
         self.endpoints: dict[str, CostCell] = {}
+        self.saved = SavedByCache()
 
     def add(self, row: Mapping[str, Any]) -> None:
         if row.get("cache_hit"):
             return  # re-issued from the cache: no model call in this run
+        if row.get("response_cache_hit") and not row.get("error"):
+            self.saved.add(row)  # the reply was stored: no model call in this run
+            return
         usage = row.get("usage") or {}
         request = row.get("llm_request")
         has_tokens = usage.get("prompt_tokens") is not None or usage.get("completion_tokens") is not None
@@ -228,6 +257,8 @@ def cost_summary(stats: CostStats, rates: CostRates, wall_s: float | None,
         "estimated": stats.total.estimated_rows > 0,
         "lines": [{**asdict(line), "estimated": line.estimated} for line in lines],
         "notes": cost_notes(stats),
+        # Only runs the response cache answered say so: other runs' cost stays as it was.
+        **({"response_cache": stats.saved.as_json()} if stats.saved.rows else {}),
     }
 
 
@@ -243,6 +274,13 @@ def cost_notes(stats: CostStats) -> list[str]:
     if t.untimed_rows:
         notes.append(f"{t.untimed_rows} rows carry no request timing (written by an older "
                      "qfarm): their model time is not counted.")
+    saved = stats.saved
+    if saved.rows:
+        notes.append(
+            f"{saved.rows} rows' replies came from the response cache (--cache): no request "
+            f"was made for them, and the table leaves them out. Saved: {saved.prompt_tokens:,} "
+            f"prompt + {saved.completion_tokens:,} completion tokens and {saved.model_s:,.1f} "
+            "s of model time, spent by the run that first asked.")
     over = max((c.busy.over_s for c in (t, *stats.endpoints.values())), default=0.0)
     if over > 0:
         notes.append(f"in-flight time is over-estimated by at most {over:.1f} s (gaps between "
@@ -330,7 +368,8 @@ def render_cost(lines: list[CostLine], rates: CostRates, notes: list[str], *,
         out += ["The simulator's token counts and latencies, not a GPU's: they price the "
                 "farm's plumbing, not the model.", ""]
     if not lines or lines[0].rows == 0:
-        return out + ["No model calls in this run's rows (cache hits and failures cost nothing here)."]
+        return out + ["No model calls in this run's rows (cache hits and failures cost nothing here)."] + [
+            f"- {note}" for note in notes]
     out.append(
         "Tokens from the server's `usage` (ESTIMATED where it gave none); model s: the sum of "
         "the requests' durations; in flight s: the time at least one request was open; "

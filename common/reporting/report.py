@@ -193,11 +193,18 @@ def _header(
             f" ({paused_s:.1f} s between an interrupt and its resume left out)"
             if paused_s > 0 else "")),
         ("throughput", "—" if not wall or wall <= 0 else f"{stats.rows / wall:.2f} jobs/s"),
-        ("cache hits", str(stats.cache_hits)),
+        ("result cache hits", str(stats.cache_hits)),
+        *([("response cache", response_cache_text(stats))] if man.response_cache else []),
     ]
     out += md_table(["run", ""], [[k, v] for k, v in facts])
     out += run_warnings(man, stats, status, cancelled_jobs)
     return out
+
+
+def response_cache_text(stats: RunStats) -> str:
+    """The header's line for a run with ``--cache``: replies it served, and what they saved."""
+    return (f"on (--cache): {stats.response_cache_hits} of {stats.response_cache_asked} model "
+            f"replies from the cache, {stats.model_ms_saved / 1000.0:,.1f} s of model time saved")
 
 
 def run_wall_s(man: Manifest, stats: RunStats, finished_at: float | None,

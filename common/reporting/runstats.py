@@ -283,6 +283,11 @@ class RunStats:
         self.errors: Counter[str] = Counter()
         self.error_examples: dict[str, str] = {}
         self.cache_hits = 0
+        # --cache: rows that asked the response cache, those it answered, and the model time
+        # their replies first took
+        self.response_cache_asked = 0
+        self.response_cache_hits = 0
+        self.model_ms_saved = 0.0
         # rows written by a ``--retry-errors`` attempt, and how many of them are errors again
         self.from_retry = 0
         self.from_retry_errors = 0
@@ -346,6 +351,11 @@ class RunStats:
         if r.get("cache_hit"):
             self.cache_hits += 1
             m.cache_hits += 1
+        if r.get("response_cache_hit") is not None:  # a run with --cache
+            self.response_cache_asked += 1
+            if r["response_cache_hit"]:
+                self.response_cache_hits += 1
+                self.model_ms_saved += float(r.get("model_ms_saved") or 0.0)
         if r.get("retried_errors"):
             self.from_retry += 1
             self.from_retry_errors += is_error

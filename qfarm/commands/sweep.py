@@ -71,7 +71,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --eager: one job at a time, every stage inline (for debugging)")
     p.add_argument("--out", type=runtime.results_dir_arg, default=None, help="results directory (default QFARM_RESULTS_DIR, ./qfarm-runs)")
     p.add_argument("--keep-answers", action="store_true", help="store the answer text in rows")
-    p.add_argument("--burn", action="store_true", help="bypass the result cache")
+    p.add_argument("--burn", action="store_true",
+                   help="bypass the result cache (whole rows of earlier runs)")
+    p.add_argument("--cache", action="store_true", dest="response_cache",
+                   help="let the response cache answer model requests asked before (same "
+                        "model, server, prompt, sampling and seed), and keep this run's "
+                        "complete replies there; off by default (docs/llm.md, 'Response cache')")
     p.add_argument("--resume", metavar="RUN_ID",
                    help="re-enqueue only the jobs of RUN_ID without a row (with --eager: run "
                         "them in this process, for an interrupted eager run)")
@@ -209,7 +214,7 @@ def _sweep(args: argparse.Namespace, settings, bar: _ProgressBar) -> RunResult:
     questions = QuestionSet.from_file(question_sets.resolve(args.questions), settings.max_question_chars)
     spec = SweepSpec(questions=questions, modes=modes, n=args.n,
                      policy=policy, keep_answers=args.keep_answers, use_cache=not args.burn,
-                     limit=args.limit, sample=args.sample, seed=args.seed)
+                     response_cache=args.response_cache, limit=args.limit, sample=args.sample, seed=args.seed)
     return run_sweep(spec, eager=args.eager, detach=args.detach, settings=settings, serial=args.serial,
                      on_progress=bar.show, say=bar.say, index_progress=not args.quiet,
                      endpoints=lambda s: runtime.llm_endpoints(s, quiet=not args.eager,

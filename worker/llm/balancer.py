@@ -77,6 +77,9 @@ class EndpointState:
     # This endpoint's own in-flight cap when lower than the balancer's (a one-slot server).
     inflight_cap: int | None = None
     server: str | None = None  # what a non-vLLM server said it is (None: not recognised)
+    # What /v1/models said this endpoint serves (client.served_identity), read at start-up:
+    # the response cache's key. None: it said nothing, and its replies are never cached.
+    served: dict[str, Any] | None = None
     metrics_problem: str | None = None  # why load weighting gets no figures from this endpoint
 
     @property
@@ -383,6 +386,10 @@ class Balancer:
         """The window ``/v1/models`` reported, else ``window_fallback`` (the configured one)."""
         with self._cond:
             self._by_url[url].max_model_len = value or self.window_fallback
+
+    def set_served(self, url: str, served: dict[str, Any] | None) -> None:
+        with self._cond:
+            self._by_url[url].served = served
 
     def set_server(self, url: str, name: str, *, one_slot: bool, dialect: str = VLLM) -> None:
         """A recognised non-vLLM server; a one-slot one gets an in-flight cap of 1, and its

@@ -663,8 +663,8 @@ class LLMClient:
             )
         return MetricsScrape(values)
 
-    async def amax_model_len(self, target: Target, timeout_s: float) -> int | None:
-        """``max_model_len`` of QFARM_MODEL as the server's ``/v1/models`` reports it (vLLM does)."""
+    async def amodel_entry(self, target: Target, timeout_s: float) -> dict[str, Any] | None:
+        """QFARM_MODEL's entry in the server's ``/v1/models`` (None: unreachable, or not listed)."""
         try:
             status, content = await self._get(target, "/v1/models", timeout_s)
             payload = json.loads(content) if status == 200 else None
@@ -673,10 +673,12 @@ class LLMClient:
         entries = payload.get("data") if isinstance(payload, dict) else None
         for entry in entries if isinstance(entries, list) else ():
             if isinstance(entry, dict) and entry.get("id") == self.model:
-                value = entry.get("max_model_len")
-                if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                    return value
+                return entry
         return None
+
+    async def amax_model_len(self, target: Target, timeout_s: float) -> int | None:
+        """``max_model_len`` of QFARM_MODEL as the server's ``/v1/models`` reports it (vLLM does)."""
+        return window_of(await self.amodel_entry(target, timeout_s))
 
     def check_health(self, target: Target, timeout_s: float) -> bool:
         return self._run(self.acheck_health(target, timeout_s))
@@ -692,6 +694,32 @@ class LLMClient:
 
     def max_model_len(self, target: Target, timeout_s: float) -> int | None:
         return self._run(self.amax_model_len(target, timeout_s))
+
+    def model_entry(self, target: Target, timeout_s: float) -> dict[str, Any] | None:
+        return self._run(self.amodel_entry(target, timeout_s))
+
+
+# What of a /v1/models entry says which model is served, and how: the response cache's key
+# (worker/llm/response_cache.py). Not ``created`` (vLLM stamps the time of the request) nor
+# ``permission`` (ids and times made per request).
+SERVED_FIELDS = ("id", "root", "parent", "max_model_len", "owned_by")
+
+
+def window_of(entry: dict[str, Any] | None) -> int | None:
+    value = entry.get("max_model_len") if entry else None
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return None
+
+
+def served_identity(entry: dict[str, Any] | None, server: str | None) -> dict[str, Any] | None:
+    """What an endpoint said it serves, for the response cache's key; None when it said
+    nothing (no such entry): such an endpoint's replies are never cached."""
+    if not entry:
+        return None
+    identity: dict[str, Any] = {k: entry[k] for k in SERVED_FIELDS if entry.get(k) is not None}
+    identity["server"] = server or VLLM
+    return identity
 
 
 def _usage(raw: object, max_completion_tokens: int) -> Usage:

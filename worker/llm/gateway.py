@@ -79,6 +79,7 @@ from qfarm.worker import metrics
 from qfarm.worker.llm.bridge import ThreadBridge
 from qfarm.worker.llm.dispatch import Dispatcher
 from qfarm.worker.llm.pool import EndpointPool
+from qfarm.worker.llm.response_cache import ResponseCache, ResponseStore
 
 # How long ``Gateway.close`` lets requests in flight finish before ending them.
 CLOSE_GRACE_S = 5.0
@@ -100,11 +101,16 @@ class Gateway:
         *,
         transport: httpx.AsyncBaseTransport | None = None,
         rng: random.Random | None = None,
+        response_store: ResponseStore | None = None,
     ):
         self.settings = settings
         self._pool = EndpointPool(settings, transport=transport)
         self._loop = self._pool.loop
-        self._dispatch = Dispatcher(self._pool, settings, rng)
+        # None: no response cache here; requests of --cache runs then always ask the model.
+        self.response_cache = (
+            None if response_store is None else ResponseCache(response_store, settings.model)
+        )
+        self._dispatch = Dispatcher(self._pool, settings, rng, self.response_cache)
         self._pool.start()
         metrics.watch_endpoints(self.endpoint_states)  # in-flight and breakers for /metrics
         self._dispatch.start_batching(settings)
@@ -169,6 +175,7 @@ class Gateway:
         self.close()
 
 
-def open_gateway(settings: Settings) -> Gateway:
-    """The process's gateway; call once per process and share it across threads."""
-    return Gateway(settings)
+def open_gateway(settings: Settings, response_store: ResponseStore | None = None) -> Gateway:
+    """The process's gateway; call once per process and share it across threads.
+    ``response_store``: where runs with ``--cache`` keep model replies (none: not kept)."""
+    return Gateway(settings, response_store=response_store)

@@ -13,7 +13,14 @@ from qfarm.common.errors import ConfigError
 from qfarm.common.settings import Settings, api_keys_by_endpoint
 from qfarm.common.urls import redact_url
 from qfarm.worker.llm.balancer import Balancer, EndpointState
-from qfarm.worker.llm.client import HEALTH_PATH, MODELS_PATH, LLMClient, Target
+from qfarm.worker.llm.client import (
+    HEALTH_PATH,
+    MODELS_PATH,
+    LLMClient,
+    Target,
+    served_identity,
+    window_of,
+)
 from qfarm.worker.llm.health import HealthPoller
 
 log = logging.getLogger("qfarm.llm")
@@ -92,8 +99,10 @@ class EndpointPool:
         # Short: an endpoint down at start-up is asked again by the health poller.
         probe_s = max(0.5, min(2.0, settings.llm_connect_timeout_s))
         for e in self.balancer.endpoints:
-            self.balancer.set_max_model_len(e.url, self.client.max_model_len(e.target, probe_s))
+            entry = self.client.model_entry(e.target, probe_s)
+            self.balancer.set_max_model_len(e.url, window_of(entry))
             self._recognise(e, probe_s)
+            self.balancer.set_served(e.url, served_identity(entry, e.server))
         if settings.llm_health_interval_s <= 0 and settings.llm_metrics_weighting:
             log.warning(
                 "load weighting is off: QFARM_LLM_HEALTH_INTERVAL_S=0 stops /metrics polling"
