@@ -201,6 +201,14 @@ class Backend(StrEnum):
     OPENSEARCH = "opensearch"
 
 
+class CacheKind(StrEnum):
+    """Which cache ``qfarm cache`` reads: whole rows of earlier runs (``result``, on by
+    default, ``--burn`` skips it) or model replies (``response``, ``--cache`` turns it on)."""
+
+    RESULT = "result"
+    RESPONSE = "response"
+
+
 class Role(StrEnum):
     """A farm process's role: one line of the Procfile, one supervised program.
 

@@ -109,7 +109,7 @@ def eager_services(settings: Settings, retriever: Any) -> tuple[Any, ProducerSto
     """In-process services for eager runs over an in-memory Redis."""
     import fakeredis  # only eager runs need it
 
-    from qfarm.worker.llm.response_cache import process_response_cache
+    from qfarm.worker.llm import process_response_cache
     from qfarm.worker.services import Services, install_services
     from qfarm.worker.store import InProcessStore
 

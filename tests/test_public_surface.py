@@ -46,9 +46,10 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
         ["encoding", "flow", "leases", "metrics", "pipeline", "stages"],
     ),
     "qfarm.worker.llm": (
-        ["Gateway", "open_gateway"],
+        ["Gateway", "MemoryResponseCache", "RedisResponseCache", "ResponseStore", "open_gateway",
+         "process_response_cache"],
         ["admission", "balancer", "batcher", "bridge", "dispatch", "gateway", "health",
-         "replies", "retry", "transport"],
+         "replies", "response_cache", "retry", "transport"],
     ),
     "qfarm.worker.retrieval": (
         ["Retriever", "ensure_default_index", "open_retriever"],

@@ -69,8 +69,10 @@ def count_rows(rows: Sequence[Row], written: Iterable[bool]) -> None:
 
 
 def _cost_items(row: Row) -> list[tuple[str, int]]:
-    """The row's tokens and model time (a cache hit's cost nothing in this run)."""
-    if row.cache_hit or (row.llm_request is None and row.usage.prompt_tokens is None):
+    """The row's tokens and model time (a hit of either cache cost nothing in this run)."""
+    if row.cache_hit or row.response_cache_hit or (
+        row.llm_request is None and row.usage.prompt_tokens is None
+    ):
         return []
     endpoint, mode = row.endpoint or "(none)", row.mode.value
     estimated = "true" if row.usage.estimated else "false"

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from qfarm.common.settings import Settings, load_settings
 
 if TYPE_CHECKING:  # imported where used at run time: a prefork parent opens no connections
-    from qfarm.worker.llm.response_cache import ResponseStore
+    from qfarm.worker.llm import ResponseStore
     from qfarm.worker.pipeline import Gateway
     from qfarm.worker.retrieval.base import Retriever
     from qfarm.worker.store import WorkerStore
@@ -77,7 +77,7 @@ _guard = threading.Lock()
 def build_services(settings: Settings | None = None) -> Services:
     import redis
 
-    from qfarm.worker.llm.response_cache import RedisResponseCache
+    from qfarm.worker.llm import RedisResponseCache
     from qfarm.worker.store import WorkerStore
 
     settings = settings or load_settings()

@@ -14,6 +14,14 @@ if any does.
 
 ``--questions`` sweeps another question file (``-n 1`` on the 1,000 distinct tuning
 questions checks what depends on each question's own words: its search and preflight).
+
+``--cache`` checks the response cache: the sweep runs twice with ``--cache`` (the first run
+fills the cache, the second is answered from it), and the second run's rows are the ones
+written or compared, less the cache's own marks (``CACHE_MARKS``; removed from both sides),
+so that a reference written without ``--cache`` must match them field for field:
+
+    python -m bench.perf.rows_check --eager --out /tmp/rows-plain.jsonl
+    python -m bench.perf.rows_check --eager --cache --against /tmp/rows-plain.jsonl
 """
 
 from __future__ import annotations
@@ -32,8 +40,12 @@ VOLATILE = ("run_id", "job_id", "timings", "started_at", "finished_at", "worker"
             "llm_request")
 
 
-def normalised(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in row.items() if k not in VOLATILE}
+# What says where a reply came from rather than what it was: a cached reply made no request.
+CACHE_MARKS = ("attempts", "response_cache_hit", "model_ms_saved")
+
+
+def normalised(row: dict[str, Any], drop: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {k: v for k, v in row.items() if k not in VOLATILE and k not in drop}
 
 
 def _key(row: dict[str, Any]) -> tuple:
@@ -41,7 +53,20 @@ def _key(row: dict[str, Any]) -> tuple:
 
 
 def run(n: int, bundle: int, eager: bool, first: int | None = None,
-        question_file: Path = REPO / "bench/questions/general.jsonl") -> list[dict[str, Any]]:  # fmt: skip
+        question_file: Path = REPO / "bench/questions/general.jsonl", *,
+        cache: bool = False) -> list[dict[str, Any]]:  # fmt: skip
+    """The sweep's normalised rows; with ``cache``, those of the second of two runs with
+    ``--cache`` (the first fills the response cache), less ``CACHE_MARKS``."""
+    if not cache:
+        return _run(n, bundle, eager, first, question_file, cache=False)
+    filled = _run(n, bundle, eager, first, question_file, cache=True, drop=CACHE_MARKS)
+    print(f"first run with --cache: rows={len(filled)}", flush=True)
+    return _run(n, bundle, eager, first, question_file, cache=True, drop=CACHE_MARKS,
+                keep_redis=True)
+
+
+def _run(n: int, bundle: int, eager: bool, first: int | None, question_file: Path, *,
+         cache: bool, drop: tuple[str, ...] = (), keep_redis: bool = False) -> list[dict[str, Any]]:  # fmt: skip
     from qfarm.common.settings import Settings
     from qfarm.ops.sim.launch import start_simulator
     from qfarm.producer import QuestionSet, SweepSpec, run_sweep
@@ -53,21 +78,25 @@ def run(n: int, bundle: int, eager: bool, first: int | None = None,
     if first is not None:
         questions = QuestionSet.from_texts(questions.questions[:first], source=questions.source)
     spec = SweepSpec(questions=questions,
-                     n=n, keep_answers=True, use_cache=False)
+                     n=n, keep_answers=True, use_cache=False, response_cache=cache)
     with start_simulator(ttft_ms=0, tpot_ms=0, max_num_seqs=512) as sim:
         settings = Settings(redis_url=bench_redis_url(), llm_endpoints=sim.url, index_path=index,
                             bundle_size=bundle, results_dir=tmp / "results")
         if eager:
             result = run_sweep(spec, eager=True, settings=settings)
         else:
-            flush()
+            if not keep_redis:  # the second run with --cache reads the first's replies there
+                flush()
             env = farm_env(QFARM_LLM_ENDPOINTS=sim.url, QFARM_INDEX_PATH=str(index))
             spec_w = [("rows-cpu", "retrieve,verify", "prefork", 2),
                       ("rows-gpu", "generate", "threads", 8)]
             with workers(env, spec_w, tmp):
                 result = run_sweep(spec, settings=settings)
     rows = [json.loads(line) for line in result.rows_path.read_text().splitlines() if line.strip()]
-    return sorted((normalised(r) for r in rows), key=_key)
+    hits = sum(1 for r in rows if r.get("response_cache_hit"))
+    if cache:
+        print(f"replies from the response cache: {hits} of {len(rows)}", flush=True)
+    return sorted((normalised(r, drop) for r in rows), key=_key)
 
 
 def main() -> None:
@@ -80,6 +109,9 @@ def main() -> None:
     ap.add_argument("--questions", type=Path, default=REPO / "bench/questions/general.jsonl",
                     help="question file (default: the general set); e.g. independent_tune.jsonl "
                          "for distinct questions, each searched and classified once")
+    ap.add_argument("--cache", action="store_true",
+                    help="run twice with --cache and check the second run's rows (from the "
+                         "response cache), less the cache's own marks")
     ap.add_argument("--quick", action="store_true",
                     help="seconds: the first 10 questions, 1 sample (CI; not the fixed sweep to compare)")
     args = ap.parse_args()
@@ -87,7 +119,8 @@ def main() -> None:
     from qfarm.common.settings import Settings
 
     n, first = (1, 10) if args.quick else (args.n, None)
-    rows = run(n, args.bundle or Settings().bundle_size, args.eager, first, args.questions)
+    rows = run(n, args.bundle or Settings().bundle_size, args.eager, first, args.questions,
+               cache=args.cache)
     errors = sum(1 for r in rows if r["error"])
     print(f"rows={len(rows)} error_rows={errors}")
     if args.out:
@@ -95,6 +128,8 @@ def main() -> None:
         print(f"wrote {args.out}")
     if args.against:
         old = [json.loads(line) for line in args.against.read_text().splitlines() if line.strip()]
+        if args.cache:  # a reference written without --cache carries its request counts
+            old = [normalised(r, CACHE_MARKS) for r in old]
         old_by, new_by = {_key(r): r for r in old}, {_key(r): r for r in rows}
         differ = [k for k in old_by.keys() | new_by.keys() if old_by.get(k) != new_by.get(k)]
         for k in sorted(differ)[:5]:

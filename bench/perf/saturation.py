@@ -612,6 +612,77 @@ def print_table(jobs: int, repeat: int, only: Sequence[str] = (),
           f"load after: {os.getloadavg()[0]:.2f}. All figures come from the vLLM simulator (SIMULATED).")
 
 
+# The response cache's rows: one prefix-aware simulator (--latency cost: what a run is
+# charged in model seconds), general x 13 quote-mode jobs, eager, three runs in a row.
+CACHE_DRIVER = "eager-cache"
+CACHE_RUNS = (("no cache", False), ("--cache, first run (fills it)", True),
+              ("--cache, second run", True))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CacheRun:
+    label: str
+    jobs: int
+    errors: int
+    requests: int  # sequences the simulator ran (one per model request: n is 1)
+    busy_s: float  # model seconds the simulator charged (SIMULATED)
+    request_s: float  # the cost table's model s: the requests' durations, summed
+    wall_s: float
+    hits: int
+    saved_s: float  # model time the hits' replies first took, as the rows say
+
+
+def response_cache_runs(jobs: int, time_scale: float = 1.0) -> list[CacheRun]:
+    """general x 13 eager, without the response cache, then twice with ``--cache``: what
+    each run asked of the model and what it was charged. The result cache is off (each
+    run would otherwise re-issue the first's rows and never reach the model)."""
+    from qfarm.producer import SweepSpec, run_sweep
+    from qfarm.worker.llm import process_response_cache
+
+    _WORKLOAD[0] = "general"
+    questions, n = real_questions(jobs, [Mode.QUOTE])
+    process_response_cache().clear()
+    out = []
+    with start_simulator(latency="cost", time_scale=time_scale) as sim:
+        for label, cache in CACHE_RUNS:
+            sim.reset()  # each run starts with an empty prefix cache, as a fresh server would
+            before = sim.stats()["charged"]
+            tmp = Path(tempfile.mkdtemp(prefix="qfarm-sat-cache-"))
+            settings = Settings(llm_endpoints=sim.url, index_path=table_index(),
+                                results_dir=tmp / "results")  # fmt: skip
+            spec = SweepSpec(questions=questions, modes=[Mode.QUOTE], n=n, use_cache=False,
+                             response_cache=cache)  # fmt: skip
+            t0 = time.perf_counter()
+            result = run_sweep(spec, eager=True, settings=settings)
+            wall = time.perf_counter() - t0
+            after = sim.stats()["charged"]
+            rows = result.rows()
+            hits = [r for r in rows if r.response_cache_hit]
+            asked = [r.llm_request for r in rows if r.llm_request is not None]
+            out.append(CacheRun(
+                label, len(rows), sum(1 for r in rows if r.error),
+                int(after["sequences"] - before["sequences"]), after["busy_s"] - before["busy_s"],
+                sum(q.ms / q.prompts for q in asked) / 1000.0,
+                wall, len(hits), sum(r.model_ms_saved or 0.0 for r in hits) / 1000.0))  # fmt: skip
+            print(f"{label}: {out[-1]}", flush=True)
+    process_response_cache().clear()
+    return out
+
+
+def print_cache_table(runs: Sequence[CacheRun], time_scale: float) -> None:
+    print("\nThe response cache: general x 13 quote-mode jobs, eager, one simulated endpoint "
+          f"(--latency cost, time scale {time_scale:g}); every figure SIMULATED\n")
+    print("| run | rows | errors | model requests | engine s charged | request s (cost table) | "
+          "replies from the cache | request s saved (rows) | wall s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in runs:
+        print(f"| {r.label} | {r.jobs} | {r.errors} | {r.requests} | {r.busy_s:.2f} | "
+              f"{r.request_s:.1f} | {r.hits} | {r.saved_s:.1f} | {r.wall_s:.1f} |")
+    print("\nengine s: the simulator's busy time (its steps); request s: the requests' durations "
+          "summed, queueing at the server included (the cost table's model s), which is what "
+          "a hit's model_ms_saved repeats.")
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--jobs", type=int, default=2000, help="jobs in the main run (default 2000)")
@@ -628,7 +699,12 @@ def main(argv: list[str] | None = None) -> None:
                    help="the saturation table: eager, distributed, gateway alone at 1 and 2 endpoints")
     p.add_argument("--table-jobs", type=int, default=1976, help="jobs per table run (default 1976)")
     p.add_argument("--repeat", type=int, default=2, help="runs per table row (default 2)")
-    p.add_argument("--only", default="", help="table: only these drivers (comma list)")
+    p.add_argument("--only", default="",
+                   help=f"table: only these drivers (comma list; {CACHE_DRIVER}: the response "
+                        "cache's rows)")
+    p.add_argument("--cache-time-scale", type=float, default=1.0,
+                   help="table: the cost simulator's time scale for the response cache's rows "
+                        "(its sleeps x this; the model seconds charged are unchanged)")
     p.add_argument("--backends", default="embedded",
                    help="table: retrieval backends of the eager rows (comma list of "
                         f"{', '.join(BACKENDS)}; default embedded; opensearch starts a real node, "
@@ -647,8 +723,13 @@ def main(argv: list[str] | None = None) -> None:
             p.error(f"--backends {args.backends}: expected a comma list of {', '.join(BACKENDS)}")
         if args.quick:  # CI: one short run of the eager row per workload, figures meaningless
             args.table_jobs, args.repeat, args.only = 40, 1, args.only or "eager"
-        print_table(args.table_jobs, args.repeat, [d for d in args.only.split(",") if d], workloads,
-                    backends)  # fmt: skip
+        only = [d for d in args.only.split(",") if d]
+        drivers = [d for d in only if d != CACHE_DRIVER]
+        if drivers or not only:
+            print_table(args.table_jobs, args.repeat, drivers, workloads, backends)
+        if CACHE_DRIVER in only or not only:
+            print_cache_table(response_cache_runs(args.table_jobs, args.cache_time_scale),
+                              args.cache_time_scale)
         return
     from bench.perf.farmkit import exit_on_sigterm
 

@@ -93,6 +93,9 @@ def _facts(row: Mapping[str, Any]) -> str:
         ("tokens", _tokens(row.get("usage"))),
         ("attempts", row.get("attempts")),
         ("cache hit", _yes_no(row.get("cache_hit"))),
+        # Only a run with --cache says where its reply came from.
+        *([("reply from the response cache", _yes_no(row["response_cache_hit"]))]
+          if row.get("response_cache_hit") is not None else []),
         ("model", row.get("model")),
         ("retriever · index", f"{row.get('retriever') or '—'} · {row.get('index_version') or '—'}"),
         ("worker", row.get("worker")),

@@ -128,3 +128,39 @@ def test_a_value_that_is_not_a_row_is_counted_and_only_all_removes_it(cached, ca
     assert _left(cached) == ["bad"]
     _cli(capsys, "prune", "--all")
     assert _left(cached) == []
+
+
+def _reply(model: str, root: str, age_days: float) -> str:
+    from qfarm.common.cache import ResponseEntry
+
+    return ResponseEntry(model=model, served={"id": model, "root": root, "server": "vllm"},
+                         text="t", finish_reason="stop", usage={"prompt_tokens": 1},
+                         model_ms=10.0, created_at=NOW - age_days * DAY).model_dump_json()
+
+
+def test_the_response_cache_is_counted_and_pruned_beside_the_result_cache(cached, capsys):
+    from qfarm.worker.llm import RedisResponseCache
+
+    RedisResponseCache(cached).put_many([
+        ("r0", _reply("a", "/models/a", 40)), ("r1", _reply("a", "/models/a-rev2", 1)),
+        ("r2", _reply("b", "/models/b", 0.5)),
+    ])
+    code, out, _ = _cli(capsys, "stats", "--json")
+    stats = json.loads(out)
+    assert stats["entries"] == 5  # the result cache's figures stay where they were
+    replies = stats["response"]
+    assert replies["entries"] == 3 and replies["by_model"] == {"a": 2, "b": 1}
+    assert replies["by_revision"] == {"/models/a": 1, "/models/a-rev2": 1, "/models/b": 1}
+    assert replies["oldest_finished_at"] == pytest.approx(NOW - 40 * DAY)
+    _, out, _ = _cli(capsys, "stats")
+    assert "response cache (model replies of runs with --cache):" in out
+    assert "by served revision: /models/a=1" in out
+    # Both caches by default; --kind narrows to one; --index-version never selects a reply.
+    code, out, _ = _cli(capsys, "prune", "--older-than", "5", "--json")
+    assert json.loads(out) == {"matched": 3, "deleted": 3, "dry_run": False}  # d0, d1, r0
+    code, out, _ = _cli(capsys, "prune", "--index-version", "v1", "--dry-run", "--json")
+    assert json.loads(out)["matched"] == 2
+    code, out, _ = _cli(capsys, "prune", "--all", "--kind", "response", "--json")
+    assert json.loads(out)["deleted"] == 2
+    assert _left(cached) == ["d2", "d3", "d4"]
+    assert not list(cached.scan_iter(match=keys.RESPONSE_CACHE_PATTERN))

@@ -14,7 +14,7 @@ from qfarm.common.policy import Policy
 from qfarm.common.settings import Settings
 from qfarm.ops.sim.launch import SimulatorHandle, start_simulator
 from qfarm.producer import RunResult, SweepSpec, run_sweep
-from qfarm.worker.llm.response_cache import process_response_cache
+from qfarm.worker.llm import process_response_cache
 
 pytestmark = pytest.mark.slow
 QUESTIONS = ["Who were the members of the Beatles?", "What is jazz?", "Where is Mount Etna?"]

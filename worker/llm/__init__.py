@@ -6,8 +6,24 @@ requests themselves run on one event loop (``transport.py``). See ``gateway.py``
 rules, ``balancer.py`` for endpoint choice, health and the circuit breaker,
 ``batcher.py`` for the optional micro-batcher and ``docs/llm.md`` for
 pointing the farm at real vLLM servers.
+
+``response_cache.py`` keeps model replies of runs with ``--cache``: pass a store
+(``RedisResponseCache``, or ``process_response_cache()`` in process) to ``open_gateway``.
 """
 
 from qfarm.worker.llm.gateway import Gateway, open_gateway
+from qfarm.worker.llm.response_cache import (
+    MemoryResponseCache,
+    RedisResponseCache,
+    ResponseStore,
+    process_response_cache,
+)
 
-__all__ = ["Gateway", "open_gateway"]
+__all__ = [
+    "Gateway",
+    "MemoryResponseCache",
+    "RedisResponseCache",
+    "ResponseStore",
+    "open_gateway",
+    "process_response_cache",
+]
