@@ -13,7 +13,6 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor, Future
 from typing import Any, TypeVar
 
-from qfarm.common import keys
 from qfarm.common.backoff import RetryPolicy, compute_backoff
 from qfarm.common.errors import (
     PermanentServiceError,
@@ -29,16 +28,10 @@ from qfarm.worker import metrics
 from qfarm.worker.llm.admission import Admission
 from qfarm.worker.llm.balancer import EndpointState
 from qfarm.worker.llm.batcher import BatchItem, MicroBatcher
-from qfarm.worker.llm.client import FINISHED_OK, VLLM, Choice, Reply, build_body
+from qfarm.worker.llm.client import FINISHED_OK, VLLM, Choice, Reply
 from qfarm.worker.llm.pool import EndpointPool
 from qfarm.worker.llm.replies import fit_context, split_shared_usage, split_usage, to_generation
-from qfarm.worker.llm.response_cache import (
-    ResponseCache,
-    entry_for,
-    generation_from,
-    is_cacheable,
-    is_storable,
-)
+from qfarm.worker.llm.response_cache import ResponseCache
 
 log = logging.getLogger("qfarm.llm")
 T = TypeVar("T")
@@ -278,7 +271,9 @@ class Dispatcher:
         job_id = job_ids[0]
         caching = sampling.cache and self._cache is not None
         if caching and attempts == 0:
-            cached = await self._cached(prompt, sampling, job_ids, started)
+            assert self._cache is not None
+            cached = await self._cache.answer(self._balancer.endpoints, prompt, sampling,
+                                              len(job_ids), started)
             if cached is not None:
                 return cached
         # Back-pressure (vLLM's queue-full 503) is a wait, not a failure: those retries do not
@@ -328,7 +323,8 @@ class Dispatcher:
                 for choice, reply, usage in answers
             ]
             if caching:
-                gens = await self._keep(ep, prompt, sent, gens)
+                assert self._cache is not None
+                gens = await self._cache.keep(ep, prompt, sent, gens)
             return gens
         assert last is not None
         raise TransientServiceError(
@@ -337,57 +333,6 @@ class Dispatcher:
             job_id=job_id,
             attempts=attempts,
         )
-
-    def _cache_keys(self, ep: EndpointState, prompt: str, sent: Sampling,
-                    count: int) -> list[str] | None:
-        """Each job's key on ``ep``: the body of its request alone (the group's seed + j,
-        ``n`` 1: vLLM answers choice j of a request seeded s as a lone request seeded
-        s + j), as this endpoint would be sent it. None: not cacheable there."""
-        if ep.served is None:
-            return None
-        out = []
-        for j in range(count):
-            one = sent.model_copy(update={"seed": sent.seed + j, "n": 1})
-            body = build_body(self._client.model, [prompt], one, stream=False,
-                              dialect=ep.target.dialect, priority=ep.target.priority)
-            if not is_cacheable(one, body):
-                return None
-            out.append(keys.response_cache_digest(ep.served, body))
-        return out
-
-    async def _cached(self, prompt: str, sampling: Sampling, job_ids: list[str],
-                      started: float) -> list[Generation] | None:
-        """The group's answers from the response cache, when every job's is there under
-        the key of one of the endpoints (endpoints that serve the same model the same way
-        share one key); None: ask the model."""
-        assert self._cache is not None
-        seen: set[tuple[str, ...]] = set()
-        for ep in self._balancer.endpoints:
-            found_keys = self._cache_keys(ep, prompt, fit_context(prompt, sampling,
-                                                                  ep.max_model_len),
-                                          len(job_ids))
-            if found_keys is None or tuple(found_keys) in seen:
-                continue
-            seen.add(tuple(found_keys))
-            entries = await self._cache.lookup(found_keys)
-            if all(e is not None for e in entries):
-                self._cache.count(entries, used=True)
-                return [generation_from(e, started) for e in entries if e is not None]
-        if seen:
-            self._cache.misses += len(job_ids)
-        return None
-
-    async def _keep(self, ep: EndpointState, prompt: str, sent: Sampling,
-                    gens: list[Generation]) -> list[Generation]:
-        """Fresh answers of a --cache run: marked as such, and the complete ones stored."""
-        assert self._cache is not None
-        found_keys = self._cache_keys(ep, prompt, sent, len(gens))
-        if found_keys is not None and ep.served is not None:
-            await self._cache.store_many([
-                (key, entry_for(gen, self._client.model, ep.served))
-                for key, gen in zip(found_keys, gens, strict=True) if is_storable(gen)
-            ])
-        return [g.model_copy(update={"response_cache_hit": False}) for g in gens]
 
     async def _acquire(
         self,

@@ -33,6 +33,9 @@ import redis
 from qfarm.common import keys
 from qfarm.common.cache import ResponseEntry
 from qfarm.common.models import Generation, Sampling
+from qfarm.worker.llm.balancer import EndpointState
+from qfarm.worker.llm.client import build_body
+from qfarm.worker.llm.replies import fit_context
 
 log = logging.getLogger("qfarm.llm")
 
@@ -184,6 +187,32 @@ def decode(raw: str | bytes | None) -> ResponseEntry | None:
         return None
 
 
+def cache_keys(
+    model: str, ep: EndpointState, prompt: str, sent: Sampling, count: int
+) -> list[str] | None:
+    """Each job's key on ``ep`` for a group of ``count`` samples of one prompt: the body of
+    its request alone (the group's seed + j, ``n`` 1: vLLM answers choice j of a request
+    seeded s as a lone request seeded s + j), as this endpoint would be sent it. None: not
+    cacheable there (the endpoint described nothing, or unseeded sampling)."""
+    if ep.served is None:
+        return None
+    out = []
+    for j in range(count):
+        one = sent.model_copy(update={"seed": sent.seed + j, "n": 1})
+        body = build_body(
+            model,
+            [prompt],
+            one,
+            stream=False,
+            dialect=ep.target.dialect,
+            priority=ep.target.priority,
+        )
+        if not is_cacheable(one, body):
+            return None
+        out.append(keys.response_cache_digest(ep.served, body))
+    return out
+
+
 class ResponseCache:
     """The gateway's side of a store: lookups and writes that never fail a request, and
     that leave the event loop free while Redis answers."""
@@ -206,14 +235,52 @@ class ResponseCache:
         except Exception as exc:  # the cache saves time; its outage must not cost a job
             log.warning("response cache unreadable, asking the model: %s", exc)
             return [None] * len(cache_keys)
-        found = [decode(raw) for raw in raws]
-        return found
+        return [decode(raw) for raw in raws]
 
-    def count(self, found: Sequence[ResponseEntry | None], *, used: bool) -> None:
-        if used:
-            self.hits += len(found)
-        else:
-            self.misses += len(found)
+    async def answer(
+        self,
+        endpoints: Sequence[EndpointState],
+        prompt: str,
+        sampling: Sampling,
+        count: int,
+        started: float,
+    ) -> list[Generation] | None:
+        """A group's answers (one job: ``count`` 1) from the cache, when every job's is there
+        under the key of one endpoint (endpoints that serve the same model the same way
+        share keys, so this is one lookup on a farm of like servers); None: ask the model.
+        Before any endpoint slot is taken: a hit waits for no server."""
+        seen: set[tuple[str, ...]] = set()
+        for ep in endpoints:
+            sent = fit_context(prompt, sampling, ep.max_model_len)
+            found_keys = cache_keys(self.model, ep, prompt, sent, count)
+            if found_keys is None or tuple(found_keys) in seen:
+                continue
+            seen.add(tuple(found_keys))
+            entries = await self.lookup(found_keys)
+            hits = [e for e in entries if e is not None]
+            if len(hits) == count:
+                self.hits += count
+                return [generation_from(e, started) for e in hits]
+        if seen:
+            self.misses += count
+        return None
+
+    async def keep(
+        self, ep: EndpointState, prompt: str, sent: Sampling, gens: list[Generation]
+    ) -> list[Generation]:
+        """Fresh answers of a --cache run, from ``ep`` under ``sent``: the complete ones
+        stored, all marked as not from the cache."""
+        found_keys = cache_keys(self.model, ep, prompt, sent, len(gens))
+        if found_keys is not None and ep.served is not None:
+            served = ep.served
+            await self.store_many(
+                [
+                    (key, entry_for(gen, self.model, served))
+                    for key, gen in zip(found_keys, gens, strict=True)
+                    if is_storable(gen)
+                ]
+            )
+        return [g.model_copy(update={"response_cache_hit": False}) for g in gens]
 
     async def store_many(self, entries: Sequence[tuple[str, ResponseEntry]]) -> None:
         if not entries:
