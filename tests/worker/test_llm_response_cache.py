@@ -100,9 +100,9 @@ class CountingStore(MemoryResponseCache):
         super().__init__()
         self.reads = self.writes = 0
 
-    def get_many(self, cache_keys: Any) -> list[str | bytes | None]:
+    def get_many(self, digests: Any) -> list[str | bytes | None]:
         self.reads += 1
-        return super().get_many(cache_keys)
+        return super().get_many(digests)
 
     def put_many(self, entries: Any) -> None:
         self.writes += 1

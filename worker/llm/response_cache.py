@@ -10,7 +10,7 @@ another key; an endpoint that did not describe itself is never looked up or stor
 What may be cached (``is_cacheable``): only a request of a run that asked (``--cache``,
 ``Sampling.cache``), never unseeded sampling at a temperature above 0 (its next answer is
 meant to differ). What is stored (``is_storable``): a complete reply (finish reason
-``stop``) whose budget was not lowered; errors, truncated and malformed replies never.
+``stop``, with text); errors, truncated and malformed replies never.
 
 Two stores: ``RedisResponseCache`` for the farm (every worker shares it, entries expire
 after ``keys.RESPONSE_CACHE_TTL_S``) and ``MemoryResponseCache`` for eager runs, one per
@@ -46,7 +46,7 @@ MEMORY_ENTRIES = 50_000
 class ResponseStore(Protocol):
     """Where entries live: raw JSON by key, many at a time (one round trip per group)."""
 
-    def get_many(self, cache_keys: Sequence[str]) -> list[str | bytes | None]: ...
+    def get_many(self, digests: Sequence[str]) -> list[str | bytes | None]: ...
 
     def put_many(self, entries: Sequence[tuple[str, str]]) -> None: ...
 
@@ -63,8 +63,8 @@ class RedisResponseCache:
         self.client = client
         self.ttl_s = ttl_s
 
-    def get_many(self, cache_keys: Sequence[str]) -> list[str | bytes | None]:
-        return list(self.client.mget([keys.response_cache_key(k) for k in cache_keys]))
+    def get_many(self, digests: Sequence[str]) -> list[str | bytes | None]:
+        return list(self.client.mget([keys.response_cache_key(k) for k in digests]))
 
     def put_many(self, entries: Sequence[tuple[str, str]]) -> None:
         pipe = self.client.pipeline(transaction=False)
@@ -83,10 +83,10 @@ class MemoryResponseCache:
         self._entries: OrderedDict[str, str] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get_many(self, cache_keys: Sequence[str]) -> list[str | bytes | None]:
+    def get_many(self, digests: Sequence[str]) -> list[str | bytes | None]:
         with self._lock:
             found: list[str | bytes | None] = []
-            for key in cache_keys:
+            for key in digests:
                 raw = self._entries.get(key)
                 if raw is not None:
                     self._entries.move_to_end(key)
@@ -229,12 +229,12 @@ class ResponseCache:
             return await asyncio.to_thread(fn, *args)
         return fn(*args)
 
-    async def lookup(self, cache_keys: Sequence[str]) -> list[ResponseEntry | None]:
+    async def lookup(self, digests: Sequence[str]) -> list[ResponseEntry | None]:
         try:
-            raws = await self._call(self.store.get_many, list(cache_keys))
+            raws = await self._call(self.store.get_many, list(digests))
         except Exception as exc:  # the cache saves time; its outage must not cost a job
             log.warning("response cache unreadable, asking the model: %s", exc)
-            return [None] * len(cache_keys)
+            return [None] * len(digests)
         return [decode(raw) for raw in raws]
 
     async def answer(
