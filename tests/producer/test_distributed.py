@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from qfarm.common import keys
 from qfarm.common.jobs import make_job_id
 from qfarm.common.models import ALL_MODES
 from qfarm.common.questions import question_id_for
@@ -331,6 +332,37 @@ def test_result_cache_is_shared_across_runs_and_burn_bypasses_it(farm, tmp_path)
     res = farm.qfarm("sweep", str(qfile), "-n", "2", "--quiet", "--policy", "top_k=4")
     assert res.returncode == 0, res.stderr
     assert not any(r["cache_hit"] for r in rows_file(farm, run_id_from(res.stderr)))
+
+
+def _completions(url: str) -> int:
+    import httpx
+
+    log = httpx.get(f"{url}/sim/stats", timeout=5.0).json()["requests"]
+    return sum(1 for r in log if "completions" in r["path"])
+
+
+def test_response_cache_is_shared_by_workers_and_only_with_cache(farm, tmp_path):
+    """Two worker processes, one Redis: replies one stored answer the other's requests; a
+    run without --cache neither reads nor writes them."""
+    qfile = write_questions(tmp_path / "q.txt", QUESTIONS[:4])
+    farm.start_worker("w1", concurrency=2)
+    farm.start_worker("w2", concurrency=2)
+    url = farm.env["QFARM_LLM_ENDPOINTS"]
+    runs, asked = [], []
+    for extra in (["--cache"], ["--cache"], []):
+        before = _completions(url)
+        # --burn: the result cache would otherwise re-issue the first run's rows whole.
+        res = farm.qfarm("sweep", str(qfile), "-n", "2", "--quiet", "--burn", *extra)
+        assert res.returncode == 0, res.stderr
+        asked.append(_completions(url) - before)
+        runs.append({r["job_id"]: r for r in rows_file(farm, run_id_from(res.stderr))})
+    first, second, plain = runs
+    assert asked == [24, 0, 24]
+    assert {r["response_cache_hit"] for r in first.values()} == {False}
+    assert {r["response_cache_hit"] for r in second.values()} == {True}
+    assert all(second[j]["verdict"] == first[j]["verdict"] for j in first)
+    assert not any("response_cache_hit" in r for r in plain.values())
+    assert len(list(farm.redis.scan_iter(match=keys.RESPONSE_CACHE_PATTERN))) == 24
 
 
 def test_status_shows_runs_queues_and_workers(farm, tmp_path):
