@@ -135,6 +135,7 @@ async def sweep_spec(request: Request, settings: Settings) -> SweepSpec:
                 "n": n, "policy": policy_data,
                 "keep_answers": q.get("keep_answers", "false").lower() in ("1", "true", "yes"),
                 "burn": q.get("burn", "false").lower() in ("1", "true", "yes"),
+                "cache": q.get("cache", "false").lower() in ("1", "true", "yes"),
                 "name": set_name(q.get("name", "upload"))}
     elif ctype in ("application/json", ""):
         try:
@@ -160,7 +161,8 @@ async def sweep_spec(request: Request, settings: Settings) -> SweepSpec:
     check_plan(settings, len(questions), len(modes), body["n"])
     path = await run_in_threadpool(upload_questions, settings, questions, set_name(body["name"]))
     return SweepSpec(questions=QuestionSet.from_file(path, settings.max_question_chars), modes=modes, n=body["n"],
-                     policy=policy, keep_answers=body["keep_answers"], use_cache=not body["burn"])
+                     policy=policy, keep_answers=body["keep_answers"], use_cache=not body["burn"],
+                     response_cache=body["cache"])
 
 
 def _all_modes() -> tuple[Any, ...]:

@@ -48,6 +48,8 @@ class SweepRequest(_Body):
     policy: dict[str, Any] = Field(default_factory=dict)
     keep_answers: bool = False
     burn: bool = False
+    cache: bool = Field(default=False, description="the response cache answers model requests "
+                                                   "asked before (`qfarm sweep --cache`)")
 
 
 class Problem(BaseModel):

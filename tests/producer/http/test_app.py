@@ -11,6 +11,7 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
+from qfarm.common import keys
 from qfarm.common.errors import ConfigError
 from qfarm.producer.http.app import create_app
 from qfarm.producer.http.auth import Tokens, check_bind
@@ -388,3 +389,20 @@ def test_the_servers_followers_wait_for_a_worker_without_the_sweeps_bound(monkey
     monkeypatch.setattr(app_module, "follow_run", follow_run)
     Followers(Settings(wait_for_workers_s=60)).start("r1")
     assert done.wait(10) and seen == [0.0]
+
+
+@pytest.mark.parametrize("as_upload", [False, True], ids=["json", "jsonl"])
+def test_a_sweep_asks_for_the_response_cache_as_the_cli_does(farm_client, test_redis,
+                                                            as_upload):
+    if as_upload:
+        resp = farm_client.post("/v1/sweeps?modes=quote&cache=true",
+                                content=b'{"id": "a", "question": "What is jazz?"}\n',
+                                headers={**bearer(ADMIN_TOKEN),
+                                         "Content-Type": "application/x-ndjson"})
+    else:
+        resp = farm_client.post("/v1/sweeps", json={"questions": ["What is jazz?"],
+                                                    "modes": ["quote"], "cache": True},
+                                headers=bearer(ADMIN_TOKEN))
+    assert resp.status_code == 201, resp.text
+    manifest = json.loads(test_redis.get(keys.manifest_key(resp.json()["run_id"])))
+    assert manifest["response_cache"] is True
