@@ -102,6 +102,10 @@ class Settings(BaseSettings):
     # Send vLLM's request "priority" (interactive 0, sweep 1): only to servers started with
     # --scheduling-policy priority, so off unless the farm says so.
     llm_priority: bool = False
+    # Identical prompts go to the same endpoint (its prefix cache holds them) while its load is
+    # within this many requests of the least loaded one; 0: least loaded only (docs/llm.md,
+    # 'Identical prompts, one endpoint').
+    llm_prefix_affinity: int = Field(default=0, ge=0)
     # The context window of an endpoint whose /v1/models does not report max_model_len
     # (llama.cpp's server does not; vLLM does, and its figure wins). None: unknown, so
     # max_tokens is never lowered before sending (docs/llm.md, 'Other OpenAI-compatible servers').
