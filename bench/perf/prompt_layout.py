@@ -16,7 +16,7 @@ characters it shares (medians):
 Samples of one question × mode share their whole prompt (docs/llm.md, 'Shared samples').
 No model is asked; the figures are the prompts' own.
 
-    .venv/bin/python -m bench.perf.prompt_layout [--questions 60]
+    .venv/bin/python -m bench.perf.prompt_layout [--questions 60] [--quick]
 """
 
 from __future__ import annotations
@@ -56,7 +56,10 @@ def share(parts: list[int], wholes: list[int]) -> float:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--questions", type=int, default=60, help="questions of general.jsonl (60)")
+    p.add_argument("--quick", action="store_true", help="4 questions (CI: the script runs)")
     args = p.parse_args(argv)
+    if args.quick:
+        args.questions = 4
     from qfarm.worker.retrieval import open_retriever
 
     policy = Policy()
