@@ -104,7 +104,8 @@ def _install(processor: Any) -> Any:
     # A provider of qfarm's own: the process's global tracing, if any, is left alone, and
     # no other span can take the ids a job's traceparent named.
     provider = TracerProvider(
-        resource=Resource.create({"service.name": SERVICE_NAME}), id_generator=id_generator()
+        resource=Resource.create({"service.name": SERVICE_NAME, "process.pid": os.getpid()}),
+        id_generator=id_generator(),
     )
     provider.add_span_processor(processor)
     _state.clear()
