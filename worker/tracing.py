@@ -113,15 +113,16 @@ def _install(processor: Any) -> Any:
     return provider
 
 
-def use_exporter(exporter: Any) -> Any:
-    """Send this process's live spans to ``exporter`` as each ends (tests: the SDK's
-    in-memory exporter; an embedding application: an exporter of its choice). Returns the
-    tracer provider."""
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+def use_exporter(exporter: Any, *, batch: bool = False) -> Any:
+    """Send this process's live spans to ``exporter``, each as it ends, or in the SDK's
+    batches from its own thread with ``batch`` (as a worker sends them): tests use the
+    SDK's in-memory exporter, an embedding application an exporter of its choice. Returns
+    the tracer provider."""
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
     with _lock:
         shutdown()
-        return _install(SimpleSpanProcessor(exporter))
+        return _install(BatchSpanProcessor(exporter) if batch else SimpleSpanProcessor(exporter))
 
 
 def shutdown() -> None:
