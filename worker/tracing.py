@@ -154,8 +154,8 @@ def _tracer() -> Any | None:
             log.warning(
                 "a job of a traced run reached this worker, which has no "
                 "OTEL_EXPORTER_OTLP_ENDPOINT: it sends no span, and the traces of the "
-                "jobs it handles lack its stages (docs/deployment.md, 'Traces from "
-                "the workers')"
+                "jobs it handles lack its stages "
+                "(docs/deployment.md, 'Traces from the workers')"
             )
             _state["off"] = True
             return None
