@@ -111,7 +111,7 @@ class Job(RunSettings):
     # W3C traceparent of the job's span when its run is traced live and the job sampled
     # (common/traces.py, ``job_traceparent``): each stage's span is its child, so it rides
     # with the job through every bundle and re-send. Left out of the JSON when None, so
-    # an untraced job's messages are as before.
+    # an untraced job's messages carry no trace field.
     traceparent: str | None = Field(None, exclude_if=lambda value: value is None)
 
     @property
@@ -418,7 +418,7 @@ class Manifest(RunSettings):
     # when the manifest was built without its questions' preflight (by hand, in a benchmark).
     preflight_hash: str | None = None
     # The share of jobs the workers trace live (docs/reports.md, 'Exports'); None: no live
-    # tracing. Left out of the JSON when None, so an untraced run's manifest is as before.
+    # tracing. Left out of the JSON when None: an untraced run's manifest has no such field.
     traces: float | None = Field(None, ge=0, le=1, exclude_if=lambda value: value is None)
 
     @model_validator(mode="before")

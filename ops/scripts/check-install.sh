@@ -29,6 +29,11 @@ if "$tmp/venv/bin/python" -c 'import bench' 2>/dev/null; then
   echo "check-install: the benchmarks (bench) were installed; they must not ship" >&2
   exit 1
 fi
+# Traces are the otel extra (docs/reports.md, 'Exports'): a plain install has no OpenTelemetry.
+if "$tmp/venv/bin/python" -c 'import opentelemetry' 2>/dev/null; then
+  echo "check-install: a plain install pulled in OpenTelemetry; it belongs to the otel extra" >&2
+  exit 1
+fi
 # One import name: the checkout's common/, worker/, producer/ and ops/ install under qfarm,
 # never as top-level packages another distribution could also own.
 for generic in common worker producer ops; do

@@ -4,9 +4,10 @@ workers that ran them.
 
 Two ways: a worker in this process (Celery's ``start_worker``) with the SDK's in-memory
 exporter, and real ``celery worker`` processes, split by queue, sending OTLP/HTTP to a
-receiver this test runs (the OpenTelemetry Collector is a Go program, not a package of the
-registries the suite installs from: the receiver decodes the exporter's protobuf with
-opentelemetry-proto, which the exporter depends on)."""
+receiver this test runs. The OpenTelemetry Collector is Go source (its modules are on the
+Go module proxy, to be compiled: minutes of this machine's two cores, and Go added to
+``make install-test``), so the receiver is the test's own: it decodes the exporter's
+protobuf with opentelemetry-proto, which the exporter depends on."""
 
 from __future__ import annotations
 

@@ -204,7 +204,7 @@ def test_only_sampled_jobs_carry_a_context() -> None:
 
 
 def test_an_untraced_run_adds_no_field_and_imports_no_opentelemetry() -> None:
-    """Its jobs' messages are as they were, and a worker handling them (the task module,
+    """Its jobs' messages carry no trace field, and a worker handling them (the task module,
     the stage hooks) never imports OpenTelemetry."""
     script = """
 import sys, time
