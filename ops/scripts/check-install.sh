@@ -29,9 +29,12 @@ if "$tmp/venv/bin/python" -c 'import bench' 2>/dev/null; then
   echo "check-install: the benchmarks (bench) were installed; they must not ship" >&2
   exit 1
 fi
-# Traces are the otel extra (docs/reports.md, 'Exports'): a plain install has no OpenTelemetry.
-if "$tmp/venv/bin/python" -c 'import opentelemetry' 2>/dev/null; then
-  echo "check-install: a plain install pulled in OpenTelemetry; it belongs to the otel extra" >&2
+# Traces are the otel extra (docs/reports.md, 'Exports'): a plain install has neither the
+# OpenTelemetry SDK nor an exporter (FastAPI brings the API alone, which qfarm never imports
+# unless a run is traced), and an eager sweep imported none of OpenTelemetry.
+if "$tmp/venv/bin/python" -c 'import opentelemetry.sdk' 2>/dev/null \
+    || "$tmp/venv/bin/python" -c 'import opentelemetry.exporter.otlp' 2>/dev/null; then
+  echo "check-install: a plain install pulled in the OpenTelemetry SDK; it belongs to the otel extra" >&2
   exit 1
 fi
 # One import name: the checkout's common/, worker/, producer/ and ops/ install under qfarm,
