@@ -30,8 +30,8 @@ if "$tmp/venv/bin/python" -c 'import bench' 2>/dev/null; then
   exit 1
 fi
 # Traces are the otel extra (docs/reports.md, 'Exports'): a plain install has neither the
-# OpenTelemetry SDK nor an exporter (FastAPI brings the API alone, which qfarm never imports
-# unless a run is traced), and an eager sweep imported none of OpenTelemetry.
+# OpenTelemetry SDK nor an exporter (FastAPI brings the API alone; qfarm imports it only
+# for a traced run).
 if "$tmp/venv/bin/python" -c 'import opentelemetry.sdk' 2>/dev/null \
     || "$tmp/venv/bin/python" -c 'import opentelemetry.exporter.otlp' 2>/dev/null; then
   echo "check-install: a plain install pulled in the OpenTelemetry SDK; it belongs to the otel extra" >&2
