@@ -17,7 +17,7 @@ span per task message and carries one context in the message's headers, while a 
 here holds a bundle of jobs of as many traces, and a stage forwards the bundle's
 survivors as a new message; a job's context must ride with the job.
 
-Nothing of OpenTelemetry is imported until a traced job reaches this process, so an
+This module imports nothing of OpenTelemetry until a traced job reaches the process, so an
 untraced run, and an install without the ``otel`` extra, pay a ``None`` check per record.
 The spans go to ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``..._TRACES_ENDPOINT``) through the
 SDK's batch processor; a worker without either, or without the extra, sends no span and
