@@ -44,6 +44,7 @@ def memory_spans(export_extra) -> Iterator:
 
     memory = export_extra("opentelemetry.sdk.trace.export.in_memory_span_exporter")
     exporter = memory.InMemorySpanExporter()
+    tracing.reset()
     tracing.use_exporter(exporter)
     yield exporter
     tracing.reset()

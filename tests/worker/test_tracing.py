@@ -78,6 +78,7 @@ def a_ref(n: int = 1) -> list[dict]:
 def spans(export_extra):
     memory = export_extra("opentelemetry.sdk.trace.export.in_memory_span_exporter")
     exporter = memory.InMemorySpanExporter()
+    tracing.reset()  # forget the runs other tests named "r" untraced
     tracing.use_exporter(exporter)
     yield exporter
     tracing.reset()
