@@ -172,7 +172,8 @@ class Settings(BaseSettings):
     # Logging (docs/architecture.md, 'Logs'): level and format of every process's log lines.
     log_level: str | None = None  # None: the process's default (warning for commands)
     log_format: str = "text"
-    # Each job of a sweep as a trace, sent once the run has ended (docs/reports.md, 'Exports').
+    # Each job of a sweep as a trace: a distributed run's by its workers as it runs, an
+    # eager run's once it has ended (docs/reports.md, 'Exports').
     otel: bool = False
     otel_sample_ratio: float | None = Field(default=None, ge=0, le=1)
 

@@ -51,7 +51,7 @@ def _skip_reason(name: str) -> str | None:
             locate_model()
         except (ConfigError, ImportError) as exc:
             return None if os.environ.get("QFARM_REQUIRE_DENSE") == "1" else f"dense model: {exc}"
-    if name == "exports" and any(
+    if name in ("exports", "live_traces") and any(
         importlib.util.find_spec(m) is None for m in ("pyarrow", "mlflow", "opentelemetry.sdk")
     ):
         if os.environ.get("QFARM_REQUIRE_EXPORTS") != "1":
