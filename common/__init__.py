@@ -43,6 +43,7 @@ __all__ = [
     "runstatus",
     "settings",
     "text",
+    "traces",
     "urls",
     "versions",
     "vocab",

@@ -11,6 +11,7 @@ from qfarm.common.errors import InputError, ManifestError, first_validation_erro
 from qfarm.common.models import ALL_MODES, Job, JobRef, Manifest, Mode, Question, RunSettings
 from qfarm.common.policy import Policy
 from qfarm.common.profiles import profile_id_for_model
+from qfarm.common.traces import job_traceparent
 
 
 def parse_modes(text: str | Sequence[str]) -> list[Mode]:
@@ -134,10 +135,13 @@ def ref_for(job: Job) -> JobRef:
 
 
 def job_from_ref(ref: JobRef, manifest: Manifest) -> Job:
-    """Rebuild the full Job from its queue message and the run's manifest."""
+    """Rebuild the full Job from its queue message and the run's manifest (which says
+    whether the run is traced live: a sampled job gets its trace context here, the same
+    on every delivery of its message)."""
+    job_id = make_job_id(ref.qid, ref.mode, ref.i)
     return Job(
         run_id=ref.run_id,
-        job_id=make_job_id(ref.qid, ref.mode, ref.i),
+        job_id=job_id,
         question=Question(
             id=ref.qid, text=ref.q, answers=ref.answers, scope=ref.scope, title=ref.title
         ),
@@ -146,6 +150,7 @@ def job_from_ref(ref: JobRef, manifest: Manifest) -> Job:
         seed=seed_for(ref.qid, ref.mode, ref.i, shared=manifest.policy.share_samples),
         enqueued_at=ref.t,
         retried_errors=ref.r or (),
+        traceparent=job_traceparent(manifest, job_id, len(ref.r or ())),
         **manifest.run_settings(),
     )
 

@@ -112,6 +112,11 @@ class Job(RunSettings):
     # The error kinds of this job's earlier attempts, oldest first (``--retry-errors``);
     # its length is the attempt number, which the row write compares (common/keys.py).
     retried_errors: tuple[str, ...] = ()
+    # W3C traceparent of the job's span when its run is traced live and the job sampled
+    # (common/traces.py, ``job_traceparent``): each stage's span is its child, so it rides
+    # with the job through every bundle and re-send. Left out of the JSON when None, so
+    # an untraced job's messages carry no trace field.
+    traceparent: str | None = Field(None, exclude_if=lambda value: value is None)
 
     @property
     def attempt(self) -> int:
@@ -423,6 +428,9 @@ class Manifest(RunSettings):
     # The preflight node of the plan (common.grounding.preflight.plan_preflight_hash); None
     # when the manifest was built without its questions' preflight (by hand, in a benchmark).
     preflight_hash: str | None = None
+    # The share of jobs the workers trace live (docs/reports.md, 'Exports'); None: no live
+    # tracing. Left out of the JSON when None: an untraced run's manifest has no such field.
+    traces: float | None = Field(None, ge=0, le=1, exclude_if=lambda value: value is None)
 
     @model_validator(mode="before")
     @classmethod

@@ -102,6 +102,10 @@ class Settings(BaseSettings):
     # Send vLLM's request "priority" (interactive 0, sweep 1): only to servers started with
     # --scheduling-policy priority, so off unless the farm says so.
     llm_priority: bool = False
+    # Identical prompts go to the same endpoint (its prefix cache holds them) while its load is
+    # within this many requests of the least loaded one; 0: least loaded only (docs/llm.md,
+    # 'Identical prompts, one endpoint').
+    llm_prefix_affinity: int = Field(default=0, ge=0)
     # The context window of an endpoint whose /v1/models does not report max_model_len
     # (llama.cpp's server does not; vLLM does, and its figure wins). None: unknown, so
     # max_tokens is never lowered before sending (docs/llm.md, 'Other OpenAI-compatible servers').
@@ -168,7 +172,8 @@ class Settings(BaseSettings):
     # Logging (docs/architecture.md, 'Logs'): level and format of every process's log lines.
     log_level: str | None = None  # None: the process's default (warning for commands)
     log_format: str = "text"
-    # Each job of a sweep as a trace, sent once the run has ended (docs/reports.md, 'Exports').
+    # Each job of a sweep as a trace: a distributed run's by its workers as it runs, an
+    # eager run's once it has ended (docs/reports.md, 'Exports').
     otel: bool = False
     otel_sample_ratio: float | None = Field(default=None, ge=0, le=1)
 

@@ -209,6 +209,14 @@ class CacheKind(StrEnum):
     RESPONSE = "response"
 
 
+class SpanName(StrEnum):
+    """A trace's spans that are not a stage (a stage's span is named as its stage):
+    docs/reports.md, 'Exports'."""
+
+    RUN = "qfarm.run"
+    JOB = "qfarm.job"
+
+
 class Role(StrEnum):
     """A farm process's role: one line of the Procfile, one supervised program.
 

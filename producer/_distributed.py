@@ -34,7 +34,7 @@ def run_distributed(spec: SweepSpec, questions: QuestionSet, modes: list[Mode],
         pass  # the workers call the endpoints; this only checks they answer
     plan = SweepPlan(
         manifest=run_manifest(spec, questions, modes, settings, eps, retriever, eager=False,
-                           corpus=corpus_label(retriever)),
+                           corpus=corpus_label(retriever), live_traces=True),
         questions=questions.questions,
     )
     check_plan_fits(plan.manifest, settings, client)

@@ -15,6 +15,7 @@ from qfarm.common.grounding.preflight import plan_preflight_hash
 from qfarm.common.models import Job, Manifest, Mode
 from qfarm.common.profiles import profile_id_for_model
 from qfarm.common.settings import Settings
+from qfarm.common.traces import default_ratio
 from qfarm.common.vocab import Backend
 from qfarm.producer._types import Endpoints, QuestionSet, SweepSpec
 from qfarm.producer.runs import new_run_id
@@ -30,7 +31,9 @@ def say_to_log(line: str) -> None:
 
 def run_manifest(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], settings: Settings,
               eps: Endpoints, retriever: Any, *, eager: bool, run_id: str | None = None,
-              corpus: str | None = None) -> Manifest:
+              corpus: str | None = None, live_traces: bool = False) -> Manifest:
+    """A new run's manifest. ``live_traces`` (a distributed sweep): with ``QFARM_OTEL`` on,
+    the manifest carries the share of jobs the workers trace (``Manifest.traces``)."""
     return make_manifest(
         run_id=run_id or new_run_id(),
         question_file=questions.source,
@@ -56,7 +59,18 @@ def run_manifest(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], set
             (q.text for q in questions.questions), profile_id_for_model(settings.model),
             index_titles(retriever),
         ),
+        traces=live_trace_ratio(settings, len(questions.questions) * len(modes) * spec.n)
+        if live_traces else None,
     )
+
+
+def live_trace_ratio(settings: Settings, n_jobs: int) -> float | None:
+    """The share of a distributed run's jobs traced live: None unless ``QFARM_OTEL`` is on,
+    else ``QFARM_OTEL_SAMPLE_RATIO``, else about ``DEFAULT_MAX_TRACES`` jobs of the run."""
+    if not settings.otel:
+        return None
+    return settings.otel_sample_ratio if settings.otel_sample_ratio is not None \
+        else default_ratio(n_jobs)
 
 
 def check_same_preflight(manifest: Manifest, questions: Iterable[str], retriever: Any,

@@ -24,7 +24,8 @@ FOLDERS = ("common", "worker", "producer", "ops")  # installed as qfarm.<folder>
 SURFACE: dict[str, tuple[list[str], list[str]]] = {
     "qfarm.common": (
         ["backoff", "cache", "errors", "grounding", "jobs", "keys", "logs", "metrics", "models", "policy", "profiles",
-         "questions", "record", "reporting", "retrieval", "runstatus", "settings", "text", "urls",
+         "questions", "record", "reporting", "retrieval", "runstatus", "settings", "text", "traces",
+         "urls",
          "versions", "vocab"],
         ["redis_urls"],
     ),
@@ -42,7 +43,7 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
         ["audit", "compare", "cost", "phase", "report", "run_metrics", "runstats", "stats"], []
     ),
     "qfarm.worker": (
-        ["broker", "celery", "llm", "retrieval", "runner", "services", "store"],
+        ["broker", "celery", "llm", "retrieval", "runner", "services", "store", "tracing"],
         ["encoding", "flow", "leases", "metrics", "pipeline", "stages"],
     ),
     "qfarm.worker.llm": (

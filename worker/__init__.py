@@ -11,4 +11,4 @@ if not __name__.startswith("qfarm."):  # imported by its folder's bare name from
     )
 
 # Its public modules; the others (encoding, flow, leases, metrics, pipeline, stages) are its own.
-__all__ = ["broker", "celery", "llm", "retrieval", "runner", "services", "store"]
+__all__ = ["broker", "celery", "llm", "retrieval", "runner", "services", "store", "tracing"]

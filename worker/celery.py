@@ -62,7 +62,7 @@ from qfarm.common.metrics import role_of
 from qfarm.common.models import JobRecord
 from qfarm.common.settings import Settings, load_settings
 from qfarm.common.urls import redact_url
-from qfarm.worker import broker, flow, leases, metrics, stages
+from qfarm.worker import broker, flow, leases, metrics, stages, tracing
 from qfarm.worker.broker import REDIS_DOWN
 from qfarm.worker.services import Services, get_services
 
@@ -343,6 +343,12 @@ def _stop_metrics(**_: object) -> None:
     metrics.stop_flushing()
     while _leases:
         _leases.pop().stop()
+    tracing.shutdown()  # the spans still batched (worker/tracing.py)
+
+
+@signals.worker_process_shutdown.connect
+def _stop_child_tracing(**_: object) -> None:
+    tracing.shutdown()  # a prefork child leaves without running exit handlers
 
 
 def held_delivery_tags() -> list[str]:

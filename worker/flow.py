@@ -43,7 +43,7 @@ from qfarm.common.models import Evidence, Job, JobRecord, JobRef, Row, Timings, 
 from qfarm.common.policy import governance_policy_hash
 from qfarm.common.text import replace_lone_surrogates
 from qfarm.common.vocab import ErrorKind
-from qfarm.worker import metrics, pipeline, stages
+from qfarm.worker import metrics, pipeline, stages, tracing
 from qfarm.worker.broker import REDIS_DOWN
 from qfarm.worker.encoding import storable, unserialisable_error
 from qfarm.worker.services import Services
@@ -284,6 +284,7 @@ def write_rows(rows: Sequence[Row], svc: Services, cache_keys: Sequence[str | No
     rows = [row for row, _ in stored]
     jsons = [raw for _, raw in stored]
     wrote = svc.store.write_rows(rows, jsons)
+    tracing.job_spans(rows, jsons, wrote, svc.store.manifest)
     metrics.count_rows(rows, wrote)
     for row, w in zip(rows, wrote, strict=True):
         if w and row.error:
@@ -349,7 +350,10 @@ def run_step(step: stages.Step, records: list[JobRecord], svc: Services) -> list
     """The link's step on a bundle; a job that breaks it fails alone."""
     if not records:
         return records
-    return _safely_many(records, lambda rs: step.run(rs, svc))
+    started = time.time()
+    records = _safely_many(records, lambda rs: step.run(rs, svc))
+    tracing.stage_spans(step.stage.name, records, started, time.time())
+    return records
 
 
 def leave(

@@ -1,16 +1,19 @@
 """Shared samples: one request with n choices per question x mode, against one request per job.
 
 The ``general`` workload of bench/perf/saturation.py (the 152 questions of general.jsonl,
-quote mode, 13 samples each: 1,976 jobs) is swept eagerly twice on the same two simulated
-vLLM endpoints (the published 8B-on-H100 latency profile), once as today (every job its own
-request) and once with ``share_samples`` (docs/llm.md, 'Shared samples'), alternating, the
-unshared run first, after an untimed warm-up of both. Printed per run: requests the endpoints received (their request logs),
-prompt tokens the rows count (the cost table's), wall time of the run API call, and the
-shared run's ratios against the unshared one measured in the same process. All SIMULATED:
-the simulator charges a sequence its TTFT and per-token time whatever its prompt, so it
-shows what sharing saves in requests and prompt tokens, not the prefill time a GPU saves.
+quote mode, 13 samples each: 1,976 jobs) is swept eagerly on the same two simulated vLLM
+endpoints (the published 8B-on-H100 latency profile) three ways, alternating, after an
+untimed warm-up of each: every job its own request; the same with prefix affinity
+(``QFARM_LLM_PREFIX_AFFINITY``: identical prompts to one endpoint, docs/llm.md); and
+``share_samples`` (docs/llm.md, 'Shared samples'). Printed per run: requests the endpoints
+received (their request logs), prompt tokens the rows count (the cost table's), wall time
+of the run API call, and each way's ratios against the first measured in the same process.
+All SIMULATED: the latency profile charges a sequence its TTFT and per-token time whatever
+its prompt, so it shows what sharing saves in requests and prompt tokens; ``--cost`` (the
+cost engine with vLLM's prefix cache) also prints the prefill and decode seconds charged,
+which is where affinity shows.
 
-    .venv/bin/python -m bench.perf.shared_samples [--questions 152] [-n 13] [--repeat 2] [--quick]
+    .venv/bin/python -m bench.perf.shared_samples [--questions 152] [-n 13] [--repeat 2] [--cost] [--affinity 16] [--quick]
 """
 
 from __future__ import annotations
@@ -47,13 +50,14 @@ class Figures:
 
 
 def sweep(sims: Sequence[SimulatorHandle], questions: QuestionSet, n: int, *,
-          share: bool) -> Figures:  # fmt: skip
+          share: bool, affinity: int = 0) -> Figures:  # fmt: skip
     for sim in sims:
         sim.reset()  # the request log and the prefix cache; the charged seconds run on
     before = [_charged(sim.stats()) for sim in sims]
     tmp = Path(tempfile.mkdtemp(prefix="qfarm-shared-"))
     settings = Settings(llm_endpoints=",".join(s.url for s in sims), index_path=table_index(),
-                        results_dir=tmp / "results", bundle_size=n)  # a bundle per question
+                        results_dir=tmp / "results", bundle_size=n,  # a bundle per question
+                        llm_prefix_affinity=affinity)
     spec = SweepSpec(questions=questions, modes=[Mode.QUOTE], n=n,
                      policy=Policy(share_samples=share), use_cache=False)
     t0 = time.perf_counter()
@@ -90,9 +94,17 @@ def main(argv: list[str] | None = None) -> None:
                         "prints the model seconds it charged")
     p.add_argument("--time-scale", type=float, default=0.2,
                    help="--cost: the engine's sleeps x this (the seconds charged are not scaled)")
+    p.add_argument("--affinity", type=int, default=16,
+                   help="the third arm's QFARM_LLM_PREFIX_AFFINITY: one request per job, "
+                        "identical prompts to one endpoint within this many requests (16)")
     p.add_argument("--quick", action="store_true",
                    help="seconds, figures meaningless: 4 questions x 3 samples, zero latency (CI)")
     args = p.parse_args(argv)
+    arms = {  # label: (share_samples, prefix affinity)
+        "one request per job": (False, 0),
+        f"one request per job, affinity {args.affinity}": (False, args.affinity),
+        "share_samples": (True, 0),
+    }
     if args.quick:
         args.questions, args.n, args.repeat = 4, 3, 1
     every = QuestionSet.from_file(QUESTIONS / WORKLOADS["general"][0])
@@ -112,31 +124,35 @@ def main(argv: list[str] | None = None) -> None:
         print(f"workload: general, {len(questions.questions)} questions x quote x {args.n} samples")
         # Untimed: the index opened, the simulators and this process warm, before either runs.
         warm = replace(questions, questions=questions.questions[:4])
-        for share in (False, True):
-            sweep(sims, warm, args.n, share=share)
-        runs: dict[bool, list[Figures]] = {False: [], True: []}
+        for share, affinity in arms.values():
+            sweep(sims, warm, args.n, share=share, affinity=affinity)
+        runs: dict[str, list[Figures]] = {label: [] for label in arms}
         for _ in range(args.repeat):
-            for share in (False, True):
-                runs[share].append(sweep(sims, questions, args.n, share=share))
+            for label, (share, affinity) in arms.items():
+                runs[label].append(sweep(sims, questions, args.n, share=share, affinity=affinity))
     print("\n| SIMULATED | jobs | rows | error rows | requests | prompt tokens | wall s |")
     print("|---|---|---|---|---|---|---|")
-    for share in (False, True):
-        for f in runs[share]:
-            label = "share_samples" if share else "one request per job"
+    for label, figures in runs.items():
+        for f in figures:
             print(f"| {label} | {f.jobs} | {f.rows} | {f.errors} | {f.requests} | "
                   f"{f.prompt_tokens} | {f.wall_s:.1f} |")
-    base, shared = runs[False], runs[True]
-    req_ratio = sum(f.requests for f in shared) / max(1, sum(f.requests for f in base))
-    tok_ratio = sum(f.prompt_tokens for f in shared) / max(1, sum(f.prompt_tokens for f in base))
-    wall_ratio = sum(f.wall_s for f in shared) / max(1e-9, sum(f.wall_s for f in base))
-    print(f"\nSIMULATED ratios, shared / one request per job: requests {req_ratio:.3f}, "
-          f"prompt tokens {tok_ratio:.3f}, wall time {wall_ratio:.2f}")
-    if args.cost:
-        for key in ("prefill_s", "decode_s", "busy_s"):
-            a = sum(f.charged.get(key, 0.0) for f in base)
-            b = sum(f.charged.get(key, 0.0) for f in shared)
-            print(f"charged {key}: one request per job {a:.2f}, shared {b:.2f}, "
-                  f"ratio {b / a if a else float('nan'):.3f}")
+    base_label = next(iter(arms))
+    base = runs[base_label]
+    req_ratio = 1.0
+    for label, figures in list(runs.items())[1:]:
+        ratio = sum(f.requests for f in figures) / max(1, sum(f.requests for f in base))
+        tok_ratio = sum(f.prompt_tokens for f in figures) / max(1, sum(f.prompt_tokens for f in base))
+        wall_ratio = sum(f.wall_s for f in figures) / max(1e-9, sum(f.wall_s for f in base))
+        print(f"\nSIMULATED ratios, {label} / {base_label}: requests {ratio:.3f}, "
+              f"prompt tokens {tok_ratio:.3f}, wall time {wall_ratio:.2f}")
+        if args.cost:
+            for key in ("prefill_s", "decode_s", "busy_s"):
+                a = sum(f.charged.get(key, 0.0) for f in base)
+                b = sum(f.charged.get(key, 0.0) for f in figures)
+                print(f"charged {key}: {base_label} {a:.2f}, {label} {b:.2f}, "
+                      f"ratio {b / a if a else float('nan'):.3f}")
+        if arms[label][0]:
+            req_ratio = ratio
     print(f"shared_requests_ratio={req_ratio:.3f}")
 
 

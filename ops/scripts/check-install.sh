@@ -29,6 +29,14 @@ if "$tmp/venv/bin/python" -c 'import bench' 2>/dev/null; then
   echo "check-install: the benchmarks (bench) were installed; they must not ship" >&2
   exit 1
 fi
+# Traces are the otel extra (docs/reports.md, 'Exports'): a plain install has neither the
+# OpenTelemetry SDK nor an exporter (FastAPI brings the API alone; qfarm imports it only
+# for a traced run).
+if "$tmp/venv/bin/python" -c 'import opentelemetry.sdk' 2>/dev/null \
+    || "$tmp/venv/bin/python" -c 'import opentelemetry.exporter.otlp' 2>/dev/null; then
+  echo "check-install: a plain install pulled in the OpenTelemetry SDK; it belongs to the otel extra" >&2
+  exit 1
+fi
 # One import name: the checkout's common/, worker/, producer/ and ops/ install under qfarm,
 # never as top-level packages another distribution could also own.
 for generic in common worker producer ops; do

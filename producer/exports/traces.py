@@ -11,6 +11,12 @@ one trace without the workers tracing anything, and nothing is added to a run's 
 A trace of the run itself (``qfarm.run``, manifest creation to the run's end) holds the
 run's attributes; every job's root span links to it.
 
+A run traced live (``QFARM_OTEL`` on a distributed sweep: ``Manifest.traces``) had its
+sampled jobs' traces sent by the workers as they ran (``qfarm.worker.tracing``). Its
+export sends the ``qfarm.run`` span those jobs' spans link to (its ids are known ahead;
+sent by the first export of the run only), and from rows only the jobs the live ratio
+left out, so no job's trace is sent twice.
+
 Sampling: a job is traced when a hash of its id falls under ``sample_ratio``, so the same
 jobs are chosen on every export; the default ratio traces about ``DEFAULT_MAX_TRACES``
 jobs however large the run. Spans go to the OTLP/HTTP endpoint given, else
@@ -21,113 +27,39 @@ OTLP/HTTP exporter).
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import math
 from pathlib import Path
 from typing import Any
 
 from qfarm.common.errors import InputError, ServiceError
-from qfarm.common.models import Manifest
-from qfarm.producer.exports.record import record_export, require_extra
+from qfarm.common.traces import (
+    default_ratio,
+    is_sampled,
+    run_attrs,
+    run_span_ids,
+    stage_attrs,
+    stage_windows,
+)
+from qfarm.common.vocab import SpanName
+from qfarm.producer.exports.record import read_exports, record_export, require_extra
 from qfarm.producer.reports import ROWS, iter_rows
 from qfarm.producer.runs import read_manifest, read_status
+from qfarm.worker import tracing
 
-DEFAULT_MAX_TRACES = 1000
+# Kept importable from here: the export's tests and callers name them so.
+__all__ = ["default_ratio", "export_traces", "is_sampled", "stage_windows"]
+
 BATCH_SPANS = 512
 NS = 1_000_000_000
-
-
-def default_ratio(n_jobs: int) -> float:
-    """Trace every job of a run up to ``DEFAULT_MAX_TRACES`` jobs, about that many beyond."""
-    return 1.0 if n_jobs <= DEFAULT_MAX_TRACES else DEFAULT_MAX_TRACES / n_jobs
-
-
-def is_sampled(job_id: str, ratio: float) -> bool:
-    """The same answer for a job on every export: its id's hash against the ratio."""
-    if ratio >= 1:
-        return True
-    fraction = int.from_bytes(hashlib.sha256(job_id.encode()).digest()[:8], "big") / 2**64
-    return fraction < ratio
 
 
 def _ns(seconds: float) -> int:
     return int(seconds * NS)
 
 
-def _attrs(pairs: dict[str, Any]) -> dict[str, Any]:
-    """OpenTelemetry attribute values: str, bool, int, float or lists of them; None left out."""
-    out: dict[str, Any] = {}
-    for key, value in pairs.items():
-        if value is None or value == []:
-            continue
-        out[key] = value if isinstance(value, str | bool | int | float | list) else str(value)
-    return out
-
-
 def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def stage_windows(row: dict[str, Any]) -> dict[str, tuple[float, float]]:
-    """(start, end) in epoch seconds of each stage the row's timings place."""
-    start, end = _num(row.get("started_at")), _num(row.get("finished_at"))
-    if start is None or end is None:
-        return {}
-    timings = row.get("timings") or {}
-    out: dict[str, tuple[float, float]] = {"job": (start, max(start, end))}
-    retrieval = _num(timings.get("retrieval_ms"))
-    if retrieval is not None:
-        out["retrieve"] = (start, min(end, start + retrieval / 1000))
-    request = row.get("llm_request") or {}
-    sent, ms, llm = _num(request.get("sent_at")), _num(request.get("ms")), _num(timings.get("llm_ms"))
-    if sent is not None and ms is not None:
-        finished = min(end, sent + ms / 1000)
-        out["generate"] = (max(start, finished - (llm if llm is not None else ms) / 1000), finished)
-    verify = _num(timings.get("verify_ms"))
-    if verify is not None:
-        out["verify"] = (max(start, end - verify / 1000), end)
-    return out
-
-
-def _stage_attrs(stage: str, row: dict[str, Any]) -> dict[str, Any]:
-    usage = row.get("usage") or {}
-    if stage == "retrieve":
-        return _attrs({"qfarm.retriever": row.get("retriever"),
-                       "qfarm.index_version": row.get("index_version"),
-                       "qfarm.evidence_count": len(row.get("evidence_ids") or []),
-                       "qfarm.retrieval_ms": (row.get("timings") or {}).get("retrieval_ms")})
-    if stage == "generate":
-        return _attrs({"qfarm.endpoint": row.get("endpoint"),
-                       "gen_ai.request.model": row.get("model"),
-                       "gen_ai.usage.input_tokens": usage.get("prompt_tokens"),
-                       "gen_ai.usage.output_tokens": usage.get("completion_tokens"),
-                       "qfarm.tokens_estimated": usage.get("estimated"),
-                       "qfarm.attempts": row.get("attempts"),
-                       "qfarm.finish_reason": row.get("finish_reason"),
-                       "qfarm.prompts_in_request": (row.get("llm_request") or {}).get("prompts"),
-                       "qfarm.simulated": row.get("simulated")})
-    if stage == "verify":
-        return _attrs({"qfarm.verdict": row.get("verdict"), "qfarm.label": row.get("label"),
-                       "qfarm.n_claims": row.get("n_claims"),
-                       "qfarm.n_verified": row.get("n_verified"),
-                       "qfarm.violation_kinds": list(row.get("violation_kinds") or [])})
-    return _attrs({"qfarm.run_id": row.get("run_id"), "qfarm.job_id": row.get("job_id"),
-                   "qfarm.question_id": row.get("question_id"), "qfarm.mode": row.get("mode"),
-                   "qfarm.sample_index": row.get("sample_index"),
-                   "qfarm.verdict": row.get("verdict"), "qfarm.worker": row.get("worker"),
-                   "qfarm.cache_hit": row.get("cache_hit"),
-                   "qfarm.error_kind": row.get("error_kind")})
-
-
-def _run_attrs(manifest: Manifest) -> dict[str, Any]:
-    return _attrs({"qfarm.run_id": manifest.run_id, "qfarm.model": manifest.model,
-                   "qfarm.endpoints": list(manifest.endpoints),
-                   "qfarm.index_version": manifest.index_version,
-                   "qfarm.modes": [m.value for m in manifest.modes], "qfarm.n": manifest.n,
-                   "qfarm.n_jobs": manifest.n_jobs,
-                   "qfarm.verifier_policy_hash": manifest.verifier_policy_hash,
-                   "qfarm.governance_policy_hash": manifest.governance_policy_hash,
-                   "qfarm.simulated": manifest.simulated})
 
 
 def _exporter(endpoint: str | None) -> Any:
@@ -197,8 +129,15 @@ def export_traces(run_dir: Path, *, endpoint: str | None = None,
     manifest = read_manifest(run_dir)
     ratio = default_ratio(manifest.n_jobs) if sample_ratio is None else sample_ratio
     exporter = span_exporter if span_exporter is not None else _exporter(endpoint)
+    live = manifest.traces
+    # A run traced live: its workers sent the sampled jobs' traces, and their job spans
+    # link to a run span with ids known ahead. Sent here once (the first export after the
+    # run); from rows, only the jobs the live ratio left out.
+    run_span_due = live is None or not any(
+        e.get("kind") == "otlp" and e.get("run_span") for e in read_exports(run_dir))
     # A provider of this export's own: the caller's global tracing, if any, is left alone.
-    provider = TracerProvider(resource=Resource.create({"service.name": "qfarm"}))
+    provider = TracerProvider(resource=Resource.create({"service.name": "qfarm"}),
+                              id_generator=tracing.id_generator())
     processor = _processor(exporter)
     provider.add_span_processor(processor)
     tracer = provider.get_tracer("qfarm.exports.traces")
@@ -206,9 +145,12 @@ def export_traces(run_dir: Path, *, endpoint: str | None = None,
     traced = rows = 0
     try:
         run_end = status.finished_at
-        run_span = tracer.start_span("qfarm.run", attributes=_run_attrs(manifest),
-                                     start_time=_ns(manifest.created_at))
-        link = trace.Link(run_span.get_span_context())
+        with tracing.named_ids(run_span_ids(manifest.run_id)) if live is not None \
+                else contextlib.nullcontext():
+            run_span = tracer.start_span(SpanName.RUN.value, attributes=run_attrs(manifest),
+                                         start_time=_ns(manifest.created_at))
+        link = trace.Link(run_span.get_span_context()) if live is None \
+            else tracing.run_link(manifest.run_id)
         last_end = manifest.created_at
         for line in iter_rows(run_dir / ROWS):
             row = line.row
@@ -216,9 +158,12 @@ def export_traces(run_dir: Path, *, endpoint: str | None = None,
                 continue
             rows += 1
             last_end = max(last_end, _num(row.get("finished_at")) or last_end)
+            if live is not None and is_sampled(row["job_id"], live):
+                continue  # its trace was sent live by the workers
             if is_sampled(row["job_id"], ratio) and _trace_job(tracer, row, link):
                 traced += 1
-        run_span.end(end_time=_ns(run_end if run_end is not None else last_end))
+        if run_span_due:
+            run_span.end(end_time=_ns(run_end if run_end is not None else last_end))
     finally:
         provider.shutdown()
     where = endpoint or "OTEL_EXPORTER_OTLP_ENDPOINT"
@@ -226,8 +171,9 @@ def export_traces(run_dir: Path, *, endpoint: str | None = None,
         raise ServiceError(f"traces: the OTLP exporter could not send {processor.failed} "
                            f"span batch(es) of {manifest.run_id} to {where} (its log lines say "
                            "why); check --otlp-endpoint and that a collector is listening")
+    extra = {} if live is None else {"live_sample_ratio": live, "run_span": run_span_due}
     return record_export(run_dir, "otlp", endpoint=where,
-                         sample_ratio=ratio, jobs_traced=traced, rows=rows)
+                         sample_ratio=ratio, jobs_traced=traced, rows=rows, **extra)
 
 
 def _trace_job(tracer: Any, row: dict[str, Any], link: Any) -> bool:
@@ -240,12 +186,12 @@ def _trace_job(tracer: Any, row: dict[str, Any], link: Any) -> bool:
         return False
     start, end = windows.pop("job")
     # A root of its own (an empty context): one trace per job, linked to the run's.
-    root = tracer.start_span("qfarm.job", context=trace.set_span_in_context(trace.INVALID_SPAN),
-                             attributes=_stage_attrs("job", row), links=[link],
+    root = tracer.start_span(SpanName.JOB.value, context=trace.set_span_in_context(trace.INVALID_SPAN),
+                             attributes=stage_attrs(SpanName.JOB, row), links=[link],
                              start_time=_ns(start))
     parent = trace.set_span_in_context(root)
     for stage, (s, e) in windows.items():
-        span = tracer.start_span(stage, context=parent, attributes=_stage_attrs(stage, row),
+        span = tracer.start_span(stage, context=parent, attributes=stage_attrs(stage, row),
                                  start_time=_ns(s))
         span.end(end_time=_ns(e))
     if row.get("error"):

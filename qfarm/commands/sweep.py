@@ -123,6 +123,9 @@ def run(args: argparse.Namespace) -> int:
         if args.eager:
             raise InputError("--wait-for-workers is for runs on workers; an --eager run has none")
         settings = settings.model_copy(update={"wait_for_workers_s": args.wait_for_workers})
+    if is_tracing_on(settings):  # a distributed run's workers then trace it live
+        settings = settings.model_copy(update={"otel": True,
+                                               "otel_sample_ratio": sample_ratio(args, settings)})
     bar = _ProgressBar(args.quiet)
     try:
         if args.retry_errors:

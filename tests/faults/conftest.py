@@ -245,9 +245,11 @@ def detached_sweep(farm: Farm, tmp_path: Path, n: int) -> str:
     return run_id_from(res.stderr)
 
 
-def followed_sweep(farm: Farm, tmp_path: Path, n: int) -> tuple[subprocess.Popen, str, bytes]:
-    """A following ``qfarm sweep`` in the background; returns it, its run id and rows key."""
-    proc = farm.qfarm_bg("sweep", str(question_file(tmp_path)), "-n", str(n), "--quiet")
+def followed_sweep(farm: Farm, tmp_path: Path, n: int,
+                   *options: str) -> tuple[subprocess.Popen, str, bytes]:  # fmt: skip
+    """A following ``qfarm sweep`` (with ``options``) in the background; returns it, its run
+    id and rows key."""
+    proc = farm.qfarm_bg("sweep", str(question_file(tmp_path)), "-n", str(n), "--quiet", *options)
     assert farm.wait_for(lambda: farm.redis.keys("qfarm:run:*:rows"), timeout_s=60)
     (rows_key,) = farm.redis.keys("qfarm:run:*:rows")
     return proc, rows_key.decode().split(":")[2], rows_key

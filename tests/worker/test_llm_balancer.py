@@ -13,7 +13,7 @@ from qfarm.common.errors import (
     TransientStatusError,
 )
 from qfarm.common.vocab import BreakerState
-from qfarm.worker.llm.balancer import Balancer
+from qfarm.worker.llm.balancer import Balancer, home_key
 from qfarm.worker.llm.client import Target
 
 
@@ -202,3 +202,40 @@ def test_waiting_for_a_slot_still_gives_up_when_no_endpoint_is_merely_full() -> 
     b.mark_health("http://e0", False, "down")
     with pytest.raises(TransientServiceError, match="unhealthy"):
         b.acquire(wait_s=0.0, wait_for_slot=True)
+
+
+def test_identical_prompts_go_home_while_its_load_is_within_the_slack() -> None:
+    b = make(3, affinity_slack=2)
+    key = home_key("the same prompt, sampled again")
+    first = [b.acquire(home=key) for _ in range(3)]
+    assert len({e.url for e in first}) == 1  # home three times: 0, 1, 2 ahead of the others
+    home = first[0].url
+    fourth = b.acquire(home=key)  # home would be 3 ahead: the least loaded wins
+    assert fourth.url != home
+    # The same key ranks the same endpoint first in every process (a new balancer).
+    assert make(3, affinity_slack=2).acquire(home=key).url == home
+
+
+def test_homes_spread_over_endpoints_and_off_means_least_loaded() -> None:
+    b = make(4, affinity_slack=1)
+    homes = set()
+    for i in range(40):
+        e = b.acquire(home=home_key(f"prompt {i}"))
+        homes.add(e.url)
+        b.release(e, ok=True)
+    assert len(homes) == 4  # different prompts, different homes
+    off = make(3)  # no slack: the key changes nothing
+    key = home_key("p")
+    assert sorted(off.acquire(home=key).url for _ in range(3)) == [
+        "http://e0", "http://e1", "http://e2",
+    ]
+
+
+def test_a_home_that_is_not_usable_sends_its_prompts_elsewhere() -> None:
+    b = make(2, affinity_slack=8)
+    key = home_key("q")
+    home = b.acquire(home=key)
+    b.release(home, ok=True)
+    b.mark_health(home.url, False, "down")
+    assert b.acquire(home=key).url != home.url
+    assert b.acquire(home=key, avoid=[]).url != home.url

@@ -95,6 +95,21 @@ def test_load_follows_capacity(gateway_factory) -> None:
     assert all(g.simulated and g.attempts == 1 for g in results)
 
 
+def test_prefix_affinity_sends_a_prompts_samples_to_one_endpoint(fresh_pair, gateway_factory) -> None:
+    prompts = [f"question {q}: the same evidence for every sample" for q in range(16)]
+    work = [(p, s) for p in prompts for s in range(4)]
+    gw = gateway_factory(*fresh_pair, llm_prefix_affinity=8)
+    with ThreadPoolExecutor(8) as ex:
+        done = list(ex.map(
+            lambda w: (w[0], gw.generate(w[0], Sampling(max_tokens=8, temperature=0.7,
+                                                        seed=w[1]), job_id=f"{w[0]}/{w[1]}")),
+            work,
+        ))  # fmt: skip
+    homes = {prompt: {g.endpoint for p, g in done if p == prompt} for prompt in prompts}
+    assert all(len(used) == 1 for used in homes.values()), homes
+    assert len(set().union(*homes.values())) == 2  # different prompts, both endpoints
+
+
 def test_killed_endpoint_is_taken_out_and_every_job_completes(gateway_factory) -> None:
     with (
         start_simulator(ttft_ms=40, tpot_ms=0) as doomed,

@@ -20,6 +20,14 @@ Rules, in the order ``acquire`` applies them:
    were waiting (a queue means every slot is busy); until an endpoint has been
    seen saturated it is assumed as large as the largest known one, so it gets
    at least an even share and reveals its capacity.
+   A request may carry a *home key* (its prompt): the endpoints rank by a
+   rendezvous hash of the key and the endpoint's URL, the same ranking in every
+   process, and the first of them wins while its load is within
+   ``affinity_slack`` requests of the lowest (``QFARM_LLM_PREFIX_AFFINITY``).
+   Identical prompts sent apart (a question's samples, a rerun's requests) so
+   reach the endpoint whose prefix cache already holds them, from every worker;
+   while that endpoint is further behind, or not usable, they go where rule 3
+   sends any request. 0 turns it off.
 4. Nothing usable: wait (bounded) for a slot, a Retry-After, a breaker
    cool-down or a health recovery, then raise ``TransientServiceError``. The
    gateway waits for a slot without that bound (``wait_for_slot``): a full
@@ -35,6 +43,7 @@ closes the breaker, its failure re-opens it for another cool-down.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -100,6 +109,7 @@ class Balancer:
         metrics_weighting: bool = True,
         window_fallback: int | None = None,
         interactive_reserve: int = 0,
+        affinity_slack: int = 0,
         clock: Callable[[], float] = time.monotonic,
     ):
         if not targets:
@@ -108,6 +118,7 @@ class Balancer:
         self._by_url = {e.url: e for e in self.endpoints}
         self.max_inflight = max(1, max_inflight)
         self.interactive_reserve = max(0, interactive_reserve)
+        self.affinity_slack = max(0, affinity_slack)
         self.breaker_failures = max(1, breaker_failures)
         self.breaker_cooldown_s = breaker_cooldown_s
         self.metrics_weighting = metrics_weighting
@@ -163,8 +174,9 @@ class Balancer:
         return (e.outstanding + others + cost) / self._weight(e)
 
     def _pick(
-        self, now: float, avoid: Collection[str], cost: int, interactive: bool
-    ) -> EndpointState | None:
+        self, now: float, avoid: Collection[str], cost: int, interactive: bool,
+        home: str | None = None,
+    ) -> EndpointState | None:  # fmt: skip
         usable = [
             e for e in self.endpoints
             if self._blocker(e, now, cost, interactive=interactive) is None
@@ -173,7 +185,13 @@ class Balancer:
         pool = fresh or usable
         if not pool:
             return None
-        return min(pool, key=lambda e: self._score(e, cost))
+        best = min(pool, key=lambda e: self._score(e, cost))
+        if home is None or not self.affinity_slack or len(pool) == 1:
+            return best
+        first = max(pool, key=lambda e: _rendezvous(home, e.url))
+        # The slack in requests, as a score on the home endpoint's scale.
+        slack = self.affinity_slack / self._weight(first)
+        return first if self._score(first, cost) <= self._score(best, cost) + slack else best
 
     def has_available(self, avoid: Collection[str] = (), *, interactive: bool = True) -> bool:
         """Is an endpoint not in ``avoid`` usable right now (failover without backoff)?"""
@@ -193,8 +211,10 @@ class Balancer:
         cost: int = 1,
         wait_for_slot: bool = False,
         interactive: bool = True,
+        home: str | None = None,
     ) -> EndpointState:
-        """Reserve the best usable endpoint, waiting up to ``wait_s`` for one.
+        """Reserve the best usable endpoint, waiting up to ``wait_s`` for one (``home``: the
+        request's home key, rule 3).
 
         With ``wait_for_slot``, a job does not give up while some endpoint is merely
         full (healthy, at ``max_inflight`` from this process): that is back-pressure
@@ -206,7 +226,7 @@ class Balancer:
         with self._cond:
             while True:
                 e, wait = self._try_acquire(
-                    avoid, deadline, wait_s, job_id, cost, wait_for_slot, interactive
+                    avoid, deadline, wait_s, job_id, cost, wait_for_slot, interactive, home
                 )
                 if e is not None:
                     return e
@@ -222,13 +242,14 @@ class Balancer:
         cost: int = 1,
         wait_for_slot: bool = False,
         interactive: bool = True,
+        home: str | None = None,
     ) -> tuple[EndpointState | None, float]:
         """``acquire`` without the wait, for the gateway's event loop: the endpoint, or None
         and the seconds until a time-based blocker lifts (slots and health changes arrive
         through ``on_change``). Raises like ``acquire`` once ``deadline`` has passed."""
         with self._cond:
             return self._try_acquire(
-                avoid, deadline, wait_s, job_id, cost, wait_for_slot, interactive
+                avoid, deadline, wait_s, job_id, cost, wait_for_slot, interactive, home
             )
 
     def _try_acquire(
@@ -240,11 +261,12 @@ class Balancer:
         cost: int,
         wait_for_slot: bool,
         interactive: bool,
+        home: str | None = None,
     ) -> tuple[EndpointState | None, float]:
         if self._closed:
             raise TransientServiceError("the LLM gateway is closed", job_id=job_id)
         now = self._clock()
-        e = self._pick(now, avoid, cost, interactive)
+        e = self._pick(now, avoid, cost, interactive, home)
         if e is not None:
             if e.breaker == BreakerState.OPEN:  # cool-down over: this request is the trial
                 e.breaker = BreakerState.HALF_OPEN
@@ -472,3 +494,14 @@ class Balancer:
                 }
                 for e in self.endpoints
             ]
+
+
+def _rendezvous(key: str, url: str) -> bytes:
+    """The rank of endpoint ``url`` for ``key`` (highest wins): the same in every process,
+    and removing one endpoint moves only the keys whose first choice it was."""
+    return hashlib.blake2b(f"{url}\n{key}".encode(), digest_size=8).digest()
+
+
+def home_key(prompt: str) -> str:
+    """A prompt's home key (rule 3): short, so ranking endpoints hashes a few bytes each."""
+    return hashlib.blake2b(prompt.encode(), digest_size=16).hexdigest()

@@ -26,7 +26,7 @@ from qfarm.common.models import Generation, Sampling, Usage
 from qfarm.common.settings import Settings
 from qfarm.worker import metrics
 from qfarm.worker.llm.admission import Admission
-from qfarm.worker.llm.balancer import EndpointState
+from qfarm.worker.llm.balancer import EndpointState, home_key
 from qfarm.worker.llm.batcher import BatchItem, MicroBatcher
 from qfarm.worker.llm.client import FINISHED_OK, VLLM, Choice, Reply
 from qfarm.worker.llm.pool import EndpointPool
@@ -269,6 +269,7 @@ class Dispatcher:
         tried = list(tried or [])
         interactive = sampling.interactive
         job_id = job_ids[0]
+        home = home_key(prompt) if self._balancer.affinity_slack else None
         caching = sampling.cache and self._cache is not None
         if caching and attempts == 0:
             assert self._cache is not None
@@ -283,7 +284,7 @@ class Dispatcher:
         while attempts - uncharged < self._policy.max_attempts:
             if attempts and not self._balancer.has_available(avoid=tried, interactive=interactive):
                 await asyncio.sleep(compute_backoff(attempts, self._policy, self._rng))
-            ep = await self._acquire(tried, job_id, attempts, last, interactive)
+            ep = await self._acquire(tried, job_id, attempts, last, interactive, home=home)
             attempts += 1
             tried.append(ep.url)
             sent = fit_context(prompt, sampling, ep.max_model_len)
@@ -342,12 +343,15 @@ class Dispatcher:
         last: ServiceError | None,
         interactive: bool,
         cost: int = 1,
+        home: str | None = None,
     ) -> EndpointState:
         """``Balancer.acquire`` for the loop: waits on a future, never blocks the thread."""
         if cost == 1:
             await self._permits.acquire(interactive)
         try:
-            return await self._acquire_endpoint(tried, job_id, attempts, last, interactive, cost)
+            return await self._acquire_endpoint(
+                tried, job_id, attempts, last, interactive, cost, home
+            )
         except BaseException:
             if cost == 1:
                 self._permits.release(interactive)
@@ -361,6 +365,7 @@ class Dispatcher:
         last: ServiceError | None,
         interactive: bool,
         cost: int,
+        home: str | None,
     ) -> EndpointState:
         loop = asyncio.get_running_loop()
         deadline = self._balancer.now() + self._wait_s
@@ -368,7 +373,7 @@ class Dispatcher:
             try:
                 ep, wait_s = self._balancer.try_acquire(
                     avoid=tried, deadline=deadline, wait_s=self._wait_s, job_id=job_id,
-                    cost=cost, wait_for_slot=True, interactive=interactive,
+                    cost=cost, wait_for_slot=True, interactive=interactive, home=home,
                 )  # fmt: skip
             except TransientServiceError as exc:
                 suffix = f"; last error: {last}" if last else ""

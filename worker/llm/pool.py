@@ -85,6 +85,7 @@ class EndpointPool:
             metrics_weighting=settings.llm_metrics_weighting,
             window_fallback=settings.llm_context_window,
             interactive_reserve=settings.llm_interactive_reserve,
+            affinity_slack=settings.llm_prefix_affinity,
         )
         self.slots = len(targets) * max_inflight  # requests in flight at once, all endpoints
         # Of those, the ones sweep requests may hold (the rest: the interactive reserve).
