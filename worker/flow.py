@@ -24,14 +24,12 @@ set of cancelled jobs, so rows + cancelled jobs = the planned jobs.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import TypeVar
 
-from pydantic import BaseModel, TypeAdapter
 from pydantic_core import PydanticSerializationError
 
 from qfarm.common import keys
@@ -39,13 +37,13 @@ from qfarm.common.errors import ManifestError
 from qfarm.common.grounding.names import TitleSet
 from qfarm.common.jobs import job_from_ref
 from qfarm.common.logs import job_fields
-from qfarm.common.models import Evidence, Job, JobRecord, JobRef, Row, Timings, Usage
+from qfarm.common.models import Job, JobRecord, JobRef, Row, Timings, Usage
 from qfarm.common.policy import governance_policy_hash
 from qfarm.common.text import replace_lone_surrogates
 from qfarm.common.vocab import ErrorKind
 from qfarm.worker import metrics, pipeline, stages
 from qfarm.worker.broker import REDIS_DOWN
-from qfarm.worker.encoding import storable, unserialisable_error
+from qfarm.worker.encoding import parse_records, payload_items, storable, unserialisable_error
 from qfarm.worker.services import Services
 
 log = logging.getLogger("qfarm.worker")
@@ -307,7 +305,7 @@ def handle_stage(stage: keys.Stage, payload: str | list[dict], svc: Services, se
 
     The first link takes job refs (``payload`` a list of dicts) and loads, preflights
     and serves cache hits before its step; later links take the records the previous
-    one sent (``dump_records``' string).
+    one sent (``encoding.dump_records``' string).
     """
     step = stages.step_for(stage)
     if step is not stages.CHAIN[0]:
@@ -392,99 +390,12 @@ def handle_retrieve(ref_data: list[dict], svc: Services, send: Send) -> None:
     handle_stage(stages.CHAIN[0].stage, ref_data, svc, send)
 
 
-# Records travel between stages as one JSON string (``dump_records``): pydantic's Rust
-# (de)serializer handles the nested evidence and claims, instead of kombu's JSON with a
-# Python hook per object, which cost a fifth of the generate worker's CPU.
-#
-# The string is an object: ``records`` with their evidence left out, ``evidence`` the
-# bundle's distinct evidence lists, and ``evidence_of`` which list each record had (null:
-# none). The n samples of a question x mode carry the same blocks, two thirds of a record's
-# bytes, and every byte of a message is paid for several times over (pydantic, kombu's
-# JSON and base64, Redis, the prefork pool's pipe).
-RECORDS = TypeAdapter(list[JobRecord])
-EVIDENCE_LISTS = TypeAdapter(list[tuple[Evidence, ...]])
-
-
-class _Bundle(BaseModel):
-    records: list[JobRecord]
-    evidence: list[tuple[Evidence, ...]]
-    evidence_of: list[int | None]
-
-
-def dump_records(records: Sequence[JobRecord]) -> str:
-    lists: dict[tuple[Evidence, ...], int] = {}
-    evidence_of: list[int | None] = []
-    slim: list[JobRecord] = []
-    for record in records:
-        ret = record.retrieval
-        if ret is None or not ret.evidence:
-            evidence_of.append(None)
-            slim.append(record)
-            continue
-        evidence_of.append(lists.setdefault(ret.evidence, len(lists)))
-        slim.append(record.model_copy(update={"retrieval": ret.model_copy(update={"evidence": ()})}))
-    return "".join((
-        '{"evidence":', EVIDENCE_LISTS.dump_json(list(lists)).decode(),
-        ',"evidence_of":', json.dumps(evidence_of),
-        ',"records":', RECORDS.dump_json(slim).decode(), "}",
-    ))
-
-
 def load_records(payload: str, svc: Services) -> list[JobRecord]:
     """A bundle's records; should one be unusable, the others still run and it ends as a row."""
     try:
         return parse_records(payload)
     except (ValueError, IndexError):
         return _each(payload_items(payload), svc, JobRecord.model_validate)
-
-
-def parse_records(payload: str) -> list[JobRecord]:
-    """The records ``dump_records`` wrote; ValueError or IndexError if any is unusable."""
-    bundle = _Bundle.model_validate_json(payload)
-    return [
-        _with_evidence(record, bundle.evidence[i] if i is not None else None)
-        for record, i in zip(bundle.records, bundle.evidence_of, strict=True)
-    ]
-
-
-def _with_evidence(record: JobRecord, evidence: tuple[Evidence, ...] | None) -> JobRecord:
-    if evidence is None or record.retrieval is None:
-        return record
-    return record.model_copy(
-        update={"retrieval": record.retrieval.model_copy(update={"evidence": evidence})}
-    )
-
-
-def payload_items(payload: str | list[dict]) -> list[dict]:
-    """The per-job items of a message payload: a first stage's refs, or a later stage's
-    records (one JSON string, their evidence put back)."""
-    if not isinstance(payload, str):
-        return payload
-    try:
-        items = json.loads(payload)
-    except ValueError:
-        log.error("unreadable bundle payload dropped: %.200s", payload)
-        return []
-    if not isinstance(items, dict):
-        log.error("bundle payload not written by dump_records dropped: %.200s", payload)
-        return []
-    return _items_with_evidence(items)
-
-
-def _items_with_evidence(bundle: dict) -> list[dict]:
-    """The records of a bundle object as dicts, each with its evidence list back in place
-    (an item that cannot take it is left as it is: it fails as that job's row)."""
-    records, lists, refs = bundle.get("records"), bundle.get("evidence"), bundle.get("evidence_of")
-    if not isinstance(records, list):
-        return []
-    for i, item in enumerate(records):
-        try:
-            ref = refs[i]  # type: ignore[index]
-            if ref is not None:
-                item["retrieval"]["evidence"] = lists[ref]  # type: ignore[index]
-        except (TypeError, KeyError, IndexError):
-            continue
-    return records
 
 
 def _safely_many(

@@ -13,7 +13,7 @@ from qfarm.common import keys
 from qfarm.common.jobs import ref_for
 from qfarm.common.models import Generation, Job, JobRecord
 from qfarm.producer.store import ProducerStore
-from qfarm.worker import flow, stages
+from qfarm.worker import encoding, flow, stages
 from qfarm.worker.runner import InProcessRunner
 from qfarm.worker.services import Services
 
@@ -111,7 +111,7 @@ def test_a_link_added_to_the_chain_runs_in_the_queue_handlers(setup, annotating)
         stage, payload = queue.pop(0)
         visited.append(stage)
         flow.handle_stage(stage, payload, svc,
-                          lambda s, rs: queue.append((s, flow.dump_records(rs))))  # fmt: skip
+                          lambda s, rs: queue.append((s, encoding.dump_records(rs))))  # fmt: skip
     assert visited == [step.stage for step in stages.CHAIN]
     assert_passed_once_between_answer_and_verdict(annotating, jobs)
     assert_one_clean_row_each(store, "r", jobs)
