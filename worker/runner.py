@@ -21,9 +21,9 @@ eager=True)``) have no broker and no workers, but the GPU still wants
   keeps its cap in flight and the rest queued, and a row is written as each
   job ends.
 
-Rows are the serial path's rows (same stage code, same store, same row
-script); only timings, and so the order of rows, differ. The serial path
-stays for debugging (``--serial``).
+Rows are the Celery tasks' rows (same stage code, same store, same row script);
+only timings, and so the order of rows, differ. ``qfarm sweep --eager --serial``
+runs this runner on one job at a time, each ``run`` to its row (for debugging).
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ class InProcessRunner:
         sent: list[tuple[keys.Stage, list[JobRecord]]] = []
         try:
             flow.handle_retrieve(refs, self._svc, lambda stage, rs: sent.append((stage, rs)))
-        except Exception as exc:  # the serial path's _guarded: a bug is the jobs' error rows
+        except Exception as exc:  # as the Celery task's _guarded: a bug is the jobs' error rows
             if self._stopping:
                 return
             log.debug("bundle failed unexpectedly (%s: %s)", type(exc).__name__, exc, exc_info=True)
