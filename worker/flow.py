@@ -300,36 +300,38 @@ def log_error_row(row: Row) -> None:
                 extra=job_fields(row.run_id, row.job_id, row.endpoint, row.error_kind))
 
 
-def handle_stage(stage: keys.Stage, payload: str | list[dict], svc: Services, send: Send) -> None:
-    """A sweep stage's task body (``qfarm.worker.stages.CHAIN``): enter, step, leave.
+# What a link takes: job refs (the first link's message), a later link's message (one
+# string, ``encoding.dump_records``), or, in process, the records themselves.
+Payload = str | list[dict] | list[JobRecord]
 
-    The first link takes job refs (``payload`` a list of dicts) and loads, preflights
-    and serves cache hits before its step; later links take the records the previous
-    one sent (``encoding.dump_records``' string).
-    """
+
+def handle_stage(stage: keys.Stage, payload: Payload, svc: Services, send: Send) -> None:
+    """One link of the chain (``qfarm.worker.stages.CHAIN``) on a bundle: enter, step,
+    leave. The Celery task of every link and the in-process runner's links but the
+    model's run this; the runner's model link runs its halves (``enter_stage``, the
+    step's ``ask``/``settle``, ``leave``)."""
     step = stages.step_for(stage)
-    if step is not stages.CHAIN[0]:
-        through(step, load_records(payload, svc), svc, send)  # type: ignore[arg-type]
-        return
-    records, rows = enter_first(payload, svc)  # type: ignore[arg-type]
-    if records is not None:
+    records, rows = enter_stage(step, payload, svc)
+    if records or rows:
         leave(step, run_step(step, records, svc), rows, svc, send)
 
 
-def enter_first(refs: list[dict], svc: Services) -> tuple[list[JobRecord] | None, list[Row]]:
-    """The first link's entry: load the jobs, check them in, preflight and the cache. Returns
-    the records for its step and the rows of jobs that end here (None: nothing to do)."""
-    stage = stages.CHAIN[0].stage
-    jobs = _live(_each(refs, svc, lambda d: _load_job(d, svc)), lambda j: j, svc, stage)
-    if not jobs:
-        return None, []
-    records, done = _start_many(jobs, svc)
-    return records, [row for _, row in done]
+def enter_stage(step: stages.Step, payload: Payload, svc: Services) -> tuple[list[JobRecord], list[Row]]:
+    """A link's entry. Returns the records for its step and the rows of jobs that end here.
 
-
-def through(step: stages.Step, records: list[JobRecord], svc: Services, send: Send) -> None:
-    """A later link whole: entry check, step, rows or the next link (also the runner's)."""
-    leave(step, run_step(step, enter(records, step, svc), svc), [], svc, send)
+    A link that ``loads_jobs`` takes job refs: it loads the jobs, checks them in,
+    runs the preflight and serves cache hits. Later links take records and check them
+    in (``enter``)."""
+    if step.loads_jobs:
+        refs: list[dict] = payload  # type: ignore[assignment]
+        jobs = _live(_each(refs, svc, lambda d: _load_job(d, svc)), lambda j: j, svc, step.stage)
+        if not jobs:
+            return [], []
+        records, done = _start_many(jobs, svc)
+        return records, [row for _, row in done]
+    if isinstance(payload, str):
+        return enter(load_records(payload, svc), step, svc), []
+    return enter(payload, step, svc), []  # type: ignore[arg-type]
 
 
 def enter(records: list[JobRecord], step: stages.Step, svc: Services) -> list[JobRecord]:
@@ -383,11 +385,6 @@ def bare(record: JobRecord) -> JobRecord:
     runner's (worker/runner.py)."""
     return JobRecord(job=record.job, worker=record.worker,
                      started_at=record.started_at, timings=record.timings)  # fmt: skip
-
-
-def handle_retrieve(ref_data: list[dict], svc: Services, send: Send) -> None:
-    """The first link's task body (also the in-process runner's first step)."""
-    handle_stage(stages.CHAIN[0].stage, ref_data, svc, send)
 
 
 def load_records(payload: str, svc: Services) -> list[JobRecord]:
