@@ -1,5 +1,5 @@
-"""Eager runs: every job in this process (the stages concurrently through the in-process
-runner, or one job at a time through Celery's eager mode), and resuming one."""
+"""Eager runs: every job in this process through the in-process runner (the stages
+concurrently, or one job at a time), and resuming one."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from qfarm.common.vocab import RunStatus
 from qfarm.producer import interrupts
 from qfarm.producer._follow import finish_run, newest_row_finished_at
 from qfarm.producer._services import (
-    celery_app,
     check_same_preflight,
     corpus_label,
     eager_services,
@@ -44,7 +43,7 @@ from qfarm.producer.runs import (
     write_status,
 )
 from qfarm.producer.store import ProducerStore
-from qfarm.producer.sweep import SweepPlan, enqueue_jobs, run_questions
+from qfarm.producer.sweep import SweepPlan, run_questions
 
 # The aggregator an in-process run drains through, opened on its in-memory store, and what
 # it reports as rows land.
@@ -120,8 +119,8 @@ def run_in_process(manifest: Manifest, jobs: Iterable[Job], agg_of: AggregatorFo
     """Run ``jobs`` of ``manifest`` in this process over an in-memory Redis, draining their
     rows through the aggregator ``agg_of`` opens on it, and reporting ``progress`` as rows
     land: through the in-process runner, as many jobs in flight as the endpoints take from
-    one process, or with ``serial`` one job at a time through Celery's eager mode (every
-    stage inline). Eager sweeps, resumes and retries all run here. Returns the store, the
+    one process, or with ``serial`` one job at a time, each to its row before the next
+    starts. Eager sweeps, resumes and retries all run here. Returns the store, the
     aggregator and whether the jobs ran to the end (False: a Ctrl-C, or SIGTERM for the
     command line, stopped them; the rows so far are drained)."""
     svc, store = eager_services(settings, retriever)
@@ -135,14 +134,13 @@ def run_in_process(manifest: Manifest, jobs: Iterable[Job], agg_of: AggregatorFo
 
     try:
         try:
-            if serial:
-                app = celery_app(settings, eager=True)
-                for job in jobs:
-                    enqueue_jobs(app, [job])  # Celery eager mode: runs every stage inline
-                    tick()
-            else:
-                from qfarm.worker.runner import InProcessRunner
+            from qfarm.worker.runner import InProcessRunner
 
+            if serial:  # each job to its row, and a progress report, before the next starts
+                runner = InProcessRunner(svc, max_inflight=1, bundle_size=1, cpu_threads=1)
+                for job in jobs:
+                    runner.run([job], tick=tick)
+            else:
                 inflight = n_endpoints * max(1, settings.llm_max_inflight_per_endpoint)
                 InProcessRunner(svc, max_inflight=inflight, bundle_size=settings.bundle_size).run(
                     jobs, tick=tick

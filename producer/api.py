@@ -7,7 +7,7 @@ notebook calls them the same way::
     rows = result.rows()
 
 Eager runs execute every job in this process (an in-memory Redis; the stages run
-concurrently, or one job at a time through Celery's eager mode with ``serial=True``);
+concurrently, or one job at a time with ``serial=True``: the in-process runner both ways);
 distributed runs publish the jobs to Redis for ``celery -A qfarm.worker``
 workers and follow the run until every job has a row. Both write the same run
 directory (``manifest.json``, ``rows.jsonl``, ``status.json``, ``summary.md``).

@@ -397,7 +397,7 @@ def message_run_id(message: bytes | dict) -> str | None:
     """
     try:
         bundle = task_args(message)[0]
-        if isinstance(bundle, str):  # worker/flow.py dump_records: an object
+        if isinstance(bundle, str):  # worker/encoding.py dump_records: an object
             return json.loads(bundle)["records"][0]["job"]["run_id"]
         return bundle[0]["run_id"]
     except (ValueError, KeyError, IndexError, TypeError):

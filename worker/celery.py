@@ -62,7 +62,7 @@ from qfarm.common.metrics import role_of
 from qfarm.common.models import JobRecord
 from qfarm.common.settings import Settings, load_settings
 from qfarm.common.urls import redact_url
-from qfarm.worker import broker, flow, leases, metrics, stages, tracing
+from qfarm.worker import broker, encoding, flow, leases, metrics, stages, tracing
 from qfarm.worker.broker import REDIS_DOWN
 from qfarm.worker.services import Services, get_services
 
@@ -181,7 +181,7 @@ PUBLISH_RETRY = {"max_retries": 5, "interval_start": 0.2, "interval_step": 0.5, 
 def send_stage(stage: Stage, records: list[JobRecord]) -> None:
     """Forward a bundle's surviving jobs to the next stage as one message."""
     app.tasks[stage.task].apply_async(
-        args=[flow.dump_records(records)],
+        args=[encoding.dump_records(records)],
         argsrepr=f"<{stage.name} {bundle_label(records[0].job, len(records))}>",
         kwargsrepr="",
         retry=True,
@@ -210,7 +210,7 @@ def _guarded(payloads: str | list[dict], body: Callable[[Services], None]) -> No
 
 
 # Message formats: the first stage (and the interactive queue) takes a list of job
-# refs; later stages take their bundle's records as one JSON string (flow.dump_records).
+# refs; later stages take their bundle's records as one JSON string (encoding.dump_records).
 
 
 def _stage_task(stage: Stage) -> Any:

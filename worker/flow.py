@@ -24,14 +24,12 @@ set of cancelled jobs, so rows + cancelled jobs = the planned jobs.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import TypeVar
 
-from pydantic import BaseModel, TypeAdapter
 from pydantic_core import PydanticSerializationError
 
 from qfarm.common import keys
@@ -39,13 +37,13 @@ from qfarm.common.errors import ManifestError
 from qfarm.common.grounding.names import TitleSet
 from qfarm.common.jobs import job_from_ref
 from qfarm.common.logs import job_fields
-from qfarm.common.models import Evidence, Job, JobRecord, JobRef, Row, Timings, Usage
+from qfarm.common.models import Job, JobRecord, JobRef, Row, Timings, Usage
 from qfarm.common.policy import governance_policy_hash
 from qfarm.common.text import replace_lone_surrogates
 from qfarm.common.vocab import ErrorKind
 from qfarm.worker import metrics, pipeline, stages, tracing
 from qfarm.worker.broker import REDIS_DOWN
-from qfarm.worker.encoding import storable, unserialisable_error
+from qfarm.worker.encoding import parse_records, payload_items, storable, unserialisable_error
 from qfarm.worker.services import Services
 
 log = logging.getLogger("qfarm.worker")
@@ -306,36 +304,38 @@ def log_error_row(row: Row) -> None:
                 extra=job_fields(row.run_id, row.job_id, row.endpoint, row.error_kind))
 
 
-def handle_stage(stage: keys.Stage, payload: str | list[dict], svc: Services, send: Send) -> None:
-    """A sweep stage's task body (``qfarm.worker.stages.CHAIN``): enter, step, leave.
+# What a link takes: job refs (the first link's message), a later link's message (one
+# string, ``encoding.dump_records``), or, in process, the records themselves.
+Payload = str | list[dict] | list[JobRecord]
 
-    The first link takes job refs (``payload`` a list of dicts) and loads, preflights
-    and serves cache hits before its step; later links take the records the previous
-    one sent (``dump_records``' string).
-    """
+
+def handle_stage(stage: keys.Stage, payload: Payload, svc: Services, send: Send) -> None:
+    """One link of the chain (``qfarm.worker.stages.CHAIN``) on a bundle: enter, step,
+    leave. The Celery task of every link and the in-process runner's links but the
+    model's run this; the runner's model link runs its halves (``enter_stage``, the
+    step's ``ask``/``settle``, ``leave``)."""
     step = stages.step_for(stage)
-    if step is not stages.CHAIN[0]:
-        through(step, load_records(payload, svc), svc, send)  # type: ignore[arg-type]
-        return
-    records, rows = enter_first(payload, svc)  # type: ignore[arg-type]
-    if records is not None:
+    records, rows = enter_stage(step, payload, svc)
+    if records or rows:
         leave(step, run_step(step, records, svc), rows, svc, send)
 
 
-def enter_first(refs: list[dict], svc: Services) -> tuple[list[JobRecord] | None, list[Row]]:
-    """The first link's entry: load the jobs, check them in, preflight and the cache. Returns
-    the records for its step and the rows of jobs that end here (None: nothing to do)."""
-    stage = stages.CHAIN[0].stage
-    jobs = _live(_each(refs, svc, lambda d: _load_job(d, svc)), lambda j: j, svc, stage)
-    if not jobs:
-        return None, []
-    records, done = _start_many(jobs, svc)
-    return records, [row for _, row in done]
+def enter_stage(step: stages.Step, payload: Payload, svc: Services) -> tuple[list[JobRecord], list[Row]]:
+    """A link's entry. Returns the records for its step and the rows of jobs that end here.
 
-
-def through(step: stages.Step, records: list[JobRecord], svc: Services, send: Send) -> None:
-    """A later link whole: entry check, step, rows or the next link (also the runner's)."""
-    leave(step, run_step(step, enter(records, step, svc), svc), [], svc, send)
+    A link that ``loads_jobs`` takes job refs: it loads the jobs, checks them in,
+    runs the preflight and serves cache hits. Later links take records and check them
+    in (``enter``)."""
+    if step.loads_jobs:
+        refs: list[dict] = payload  # type: ignore[assignment]
+        jobs = _live(_each(refs, svc, lambda d: _load_job(d, svc)), lambda j: j, svc, step.stage)
+        if not jobs:
+            return [], []
+        records, done = _start_many(jobs, svc)
+        return records, [row for _, row in done]
+    if isinstance(payload, str):
+        return enter(load_records(payload, svc), step, svc), []
+    return enter(payload, step, svc), []  # type: ignore[arg-type]
 
 
 def enter(records: list[JobRecord], step: stages.Step, svc: Services) -> list[JobRecord]:
@@ -394,104 +394,12 @@ def bare(record: JobRecord) -> JobRecord:
                      started_at=record.started_at, timings=record.timings)  # fmt: skip
 
 
-def handle_retrieve(ref_data: list[dict], svc: Services, send: Send) -> None:
-    """The first link's task body (also the in-process runner's first step)."""
-    handle_stage(stages.CHAIN[0].stage, ref_data, svc, send)
-
-
-# Records travel between stages as one JSON string (``dump_records``): pydantic's Rust
-# (de)serializer handles the nested evidence and claims, instead of kombu's JSON with a
-# Python hook per object, which cost a fifth of the generate worker's CPU.
-#
-# The string is an object: ``records`` with their evidence left out, ``evidence`` the
-# bundle's distinct evidence lists, and ``evidence_of`` which list each record had (null:
-# none). The n samples of a question x mode carry the same blocks, two thirds of a record's
-# bytes, and every byte of a message is paid for several times over (pydantic, kombu's
-# JSON and base64, Redis, the prefork pool's pipe).
-RECORDS = TypeAdapter(list[JobRecord])
-EVIDENCE_LISTS = TypeAdapter(list[tuple[Evidence, ...]])
-
-
-class _Bundle(BaseModel):
-    records: list[JobRecord]
-    evidence: list[tuple[Evidence, ...]]
-    evidence_of: list[int | None]
-
-
-def dump_records(records: Sequence[JobRecord]) -> str:
-    lists: dict[tuple[Evidence, ...], int] = {}
-    evidence_of: list[int | None] = []
-    slim: list[JobRecord] = []
-    for record in records:
-        ret = record.retrieval
-        if ret is None or not ret.evidence:
-            evidence_of.append(None)
-            slim.append(record)
-            continue
-        evidence_of.append(lists.setdefault(ret.evidence, len(lists)))
-        slim.append(record.model_copy(update={"retrieval": ret.model_copy(update={"evidence": ()})}))
-    return "".join((
-        '{"evidence":', EVIDENCE_LISTS.dump_json(list(lists)).decode(),
-        ',"evidence_of":', json.dumps(evidence_of),
-        ',"records":', RECORDS.dump_json(slim).decode(), "}",
-    ))
-
-
 def load_records(payload: str, svc: Services) -> list[JobRecord]:
     """A bundle's records; should one be unusable, the others still run and it ends as a row."""
     try:
         return parse_records(payload)
     except (ValueError, IndexError):
         return _each(payload_items(payload), svc, JobRecord.model_validate)
-
-
-def parse_records(payload: str) -> list[JobRecord]:
-    """The records ``dump_records`` wrote; ValueError or IndexError if any is unusable."""
-    bundle = _Bundle.model_validate_json(payload)
-    return [
-        _with_evidence(record, bundle.evidence[i] if i is not None else None)
-        for record, i in zip(bundle.records, bundle.evidence_of, strict=True)
-    ]
-
-
-def _with_evidence(record: JobRecord, evidence: tuple[Evidence, ...] | None) -> JobRecord:
-    if evidence is None or record.retrieval is None:
-        return record
-    return record.model_copy(
-        update={"retrieval": record.retrieval.model_copy(update={"evidence": evidence})}
-    )
-
-
-def payload_items(payload: str | list[dict]) -> list[dict]:
-    """The per-job items of a message payload: a first stage's refs, or a later stage's
-    records (one JSON string, their evidence put back)."""
-    if not isinstance(payload, str):
-        return payload
-    try:
-        items = json.loads(payload)
-    except ValueError:
-        log.error("unreadable bundle payload dropped: %.200s", payload)
-        return []
-    if not isinstance(items, dict):
-        log.error("bundle payload not written by dump_records dropped: %.200s", payload)
-        return []
-    return _items_with_evidence(items)
-
-
-def _items_with_evidence(bundle: dict) -> list[dict]:
-    """The records of a bundle object as dicts, each with its evidence list back in place
-    (an item that cannot take it is left as it is: it fails as that job's row)."""
-    records, lists, refs = bundle.get("records"), bundle.get("evidence"), bundle.get("evidence_of")
-    if not isinstance(records, list):
-        return []
-    for i, item in enumerate(records):
-        try:
-            ref = refs[i]  # type: ignore[index]
-            if ref is not None:
-                item["retrieval"]["evidence"] = lists[ref]  # type: ignore[index]
-        except (TypeError, KeyError, IndexError):
-            continue
-    return records
 
 
 def _safely_many(

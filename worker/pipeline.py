@@ -227,12 +227,12 @@ def generation_stage(
     ``llm_ms`` is its own request's time, a failed one's included.
     """
     out = list(records)
-    todo = [i for i, r in enumerate(records) if r.retrieval is not None and not r.error]
+    asks = [(i, generation_request(r)) for i, r in enumerate(records)]
+    todo = [i for i, item in asks if item is not None]
     if not todo:
         return out
     t0 = time.perf_counter()
-    items = [(render_prompt(records[i]), sampling_for(records[i]), records[i].job.job_id)
-             for i in todo]
+    items = [item for _, item in asks if item is not None]
     # The gateway's lines about these requests name their run (a worker serves several).
     with log_context(run_id=one_run_id(records[i] for i in todo)):
         if not hasattr(gateway, "submit_many") or not hasattr(gateway, "cancel_many"):

@@ -5,25 +5,24 @@ eager=True)``) have no broker and no workers, but the GPU still wants
 ``QFARM_LLM_MAX_INFLIGHT_PER_ENDPOINT`` requests in flight per endpoint. So:
 
 * it walks the same chain as the Celery tasks (``qfarm.worker.stages.CHAIN``), its CPU
-  links in a small thread pool through the queue handlers' own functions
-  (``flow.handle_retrieve`` for the first: entry check, preflight, cache,
-  retrieval; ``flow.through``/``flow.leave`` for the others: their step, rows for
-  jobs that end there);
-* the model's link (``calls_model``) is handed to the async gateway without
-  blocking a thread (``Gateway.submit``, with ``pipeline.generation_request`` and
-  ``with_generation``, the halves of ``generation_stage``); its completion queues
-  the job for the links after it (verification, sidecar, the row write), which a
-  pool thread runs on every job answered meanwhile at once (up to
-  ``PAST_MODEL_BATCH``): one entry check and one row write a batch, as a verify
-  worker does a bundle, instead of one each per job;
+  links in a small thread pool through the tasks' own entry, ``flow.handle_stage``
+  (for the first: entry check, preflight, cache, retrieval; for every link: its
+  step, rows for jobs that end there, the rest on to the next link);
+* the model's link (``calls_model``) runs as the same entry's parts, its step's wait
+  left to the async gateway instead of a thread: ``flow.enter_stage``, the step's
+  ``ask`` for each job's request (``Gateway.submit_many``), its ``settle`` for each
+  answer, then ``flow.leave``. An answer queues the job for the links after it
+  (verification, sidecar, the row write), which a pool thread runs on every job
+  answered meanwhile at once (up to ``PAST_MODEL_BATCH``): one entry check and one
+  row write a batch, as a verify worker does a bundle, instead of one each per job;
 * at most twice ``max_inflight`` (the sum of the endpoints' in-flight caps)
   jobs are between admission and the end of their LLM call: the gateway
   keeps its cap in flight and the rest queued, and a row is written as each
   job ends.
 
-Rows are the serial path's rows (same stage code, same store, same row
-script); only timings, and so the order of rows, differ. The serial path
-stays for debugging (``--serial``).
+Rows are the Celery tasks' rows (same stage code, same store, same row script);
+only timings, and so the order of rows, differ. ``qfarm sweep --eager --serial``
+runs this runner on one job at a time, each ``run`` to its row (for debugging).
 """
 
 from __future__ import annotations
@@ -166,8 +165,9 @@ class InProcessRunner:
         refs = [ref_for(job).model_dump(mode="json", exclude_none=True) for job in jobs]
         sent: list[tuple[keys.Stage, list[JobRecord]]] = []
         try:
-            flow.handle_retrieve(refs, self._svc, lambda stage, rs: sent.append((stage, rs)))
-        except Exception as exc:  # the serial path's _guarded: a bug is the jobs' error rows
+            flow.handle_stage(stages.CHAIN[0].stage, refs, self._svc,
+                              lambda stage, rs: sent.append((stage, rs)))  # fmt: skip
+        except Exception as exc:  # as the Celery task's _guarded: a bug is the jobs' error rows
             if self._stopping:
                 return
             log.debug("bundle failed unexpectedly (%s: %s)", type(exc).__name__, exc, exc_info=True)
@@ -177,7 +177,9 @@ class InProcessRunner:
         held.release_all(keep=[r.job.job_id for r in records])
         if step is None or not records:
             return
-        asks = [(r, pipeline.generation_request(r)) for r in records]
+        ask = step.ask
+        assert ask is not None  # a model step declares both halves (stages.CHAIN's check)
+        asks = [(r, ask(r)) for r in records]
         for record, req in asks:
             if req is None:  # nothing to ask: straight on past the model, to its row
                 self._queue_past_model(step, record)
@@ -204,16 +206,17 @@ class InProcessRunner:
         self, sent: list[tuple[keys.Stage, list[JobRecord]]]
     ) -> tuple[stages.Step | None, list[JobRecord]]:
         """Carry what a link sent through the chain's next links, here and now, up to the
-        model's link: returns it and the records that passed its entry check (None: the
-        chain ended, every row written)."""
+        model's link: returns it and the records that passed its entry (None: the chain
+        ended, every row written)."""
         while sent:
             stage = sent[0][0]
             records = [r for _, rs in sent for r in rs]
             step = stages.step_for(stage)
             if step.calls_model:
-                return step, flow.enter(records, step, self._svc)
+                entered, _ = flow.enter_stage(step, records, self._svc)  # no rows: not the first
+                return step, entered
             nxt: list[tuple[keys.Stage, list[JobRecord]]] = []
-            flow.through(step, records, self._svc, lambda s, rs: nxt.append((s, rs)))  # noqa: B023
+            flow.handle_stage(stage, records, self._svc, lambda s, rs: nxt.append((s, rs)))  # noqa: B023
             sent = nxt
         return None, []
 
@@ -222,7 +225,7 @@ class InProcessRunner:
         """On the gateway's loop: queue the rest of the chain, free the slot. Nothing slow here."""
         try:
             if not self._stopping:
-                self._queue_past_model(step, _answered(record, t0, future))
+                self._queue_past_model(step, _answered(step, record, t0, future))
         except Exception as exc:  # the pool is gone (or a bug): this job's row is written here
             if self._stopping:
                 return
@@ -263,13 +266,13 @@ class InProcessRunner:
                 self._past_model(step, records)
 
     def _past_model(self, step: stages.Step, records: list[JobRecord]) -> None:
-        """Jobs past the model's link: the links after it, to their rows (on a pool thread)."""
+        """Jobs past the model's step: its link's leave, then the links after it, to their
+        rows (on a pool thread)."""
         try:
             sent: list[tuple[keys.Stage, list[JobRecord]]] = []
-            nxt = stages.after(step)
-            if nxt is None:
+            if stages.after(step) is None:
                 raise RuntimeError("the model's link is the last: nothing writes the row")
-            flow.through(nxt, records, self._svc, lambda s, rs: sent.append((s, rs)))
+            flow.leave(step, records, [], self._svc, lambda s, rs: sent.append((s, rs)))
             rest, _ = self._walk(sent)
             if rest is not None:
                 raise RuntimeError("a second model link: the in-process runner runs one")
@@ -300,10 +303,13 @@ class InProcessRunner:
         return self._pool
 
 
-def _answered(record: JobRecord, t0: float, future: Future[Any]) -> JobRecord:
-    """The record with the gateway's answer or failure; a bug recording it is its error."""
+def _answered(step: stages.Step, record: JobRecord, t0: float, future: Future[Any]) -> JobRecord:
+    """The record with the gateway's answer or failure (the step's ``settle``); a bug
+    recording it is its error."""
+    settle = step.settle
+    assert settle is not None  # a model step declares both halves (stages.CHAIN's check)
     try:
-        return pipeline.with_generation(record, _result(future), t0)
+        return settle(record, _result(future), t0)
     except Exception as exc:
         return flow.failed(record, exc)
 

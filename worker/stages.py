@@ -11,7 +11,12 @@ and the in-process runner of eager runs (worker/runner.py). Adding a stage is a
 Around every step, worker/flow.py does what is common to all: the entry check
 (cancelled run, job already has a row, the stage's counter), per-job failure
 isolation, and what leaves the stage (rows, or a message to the next one). The first
-link also loads the jobs, runs the preflight and serves cache hits before its step.
+link (``loads_jobs``) also loads the jobs, runs the preflight and serves cache hits
+before its step. The model's link (``calls_model``) also declares its step's two
+halves, ``ask`` and ``settle`` (``pipeline.generation_request`` and
+``with_generation``, which its ``run``, ``pipeline.generation_stage``, calls with a
+wait between), for a driver that waits for the model without a thread (the
+in-process runner).
 """
 
 from __future__ import annotations
@@ -19,9 +24,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from qfarm.common import keys
-from qfarm.common.models import JobRecord
+from qfarm.common.models import JobRecord, Sampling
 from qfarm.common.vocab import ErrorKind
 from qfarm.worker import pipeline
 from qfarm.worker.services import Services
@@ -43,10 +49,20 @@ class Step:
     # A job that failed in this step ends as its row here; otherwise it travels on and
     # the later steps pass it through untouched until the last link writes its row.
     ends_failed: bool = False
-    # The step is the model call: the in-process runner sends its requests to the async
-    # gateway (``pipeline.generation_request``/``with_generation``, the two halves of
-    # ``pipeline.generation_stage``) instead of blocking a thread on it.
-    calls_model: bool = False
+    # The link takes job refs, not records: it loads the jobs, runs the preflight and
+    # serves cache hits before its step (``flow.enter_stage``). The chain's first link.
+    loads_jobs: bool = False
+    # The step is the model call, in two halves around the wait for the model: ``ask``
+    # gives a job's request to the gateway (None: nothing to ask, the job passes
+    # untouched), ``settle`` records the gateway's answer or failure for a request sent
+    # at a time. The in-process runner sends the requests to the async gateway with them
+    # instead of blocking a thread on ``run``.
+    ask: Callable[[JobRecord], tuple[str, Sampling, str] | None] | None = None
+    settle: Callable[[JobRecord, Any, float], JobRecord] | None = None
+
+    @property
+    def calls_model(self) -> bool:
+        return self.ask is not None
 
 
 def _retrieve(records: list[JobRecord], svc: Services) -> list[JobRecord]:
@@ -68,19 +84,31 @@ def _generate(records: list[JobRecord], svc: Services) -> list[JobRecord]:
     return [r for r in out if r.error_kind != ErrorKind.CANCELLED]
 
 
+def _ask(record: JobRecord) -> tuple[str, Sampling, str] | None:
+    return pipeline.generation_request(record)
+
+
+def _settle(record: JobRecord, result: Any, t0: float) -> JobRecord:
+    return pipeline.with_generation(record, result, t0)
+
+
 def _verify(records: list[JobRecord], svc: Services) -> list[JobRecord]:
     return [pipeline.verification_stage(r) for r in records]
 
 
 STEPS: dict[keys.Stage, Step] = {
-    keys.RETRIEVE: Step(keys.RETRIEVE, _retrieve, ends_failed=True),
-    keys.GENERATE: Step(keys.GENERATE, _generate, calls_model=True),
+    keys.RETRIEVE: Step(keys.RETRIEVE, _retrieve, ends_failed=True, loads_jobs=True),
+    keys.GENERATE: Step(keys.GENERATE, _generate, ask=_ask, settle=_settle),
     keys.VERIFY: Step(keys.VERIFY, _verify, checks_entry=False),
 }
 
 CHAIN: tuple[Step, ...] = tuple(STEPS[stage] for stage in keys.SWEEP_STAGES)
 if set(STEPS) != set(keys.SWEEP_STAGES):  # a stage without a step, or a step off the chain
     raise RuntimeError("qfarm.worker.stages.STEPS must give every keys.SWEEP_STAGES stage one step")
+if [s.loads_jobs for s in CHAIN] != [True] + [False] * (len(CHAIN) - 1):
+    raise RuntimeError("qfarm.worker.stages.CHAIN: its first link, and only it, loads the jobs")
+if any((s.ask is None) != (s.settle is None) for s in CHAIN):
+    raise RuntimeError("qfarm.worker.stages.STEPS: a model step declares both halves")
 
 
 def step_for(stage: keys.Stage) -> Step:

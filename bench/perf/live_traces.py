@@ -31,7 +31,7 @@ from qfarm.common.models import (
 )
 from qfarm.common.policy import Policy
 from qfarm.producer.sweep import make_manifest
-from qfarm.worker import flow, pipeline, tracing
+from qfarm.worker import encoding, pipeline, tracing
 
 STAGES = ("retrieve", "generate", "verify")
 
@@ -129,7 +129,7 @@ def main() -> None:
         us_on = hooks_us_per_job(on, on_manifest)
     finally:
         tracing.reset()
-    added = (len(flow.dump_records(on[:32])) - len(flow.dump_records(off[:32]))) / 32
+    added = (len(encoding.dump_records(on[:32])) - len(encoding.dump_records(off[:32]))) / 32
     print(f"jobs={n} (bundles of 32; spans to the SDK's batch processor, a no-op exporter)")
     print(f"live_traces_us_per_job_off={us_off:.2f}")
     print(f"live_traces_us_per_job_on={us_on:.1f}")

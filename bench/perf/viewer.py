@@ -68,6 +68,7 @@ def synthetic_row(run_id: str, k: int, n: int) -> dict[str, Any]:
         "timings": {"queue_wait_ms": 4.0, "retrieval_ms": 3.0, "llm_ms": 120.0 + k % 50,
                     "ttft_ms": None, "verify_ms": 2.0, "total_ms": 130.0 + k % 50},
         "usage": {"prompt_tokens": 800, "completion_tokens": 60}, "worker": "eager",
+        "llm_request": {"sent_at": 1_700_000_000.0 + k, "ms": 120.0 + k % 50, "prompts": 1},
         "started_at": 1_700_000_000.0 + k, "finished_at": 1_700_000_000.2 + k,
         "answer": f'"The Seine flows through it." [E{cited}]\n"It is long." [E{cited + 1}]',
     }

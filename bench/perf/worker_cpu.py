@@ -45,7 +45,7 @@ from bench.perf.orchestration import _cpu_s, _process_tree
 def _stage_costs(jobs: list[Any], retriever: Any, bundle: int) -> dict[str, float]:
     """CPU seconds of each stage over ``jobs``, run in bundles as the workers run them."""
     from bench.perf.cpu_app import CannedGateway
-    from qfarm.worker import flow, pipeline
+    from qfarm.worker import encoding, pipeline
 
     spent: dict[str, float] = dict.fromkeys(
         ("preflight", "search", "prompt", "verification", "row", "records_json"), 0.0)
@@ -70,15 +70,15 @@ def _stage_costs(jobs: list[Any], retriever: Any, bundle: int) -> dict[str, floa
         t0 = time.process_time()
         records = pipeline.retrieval_stage(records, retriever)
         spent["prompt"] += time.process_time() - t0
-        records = timed("records_json", lambda rs=records: flow.parse_records(
-            flow.dump_records(rs)))
+        records = timed("records_json", lambda rs=records: encoding.parse_records(
+            encoding.dump_records(rs)))
         prompts = timed("prompt", lambda rs=records: [pipeline.render_prompt(r) for r in rs])
         answers = gateway.generate_many(
             [(p, pipeline.sampling_for(r), r.job.job_id) for p, r in zip(prompts, records, strict=True)])
         records = [pipeline.with_generation(r, a, time.perf_counter())
                    for r, a in zip(records, answers, strict=True)]
-        records = timed("records_json", lambda rs=records: flow.parse_records(
-            flow.dump_records(rs)))
+        records = timed("records_json", lambda rs=records: encoding.parse_records(
+            encoding.dump_records(rs)))
         records = timed("verification", lambda rs=records: [
             pipeline.verification_stage(r) for r in rs])
         timed("row", lambda rs=records: [pipeline.finish(r).model_dump_json() for r in rs])

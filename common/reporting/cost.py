@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from qfarm.common.errors import InputError
 from qfarm.common.models import CostRates
 
 MAX_SPANS = 4096
@@ -77,27 +78,22 @@ class BusyTime:
 class CostCell:
     """Token and time sums for one group of rows (the run, a mode, or an endpoint)."""
 
-    __slots__ = ("rows", "prompt_tokens", "completion_tokens", "estimated_rows",
-                 "untimed_rows", "model_s", "busy")
+    __slots__ = ("rows", "prompt_tokens", "completion_tokens", "estimated_rows", "model_s", "busy")
 
     def __init__(self) -> None:
         self.rows = 0  # rows whose answer came from a model call
         self.prompt_tokens = self.completion_tokens = 0
         self.estimated_rows = 0  # rows whose token counts are qfarm's estimate
-        self.untimed_rows = 0  # rows without their request's timing (written before it was kept)
         self.model_s = 0.0
         self.busy = BusyTime()
 
     def add(self, prompt: int, completion: int, estimated: bool,
-            span: tuple[float, float, float] | None) -> None:
+            span: tuple[float, float, float]) -> None:
         """One row: its tokens, and (start, end, its share of the request's seconds)."""
         self.rows += 1
         self.prompt_tokens += prompt
         self.completion_tokens += completion
         self.estimated_rows += estimated
-        if span is None:
-            self.untimed_rows += 1
-            return
         self.model_s += span[2]
         self.busy.add(span[0], span[1])
 
@@ -142,7 +138,11 @@ class CostStats:
         usage = row.get("usage") or {}
         request = row.get("llm_request")
         has_tokens = usage.get("prompt_tokens") is not None or usage.get("completion_tokens") is not None
-        if request is None and not has_tokens:
+        if request is None:
+            if has_tokens:  # every row a model answered names its request
+                raise InputError(
+                    f"row {row.get('job_id')} has token usage but no llm_request, which every "
+                    "row a model answered carries: its rows.jsonl was not written by this qfarm")
             return  # no model call answered this job
         mode = str(row.get("mode"))
         endpoint = str(row.get("endpoint") or "(none)")
@@ -151,11 +151,9 @@ class CostStats:
         prompt = int(usage.get("prompt_tokens") or 0)
         completion = int(usage.get("completion_tokens") or 0)
         estimated = bool(usage.get("estimated"))
-        span = None
-        if request is not None:
-            seconds = float(request.get("ms") or 0.0) / 1000.0
-            sent = float(request.get("sent_at") or 0.0)
-            span = (sent, sent + seconds, seconds / max(1, int(request.get("prompts") or 1)))
+        seconds = float(request.get("ms") or 0.0) / 1000.0
+        sent = float(request.get("sent_at") or 0.0)
+        span = (sent, sent + seconds, seconds / max(1, int(request.get("prompts") or 1)))
         for cell in (self.total, self.modes.get(mode) or self.modes.setdefault(mode, CostCell()),
                      self.endpoints.get(endpoint) or self.endpoints.setdefault(endpoint, CostCell())):
             cell.add(prompt, completion, estimated, span)
@@ -263,7 +261,7 @@ def cost_summary(stats: CostStats, rates: CostRates, wall_s: float | None,
 
 
 def cost_notes(stats: CostStats) -> list[str]:
-    """What the reader must know to trust the table: estimates, missing timings."""
+    """What the reader must know to trust the table: estimates, joined spans."""
     t = stats.total
     notes = []
     if t.estimated_rows:
@@ -271,9 +269,6 @@ def cost_notes(stats: CostStats) -> list[str]:
             f"{t.estimated_rows} of {t.rows} rows: the server's reply had no token usage; "
             "their tokens are ESTIMATED (characters / 4)."
         )
-    if t.untimed_rows:
-        notes.append(f"{t.untimed_rows} rows carry no request timing (written by an older "
-                     "qfarm): their model time is not counted.")
     saved = stats.saved
     if saved.rows:
         notes.append(

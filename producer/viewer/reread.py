@@ -114,14 +114,18 @@ def reread_row(
     answer = row.get("answer")
     if answer is None or not row.get("verdict"):
         return out
+    # The cap profile the worker's preflight used: every graded row names it.
+    profile = row.get("model_profile_key")
+    if not profile:
+        out.notes.append("This row has no model_profile_key (the cap profile its preflight "
+                         "used): it is not a row this qfarm wrote, so nothing is re-verified.")
+        return out
     mode = Mode(str(row.get("mode")))
     question = str(row.get("question") or "")
-    # model_profile_key: the profile; rows written before it existed have no such key
-    profile = str(row.get("model_profile_key") or manifest.model_profile_id)
     # the worker's preflight read the index's titles as names; so does the re-read
     title_set = getattr(source, "title_set", None)
     titles = title_set() if callable(title_set) else None
-    pre = run_preflight(question, mode, manifest.policy, profile,
+    pre = run_preflight(question, mode, manifest.policy, str(profile),
                         titles if isinstance(titles, TitleSet) else None)
     out.verification = verify_answer(
         str(answer), question=question, mode=mode, evidence=out.evidence,

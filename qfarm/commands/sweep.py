@@ -68,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(default 0: any errored row fails it; 0.05 tolerates 5%%)")
     p.add_argument("--eager", action="store_true", help="run in this process (no Redis, no workers)")
     p.add_argument("--serial", action="store_true",
-                   help="with --eager: one job at a time, every stage inline (for debugging)")
+                   help="with --eager: one job at a time, each to its row before the next starts (for debugging)")
     p.add_argument("--out", type=runtime.results_dir_arg, default=None, help="results directory (default QFARM_RESULTS_DIR, ./qfarm-runs)")
     p.add_argument("--keep-answers", action="store_true", help="store the answer text in rows")
     p.add_argument("--burn", action="store_true",

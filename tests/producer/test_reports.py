@@ -124,6 +124,8 @@ def rows_for(run_id: str, n_questions: int, n: int) -> Iterator[dict[str, Any]]:
                         "total_ms": 110.0 + (k * 7919) % 900,
                     },
                     "usage": {"prompt_tokens": 1200 + k % 100, "completion_tokens": 60 + k % 40},
+                    "llm_request": {"sent_at": 1_700_000_000.0 + k / 100,
+                                    "ms": 100.0 + (k * 7919) % 900, "prompts": 1},
                     "worker": "w1",
                     "started_at": 1_700_000_000.0 + k / 100,
                     "finished_at": 1_700_000_000.5 + k / 100,

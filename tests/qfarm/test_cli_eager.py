@@ -155,12 +155,13 @@ def test_unreachable_endpoint_is_a_clear_error(env, tmp_path):
     assert not (tmp_path / "results").exists()
 
 
-def test_an_eager_sweep_runs_without_celery(env):
-    # The in-process runner walks the stage chain itself: only --serial (Celery's eager
+@pytest.mark.parametrize("flags", [[], ["--serial"]], ids=["concurrent", "serial"])
+def test_an_eager_sweep_runs_without_celery(env, flags):
+    # The in-process runner walks the stage chain itself: only `ask --eager` (Celery's eager
     # mode) and the runs that send messages load Celery (qfarm.worker.celery).
     code = ("import sys; from qfarm.cli import main; "
             "rc = main(['sweep', 'bench/questions/smoke.txt', '--modes', 'quote', '-n', '1', "
-            "'--eager', '--quiet']); print('celery' in sys.modules); sys.exit(rc)")
+            f"'--eager', '--quiet', *{flags!r}]); print('celery' in sys.modules); sys.exit(rc)")
     res = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
                          text=True, timeout=300)
     assert res.returncode == 0, res.stderr

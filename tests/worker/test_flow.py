@@ -249,15 +249,15 @@ def test_a_bundle_is_served_from_the_cache_on_a_second_run(eager):
 
 def _unreadable_second_record(records) -> str:
     """A forwarded bundle whose second record lost its job (no id, no question)."""
-    from qfarm.worker import flow
+    from qfarm.worker import encoding
 
-    bundle = json.loads(flow.dump_records(records))
+    bundle = json.loads(encoding.dump_records(records))
     bundle["records"][1]["job"] = {"run_id": "v"}
     return json.dumps(bundle)
 
 
 def test_an_unreadable_record_in_a_forwarded_bundle_spares_the_others(eager):
-    from qfarm.worker import flow, pipeline
+    from qfarm.worker import encoding, flow, pipeline
 
     svc, store, gateway = eager
     manifest_for(store, "v", 2, 1)
@@ -270,28 +270,28 @@ def test_an_unreadable_record_in_a_forwarded_bundle_spares_the_others(eager):
     assert sent[0].retrieval.evidence == records[0].retrieval.evidence  # put back, one by one
     assert gateway.calls == 1
     # Forwarded as one string, the good one verifies into its row.
-    flow.handle_stage(keys.VERIFY, flow.dump_records(sent), svc, lambda stage, rs: None)
+    flow.handle_stage(keys.VERIFY, encoding.dump_records(sent), svc, lambda stage, rs: None)
     (row,) = [json.loads(r) for r in store.read_rows("v", 0)]
     assert row["job_id"] == jobs[0].job_id and row["error"] is None
 
 
 def test_a_bundle_carries_each_evidence_list_once_and_reads_back_equal(eager):
-    from qfarm.worker import flow, pipeline
+    from qfarm.worker import encoding, flow, pipeline
 
     svc, store, _ = eager
     manifest_for(store, "w", 2, 3)
     jobs, _ = bundle_refs("w", n=3)
     records = pipeline.retrieval_stage([pipeline.begin(j) for j in jobs], svc.retriever)
     records.append(records[0].model_copy(update={"retrieval": None}))  # one without evidence
-    payload = flow.dump_records(records)
+    payload = encoding.dump_records(records)
     assert flow.load_records(payload, svc) == records
     bundle = json.loads(payload)
     distinct = {r.retrieval.evidence for r in records if r.retrieval}
     assert len(bundle["evidence"]) == len(distinct) < len(records) - 1
     assert bundle["evidence_of"][-1] is None
-    assert len(payload) < 0.6 * len(flow.RECORDS.dump_json(records))  # 3 samples share blocks
+    assert len(payload) < 0.6 * len(encoding.RECORDS.dump_json(records))  # 3 samples share blocks
     # A JSON list of whole records is not a bundle: nothing of it runs.
-    assert flow.load_records(flow.RECORDS.dump_json(records).decode(), svc) == []
+    assert flow.load_records(encoding.RECORDS.dump_json(records).decode(), svc) == []
 
 
 def test_a_failed_hand_off_to_the_next_stage_leaves_the_message_for_redelivery(eager, monkeypatch):
@@ -362,7 +362,7 @@ def test_a_lone_surrogate_in_one_reply_fails_nothing(eager, capsys):
 
 
 def test_a_record_that_cannot_be_sent_is_that_jobs_error_row_only(eager):
-    from qfarm.worker import flow, pipeline
+    from qfarm.worker import encoding, flow, pipeline
 
     svc, store, gateway = eager
     manifest_for(store, "x", 2, 1)
@@ -371,12 +371,12 @@ def test_a_record_that_cannot_be_sent_is_that_jobs_error_row_only(eager):
     sent = []
 
     def send(stage, bundle):
-        flow.dump_records(bundle)
+        encoding.dump_records(bundle)
         if any(r.job.job_id == jobs[1].job_id for r in bundle):
             raise ValueError("cannot serialise this one")
         sent.extend(bundle)
 
-    flow.handle_stage(keys.GENERATE, flow.dump_records(records), svc, send)
+    flow.handle_stage(keys.GENERATE, encoding.dump_records(records), svc, send)
     assert [r.job.job_id for r in sent] == [jobs[0].job_id]
     (row,) = [json.loads(r) for r in store.read_rows("x", 0)]
     assert row["job_id"] == jobs[1].job_id and "cannot serialise" in row["error"]

@@ -114,20 +114,19 @@ def test_a_disagreement_with_fts5_turns_the_postings_off(index: Path, monkeypatc
     reference.close()
 
 
-def test_an_index_built_before_the_postings_is_searched_by_fts5(index: Path, tmp_path: Path) -> None:
+def test_an_index_without_postings_is_refused_naming_the_rebuild(index: Path, tmp_path: Path) -> None:
+    from qfarm.common.errors import RetrievalError
+
     old = tmp_path / "old.sqlite"
     shutil.copy(index, old)
     conn = sqlite3.connect(old)
     conn.executescript("DROP TABLE postings; DROP TABLE postings_stats;")
     conn.close()
-    retriever, current = EmbeddedRetriever(old), EmbeddedRetriever(index)
-    assert retriever.describe()["first_stage"] == "fts5"
-    assert current.describe()["first_stage"] == "postings"
-    for question in ("Who was Napoleon?", "What is the capital of France?"):
-        assert (retriever.search(question, top_k=8, title_boost=2.0)
-                == current.search(question, top_k=8, title_boost=2.0))  # fmt: skip
-    retriever.close()
-    current.close()
+    with pytest.raises(RetrievalError, match=r"no postings tables.*qfarm index --force"):
+        EmbeddedRetriever(old)
+    fts5 = EmbeddedRetriever(old, postings=False)  # FTS5 alone still reads it, as asked
+    assert fts5.describe()["first_stage"] == "fts5" and fts5.search("Who was Napoleon?", top_k=8, title_boost=2.0)
+    fts5.close()
 
 
 def test_the_default_index_without_postings_is_rebuilt_with_them(index: Path, tmp_path: Path) -> None:

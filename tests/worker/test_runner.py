@@ -1,4 +1,5 @@
-"""The in-process runner (eager sweeps) against the serial path: same rows, many in flight."""
+"""The in-process runner (eager sweeps): the Celery tasks' rows, many jobs in flight or one
+at a time (``--serial``)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def settings_for(sim: SimulatorHandle, index: Path, tmp_path: Path, **overrides:
 def comparable(rows: list) -> dict[tuple, dict]:
     out = {}
     for row in rows:
-        data = row.model_dump(mode="json")
+        data = row if isinstance(row, dict) else row.model_dump(mode="json")
         out[(data["question_id"], data["mode"], data["sample_index"])] = {
             k: v for k, v in data.items() if k not in PER_RUN
         }
@@ -62,6 +63,75 @@ def test_concurrent_and_serial_eager_runs_write_the_same_rows(sim, default_index
     assert a == b
     assert any(r["error"] is None and r["verdict"] for r in b.values())
     assert (concurrent.run_dir / "summary.md").exists()
+
+
+def celery_task_rows(result, settings: Settings) -> list[dict]:
+    """The rows of ``result``'s jobs run again through the Celery tasks, in Celery's eager mode
+    (each message's tasks inline, the links calling the next), on a fresh in-memory Redis."""
+    import json
+
+    from qfarm.producer._services import eager_services, open_local_retriever
+    from qfarm.producer.sweep import SweepPlan, enqueue_jobs, run_questions
+    from qfarm.worker.celery import configure_app
+
+    plan = SweepPlan(manifest=result.manifest, questions=run_questions(result.manifest))
+    svc, store = eager_services(settings, open_local_retriever(settings, progress=False))
+    try:
+        store.put_manifest(result.manifest)
+        enqueue_jobs(configure_app(settings, eager=True), plan.jobs())
+        return [json.loads(raw) for raw in store.read_rows(result.manifest.run_id, 0)]
+    finally:
+        svc.close()
+
+
+def test_a_serial_run_writes_the_rows_the_celery_tasks_write(
+    sim, default_index, tmp_path
+) -> None:
+    settings = settings_for(sim, default_index, tmp_path)
+    serial = run_sweep(spec(), eager=True, serial=True, settings=settings)
+    assert serial.status == "complete"
+    a, b = comparable(serial.rows()), comparable(celery_task_rows(serial, settings))
+    assert len(a) == serial.manifest.n_jobs == len(b)
+    assert a == b
+
+
+def test_a_serial_run_takes_each_job_to_its_row_before_the_next_starts(
+    sim, default_index, tmp_path, monkeypatch
+) -> None:
+    from qfarm.worker import flow, pipeline
+
+    retrieved: list[str] = []
+    written: set[str] = set()
+    retrieval_stage, write_rows = pipeline.retrieval_stage, flow.write_rows
+
+    def retrieving(records, retriever):  # type: ignore[no-untyped-def]
+        assert len(records) == 1 and set(retrieved) <= written  # the one before has its row
+        retrieved.extend(r.job.job_id for r in records)
+        return retrieval_stage(records, retriever)
+
+    def writing(rows, svc, cache_keys=()):  # type: ignore[no-untyped-def]
+        written.update(r.job_id for r in rows)
+        return write_rows(rows, svc, cache_keys)
+
+    monkeypatch.setattr(pipeline, "retrieval_stage", retrieving)
+    monkeypatch.setattr(flow, "write_rows", writing)
+    peak = now = 0
+    complete = LLMClient.acomplete
+
+    async def counting(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal now, peak
+        now += 1
+        peak = max(peak, now)
+        try:
+            return await complete(self, *args, **kwargs)
+        finally:
+            now -= 1
+
+    monkeypatch.setattr(LLMClient, "acomplete", counting)
+    result = run_sweep(spec(), eager=True, serial=True,
+                       settings=settings_for(sim, default_index, tmp_path))  # fmt: skip
+    assert result.status == "complete" and len(written) == result.manifest.n_jobs
+    assert len(retrieved) > 1 and peak == 1
 
 
 def test_an_eager_run_keeps_many_requests_in_flight_within_the_cap(

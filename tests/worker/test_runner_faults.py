@@ -13,7 +13,7 @@ import pytest
 from qfarm.common.errors import TransientServiceError
 from qfarm.common.models import Generation, Job
 from qfarm.producer.store import ProducerStore
-from qfarm.worker import flow, pipeline, runner
+from qfarm.worker import flow, pipeline, runner, stages
 from qfarm.worker.runner import InProcessRunner
 from qfarm.worker.services import Services
 
@@ -97,23 +97,28 @@ def run_expecting(svc: Services, store: ProducerStore, jobs: list[Job], error: s
 
 
 def raise_for_poison(real, is_hit, message: str):  # type: ignore[no-untyped-def]
-    def wrapped(first, *args, **kwargs):  # type: ignore[no-untyped-def]
-        if is_hit(first):
+    def wrapped(*args, **kwargs):  # type: ignore[no-untyped-def]
+        if is_hit(*args):
             raise RuntimeError(message)
-        return real(first, *args, **kwargs)
+        return real(*args, **kwargs)
 
     return wrapped
 
 
+def is_poisoned_refs(payload) -> bool:  # type: ignore[no-untyped-def]
+    """A first link's payload (job refs) that holds the poisoned job."""
+    return any(isinstance(r, dict) and r.get("qid") == POISON for r in payload)
+
+
 RETRIEVE_FAULTS = {
-    # (module, attribute, does the first argument belong to the poisoned bundle?)
-    "handle_retrieve": (
+    # (module, attribute, do the arguments belong to the poisoned bundle?)
+    "handle_stage": (
         flow,
-        "handle_retrieve",
-        lambda refs: any(r["qid"] == POISON for r in refs),
+        "handle_stage",
+        lambda stage, payload, *_: is_poisoned_refs(payload),
     ),
     "ref_for": (runner, "ref_for", is_poison),
-    "enter": (flow, "enter", lambda rs: any(is_poison(r.job) for r in rs)),
+    "enter": (flow, "enter", lambda rs, *_: any(is_poison(r.job) for r in rs)),
     "generation_request": (pipeline, "generation_request", lambda rec: is_poison(rec.job)),
 }
 
@@ -233,13 +238,14 @@ def test_an_interrupted_run_gives_back_the_slots_of_the_bundles_it_cancelled(
     setup, monkeypatch
 ) -> None:
     svc, _, _, jobs = setup
-    real = flow.handle_retrieve
+    real = flow.handle_stage
 
-    def slow(*args, **kwargs):  # type: ignore[no-untyped-def]
-        time.sleep(0.3)  # the first bundle is still running when the run is interrupted
-        return real(*args, **kwargs)
+    def slow(stage, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if stage == stages.CHAIN[0].stage:
+            time.sleep(0.3)  # the first bundle is still running when the run is interrupted
+        return real(stage, *args, **kwargs)
 
-    monkeypatch.setattr(flow, "handle_retrieve", slow)
+    monkeypatch.setattr(flow, "handle_stage", slow)
     # 6 slots, bundles of 2, one CPU thread: three bundles admitted, one of them running.
     r = InProcessRunner(svc, max_inflight=3, bundle_size=2, cpu_threads=1)
     ticks = 0

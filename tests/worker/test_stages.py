@@ -13,7 +13,7 @@ from qfarm.common import keys
 from qfarm.common.jobs import ref_for
 from qfarm.common.models import Generation, Job, JobRecord
 from qfarm.producer.store import ProducerStore
-from qfarm.worker import flow, stages
+from qfarm.worker import encoding, flow, stages
 from qfarm.worker.runner import InProcessRunner
 from qfarm.worker.services import Services
 
@@ -111,7 +111,7 @@ def test_a_link_added_to_the_chain_runs_in_the_queue_handlers(setup, annotating)
         stage, payload = queue.pop(0)
         visited.append(stage)
         flow.handle_stage(stage, payload, svc,
-                          lambda s, rs: queue.append((s, flow.dump_records(rs))))  # fmt: skip
+                          lambda s, rs: queue.append((s, encoding.dump_records(rs))))  # fmt: skip
     assert visited == [step.stage for step in stages.CHAIN]
     assert_passed_once_between_answer_and_verdict(annotating, jobs)
     assert_one_clean_row_each(store, "r", jobs)
@@ -124,3 +124,30 @@ def test_a_link_added_to_the_chain_runs_in_the_interactive_task(setup, annotatin
     flow.handle_job(ref_for(job).model_dump(mode="json", exclude_none=True), svc)
     assert_passed_once_between_answer_and_verdict(annotating, [job])
     assert_one_clean_row_each(store, "r", [job])
+
+
+def test_the_runner_enters_and_leaves_every_link_through_the_tasks_entry(setup, monkeypatch) -> None:
+    """The model's link included: the runner runs its step's halves (``ask``, ``settle``)
+    between the same entry and leave the tasks run around the whole step."""
+    svc, store, jobs = setup
+    entered: list[keys.Stage] = []
+    left: list[keys.Stage] = []
+    lock = threading.Lock()
+    enter_stage, leave = flow.enter_stage, flow.leave
+
+    def entering(step, payload, svc):  # type: ignore[no-untyped-def]
+        with lock:
+            entered.append(step.stage)
+        return enter_stage(step, payload, svc)
+
+    def leaving(step, records, rows, svc, send):  # type: ignore[no-untyped-def]
+        with lock:
+            left.append(step.stage)
+        return leave(step, records, rows, svc, send)
+
+    monkeypatch.setattr(flow, "enter_stage", entering)
+    monkeypatch.setattr(flow, "leave", leaving)
+    InProcessRunner(svc, max_inflight=2, bundle_size=N).run(jobs, tick_s=0.05)
+    assert set(entered) == set(left) == set(keys.SWEEP_STAGES)
+    assert [s.calls_model for s in stages.CHAIN] == [s.stage == keys.GENERATE for s in stages.CHAIN]
+    assert_one_clean_row_each(store, "r", jobs)

@@ -22,7 +22,7 @@ from qfarm.common.settings import Settings
 from qfarm.common.traces import job_span_ids, job_traceparent, run_span_ids
 from qfarm.producer.store import ProducerStore
 from qfarm.producer.sweep import make_manifest
-from qfarm.worker import flow, tracing
+from qfarm.worker import encoding, flow, tracing
 
 
 class Answering:
@@ -110,7 +110,7 @@ def farm(default_index):
     yield (
         svc,
         ProducerStore(client),
-        (lambda stage, records: sent.append((stage, flow.dump_records(records)))),
+        (lambda stage, records: sent.append((stage, encoding.dump_records(records)))),
         sent,
     )
     install_services(None)
@@ -225,7 +225,7 @@ from qfarm.common.jobs import expand_jobs, job_from_ref, ref_for
 from qfarm.common.models import JobRecord, Mode, Question, Row
 from qfarm.common.policy import Policy
 from qfarm.producer.sweep import make_manifest
-from qfarm.worker import celery, flow, tracing
+from qfarm.worker import celery, encoding, flow, tracing
 
 asked.clear()  # what the imports asked for; from here on, the run's own path
 manifest = make_manifest(run_id="r", question_file="-", question_file_digest="-", n_questions=1,
@@ -235,7 +235,7 @@ manifest = make_manifest(run_id="r", question_file="-", question_file_digest="-"
 ref = ref_for(job).model_dump(mode="json", exclude_none=True)
 job = job_from_ref(ref_for(job), manifest)
 record = JobRecord(job=job, started_at=time.time())
-payload = flow.dump_records([record])
+payload = encoding.dump_records([record])
 row = Row(run_id="r", job_id=job.job_id, question="q", question_id="q", mode=Mode.QUOTE,
           sample_index=0, started_at=1.0, finished_at=2.0)
 tracing.stage_spans("retrieve", [record], 1.0, 2.0)

@@ -69,7 +69,7 @@ from qfarm.common.retrieval.ranking import (
     rerank_order,
 )
 from qfarm.common.vocab import Backend
-from qfarm.worker.retrieval.postings import PostingsReader, build_postings, has_postings
+from qfarm.worker.retrieval.postings import PostingsReader, build_postings, index_has_postings
 
 log = logging.getLogger("qfarm.worker")
 
@@ -319,6 +319,11 @@ class EmbeddedRetriever:
                 f"embedded index {path} {reason}: run `qfarm index` first "
                 "(or point QFARM_INDEX_PATH at an index built by `qfarm index`)"
             )
+        if postings and not index_has_postings(path):
+            raise RetrievalError(
+                f"embedded index {path} has no postings tables, which `qfarm index` builds "
+                "with every index: rebuild it with `qfarm index --force`"
+            )
         self._meta = meta
         self._uri = f"{path.resolve().as_uri()}?mode=ro"
         self._local = threading.local()
@@ -329,8 +334,7 @@ class EmbeddedRetriever:
         # The NumPy first stage (common/retrieval/bm25.py), for an index that has postings;
         # its first searches are also run by FTS5 and must agree to the bit, or FTS5 ranks
         # alone from then on (a SQLite whose bm25() computes in another order).
-        # ``postings=False``: FTS5 ranks alone, as for an index built without postings
-        # (the benchmarks and tests that compare the two).
+        # ``postings=False``: FTS5 ranks alone (the benchmarks and tests that compare the two).
         self._postings: PostingsReader | None = None
         self._postings_checked = not postings
         self._checks_left = FIRST_STAGE_CHECKS
@@ -439,10 +443,9 @@ class EmbeddedRetriever:
 
     def _reader(self) -> PostingsReader | None:
         if not self._postings_checked:
-            present = has_postings(self._conn())  # not under the lock: _conn takes it
             with self._lock:
                 if not self._postings_checked:
-                    self._postings = PostingsReader(self._conn, TOKENIZER) if present else None
+                    self._postings = PostingsReader(self._conn, TOKENIZER)
                     self._postings_checked = True
         return self._postings
 
@@ -560,7 +563,7 @@ class EmbeddedRetriever:
             "documents": int(m.get("documents", 0)),
             "passages": int(m.get("passages", 0)),
             "built_at": m.get("built_at"),
-            # "fts5": an index built before the postings (`qfarm index` rebuilds it with them).
+            # "fts5": opened with postings=False, or the first stage disagreed with FTS5.
             "first_stage": self.first_stage_kind(),
         }
 

@@ -10,7 +10,8 @@ tables in the index file:
 * ``postings_stats(key, value)``: ``rows``, ``tokens`` and ``lengths`` (each passage's
   token count, int32 by rowid).
 
-An index built before these tables existed is searched by FTS5 alone, as before.
+An index without these tables is refused when it is opened (``EmbeddedRetriever``), naming
+``qfarm index --force``; the default index is rebuilt with them (``ensure_default_index``).
 
 A question's terms are tokenized by FTS5 too: each connection keeps a temporary FTS5
 table with the index's tokenizer, and a term's tokens are what it stores for it (kept

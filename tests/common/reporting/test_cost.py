@@ -146,3 +146,11 @@ def test_runstats_fills_the_cost_in_its_one_pass() -> None:
     stats = RunStats()
     stats.add(a_row())
     assert stats.cost.total.prompt_tokens == 100
+
+
+def test_a_row_with_tokens_but_no_request_is_refused_by_name() -> None:
+    from qfarm.common.errors import InputError
+
+    row = {**a_row(), "job_id": "j-7", "llm_request": None}
+    with pytest.raises(InputError, match="j-7.*no llm_request"):
+        stats_of(row)

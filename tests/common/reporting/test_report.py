@@ -63,6 +63,9 @@ def make_row(qid: str, mode: str, i: int, verdict: str | None, **kw: Any) -> dic
         "simulated": True,
     }
     row.update(kw)
+    if row.get("usage") and "llm_request" not in row:  # a model answered: its request
+        llm_ms = (row.get("timings") or {}).get("llm_ms", 0.0)
+        row["llm_request"] = {"sent_at": 1_700_000_000.0, "ms": llm_ms, "prompts": 1}
     return row
 
 

@@ -26,6 +26,8 @@ def rows(count: int, questions: int = 100) -> Iterator[dict[str, Any]]:
             "timings": {"total_ms": 100.0 + k % 997, "llm_ms": 80.0 + k % 113,
                         "retrieval_ms": 1.0 + k % 7, "verify_ms": 2.0, "queue_wait_ms": 3.0},
             "usage": {"prompt_tokens": 800, "completion_tokens": 60 + k % 40},
+            # requests that overlap, as a busy endpoint's do: their in-flight union is one span
+            "llm_request": {"sent_at": 1_700_000_000.0 + k / 100, "ms": 80.0 + k % 113, "prompts": 1},
             "started_at": 1_700_000_000.0 + k, "finished_at": 1_700_000_000.5 + k,
         }
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from qfarm.common.models import Evidence, Generation, JobRecord, Manifest, Row, Usage
+from qfarm.common.models import Evidence, Generation, JobRecord, LlmRequest, Manifest, Row, Usage
 from qfarm.common.policy import build_policy
 from qfarm.common.vocab import Mode
 
@@ -132,7 +132,8 @@ def make_rows(
             evidence = record.retrieval.evidence if record.retrieval else ()
             text = _answer(template, evidence)
             usage = Usage(prompt_tokens=300 + 10 * len(evidence), completion_tokens=len(text) // 4)
-            gen = Generation(text=text, endpoint="http://sim", simulated=True, usage=usage)
+            gen = Generation(text=text, endpoint="http://sim", simulated=True, usage=usage,
+                             request=LlmRequest(sent_at=time.time(), ms=50.0))
             record = verification_stage(record.model_copy(update={"generation": gen}))
             rows.append(finish(record))
     finally:

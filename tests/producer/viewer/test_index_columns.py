@@ -31,6 +31,7 @@ def row(k: int) -> dict[str, Any]:
         "gold_in_claims": (None, True, False)[k % 3] if k % 4 else None,
         "timings": {"total_ms": 100.0 + (k * 37) % 50} if k % 6 else {},
         "usage": {"prompt_tokens": 800 + k % 9, "completion_tokens": k % 13} if k % 8 else None,
+        "llm_request": {"sent_at": 1_700_000_000.0 + k, "ms": 90.0, "prompts": 1} if k % 8 else None,
         # Every third answer kept; some end in "[E", so "[e\"the" spans two rows' answers.
         "answer": None if k % 3 else ANSWER.format(k % 4) + ("ÉTÉ [E" if k % 9 == 0 else "3]"),
     }

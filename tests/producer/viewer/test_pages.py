@@ -373,6 +373,7 @@ def _with_gold(results: Path) -> list[dict]:
     for k, r in enumerate(rows):
         r["gold_in_claims"] = {0: None, 1: True, 2: False}[k % 3]
         r["usage"] = {"prompt_tokens": 700 + k, "completion_tokens": 40 + k % 7}
+        r["llm_request"] = {"sent_at": 1_700_000_000.0 + k, "ms": 60.0, "prompts": 1}
     rows[4]["answer"] = "The Danube passes through VIENNA. [E1]"
     (results / "run-a" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return rows

@@ -150,6 +150,19 @@ def test_a_row_the_recomputation_does_not_reproduce_says_so_and_keeps_its_figure
     assert "UNGROUNDED · EVIDENCE-WARRANTED" in html  # the facts table shows the row's own
 
 
+def test_a_row_without_its_cap_profile_is_not_verified_again_and_says_why(
+    run: tuple[Viewer, Path],
+) -> None:
+    viewer, run_dir = run
+    rows = rows_of(run_dir)
+    pos = position(rows, "q2", "claim_lattice_pointer")
+    del rows[pos]["model_profile_key"]
+    (run_dir / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    html = page(Viewer(run_dir.parent, index_path=viewer.index_path), "run-real", pos)
+    assert "no model_profile_key" in html and "nothing is re-verified" in html
+    assert "reproduced" not in html
+
+
 def test_without_a_kept_answer_the_passages_are_shown_and_nothing_is_verified(
     run: tuple[Viewer, Path],
 ) -> None:
