@@ -32,7 +32,8 @@ def test_every_column_is_a_row_field_with_its_models_description(export_extra) -
     export_extra("pyarrow")
     schema = rows_schema("r1")
     full = Row(run_id="r", job_id="j", question="q", question_id="q1", mode="quote",
-               sample_index=0, retried_errors=["llm"]).model_dump(mode="json")
+               sample_index=0, retried_errors=["llm"], response_cache_hit=True,
+               model_ms_saved=1.0).model_dump(mode="json")  # every optional field written
     assert schema.names == [k for k in full if k != "answer"]
     for field in schema:
         assert field.metadata[b"description"].strip(), f"{field.name} has no description"

@@ -177,7 +177,8 @@ def test_sweep_is_followed_to_its_files_and_paged_without_gaps(farm, serve, tmp_
     assert metric(text, "qfarm_jobs_enqueued_total") == 60
     assert metric(text, "qfarm_llm_requests_total") >= 40  # claim modes and quote, minus cache
     assert metric(text, "qfarm_workers", role="mixed") == 1
-    assert metric(text, "qfarm_result_cache_total", result="miss") == 60
+    # At least one lookup a job: a bundle redelivered on a loaded host looks its jobs up again.
+    assert metric(text, "qfarm_result_cache_total", result="miss") >= 60
     assert metric(text, "qfarm_llm_breaker_state", state="closed") == 1
 
 
