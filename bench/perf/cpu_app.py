@@ -18,7 +18,7 @@ from pathlib import Path
 
 import bench.perf.noop_app  # noqa: F401  (registers the no-op task the baselines send)
 from qfarm.common.errors import ServiceError
-from qfarm.common.models import Generation, Sampling, Usage
+from qfarm.common.models import Generation, LlmRequest, Sampling, Usage
 from qfarm.ops.sim.behaviour import complete
 from qfarm.ops.sim.constraints import grammar_constraint
 from qfarm.worker import services
@@ -41,12 +41,15 @@ class CannedGateway:
         t0 = time.thread_time()
         out: list[Generation | ServiceError] = []
         for prompt, sampling, _job_id in items:
+            sent = time.time()
             done = complete(prompt, seed=sampling.seed, choice_index=0,
                             temperature=sampling.temperature, max_tokens=sampling.max_tokens,
                             stop=list(sampling.stop),
                             constraint=grammar_constraint(sampling.grammar))
+            # Every answered row names its request (the cost table refuses one that does not).
+            request = LlmRequest(sent_at=sent, ms=(time.time() - sent) * 1000.0)
             out.append(Generation(text=done.text, finish_reason=done.finish_reason,
-                                  endpoint="canned", simulated=True,
+                                  endpoint="canned", simulated=True, request=request,
                                   usage=Usage(completion_tokens=done.completion_tokens)))
         with self._lock:
             self._spent_s += time.thread_time() - t0
