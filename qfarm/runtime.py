@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import sys
 import tempfile
@@ -86,6 +87,16 @@ def results_dir_arg(value: str) -> Path:
         raise InputError(f"--out {value}: cannot create folders in {existing} ({exc.strerror}); "
                          "give a directory you may write") from None
     return Path(value)
+
+
+def non_negative(text: str) -> float | None:
+    """``text`` as a finite number of 0 or more (seconds, days), or None when it is not one:
+    the caller's error names its flag."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
 
 
 def port_arg(value: str) -> int:

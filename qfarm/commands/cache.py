@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from typing import TYPE_CHECKING
 
+from qfarm import runtime
 from qfarm.common.errors import InputError
 from qfarm.common.settings import load_settings
 from qfarm.common.vocab import CacheKind
@@ -60,11 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _days(text: str) -> float:
     """``--older-than DAYS``: a finite number of days, 0 or more (0.5 is twelve hours)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
+    value = runtime.non_negative(text)
+    if value is None:
         raise InputError(f"--older-than {text}: days, a finite number of 0 or more, e.g. "
                          "--older-than 7 (0.5 is twelve hours)")
     return value

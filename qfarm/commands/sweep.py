@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -158,11 +157,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _seconds(text: str) -> float:
     """``--wait-for-workers SECONDS``: a finite number of seconds, 0 or more."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
+    value = runtime.non_negative(text)
+    if value is None:
         raise InputError(
             f"--wait-for-workers {text}: seconds, a finite number of 0 or more, e.g. "
             "--wait-for-workers 600 (alone, as the last option or before another, it waits as "
