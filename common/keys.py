@@ -35,7 +35,7 @@ spelled in common/metrics.py):
   rows by mode and verdict, LLM requests, errors and latency buckets per endpoint,
   result-cache hits and misses, jobs enqueued by mode
 * ``qfarm:worker:<name>`` one hash per worker process (role, node, queues, and
-  gauges: in-flight requests and breaker state per endpoint), expiring unless
+  gauges: in-flight requests, breaker state and health per endpoint), expiring unless
   refreshed: a heartbeat
 * ``qfarm:workers`` sorted set of worker process names by last heartbeat, so readers
   find the live ones without scanning the keyspace

@@ -68,6 +68,7 @@ EXPOSED_METRICS: tuple[str, ...] = (
     "qfarm_llm_model_seconds_total",
     "qfarm_llm_inflight",
     "qfarm_llm_breaker_state",
+    "qfarm_llm_endpoint_down",
     "qfarm_workers",
     "qfarm_result_cache_total",
     "qfarm_result_cache_hit_ratio",

@@ -6,7 +6,7 @@ observation per LLM HTTP request (the gateway calls ``observe_request``). A daem
 thread, started in worker processes only (``start_flushing``, from Celery's worker
 signals), sends the deltas with one pipelined HINCRBY batch every
 ``QFARM_METRICS_FLUSH_S`` seconds and refreshes this process's heartbeat hash (role,
-node, and gauges: in-flight requests and breaker state per endpoint, read from the
+node, and gauges: in-flight requests, breaker state and health per endpoint, read from the
 gateway's balancer). The API's /metrics reads both (docs/api.md, 'Metrics').
 
 Eager runs and tests never start the thread: their counts stay in memory, so an eager
@@ -95,7 +95,9 @@ def count_cache(hits: int, misses: int) -> None:
 
 def endpoint_gauges() -> dict[str, int]:
     """Heartbeat fields of the endpoints this process's gateways know:
-    ``inflight|URL`` and ``breaker|URL|STATE`` (1 for the current state)."""
+    ``inflight|URL``, ``breaker|URL|STATE`` (1 for the current state) and ``down|URL``
+    (1 while the process holds the endpoint out of rotation as unhealthy: its health
+    check failing or its connections refused)."""
     with _guard:
         sources = list(_state_sources)
     out: dict[str, int] = {}
@@ -108,6 +110,8 @@ def endpoint_gauges() -> dict[str, int]:
             out[f"inflight{m.SEP}{url}"] = out.get(f"inflight{m.SEP}{url}", 0) + int(e["outstanding"])
             state = str(getattr(e["breaker"], "value", e["breaker"])).lower()
             out[f"breaker{m.SEP}{url}{m.SEP}{state}"] = 1
+            down = 0 if e.get("healthy", True) else 1
+            out[f"down{m.SEP}{url}"] = out.get(f"down{m.SEP}{url}", 0) + down
     return out
 
 

@@ -130,6 +130,7 @@ class FarmCollector(Collector):
         live = self.store.live_workers()
         nodes: dict[str, set[str]] = {}
         inflight: dict[str, int] = {}
+        down: dict[str, int] = {}
         breaker: dict[tuple[str, str], int] = {}
         for w in live:
             nodes.setdefault(w.role, set()).add(w.node)
@@ -137,6 +138,8 @@ class FarmCollector(Collector):
                 kind, _, rest = key.partition(m.SEP)
                 if kind == "inflight":
                     inflight[rest] = inflight.get(rest, 0) + value
+                elif kind == "down":
+                    down[rest] = down.get(rest, 0) + value
                 elif kind == "breaker":
                     url, _, state = rest.rpartition(m.SEP)
                     breaker[(url, state)] = max(breaker.get((url, state), 0), value)
@@ -157,6 +160,13 @@ class FarmCollector(Collector):
             for state in m.BREAKER_STATES:
                 b.add_metric([url, state], breaker.get((url, state), 0))
         yield b
+        d = GaugeMetricFamily("qfarm_llm_endpoint_down",
+                              "worker processes holding the endpoint out of rotation as "
+                              "unhealthy (health check failing, connections refused)",
+                              labels=["endpoint"])
+        for url, n in sorted(down.items()):
+            d.add_metric([url], n)
+        yield d
 
     def _cache(self, counters: dict[str, int]) -> Iterator[Metric]:
         hits = counters.get(m.field(m.CACHE, "hit"), 0)

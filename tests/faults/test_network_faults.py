@@ -216,8 +216,9 @@ def test_worker_redis_link_stalls_then_resets_and_no_row_is_lost_or_doubled(spli
           proxy=resets)  # fmt: skip
 
 
-def _breakers(farm, endpoint: str) -> dict[str, str]:
-    """Each generate worker's breaker state for ``endpoint``, from its heartbeat."""
+def _views(farm, endpoint: str) -> dict[str, str]:
+    """Each generate worker's view of ``endpoint``, from its heartbeat: its breaker's
+    state, or "down" while the worker holds the endpoint out as unhealthy."""
     from qfarm.common import keys
     from qfarm.common import metrics as m
 
@@ -227,7 +228,8 @@ def _breakers(farm, endpoint: str) -> dict[str, str]:
         if beat.get("node", "").startswith("gpu@"):
             prefix = f"breaker{m.SEP}{endpoint}{m.SEP}"
             states = [k[len(prefix):] for k in beat if k.startswith(prefix)]
-            out[beat["node"]] = states[0] if states else "unknown"
+            down = int(beat.get(f"down{m.SEP}{endpoint}", "0"))
+            out[beat["node"]] = "down" if down else states[0] if states else "unknown"
     return out
 
 
@@ -248,26 +250,29 @@ def test_an_endpoint_host_cut_with_requests_in_flight_fails_over_and_its_breaker
     assert farm.wait_for(lambda: httpx.get(f"{sim2}/sim/stats", timeout=5).json()["running"] > 0,
                          timeout_s=120, poll_s=0.05)  # fmt: skip
     t_cut = net.cut(net.hosts["sim2"])
-    # The cut lasts at least ENDPOINT_CUT_S and until a breaker opened: the requests in
+    # The cut lasts at least ENDPOINT_CUT_S and until a worker took sim2 out of rotation:
+    # a new request's refused connection marks it down at once, while the requests in
     # flight fail only at their 10 s timeout, so on a loaded host the fifth consecutive
-    # failure a breaker waits for may come after the twelfth second.
-    opened = farm.wait_for(lambda: "open" in _breakers(farm, sim2).values(),
-                           timeout_s=3 * ENDPOINT_CUT_S)  # fmt: skip
+    # failure a breaker waits for may come after the twelfth second, or never (an
+    # endpoint that is down gets no more requests to fail).
+    taken_out = farm.wait_for(lambda: {"open", "down"} & set(_views(farm, sim2).values()),
+                              timeout_s=3 * ENDPOINT_CUT_S)  # fmt: skip
     time.sleep(max(0.0, t_cut + ENDPOINT_CUT_S - time.time()))
     t_back = net.restore(net.hosts["sim2"])
-    closed = farm.wait_for(lambda: set(_breakers(farm, sim2).values()) == {"closed"}, timeout_s=60)
+    closed = farm.wait_for(lambda: set(_views(farm, sim2).values()) == {"closed"}, timeout_s=60)
     closed_after_s = time.time() - t_back
     _, err = sweep.communicate(timeout=300)
     assert sweep.returncode == 0, err
     kit.assert_exactly_once(farm, run_id, planned)
     rows = farm.rows(run_id).values()
     assert [r["error"] for r in rows if r["error"]] == [], "a job failed instead of failing over"
-    assert opened, f"no generate worker opened sim2's breaker during the cut: {_breakers(farm, sim2)}"
-    assert closed, f"sim2's breaker did not close again: {_breakers(farm, sim2)}"
+    assert taken_out, ("no generate worker took sim2 out of rotation (breaker open or endpoint "
+                       f"down) during the cut: {_views(farm, sim2)}")
+    assert closed, f"sim2 did not come back into rotation (breaker closed, endpoint up): {_views(farm, sim2)}"
     _no_operator_needed(split)
     _cost(kit, farm, run_id, f"endpoint host cut {ENDPOINT_CUT_S}s with requests in flight", t_cut, planned, err,
           _llm_calls(split) - calls,
-          breaker_closed_after_return_s=round(closed_after_s, 1),
+          back_in_rotation_after_return_s=round(closed_after_s, 1),
           rows_by_endpoint={e: sum(r["endpoint"] == e for r in rows) for e in (sim1, sim2)})
 
 

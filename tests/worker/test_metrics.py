@@ -63,7 +63,10 @@ def test_flushed_counters_and_heartbeat_show_on_the_collector(client):
 
     class Gateway:
         def endpoint_states(self):
-            return [{"endpoint": "http://gpu1:8000", "outstanding": 5, "breaker": "open"}]
+            return [{"endpoint": "http://gpu1:8000", "outstanding": 5, "breaker": "open",
+                     "healthy": True},
+                    {"endpoint": "http://gpu2:8000", "outstanding": 0, "breaker": "closed",
+                     "healthy": False}]
 
     gw = Gateway()
     metrics.watch_endpoints(gw.endpoint_states)
@@ -84,6 +87,8 @@ def test_flushed_counters_and_heartbeat_show_on_the_collector(client):
     assert got[("qfarm_llm_inflight", ep)] == 5
     assert got[("qfarm_llm_breaker_state", ep + (("state", "open"),))] == 1
     assert got[("qfarm_llm_breaker_state", ep + (("state", "closed"),))] == 0
+    assert got[("qfarm_llm_endpoint_down", ep)] == 0
+    assert got[("qfarm_llm_endpoint_down", (("endpoint", "http://gpu2:8000"),))] == 1
     assert got[("qfarm_workers", (("role", "gpu"),))] == 1
     assert got[("qfarm_queue_messages", (("queue", "retrieve"),))] == 0
     # Every family the collector renders is one the dashboard may use.
