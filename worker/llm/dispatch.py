@@ -270,10 +270,9 @@ class Dispatcher:
         interactive = sampling.interactive
         job_id = job_ids[0]
         home = home_key(prompt) if self._balancer.affinity_slack else None
-        caching = sampling.cache and self._cache is not None
-        if caching and attempts == 0:
-            assert self._cache is not None
-            cached = await self._cache.answer(self._balancer.endpoints, prompt, sampling,
+        cache = self._cache if sampling.cache else None
+        if cache is not None and attempts == 0:
+            cached = await cache.answer(self._balancer.endpoints, prompt, sampling,
                                               len(job_ids), started)
             if cached is not None:
                 return cached
@@ -323,9 +322,8 @@ class Dispatcher:
                 )
                 for choice, reply, usage in answers
             ]
-            if caching:
-                assert self._cache is not None
-                gens = await self._cache.keep(ep, prompt, sent, gens)
+            if cache is not None:
+                gens = await cache.keep(ep, prompt, sent, gens)
             return gens
         assert last is not None
         raise TransientServiceError(
