@@ -35,7 +35,7 @@ from pydantic_core import PydanticSerializationError
 from qfarm.common import keys
 from qfarm.common.errors import ManifestError
 from qfarm.common.grounding.names import TitleSet
-from qfarm.common.jobs import job_from_ref
+from qfarm.common.jobs import is_ask_run, job_from_ref
 from qfarm.common.logs import job_fields
 from qfarm.common.models import Job, JobRecord, JobRef, Row, Timings, Usage
 from qfarm.common.policy import governance_policy_hash
@@ -49,6 +49,9 @@ from qfarm.worker.services import Services
 log = logging.getLogger("qfarm.worker")
 
 Send = Callable[[keys.Stage, list[JobRecord]], None]
+# A job that ended at a link's entry (failed its preflight, refused by reject-broad, served
+# from the cache): its record and its row.
+Ended = tuple[JobRecord, Row]
 T = TypeVar("T")
 
 # Redis away (broker.REDIS_DOWN): the task leaves its message for redelivery instead of
@@ -272,11 +275,16 @@ def _safely_row(record: JobRecord, cached: dict) -> Row:
         return pipeline.finish(record.failed(ErrorKind.INTERNAL, f"cache entry: {exc}"))
 
 
-def write_rows(rows: Sequence[Row], svc: Services, cache_keys: Sequence[str | None] = ()) -> int:
+def write_rows(
+    rows: Sequence[Row], svc: Services, cache_keys: Sequence[str | None] = (),
+    records: Sequence[JobRecord] = (),
+) -> int:  # fmt: skip
     """Write each row once; results of fresh successful jobs go into the cache. Returns rows written.
 
     Each row is serialised on its own first (``qfarm.worker.encoding.storable``): one that cannot
     be fails only its job, as an error row, and its bundle-mates' rows are written as they are.
+    ``records``, when given, are the rows' records: a question asked alone keeps its own
+    beside its row (``_keep_asked``).
     """
     stored = [storable(row) for row in rows]
     rows = [row for row, _ in stored]
@@ -293,7 +301,24 @@ def write_rows(rows: Sequence[Row], svc: Services, cache_keys: Sequence[str | No
         for row, raw, key, w in zip(rows, jsons, keys_, wrote, strict=True)
         if w and key and not row.error and not row.cache_hit
     ])
+    if records:
+        _keep_asked(records, rows, wrote, svc)
     return sum(wrote)
+
+
+def _keep_asked(
+    records: Sequence[JobRecord], rows: Sequence[Row], wrote: Sequence[bool], svc: Services
+) -> None:
+    """A question asked alone (``qfarm ask``, POST /v1/ask) keeps its whole record beside its
+    row for a day: its claims, evidence and sidecar output are what the audit line shows.
+    Not a record that cannot be serialised: its row says why."""
+    for record, row, w in zip(records, rows, wrote, strict=True):
+        if not w or not is_ask_run(row.run_id):
+            continue
+        kept = record.model_copy(update={"prompt": None, "cache_hit": row.cache_hit,
+                                         "timings": row.timings, "finished_at": row.finished_at})
+        with contextlib.suppress(PydanticSerializationError):
+            svc.store.put_detail(kept)
 
 
 def log_error_row(row: Row) -> None:
@@ -309,30 +334,37 @@ def log_error_row(row: Row) -> None:
 Payload = str | list[dict] | list[JobRecord]
 
 
-def handle_stage(stage: keys.Stage, payload: Payload, svc: Services, send: Send) -> None:
+def handle_stage(
+    stage: keys.Stage, payload: Payload, svc: Services, send: Send,
+    *, counted_as: keys.Stage | None = None,
+) -> None:  # fmt: skip
     """One link of the chain (``qfarm.worker.stages.CHAIN``) on a bundle: enter, step,
-    leave. The Celery task of every link and the in-process runner's links but the
-    model's run this; the runner's model link runs its halves (``enter_stage``, the
-    step's ``ask``/``settle``, ``leave``)."""
+    leave. Every driver runs this: the Celery task of every link, the interactive task
+    (``handle_job``) and the in-process runner's links but the model's, whose halves
+    it runs itself (``enter_stage``, the step's ``ask``/``settle``, ``leave``).
+    ``counted_as``: the stage the first link counts its jobs into, when they came
+    through another queue (the interactive one)."""
     step = stages.step_for(stage)
-    records, rows = enter_stage(step, payload, svc)
-    if records or rows:
-        leave(step, run_step(step, records, svc), rows, svc, send)
+    records, ended = enter_stage(step, payload, svc, counted_as=counted_as)
+    if records or ended:
+        leave(step, run_step(step, records, svc), ended, svc, send)
 
 
-def enter_stage(step: stages.Step, payload: Payload, svc: Services) -> tuple[list[JobRecord], list[Row]]:
-    """A link's entry. Returns the records for its step and the rows of jobs that end here.
+def enter_stage(
+    step: stages.Step, payload: Payload, svc: Services, *, counted_as: keys.Stage | None = None
+) -> tuple[list[JobRecord], list[Ended]]:
+    """A link's entry. Returns the records for its step and the jobs that end here.
 
     A link that ``loads_jobs`` takes job refs: it loads the jobs, checks them in,
     runs the preflight and serves cache hits. Later links take records and check them
     in (``enter``)."""
     if step.loads_jobs:
         refs: list[dict] = payload  # type: ignore[assignment]
-        jobs = _live(_each(refs, svc, lambda d: _load_job(d, svc)), lambda j: j, svc, step.stage)
+        loaded = _each(refs, svc, lambda d: _load_job(d, svc))
+        jobs = _live(loaded, lambda j: j, svc, counted_as or step.stage)
         if not jobs:
             return [], []
-        records, done = _start_many(jobs, svc)
-        return records, [row for _, row in done]
+        return _start_many(jobs, svc)
     if isinstance(payload, str):
         return enter(load_records(payload, svc), step, svc), []
     return enter(payload, step, svc), []  # type: ignore[arg-type]
@@ -357,22 +389,25 @@ def run_step(step: stages.Step, records: list[JobRecord], svc: Services) -> list
 
 
 def leave(
-    step: stages.Step, records: list[JobRecord], rows: list[Row], svc: Services, send: Send
+    step: stages.Step, records: list[JobRecord], ended: list[Ended], svc: Services, send: Send
 ) -> None:
     """What leaves a link: the rows of jobs that end here, the rest to the next link."""
     nxt = stages.after(step)
     if nxt is None:  # the last link: every job's row (fresh results go into the cache)
-        rows += [_finished(r) for r in records]
-        write_rows(rows, svc, [None] * (len(rows) - len(records)) + [r.cache_key for r in records])
+        ended = ended + [(r, _finished(r)) for r in records]
+        _write_ended(ended, svc, [None] * (len(ended) - len(records)) + [r.cache_key for r in records])
         return
     if step.ends_failed:
-        rows += [_finished(r) for r in records if r.error]
-        write_rows(rows, svc)
+        ended = ended + [(r, _finished(r)) for r in records if r.error]
         records = [r for r in records if not r.error]
-    elif rows:
-        write_rows(rows, svc)
+    if ended:
+        _write_ended(ended, svc)
     if records:
         _send(send, nxt.stage, records, svc)
+
+
+def _write_ended(ended: list[Ended], svc: Services, cache_keys: Sequence[str | None] = ()) -> None:
+    write_rows([row for _, row in ended], svc, cache_keys, [record for record, _ in ended])
 
 
 def _finished(record: JobRecord) -> Row:
@@ -419,29 +454,14 @@ def _safely_many(
 
 
 def handle_job(ref_data: dict, svc: Services) -> None:
-    """All stages of one job in one task (the interactive queue)."""
-    jobs = _live(_each([ref_data], svc, lambda d: _load_job(d, svc)), lambda j: j, svc, keys.INTERACTIVE)
-    if not jobs:
-        return
-    todo, done = _start_many(jobs, svc)
-    if done:
-        ((record, row),) = done
-    else:
-        # The sweep chain's own steps, on a bundle of one.
-        for step in stages.CHAIN:
-            todo = run_step(step, todo, svc)
-        if not todo:  # its run was cancelled while it waited for the model: no row
-            return
-        (record,) = todo
-        row = pipeline.finish(record)
-    record = record.model_copy(
-        update={"cache_hit": row.cache_hit, "timings": row.timings, "finished_at": row.finished_at}
-    )
-    if write_rows([row], svc, [record.cache_key]):
-        # Single queries keep their claims and sidecar output for the audit line (not a
-        # record that cannot be serialised: its row says why).
-        with contextlib.suppress(PydanticSerializationError):
-            svc.store.put_detail(record.model_copy(update={"prompt": None}))
+    """All links of one job in one task (the interactive queue, so a single question never
+    waits behind a sweep): each link as it takes a sweep's bundle (``handle_stage``), the
+    next one run here instead of sent; the job is counted in as interactive."""
+
+    def next_link(stage: keys.Stage, records: list[JobRecord]) -> None:
+        handle_stage(stage, records, svc, next_link)
+
+    handle_stage(stages.CHAIN[0].stage, [ref_data], svc, next_link, counted_as=keys.INTERACTIVE)
 
 
 def internal_error_rows(payload: str | list[dict], svc: Services, exc: BaseException) -> None:

@@ -126,6 +126,28 @@ def test_a_link_added_to_the_chain_runs_in_the_interactive_task(setup, annotatin
     assert_one_clean_row_each(store, "r", [job])
 
 
+def test_the_interactive_task_enters_and_leaves_every_link_through_the_tasks_entry(
+    setup, monkeypatch
+) -> None:
+    """One job, every link in one task: the same entry and leave as a sweep's bundle,
+    the job counted in as interactive at the first link (not as a sweep's retrieval)."""
+    svc, store, jobs = setup
+    calls: list[tuple[str, keys.Stage]] = []
+    handle_stage = flow.handle_stage
+
+    def handling(stage, payload, svc, send, **kw):  # type: ignore[no-untyped-def]
+        calls.append(("enter", stage))
+        return handle_stage(stage, payload, svc, send, **kw)
+
+    monkeypatch.setattr(flow, "handle_stage", handling)
+    flow.handle_job(ref_for(jobs[0]).model_dump(mode="json", exclude_none=True), svc)
+    assert calls == [("enter", step.stage) for step in stages.CHAIN]
+    assert_one_clean_row_each(store, "r", jobs[:1])
+    counted = {stage: svc.store.client.get(stage.counter_key("r")) for stage in keys.STAGES}
+    assert counted[keys.INTERACTIVE] == b"1"
+    assert counted[stages.CHAIN[0].stage] is None
+
+
 def test_the_runner_enters_and_leaves_every_link_through_the_tasks_entry(setup, monkeypatch) -> None:
     """The model's link included: the runner runs its step's halves (``ask``, ``settle``)
     between the same entry and leave the tasks run around the whole step."""
@@ -135,15 +157,15 @@ def test_the_runner_enters_and_leaves_every_link_through_the_tasks_entry(setup, 
     lock = threading.Lock()
     enter_stage, leave = flow.enter_stage, flow.leave
 
-    def entering(step, payload, svc):  # type: ignore[no-untyped-def]
+    def entering(step, payload, svc, **kw):  # type: ignore[no-untyped-def]
         with lock:
             entered.append(step.stage)
-        return enter_stage(step, payload, svc)
+        return enter_stage(step, payload, svc, **kw)
 
-    def leaving(step, records, rows, svc, send):  # type: ignore[no-untyped-def]
+    def leaving(step, records, ended, svc, send):  # type: ignore[no-untyped-def]
         with lock:
             left.append(step.stage)
-        return leave(step, records, rows, svc, send)
+        return leave(step, records, ended, svc, send)
 
     monkeypatch.setattr(flow, "enter_stage", entering)
     monkeypatch.setattr(flow, "leave", leaving)
