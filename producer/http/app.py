@@ -27,7 +27,6 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import (
     JSONResponse,
     PlainTextResponse,
-    RedirectResponse,
     Response,
     StreamingResponse,
 )
@@ -453,53 +452,25 @@ def _retry_route(app: FastAPI, farm: Farm, admin: Any) -> None:
 
 
 def _viewer_route(app: FastAPI, farm: Farm, viewer: Any) -> None:
-    from qfarm.producer.viewer.login import wants_html
+    from qfarm.producer.viewer.login import gate, wants_html
 
     # The viewer's pages, last: /v1, /metrics and /healthz above take precedence.
     @app.get("/{path:path}", include_in_schema=False)
     def view(path: str, request: Request) -> Response:
-        query = dict(request.query_params)
-        token = query.pop("token", None)
-        if farm.tokens.required:
-            if token is not None:
-                return _login(farm, request, token)
-            presented = (request.cookies.get(auth.COOKIE)
-                         or auth.bearer(request.headers.get("authorization")))
-            if farm.tokens.scope_of(presented) is None:
-                if wants_html(request.headers.get("accept")):  # a browser: how to log in
-                    return _login_page(request, invalid=False)
-                return problem(401, "the viewer needs a token: open /?token=TOKEN once "
-                                     "(a cookie keeps it) or send Authorization: Bearer TOKEN")
-        resp = viewer.handle("/" + path, query)
+        pairs = list(request.query_params.multi_items())
+        h = request.headers
+        refused = gate(farm.tokens, request.url.path, pairs, cookie=h.get("cookie"),
+                       authorization=h.get("authorization"), accept=h.get("accept"),
+                       secure=request.url.scheme == "https")  # fmt: skip
+        if refused is not None and refused.status == 401 and not wants_html(h.get("accept")):
+            return problem(401, refused.body.decode().strip())  # a script: the API's error shape
+        resp = refused or viewer.handle("/" + path, {k: v for k, v in pairs if k != "token"})
         headers = {"Cache-Control": "no-store", **resp.headers}
         if resp.stream is not None:  # an export of the rows table, read as it is sent
             return StreamingResponse(iter(resp.stream), status_code=resp.status,
                                      media_type=resp.content_type, headers=headers)
         return Response(resp.body, status_code=resp.status, media_type=resp.content_type,
                         headers=headers)
-
-
-def _login_page(request: Request, *, invalid: bool) -> Response:
-    from qfarm.producer.viewer.login import login_page
-
-    page = login_page(request.url.path, list(request.query_params.multi_items()), invalid=invalid)
-    return Response(page.body, status_code=page.status, media_type=page.content_type,
-                    headers={"Cache-Control": "no-store"})
-
-
-def _login(farm: Farm, request: Request, token: str) -> Response:
-    """``?token=T``: a cookie for the viewer's pages, then the same page without the token."""
-    from qfarm.producer.viewer.login import wants_html
-
-    if farm.tokens.scope_of(token) is None:
-        if wants_html(request.headers.get("accept")):
-            return _login_page(request, invalid=True)
-        return problem(401, "that token is not valid")
-    query = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-    resp = RedirectResponse(auth.local_target(request.url.path, query), status_code=303)
-    resp.set_cookie(auth.COOKIE, token, httponly=True, samesite="strict",
-                    secure=request.url.scheme == "https", path="/")
-    return resp
 
 
 async def _wait_answer(store: ProducerStore, ticket: AskTicket, wait_s: float) -> Any:

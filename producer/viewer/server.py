@@ -10,14 +10,13 @@ refused for want of a token gets a page saying so, with a form to enter it
 
 from __future__ import annotations
 
-from http.cookies import CookieError, SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
 from qfarm.producer.http import auth
 from qfarm.producer.viewer.html import Response
-from qfarm.producer.viewer.login import login_page, wants_html
+from qfarm.producer.viewer.login import gate
 from qfarm.producer.viewer.router import Viewer
 
 
@@ -43,7 +42,11 @@ def make_server(
         def do_GET(self) -> None:
             url = urlsplit(self.path)
             pairs = parse_qsl(url.query)
-            if known.required and not self._allowed(url.path, pairs):
+            refused = gate(known, url.path, pairs, cookie=self.headers.get("Cookie"),
+                           authorization=self.headers.get("Authorization"),
+                           accept=self.headers.get("Accept"))  # fmt: skip
+            if refused is not None:
+                self._send(refused.status, refused.content_type, refused.body, refused.headers)
                 return
             query = {k: v for k, v in pairs if k != "token"}
             resp = viewer.handle(url.path, query)
@@ -51,33 +54,6 @@ def make_server(
                 self._send(resp.status, resp.content_type, resp.body, resp.headers)
             else:
                 send_stream(self, resp)
-
-        def _allowed(self, path: str, pairs: list[tuple[str, str]]) -> bool:
-            token = next((v for k, v in pairs if k == "token"), None)
-            if token is not None:  # a login: a cookie, then the page without the token
-                if known.scope_of(token) is None:
-                    self._refuse(path, pairs, b"that token is not valid\n", invalid=True)
-                    return False
-                self.send_response(303)
-                self.send_header("Location", auth.local_target(
-                    path, [(k, v) for k, v in pairs if k != "token"]))
-                self.send_header("Set-Cookie", f"{auth.COOKIE}={token}; HttpOnly; "
-                                               "SameSite=Strict; Path=/")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return False
-            presented = (cookie_token(self.headers.get("Cookie"))
-                         or auth.bearer(self.headers.get("Authorization")))
-            if known.scope_of(presented):
-                return True
-            self._refuse(path, pairs, b"the viewer needs a token: open /?token=TOKEN once (a "
-                         b"cookie keeps it) or send Authorization: Bearer TOKEN\n")
-            return False
-
-        def _refuse(self, path: str, pairs: list[tuple[str, str]], text: bytes,
-                    invalid: bool = False) -> None:
-            resp = refusal(path, pairs, text, self.headers.get("Accept"), invalid=invalid)
-            self._send(resp.status, resp.content_type, resp.body)
 
         def _send(self, status: int, content_type: str, body: bytes,
                   headers: dict[str, str] | None = None) -> None:
@@ -99,24 +75,6 @@ def make_server(
 
 
 IDLE_TIMEOUT_S = 30.0
-
-
-def refusal(path: str, pairs: list[tuple[str, str]], text: bytes, accept: str | None, *,
-            invalid: bool = False) -> Response:
-    """401: a page saying how to log in for a browser, ``text`` (one line) for a script."""
-    if wants_html(accept):
-        return login_page(path, pairs, invalid=invalid)
-    return Response(401, "text/plain; charset=utf-8", text)
-
-
-def cookie_token(header: str | None) -> str | None:
-    """The viewer's token from a Cookie header, None without one (or unreadable)."""
-    try:
-        jar = SimpleCookie(header or "")
-    except CookieError:
-        return None
-    morsel = jar.get(auth.COOKIE)
-    return morsel.value if morsel else None
 
 
 def send_stream(handler: BaseHTTPRequestHandler, resp: Response) -> None:
