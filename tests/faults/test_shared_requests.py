@@ -17,6 +17,19 @@ SAMPLES = 4  # 10 questions x 3 modes x 4 samples: 120 jobs in 30 requests when 
 SHARE = ("--share-samples",)  # the default temperature (0.7): samples differ
 
 
+def _ended_exactly(kit, farm, sweep, run_id: str, planned: set[str], fault: str,
+                   t_fault: float) -> str:  # fmt: skip
+    """The followed sweep exits 0 with one row per planned job and no error row; prints
+    what the fault cost (``pytest -s | grep fault-cost``). Returns its stderr."""
+    _, err = sweep.communicate(timeout=240)
+    assert sweep.returncode == 0, err
+    kit.assert_exactly_once(farm, run_id, planned)
+    kit.fault_cost(farm, run_id, f"shared requests: {fault}", t_fault, planned=len(planned),
+                   stderr=err)  # fmt: skip
+    assert [r["error"] for r in farm.rows(run_id).values() if r["error"]] == []
+    return err
+
+
 def test_an_endpoint_killed_with_shared_requests_in_flight_fails_them_over_whole(
     redis_server, farm_on, tmp_path, kit
 ):
@@ -33,13 +46,7 @@ def test_an_endpoint_killed_with_shared_requests_in_flight_fails_them_over_whole
         assert farm.redis.hlen(rows_key) < len(planned) - 2 * SAMPLES, "ended before the fault"
         t_fault = time.time()
         two.kill()
-        _, err = sweep.communicate(timeout=240)
-        assert sweep.returncode == 0, err
-        kit.assert_exactly_once(farm, run_id, planned)
-        kit.fault_cost(farm, run_id, "shared requests: one of two endpoints kill -9", t_fault,
-                       planned=len(planned), stderr=err)
-        rows = farm.rows(run_id)
-        assert [r["error"] for r in rows.values() if r["error"]] == []
+        _ended_exactly(kit, farm, sweep, run_id, planned, "one of two endpoints kill -9", t_fault)
         # Shared: the surviving endpoint answered in requests of several choices.
         assert kit.llm_calls(one) < len(planned), kit.llm_calls(one)
 
@@ -59,12 +66,7 @@ def test_a_worker_killed_with_shared_bundles_unacked_has_them_redelivered_once(
         os.kill(victim.pid, signal.SIGKILL)  # its reserved bundles wait for redelivery
         assert farm.redis.hlen(rows_key) < len(planned), "the run ended before the kill"
         farm.start_worker("survivor", concurrency=8)
-        _, err = sweep.communicate(timeout=240)
-        assert sweep.returncode == 0, err
-        kit.assert_exactly_once(farm, run_id, planned)
-        kit.fault_cost(farm, run_id, "shared requests: worker kill -9", t_fault,
-                       planned=len(planned), stderr=err)
-        assert [r["error"] for r in farm.rows(run_id).values() if r["error"]] == []
+        _ended_exactly(kit, farm, sweep, run_id, planned, "worker kill -9", t_fault)
 
 
 def test_a_redis_restart_under_shared_requests_loses_and_doubles_nothing(
@@ -82,11 +84,7 @@ def test_a_redis_restart_under_shared_requests_loses_and_doubles_nothing(
         assert farm.redis.hlen(rows_key) < len(planned) - 2 * n, "the run ended before the fault"
         t_fault = time.time()
         redis_server.restart()
-        _, err = sweep.communicate(timeout=240)
-        assert sweep.returncode == 0, err
+        err = _ended_exactly(kit, farm, sweep, run_id, planned, "redis restart (no persistence)",
+                             t_fault)  # fmt: skip
         assert worker.poll() is None, farm.worker_log("w1")[-3000:]
         assert "Traceback" not in err, err
-        kit.assert_exactly_once(farm, run_id, planned)
-        kit.fault_cost(farm, run_id, "shared requests: redis restart (no persistence)", t_fault,
-                       planned=len(planned), stderr=err)
-        assert [r["error"] for r in farm.rows(run_id).values() if r["error"]] == []
