@@ -55,6 +55,12 @@ class Policy(BaseModel):
         default_factory=lambda: {m.value: 6000 for m in ALL_MODES}
     )
     user_payload_layout: Literal["tail", "bookend", "per_chunk"] = "tail"
+    # Where the evidence stands: after the mode's instructions (the default), or first, after
+    # a system turn every mode shares, so a question's prompts in every mode open alike up to
+    # the end of the evidence and a server's prefix cache prefills it once for all of them
+    # (docs/grounding.md, 'Prompts'). Changes the prompt, so it folds into both hashes, but
+    # only while set away from the default: runs without it keep their hashes.
+    prompt_order: Literal["instructions_first", "evidence_first"] = "instructions_first"
     # claims
     claim_lattice_max_claims_per_answer: int = Field(12, ge=1, le=100)
     min_claim_content_tokens: int = Field(3, ge=0, le=100)
@@ -197,6 +203,7 @@ VERIFIER_FIELDS: tuple[str, ...] = (
     "title_boost",
     "max_context_chars_by_mode",
     "user_payload_layout",
+    "prompt_order",
     "claim_lattice_max_claims_per_answer",
     "min_claim_content_tokens",
     "max_evidence_ids_per_claim",
@@ -267,9 +274,20 @@ def governance_policy_hash(policy: Policy) -> str:
     return _memoised("governance", policy, _governance_policy_hash)
 
 
+def _unless_set(policy: Policy) -> set[str]:
+    """The switches a hash leaves out while at their defaults: the hashes runs had before
+    the switch existed."""
+    out: set[str] = set()
+    if not policy.share_samples:
+        out.add("share_samples")
+    if policy.prompt_order == "instructions_first":
+        out.add("prompt_order")
+    return out
+
+
 def _verifier_policy_hash(policy: Policy) -> str:
     data = policy.model_dump(mode="json")
-    payload = {k: data[k] for k in VERIFIER_FIELDS}
+    payload = {k: data[k] for k in VERIFIER_FIELDS if k not in _unless_set(policy)}
     payload["_versions"] = {
         "verifier": versions.VERIFIER_VERSION,
         "prompt": versions.PROMPT_VERSION,
@@ -288,9 +306,7 @@ def _governance_policy_hash(policy: Policy) -> str:
     # Imported here: qfarm.common.profiles imports this module.
     from qfarm.common.profiles import MODEL_PROFILES
 
-    payload = policy.model_dump(mode="json")
-    if not policy.share_samples:
-        del payload["share_samples"]  # off: the hash runs had before the switch existed
+    payload = policy.model_dump(mode="json", exclude=_unless_set(policy))
     payload["_model_profiles"] = {pid: dict(caps) for pid, caps in MODEL_PROFILES.items()}
     payload["_versions"] = {
         "model_profiles": versions.MODEL_PROFILES_VERSION,

@@ -3,8 +3,10 @@
 Turns, in order: system (the mode's output contract), user (grounding
 reminder: the contract in one sentence), user (quantifier reminder, guarded
 modes only, when enabled), user (evidence and question, per the payload
-layout). The prompt ends with an open assistant turn; callers send
-``stop=["<|im_end|>"]``.
+layout). With ``prompt_order=evidence_first``: system (the opening every
+contract shares), user (evidence and question), user (the rest of the mode's
+contract), then the reminders. The prompt ends with an open assistant turn;
+callers send ``stop=["<|im_end|>"]``.
 
 Evidence blocks are rendered as ``<evidence id="E1" title="...">text</evidence>``
 so both the model and the simulator can find block boundaries unambiguously.
@@ -44,6 +46,13 @@ SYSTEM_PROMPTS: dict[Mode, str] = {
         "from one of the cited evidence blocks. Output only the JSON object."
     ),
 }
+
+# What every mode's contract opens with. With ``prompt_order=evidence_first`` it is the whole
+# system turn and the rest of the contract follows the evidence, so a question's prompts in
+# every mode are alike up to the end of the evidence.
+SHARED_PREAMBLE = "You answer questions using only the evidence blocks provided."
+if not all(p.startswith(SHARED_PREAMBLE + " ") for p in SYSTEM_PROMPTS.values()):
+    raise RuntimeError("qfarm.common.grounding.prompts: every mode's contract opens with SHARED_PREAMBLE")
 
 GROUNDING_REMINDERS: dict[Mode, str] = {
     Mode.QUOTE: "Reminder: quote the evidence verbatim, one quote per line, each followed by its [E#] id.",
@@ -129,16 +138,32 @@ def build_prompt(
     blocks = select_evidence(evidence, policy.context_chars(mode.value))
     if evidence_cap(preflight) is not None:
         blocks = blocks[: evidence_cap(preflight)]
-    turns = [
-        chatml_turn("system", SYSTEM_PROMPTS[mode]),
-        chatml_turn("user", GROUNDING_REMINDERS[mode]),
-    ]
+    instructions = [chatml_turn("user", GROUNDING_REMINDERS[mode])]
     reminder = render_quantifier_reminder(mode, policy, preflight)
     if reminder:
-        turns.append(chatml_turn("user", reminder))
-    turns.append(chatml_turn("user", render_payload(question, blocks, policy.user_payload_layout)))
+        instructions.append(chatml_turn("user", reminder))
+    payload = chatml_turn("user", render_payload(question, blocks, policy.user_payload_layout))
+    if policy.prompt_order == "evidence_first":
+        contract = SYSTEM_PROMPTS[mode].removeprefix(SHARED_PREAMBLE + " ")
+        turns = [chatml_turn("system", SHARED_PREAMBLE), payload, chatml_turn("user", contract),
+                 *instructions]  # fmt: skip
+    else:
+        turns = [chatml_turn("system", SYSTEM_PROMPTS[mode]), *instructions, payload]
     turns.append(f"{IM_START}assistant\n")
     return BuiltPrompt(text="".join(turns), evidence=tuple(blocks))
+
+
+def shareable_opening(prompt: str) -> str:
+    """The opening of a prompt that other prompts can have too: through the end of the turn
+    that holds its evidence (the last ``</evidence>``). With ``prompt_order=evidence_first``
+    that is the same for a question's prompts in every mode; in the default order, where the
+    evidence turn comes last, it is the whole prompt but the open assistant turn. A prompt
+    with no evidence block is all opening."""
+    end = prompt.rfind("</evidence>")
+    if end < 0:
+        return prompt
+    turn_end = prompt.find(IM_END, end)
+    return prompt if turn_end < 0 else prompt[: turn_end + len(IM_END)]
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ FLIPS: dict[str, Any] = {
     "max_tokens": 256,
     "structured_output": True,
     "share_samples": True,
+    "prompt_order": "evidence_first",
 }
 
 

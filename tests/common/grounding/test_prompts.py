@@ -199,3 +199,47 @@ def test_the_bounded_reminder_has_no_training_prior_clause() -> None:
     text = build_prompt(unbounded, mode, EVIDENCE, policy,
                         run_preflight(unbounded, mode, policy, "hermes-3-8b")).text  # fmt: skip
     assert "not from what you remember from training" in text
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def test_evidence_first_shares_a_questions_evidence_across_modes_and_keeps_every_turn() -> None:
+    """``prompt_order=evidence_first``: every mode's prompt for a question opens alike up to
+    the end of the evidence and question (what a server's prefix cache can reuse), and
+    carries the same turns' words as the default order, only moved."""
+    first = build_policy({"prompt_order": "evidence_first"})
+    prompts = {m: build_prompt(QUESTION, m, EVIDENCE, first).text for m in Mode}
+    payload_end = min(p.index(f"Question: {QUESTION}") + len(f"Question: {QUESTION}")
+                      for p in prompts.values())  # fmt: skip
+    a, b, c = prompts.values()
+    assert min(_common_prefix(a, b), _common_prefix(a, c)) >= payload_end
+    for mode, prompt in prompts.items():
+        default = build_prompt(QUESTION, mode, EVIDENCE, Policy()).text
+        assert _common_prefix(prompt, build_prompt(QUESTION, Mode.QUOTE, EVIDENCE, Policy()).text) < payload_end
+        words = sorted(" ".join(text for _, text in turns(default)).split())
+        assert sorted(" ".join(text for _, text in turns(prompt)).split()) == words
+        assert [role for role, _ in turns(prompt)][:2] == ["system", "user"]
+        parsed = parse_prompt(prompt)  # what the simulator reads: mode, question, blocks
+        assert (parsed.mode, parsed.question, len(parsed.blocks)) == (mode, QUESTION, 3)
+        assert prompt.endswith(f"{IM_START}assistant\n")
+
+
+def test_the_default_order_keeps_the_hashes_runs_had_before_the_switch() -> None:
+    from qfarm.common import policy as policy_module
+
+    seen: list[dict] = []
+    real = policy_module._digest
+    try:
+        policy_module._digest = lambda p: seen.append(p) or real(p)  # type: ignore[assignment]
+        policy_module._verifier_policy_hash(Policy())
+        policy_module._governance_policy_hash(Policy())
+        policy_module._verifier_policy_hash(build_policy({"prompt_order": "evidence_first"}))
+    finally:
+        policy_module._digest = real  # type: ignore[assignment]
+    assert "prompt_order" not in seen[0] and "prompt_order" not in seen[1]
+    assert seen[2]["prompt_order"] == "evidence_first"
