@@ -239,3 +239,27 @@ def test_a_home_that_is_not_usable_sends_its_prompts_elsewhere() -> None:
     b.mark_health(home.url, False, "down")
     assert b.acquire(home=key).url != home.url
     assert b.acquire(home=key, avoid=[]).url != home.url
+
+
+def test_a_questions_modes_share_a_home_when_their_prompts_open_with_the_evidence() -> None:
+    """The home key is the prompt's opening through its evidence: with the evidence first
+    a question's modes share it (one prefix cache prefills the evidence once); in the
+    default order each mode's prompt is its own, and other questions go elsewhere."""
+    from qfarm.common.grounding.prompts import build_prompt
+    from qfarm.common.models import Evidence, Mode
+    from qfarm.common.policy import Policy, build_policy
+
+    def evidence(topic: str) -> list[Evidence]:
+        return [Evidence(id=f"E{i}", doc_id=f"{topic}{i}", chunk_id="0", title=topic,
+                         text=f"{topic} fact number {i}.", score=1.0, offset_start=0,
+                         offset_end=20) for i in (1, 2)]  # fmt: skip
+
+    first = build_policy({"prompt_order": "evidence_first"})
+
+    def keys(policy: Policy, topic: str) -> set[str]:
+        return {home_key(build_prompt(f"What is {topic}?", m, evidence(topic), policy).text)
+                for m in Mode}  # fmt: skip
+
+    assert len(keys(first, "jazz")) == 1
+    assert len(keys(Policy(), "jazz")) == len(Mode)
+    assert keys(first, "jazz") != keys(first, "opera")

@@ -20,12 +20,13 @@ Rules, in the order ``acquire`` applies them:
    were waiting (a queue means every slot is busy); until an endpoint has been
    seen saturated it is assumed as large as the largest known one, so it gets
    at least an even share and reveals its capacity.
-   A request may carry a *home key* (its prompt): the endpoints rank by a
-   rendezvous hash of the key and the endpoint's URL, the same ranking in every
-   process, and the first of them wins while its load is within
-   ``affinity_slack`` requests of the lowest (``QFARM_LLM_PREFIX_AFFINITY``).
-   Identical prompts sent apart (a question's samples, a rerun's requests) so
-   reach the endpoint whose prefix cache already holds them, from every worker;
+   A request may carry a *home key* (its prompt's opening through its evidence):
+   the endpoints rank by a rendezvous hash of the key and the endpoint's URL, the
+   same ranking in every process, and the first of them wins while its load is
+   within ``affinity_slack`` requests of the lowest (``QFARM_LLM_PREFIX_AFFINITY``).
+   Identical prompts sent apart (a question's samples, a rerun's requests; with
+   ``prompt_order=evidence_first`` a question's modes too) so reach the endpoint
+   whose prefix cache already holds them, from every worker;
    while that endpoint is further behind, or not usable, they go where rule 3
    sends any request. 0 turns it off.
 4. Nothing usable: wait (bounded) for a slot, a Retry-After, a breaker
@@ -56,6 +57,7 @@ from qfarm.common.errors import (
     ServiceError,
     TransientServiceError,
 )
+from qfarm.common.grounding.prompts import shareable_opening
 from qfarm.common.vocab import BreakerState
 from qfarm.worker.llm.client import VLLM, Target
 
@@ -503,5 +505,8 @@ def _rendezvous(key: str, url: str) -> bytes:
 
 
 def home_key(prompt: str) -> str:
-    """A prompt's home key (rule 3): short, so ranking endpoints hashes a few bytes each."""
-    return hashlib.blake2b(prompt.encode(), digest_size=16).hexdigest()
+    """A prompt's home key (rule 3): a hash of its opening through its evidence
+    (``shareable_opening``), so the prompts a prefix cache can share a beginning with go
+    to one home: a prompt's samples always, and with ``prompt_order=evidence_first`` a
+    question's prompts in every mode. Short, so ranking endpoints hashes a few bytes each."""
+    return hashlib.blake2b(shareable_opening(prompt).encode(), digest_size=16).hexdigest()
