@@ -45,6 +45,20 @@ again (the cache holding all of it, as in the sweep), each answer compared with 
     python -m bench.perf.local_model --share-samples [--questions 10] [--modes quote] [--samples 3]
 
 Last line: ``local_model_shared_evaluated_ratio=`` (prompt tokens evaluated with ÷ without).
+
+``--prompt-order`` measures the policy's ``prompt_order`` the same way (docs/grounding.md,
+'Prompts'): the first ``--questions`` of ``real_model.jsonl`` in ``--modes`` (all three by
+default here) with ``--samples`` samples (1), the CPU policy, swept twice back to back on
+one server: ``instructions_first`` (the default), then ``evidence_first``. Per sweep the
+same figures as above, and per mode what the verifier made of the answers (rows per verdict,
+answers carrying an ``[E#]`` tag, format collapsed): the two orders ask the same words in
+another order, so their answers are expected to differ; what matters is whether they read
+worse.
+
+    python -m bench.perf.local_model --prompt-order [--questions 10] [--modes quote,...]
+
+Last line: ``local_model_order_evaluated_ratio=`` (prompt tokens evaluated evidence first ÷
+instructions first).
 """
 
 from __future__ import annotations
@@ -332,6 +346,64 @@ def share_samples(args: argparse.Namespace) -> int:
     return 0
 
 
+TAG = re.compile(r"\[E\d+")
+
+
+def prompt_order(args: argparse.Namespace) -> int:
+    """``instructions_first`` then ``evidence_first``, back to back on one server (module
+    docstring)."""
+    from qfarm.ops.local.launch import start_local_model
+
+    modes = args.modes.split(",")
+    policy_args = [f"--policy={k}={json.dumps(v)}" for k, v in LOCAL_CPU_POLICY.items()]
+    with (
+        tempfile.TemporaryDirectory(prefix="qfarm-local-order-") as tmp,
+        start_local_model() as handle,
+    ):
+        runs = args.out or Path(tmp)
+        print(f"{handle.model} on {handle.description}; {args.questions} questions of "
+              f"{QUESTIONS.name} x {','.join(modes)} x {args.samples} samples, the CPU policy; "
+              f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
+        sweeps = []
+        for order in ("instructions_first", "evidence_first"):
+            _direct(handle.url, handle.model, ["Hello"], 4)  # neither starts on the other's cache
+            sweep = _sweep(handle, order, args.questions, modes, args.samples, runs / order,
+                           [*policy_args, f"--policy=prompt_order={json.dumps(order)}"],
+                           False)  # fmt: skip
+            sweeps.append(sweep)
+            print(f"{order}: wall {sweep.wall_s:.1f} s, span {sweep.span_s:.1f} s, prompt tokens "
+                  f"{sweep.total('prompt_tokens')} sent, {sweep.evaluated} evaluated "
+                  f"({sweep.hits} requests reused {sweep.reused}), load "
+                  f"{os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
+    print()
+    print("| prompt_order | jobs | errors | wall s (command) | first job to last s | "
+          "prompt tokens sent | evaluated by the server | reused from its cache | "
+          "completion tokens |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
+    for s in sweeps:
+        errors = sum(1 for r in s.rows if r.get("error"))
+        print(f"| {s.label} | {len(s.rows)} | {errors} | {s.wall_s:.1f} | {s.span_s:.1f} | "
+              f"{s.total('prompt_tokens'):,} | {s.evaluated:,} | {s.reused:,} ({s.hits} requests"
+              f"{f', {s.full_hits} whole' if s.full_hits else ''}) | "
+              f"{s.total('completion_tokens'):,} |")  # fmt: skip
+    print()
+    print("| prompt_order | mode | rows | STRICT | HYBRID | UNGROUNDED | answers with an [E#] tag "
+          "| format collapsed |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    for s in sweeps:
+        for mode in modes:
+            rows = [r for r in s.rows if r["mode"] == mode and not r.get("error")]
+            verdicts = [r.get("verdict") for r in rows]
+            tagged = sum(bool(TAG.search(r.get("answer") or "")) for r in rows)
+            collapsed = sum(bool(r.get("format_collapsed")) for r in rows)
+            print(f"| {s.label} | {mode} | {len(rows)} | {verdicts.count('STRICT')} | "
+                  f"{verdicts.count('HYBRID')} | {verdicts.count('UNGROUNDED')} | {tagged} | "
+                  f"{collapsed} |")  # fmt: skip
+    first, then = sweeps
+    print(f"local_model_order_evaluated_ratio={then.evaluated / max(first.evaluated, 1):.3f}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m bench.perf.local_model", description=__doc__.split("\n")[0]
@@ -344,10 +416,20 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="sweeps without and with share_samples instead (module docstring)",
     )
-    p.add_argument("--questions", type=int, default=10, help="--share-samples: questions")
-    p.add_argument("--modes", default="quote", help="--share-samples: modes, comma-separated")
-    p.add_argument("--samples", type=int, default=3, help="--share-samples: -n of the sweeps")
-    p.add_argument("--out", type=Path, help="--share-samples: keep the two runs here")
+    p.add_argument(
+        "--prompt-order",
+        action="store_true",
+        help="sweeps with the instructions first and with the evidence first (module docstring)",
+    )
+    p.add_argument("--questions", type=int, default=10,
+                   help="--share-samples, --prompt-order: questions")
+    p.add_argument("--modes", default=None,
+                   help="--share-samples, --prompt-order: modes, comma-separated (quote; all "
+                        "three for --prompt-order)")
+    p.add_argument("--samples", type=int, default=None,
+                   help="--share-samples, --prompt-order: -n of the sweeps (3; 1)")
+    p.add_argument("--out", type=Path,
+                   help="--share-samples, --prompt-order: keep the two runs here")
     p.add_argument(
         "--replay",
         type=int,
@@ -355,6 +437,13 @@ def main(argv: list[str] | None = None) -> int:
         help="--share-samples: samples of each sweep sent again alone",
     )
     args = p.parse_args(argv)
+    if args.prompt_order:
+        args.modes = args.modes or ",".join(m.value for m in Mode)
+        args.samples = args.samples or 1
+        if args.quick:  # 1 question in every mode: a minute or two on this CPU
+            args.questions = 1
+        return prompt_order(args)
+    args.modes, args.samples = args.modes or "quote", args.samples or 3
     if args.share_samples:
         if args.quick:  # 1 question, 2 samples: a minute or two on this CPU
             args.questions, args.samples, args.replay = 1, 2, 1

@@ -16,7 +16,10 @@ characters it shares (medians):
 Samples of one question × mode share their whole prompt (docs/llm.md, 'Shared samples').
 No model is asked; the figures are the prompts' own.
 
-    .venv/bin/python -m bench.perf.prompt_layout [--questions 60] [--quick]
+    .venv/bin/python -m bench.perf.prompt_layout [--questions 60] [--evidence-first] [--quick]
+
+``--evidence-first`` builds the prompts with ``prompt_order=evidence_first`` (the evidence
+after a system turn every mode shares, the mode's instructions after it).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from bench.perf.saturation import table_index
 from bench.perf.sharing import QUESTIONS
 from qfarm.common.grounding.prompts import build_prompt
 from qfarm.common.models import Mode
-from qfarm.common.policy import Policy
+from qfarm.common.policy import build_policy
 from qfarm.common.settings import Settings
 from qfarm.producer.api import QuestionSet
 
@@ -56,13 +59,16 @@ def share(parts: list[int], wholes: list[int]) -> float:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--questions", type=int, default=60, help="questions of general.jsonl (60)")
+    p.add_argument("--evidence-first", action="store_true",
+                   help="the policy's prompt_order=evidence_first instead of the default")
     p.add_argument("--quick", action="store_true", help="4 questions (CI: the script runs)")
     args = p.parse_args(argv)
     if args.quick:
         args.questions = 4
     from qfarm.worker.retrieval import open_retriever
 
-    policy = Policy()
+    order = "evidence_first" if args.evidence_first else "instructions_first"
+    policy = build_policy({"prompt_order": order})
     questions = QuestionSet.from_file(QUESTIONS).questions[: max(2, args.questions)]
     prompts: dict[Mode, list[str]] = {m: [] for m in Mode}
     retriever = open_retriever(Settings(index_path=table_index()))
@@ -73,7 +79,8 @@ def main(argv: list[str] | None = None) -> None:
                 prompts[mode].append(build_prompt(q.text, mode, hits, policy).text)
     finally:
         retriever.close()
-    print(f"{len(questions)} questions of general.jsonl, default policy; medians in characters")
+    print(f"{len(questions)} questions of general.jsonl, prompt_order={order}; medians in "
+          "characters")
     print("\n| mode | prompt | shared with the next question's prompt, same mode |")
     print("|---|---|---|")
     for mode, texts in prompts.items():
