@@ -283,6 +283,26 @@ def _replay(handle: LocalModelHandle, sweeps: list[Sweep], count: int,
     return out
 
 
+def _print_sweeps(what: str, sweeps: list[Sweep], *, after_same_prompt: bool) -> None:
+    """The two sweeps' table: one row each, named by ``what`` they differ in."""
+    same = ["requests right after one of the same prompt"] if after_same_prompt else []
+    head = [what, "jobs", "errors", "wall s (command)", "first job to last s", *same,
+            "prompt tokens sent", "evaluated by the server", "reused from its cache",
+            "completion tokens"]  # fmt: skip
+    print()
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for s in sweeps:
+        errors = sum(1 for r in s.rows if r.get("error"))
+        cells = [s.label, str(len(s.rows)), str(errors), f"{s.wall_s:.1f}", f"{s.span_s:.1f}",
+                 *([str(s.after_same_prompt)] if after_same_prompt else []),
+                 f"{s.total('prompt_tokens'):,}", f"{s.evaluated:,}",
+                 f"{s.reused:,} ({s.hits} requests"
+                 f"{f', {s.full_hits} whole' if s.full_hits else ''})",
+                 f"{s.total('completion_tokens'):,}"]  # fmt: skip
+        print("| " + " | ".join(cells) + " |")
+
+
 def share_samples(args: argparse.Namespace) -> int:
     """Without and with ``share_samples``, back to back on one server (module docstring)."""
     from qfarm.ops.local.launch import start_local_model
@@ -319,17 +339,7 @@ def share_samples(args: argparse.Namespace) -> int:
     answers = {(r["question_id"], r["mode"], r["sample_index"]): r.get("answer") for r in off.rows}
     agree = sum(answers.get((r["question_id"], r["mode"], r["sample_index"])) == r.get("answer")
                 for r in on.rows)  # fmt: skip
-    print()
-    print("| share_samples | jobs | errors | wall s (command) | first job to last s | "
-          "requests right after one of the same prompt | prompt tokens sent | "
-          "evaluated by the server | reused from its cache | completion tokens |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for s in sweeps:
-        errors = sum(1 for r in s.rows if r.get("error"))
-        print(f"| {s.label} | {len(s.rows)} | {errors} | {s.wall_s:.1f} | {s.span_s:.1f} | "
-              f"{s.after_same_prompt} | {s.total('prompt_tokens'):,} | {s.evaluated:,} | {s.reused:,} ({s.hits} requests"
-              f"{f', {s.full_hits} whole' if s.full_hits else ''}) | "
-              f"{s.total('completion_tokens'):,} |")  # fmt: skip
+    _print_sweeps("share_samples", sweeps, after_same_prompt=True)
     print(
         f"\nanswers equal across the two sweeps: {agree} of {len(on.rows)} (their seeds differ "
         "by design)"
@@ -375,17 +385,7 @@ def prompt_order(args: argparse.Namespace) -> int:
                   f"{sweep.total('prompt_tokens')} sent, {sweep.evaluated} evaluated "
                   f"({sweep.hits} requests reused {sweep.reused}), load "
                   f"{os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
-    print()
-    print("| prompt_order | jobs | errors | wall s (command) | first job to last s | "
-          "prompt tokens sent | evaluated by the server | reused from its cache | "
-          "completion tokens |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
-    for s in sweeps:
-        errors = sum(1 for r in s.rows if r.get("error"))
-        print(f"| {s.label} | {len(s.rows)} | {errors} | {s.wall_s:.1f} | {s.span_s:.1f} | "
-              f"{s.total('prompt_tokens'):,} | {s.evaluated:,} | {s.reused:,} ({s.hits} requests"
-              f"{f', {s.full_hits} whole' if s.full_hits else ''}) | "
-              f"{s.total('completion_tokens'):,} |")  # fmt: skip
+    _print_sweeps("prompt_order", sweeps, after_same_prompt=False)
     print()
     print("| prompt_order | mode | rows | STRICT | HYBRID | UNGROUNDED | answers with an [E#] tag "
           "| format collapsed |")  # fmt: skip
