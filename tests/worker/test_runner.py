@@ -3,7 +3,7 @@ at a time (``--serial``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -95,6 +95,24 @@ def test_a_serial_run_writes_the_rows_the_celery_tasks_write(
     assert a == b
 
 
+def count_in_flight(monkeypatch) -> Callable[[], int]:  # type: ignore[no-untyped-def]
+    """Count the LLM client's requests in flight; returns the peak so far."""
+    now = peak = 0
+    complete = LLMClient.acomplete
+
+    async def counting(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal now, peak  # on the gateway's one loop: no lock needed
+        now += 1
+        peak = max(peak, now)
+        try:
+            return await complete(self, *args, **kwargs)
+        finally:
+            now -= 1
+
+    monkeypatch.setattr(LLMClient, "acomplete", counting)
+    return lambda: peak
+
+
 def test_a_serial_run_takes_each_job_to_its_row_before_the_next_starts(
     sim, default_index, tmp_path, monkeypatch
 ) -> None:
@@ -109,52 +127,29 @@ def test_a_serial_run_takes_each_job_to_its_row_before_the_next_starts(
         retrieved.extend(r.job.job_id for r in records)
         return retrieval_stage(records, retriever)
 
-    def writing(rows, svc, cache_keys=()):  # type: ignore[no-untyped-def]
+    def writing(rows, svc, *rest):  # type: ignore[no-untyped-def]
         written.update(r.job_id for r in rows)
-        return write_rows(rows, svc, cache_keys)
+        return write_rows(rows, svc, *rest)
 
     monkeypatch.setattr(pipeline, "retrieval_stage", retrieving)
     monkeypatch.setattr(flow, "write_rows", writing)
-    peak = now = 0
-    complete = LLMClient.acomplete
-
-    async def counting(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        nonlocal now, peak
-        now += 1
-        peak = max(peak, now)
-        try:
-            return await complete(self, *args, **kwargs)
-        finally:
-            now -= 1
-
-    monkeypatch.setattr(LLMClient, "acomplete", counting)
+    peak = count_in_flight(monkeypatch)
     result = run_sweep(spec(), eager=True, serial=True,
                        settings=settings_for(sim, default_index, tmp_path))  # fmt: skip
     assert result.status == "complete" and len(written) == result.manifest.n_jobs
-    assert len(retrieved) > 1 and peak == 1
+    assert [r.error for r in result.rows() if r.error] == []
+    assert len(retrieved) > 1 and peak() == 1
 
 
 def test_an_eager_run_keeps_many_requests_in_flight_within_the_cap(
     sim, default_index, tmp_path, monkeypatch
 ) -> None:
-    now = peak = 0
-    complete = LLMClient.acomplete
-
-    async def counting(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        nonlocal now, peak  # on the gateway's one loop: no lock needed
-        now += 1
-        peak = max(peak, now)
-        try:
-            return await complete(self, *args, **kwargs)
-        finally:
-            now -= 1
-
-    monkeypatch.setattr(LLMClient, "acomplete", counting)
+    peak = count_in_flight(monkeypatch)
     seen: list[int] = []
     result = run_sweep(spec(), eager=True, settings=settings_for(sim, default_index, tmp_path),
                        on_progress=lambda p: seen.append(p.done))  # fmt: skip
     assert result.status == "complete"
-    assert 1 < peak <= 8  # llm_max_inflight_per_endpoint x 1 endpoint
+    assert 1 < peak() <= 8  # llm_max_inflight_per_endpoint x 1 endpoint
     assert seen and seen[-1] == result.manifest.n_jobs and seen == sorted(seen)
 
 
