@@ -219,30 +219,40 @@ def stage_spans(stage: str, records: Sequence[JobRecord], start: float, end: flo
     """A span named ``stage`` for each traced job of a bundle's step that ran from
     ``start`` to ``end`` (epoch seconds), a child of the job's traceparent."""
     traced = [r for r in records if r.job.traceparent]
-    if not traced:
-        return
+    if traced:
+        _with_tracer(f"{stage} spans", lambda tracer: _stage_spans(tracer, stage, traced, start, end))
+
+
+def _stage_spans(
+    tracer: Any, stage: str, traced: Sequence[JobRecord], start: float, end: float
+) -> None:  # fmt: skip
+    from opentelemetry.trace import Status, StatusCode
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    propagator = TraceContextTextMapPropagator()
+    for record in traced:
+        parent = propagator.extract({"traceparent": record.job.traceparent or ""})
+        begun, ended = _window(stage, record, start, end)
+        span = tracer.start_span(
+            stage,
+            context=parent,
+            start_time=_ns(begun),
+            attributes=stage_attrs(stage, _facts(stage, record)),
+        )
+        if record.error:
+            span.set_status(Status(StatusCode.ERROR, record.error[:500]))
+        span.end(end_time=_ns(ended))
+
+
+def _with_tracer(what: str, send: Callable[[Any], None]) -> None:
+    """``send(tracer)`` when this process has a tracer; a failure is logged, never raised:
+    a span must never cost a job its row."""
     try:
         tracer = _tracer()
-        if tracer is None:
-            return
-        from opentelemetry.trace import Status, StatusCode
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-        propagator = TraceContextTextMapPropagator()
-        for record in traced:
-            parent = propagator.extract({"traceparent": record.job.traceparent or ""})
-            begun, ended = _window(stage, record, start, end)
-            span = tracer.start_span(
-                stage,
-                context=parent,
-                start_time=_ns(begun),
-                attributes=stage_attrs(stage, _facts(stage, record)),
-            )
-            if record.error:
-                span.set_status(Status(StatusCode.ERROR, record.error[:500]))
-            span.end(end_time=_ns(ended))
-    except Exception:  # a span must never cost a job its row
-        log.warning("could not record the %s spans of a bundle", stage, exc_info=True)
+        if tracer is not None:
+            send(tracer)
+    except Exception:
+        log.warning("could not record the %s of a bundle", what, exc_info=True)
 
 
 def _ratio(run_id: str, manifest_of: Callable[[str], Manifest | None]) -> float | None:
@@ -276,14 +286,12 @@ def job_spans(
     ]
     if not traced:
         return
-    try:
-        tracer = _tracer()
-        if tracer is None:
-            return
+
+    def send(tracer: Any) -> None:
         for raw in traced:
             _job_span(tracer, json.loads(raw))
-    except Exception:  # a span must never cost a job its row
-        log.warning("could not record the job spans of a bundle", exc_info=True)
+
+    _with_tracer("job spans", send)
 
 
 def _is_traced(row: Row, manifest_of: Callable[[str], Manifest | None]) -> bool:
