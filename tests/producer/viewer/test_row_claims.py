@@ -82,6 +82,12 @@ def test_rows_record_the_shown_passages_ids_in_rank_order(run: tuple[Viewer, Pat
         assert all(re.fullmatch(r"\w+#\d+", p) for p in row["evidence_passage_ids"])
 
 
+def rewritten(viewer: Viewer, run_dir: Path, rows: list[dict]) -> Viewer:
+    """The run's rows.jsonl replaced by ``rows``, and a viewer that reads it afresh."""
+    (run_dir / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return Viewer(run_dir.parent, index_path=viewer.index_path)
+
+
 def test_pointer_row_shows_each_claim_and_marks_its_anchor_in_the_cited_passage(
     run: tuple[Viewer, Path],
 ) -> None:
@@ -142,8 +148,7 @@ def test_a_row_the_recomputation_does_not_reproduce_says_so_and_keeps_its_figure
     rows = rows_of(run_dir)
     pos = position(rows, "q2", "claim_lattice_pointer")
     rows[pos].update(verdict="UNGROUNDED", n_verified=0)  # as if another verifier had judged
-    (run_dir / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    html = page(Viewer(run_dir.parent, index_path=viewer.index_path), "run-real", pos)
+    html = page(rewritten(viewer, run_dir, rows), "run-real", pos)
     assert 'id="not-reproduced"' in html and 'id="reproduced"' not in html
     assert "verdict: row UNGROUNDED, recomputed STRICT" in html
     assert "verified claims: row 0, recomputed 1" in html
@@ -157,8 +162,7 @@ def test_a_row_without_its_cap_profile_is_not_verified_again_and_says_why(
     rows = rows_of(run_dir)
     pos = position(rows, "q2", "claim_lattice_pointer")
     del rows[pos]["model_profile_key"]
-    (run_dir / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    html = page(Viewer(run_dir.parent, index_path=viewer.index_path), "run-real", pos)
+    html = page(rewritten(viewer, run_dir, rows), "run-real", pos)
     assert "no model_profile_key" in html and "nothing is re-verified" in html
     assert "reproduced" not in html
 
@@ -170,8 +174,7 @@ def test_without_a_kept_answer_the_passages_are_shown_and_nothing_is_verified(
     rows = rows_of(run_dir)
     for r in rows:
         r["answer"] = None
-    (run_dir / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    html = page(Viewer(run_dir.parent, index_path=viewer.index_path), "run-real", 0)
+    html = page(rewritten(viewer, run_dir, rows), "run-real", 0)
     assert 'id="no-answer"' in html and "Answers were not kept" in html
     assert "The Seine flows through Paris" in html  # passage text from the index
     assert "claims" not in re.findall(r'<table class="(\w+)"', html)
