@@ -49,8 +49,9 @@ from qfarm.worker.services import Services
 log = logging.getLogger("qfarm.worker")
 
 Send = Callable[[keys.Stage, list[JobRecord]], None]
-# A job that ended at a link's entry (failed its preflight, refused by reject-broad, served
-# from the cache): its record and its row.
+# A job that ends at a link, its record and its row: at the first link's entry (failed its
+# preflight, refused by reject-broad, served from the cache), failed in a step that ends
+# failed jobs, or finished at the last link.
 Ended = tuple[JobRecord, Row]
 T = TypeVar("T")
 
