@@ -219,11 +219,15 @@ def _sweep(handle: LocalModelHandle, label: str, questions: int, modes: list[str
     env = dict(os.environ)
     for key, value in handle.settings_overrides().items():
         env[f"QFARM_{key.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
-    cmd = [sys.executable, "-m", "qfarm", "sweep", str(QUESTIONS), "--limit", str(questions),
-           "--modes", ",".join(modes), "-n", str(samples), "--eager", "--keep-answers", "--quiet",
-           "--out", str(out), *policy_args, *(["--share-samples"] if share else [])]  # fmt: skip
+    # From the checkout, with the question file's path in it: the run's manifest names the
+    # file as the repository does, not where this machine keeps the checkout.
+    repo = QUESTIONS.parents[2]
+    cmd = [sys.executable, "-m", "qfarm", "sweep", str(QUESTIONS.relative_to(repo)),
+           "--limit", str(questions), "--modes", ",".join(modes), "-n", str(samples), "--eager",
+           "--keep-answers", "--quiet", "--out", str(out.resolve()), *policy_args,
+           *(["--share-samples"] if share else [])]  # fmt: skip
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False, cwd=repo)
     wall = time.perf_counter() - t0
     if done.returncode != 0:
         raise SystemExit(f"qfarm sweep failed ({done.returncode}):\n{done.stderr[-2000:]}")
