@@ -32,7 +32,7 @@ from typing import Any
 from qfarm.common.grounding.preflight import run_preflight
 from qfarm.common.settings import Settings
 from qfarm.common.vocab import Mode
-from qfarm.producer.runs import read_manifest
+from qfarm.producer.rundir import read_manifest
 from qfarm.producer.viewer.reread import reread_row
 
 MODES = ("quote", "claim_lattice_pointer", "claim_lattice")

@@ -1,6 +1,6 @@
 """The two caches' entries as ``qfarm cache`` sees them: which entries an operator's
 filters select, and the figures of a set of entries. The Redis side is the producer's
-(``producer/_cache.py``). A result-cache entry's value is the cached row's JSON
+(``producer/farm/cache.py``). A result-cache entry's value is the cached row's JSON
 (worker/store.py); a response-cache entry's is a ``ResponseEntry``, one model reply
 (worker/llm/response_cache.py)."""
 

@@ -4,7 +4,7 @@
 record changes (``started``, ``jobs_sent``, ``resumed``, ``no_worker``, ``failed``,
 ``finished``, ``interrupted``, ``cancel_recorded``…): each says what happened and refuses a change the
 run's state forbids (a complete run does not go back to running; an interrupted one can
-be resumed). ``qfarm.producer.runs`` reads and writes the file; nothing else opens it.
+be resumed). ``qfarm.producer.rundir`` reads and writes the file; nothing else opens it.
 
 The record says what the producer last knew (``running`` when it started, ``complete``
 when it ended), but the record alone can lie: a run directory whose ``rows.jsonl`` was

@@ -1,7 +1,7 @@
 """What every process agrees on about a job's trace, without OpenTelemetry itself.
 
 The workers' live spans (``qfarm.worker.tracing``) and the export from rows
-(``qfarm.producer.exports.traces``) share these, so both tell the same story about a job:
+(``qfarm.producer.reports.exports.traces``) share these, so both tell the same story about a job:
 which jobs are traced (a hash of the job id against the run's ratio: every process
 decides alike, with no coordination), the span names and attribute names, and, for a
 run traced live, the trace and span ids (hashed from the run and job ids, so a redelivered

@@ -18,7 +18,7 @@ from qfarm.common.jobs import make_job_id, manifest_from_json
 from qfarm.common.models import Manifest
 from qfarm.common.urls import redact_url
 from qfarm.common.vocab import Role
-from qfarm.producer.runs import is_ask_run
+from qfarm.producer.rundir import is_ask_run
 
 
 def connect(url: str, *, timeout_s: float = 5.0) -> redis.Redis:

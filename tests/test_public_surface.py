@@ -56,13 +56,21 @@ SURFACE: dict[str, tuple[list[str], list[str]]] = {
         ["Retriever", "ensure_default_index", "open_retriever"],
         ["corpus_file", "default_corpus", "elasticsearch", "opensearch", "postings"],
     ),
-    # The Python API: qfarm.producer.api is a front over private ``_*.py`` modules.
+    # The Python API: qfarm.producer.api is the one surface the command line and the HTTP
+    # app use, a front over the packages below; only producer's own packages import those.
     "qfarm.producer": (
         ["Answer", "Endpoints", "QuestionSet", "RunResult", "SweepSpec", "ask",
          "configured_endpoints", "follow_run", "retry_errors", "run_sweep"],
-        ["aggregator", "capacity", "consumers", "endpoints", "lease", "retry", "runs", "sweep"],
+        ["farm", "reports", "rundir", "runs", "store"],
     ),
-    "qfarm.producer.exports": (
+    "qfarm.producer.runs": (
+        ["ask", "consumers", "control", "eager", "endpoints", "follow", "launch", "outcome",
+         "retry", "services", "types"],
+        ["aggregator", "capacity", "distributed", "lease", "sweep"],
+    ),
+    "qfarm.producer.farm": (["cache", "doctor", "index", "status"], []),
+    "qfarm.producer.reports": (["compare", "exports", "record", "rows", "summary"], []),
+    "qfarm.producer.reports.exports": (
         ["AFTER_RUN", "EXPORTS", "export_after_run", "export_lines", "read_exports",
          "record_export"],
         ["record"],

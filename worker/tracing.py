@@ -10,7 +10,7 @@ child of that context, opened by whichever worker ran the stage; the job's own s
 so a redelivered message adds no second one), with the ids the traceparent named
 (``common.traces.job_span_ids``), so stages and job meet in one trace per job without any
 process asking another. The job's span links to the run's span, which the producer sends
-when the run ends (``qfarm.producer.exports.traces``).
+when the run ends (``qfarm.producer.reports.exports.traces``).
 
 Why not the Celery instrumentation (opentelemetry-instrumentation-celery): it makes one
 span per task message and carries one context in the message's headers, while a message

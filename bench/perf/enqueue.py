@@ -1,6 +1,6 @@
 """Enqueue rate, Redis memory per pending job, producer and aggregator peak RSS.
 
-* enqueue rate: 100k jobs through ``qfarm.producer.sweep.enqueue_jobs`` (kombu publish
+* enqueue rate: 100k jobs through ``qfarm.producer.runs.sweep.enqueue_jobs`` (kombu publish
   batches, bundles of ``QFARM_BUNDLE_SIZE`` jobs a message as ``qfarm sweep``
   sends them), against a baseline of plain one-by-one ``apply_async`` of
   one-job messages in the same run;
@@ -45,7 +45,7 @@ def _plan(run_id: str, jobs: int):
     from qfarm.common.models import ALL_MODES
     from qfarm.common.policy import Policy
     from qfarm.common.settings import DEFAULT_MODEL
-    from qfarm.producer.sweep import SweepPlan, make_manifest
+    from qfarm.producer.runs.sweep import SweepPlan, make_manifest
 
     n = max(1, -(-jobs // (N_QUESTIONS * len(ALL_MODES))))
     manifest = make_manifest(
@@ -58,8 +58,8 @@ def _plan(run_id: str, jobs: int):
 
 def child_producer(jobs: int, bundle: int) -> None:
     from qfarm.common.settings import Settings
+    from qfarm.producer.runs.sweep import enqueue_jobs
     from qfarm.producer.store import ProducerStore, connect
-    from qfarm.producer.sweep import enqueue_jobs
     from qfarm.worker.celery import configure_app
 
     settings = Settings(redis_url=bench_redis_url())
@@ -75,9 +75,9 @@ def child_producer(jobs: int, bundle: int) -> None:
 
 def child_aggregator(run_id: str, out: str) -> None:
     from qfarm.common.settings import Settings
-    from qfarm.producer.aggregator import Aggregator
-    from qfarm.producer.reports import write_summary
-    from qfarm.producer.runs import write_json_atomic
+    from qfarm.producer.reports.summary import write_summary
+    from qfarm.producer.rundir import write_json_atomic
+    from qfarm.producer.runs.aggregator import Aggregator
     from qfarm.producer.store import ProducerStore, connect
 
     store = ProducerStore(connect(Settings(redis_url=bench_redis_url()).redis_url))

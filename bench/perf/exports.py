@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.perf.viewer import write_synthetic_run
-from qfarm.producer.reports import read_stats
+from qfarm.producer.reports.rows import read_stats
 
 
 def _timed(fn: Callable[[], object]) -> float:
@@ -45,9 +45,9 @@ def main() -> None:
     import pyarrow.parquet  # noqa: F401
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from qfarm.producer.exports.mlflow import export_mlflow
-    from qfarm.producer.exports.parquet import export_parquet
-    from qfarm.producer.exports.traces import export_traces
+    from qfarm.producer.reports.exports.mlflow import export_mlflow
+    from qfarm.producer.reports.exports.parquet import export_parquet
+    from qfarm.producer.reports.exports.traces import export_traces
 
     shutil.rmtree(args.dir, ignore_errors=True)
     args.dir.mkdir(parents=True)

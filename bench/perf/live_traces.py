@@ -30,7 +30,7 @@ from qfarm.common.models import (
     Verification,
 )
 from qfarm.common.policy import Policy
-from qfarm.producer.sweep import make_manifest
+from qfarm.producer.runs.sweep import make_manifest
 from qfarm.worker import encoding, pipeline, tracing
 
 STAGES = ("retrieve", "generate", "verify")

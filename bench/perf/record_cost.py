@@ -19,10 +19,11 @@ from pathlib import Path
 
 from qfarm.common.models import Manifest, Mode, Row
 from qfarm.common.policy import Policy, governance_policy_hash, verifier_policy_hash
-from qfarm.producer.record import verify_run, write_record
-from qfarm.producer.reports import read_stats, write_summary
-from qfarm.producer.retry import merge_retry_rows
-from qfarm.producer.runs import write_json_atomic
+from qfarm.producer.reports.record import verify_run, write_record
+from qfarm.producer.reports.rows import read_stats
+from qfarm.producer.reports.summary import write_summary
+from qfarm.producer.rundir import write_json_atomic
+from qfarm.producer.runs.retry import merge_retry_rows
 
 
 def make_run(run_dir: Path, n: int) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 
 from qfarm.common.models import Manifest
 from qfarm.common.policy import Policy, governance_policy_hash, verifier_policy_hash
-from qfarm.producer.reports import read_stats
+from qfarm.producer.reports.rows import read_stats
 from qfarm.producer.viewer.router import Viewer
 
 MODES = ("quote", "claim_lattice_pointer", "claim_lattice")

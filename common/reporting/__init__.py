@@ -4,7 +4,7 @@ One streaming pass over rows into counters (``runstats``) and costs (``cost``),
 intervals and sketches (``stats``), the run summary (``report``), A/B comparison of two runs (``compare``)
 and the phase decisions read from it (``phase``), the audit line ``qfarm ask``
 prints (``audit``), and a run's headline numbers as flat metrics for run trackers
-(``run_metrics``). Reading files is ``producer/reports.py``'s job.
+(``run_metrics``). Reading and writing files is ``producer/reports/``'s job.
 The rules: docs/reports.md.
 """
 

@@ -1,5 +1,5 @@
 // Program qfarm-otelcol is a minimal OpenTelemetry Collector: the OTLP receiver and the debug
-// exporter, the two components the live-traces test needs (tests/producer/test_live_traces.py).
+// exporter, the two components the live-traces test needs (tests/producer/reports/exports/test_live_traces.py).
 // Its shape is the one the collector's own builder generates; written by hand so that building
 // it needs only `go build` and the module proxy, not the builder tool as well.
 package main

@@ -17,7 +17,7 @@ bin=.venv/bin
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 faults=(tests/faults)
-farm=(tests/bench tests/producer/test_distributed.py tests/qfarm)
+farm=(tests/bench tests/producer/runs/test_distributed.py tests/qfarm)
 QFARM_TEST_REDIS_DB=8 "$bin/pytest" "${faults[@]}" --basetemp "$tmp/faults" "$@" \
   >"$tmp/faults.log" 2>&1 &
 faults_pid=$!

@@ -1,7 +1,7 @@
 """``qfarm serve``: the farm's HTTP front door (FastAPI on uvicorn); docs/api.md.
 
 ``app.create_app(settings)`` builds the ASGI app: the /v1 API over the run API
-(``qfarm.producer.api``, ``qfarm.producer.control``), Prometheus /metrics over the counters
+(``qfarm.producer.api``, ``qfarm.producer.runs.control``), Prometheus /metrics over the counters
 workers flush to Redis, /healthz, and the viewer (``qfarm.producer.viewer``) at ``/``.
 """
 

@@ -1,7 +1,7 @@
 """The ASGI app of ``qfarm serve``: ``create_app(settings)``.
 
-Every route is a thin adapter over the run API the CLI uses (``qfarm.producer.api``,
-``qfarm.producer.control``, ``qfarm.producer.reports``). Blocking work (Redis, planning and
+Every route is a thin adapter over the run API the CLI uses (``qfarm.producer.api``), beside
+the producer's Redis store and run directories. Blocking work (Redis, planning and
 enqueueing, reading rows files) runs in Starlette's thread pool: sync routes do
 that by themselves, and ``POST /v1/ask`` waits for its row with ``asyncio.sleep``
 between short Redis reads, so a waiting question holds no thread.
@@ -36,7 +36,6 @@ from redis.exceptions import RedisError
 from qfarm.common.errors import QfarmError
 from qfarm.common.settings import Settings
 from qfarm.common.vocab import ErrorKind, RunStatus, error_text
-from qfarm.producer import control
 from qfarm.producer.api import (
     AskContext,
     AskTicket,
@@ -45,12 +44,17 @@ from qfarm.producer.api import (
     answer_for,
     ask,
     ask_context,
+    cancel_run,
     configured_endpoints,
+    describe_run,
     follow_run,
+    list_runs,
+    live_cost,
     poll_pauses,
     retry_errors,
     run_sweep,
     submit_ask,
+    summary_data,
 )
 from qfarm.producer.http import auth
 from qfarm.producer.http.errors import ApiError, install_errors, problem
@@ -66,7 +70,7 @@ from qfarm.producer.http.runs import (
     run_dir_of,
 )
 from qfarm.producer.http.schemas import AskRequest, ErrorBody, SweepRequest, answer_payload
-from qfarm.producer.runs import is_ask_run, read_manifest, read_status
+from qfarm.producer.rundir import is_ask_run, read_manifest, read_status
 from qfarm.producer.store import ProducerStore, connect
 
 log = logging.getLogger("qfarm.api")
@@ -353,7 +357,7 @@ def _run_routes(app: FastAPI, farm: Farm, asker: Any, admin: Any) -> None:
                                    description="sweeps, single questions (ask), or all")
                  ) -> dict[str, Any]:
         """Runs newest first, a page at a time: sweeps, unless ``kind`` says otherwise."""
-        items, nxt = control.list_runs(settings, farm.store_or_none(), offset=cursor, limit=limit,
+        items, nxt = list_runs(settings, farm.store_or_none(), offset=cursor, limit=limit,
                                        kind=kind)
         return {"runs": items, "next_cursor": nxt}
 
@@ -362,8 +366,8 @@ def _run_routes(app: FastAPI, farm: Farm, asker: Any, admin: Any) -> None:
         """Manifest, state, progress per stage, ETA and what the run has cost so far
         (tokens, model time, GPU-hours, price: docs/reports.md) from Redis or the run's files."""
         check_run_id(run_id)
-        info = control.describe_run(run_id, settings, farm.store_or_none())
-        info["cost"] = control.live_cost(run_id, settings, farm.store_or_none())
+        info = describe_run(run_id, settings, farm.store_or_none())
+        info["cost"] = live_cost(run_id, settings, farm.store_or_none())
         info["following"] = farm.followers.is_following(run_id)
         info["follower_error"] = farm.followers.errors.get(run_id)
         return info
@@ -399,13 +403,13 @@ def _run_routes(app: FastAPI, farm: Farm, asker: Any, admin: Any) -> None:
                 raise ApiError(404, f"run {run_id}: no summary.md yet (written when the run ends)")
             return PlainTextResponse(path.read_text(encoding="utf-8"),
                                      media_type="text/markdown; charset=utf-8")
-        return JSONResponse(control.summary_data(run_dir))
+        return JSONResponse(summary_data(run_dir))
 
     @app.post("/v1/runs/{run_id}/cancel", tags=["runs"], dependencies=[admin], responses=ERRORS)
     def cancel(run_id: str) -> dict[str, Any]:
         """Set the cancel flag and purge the run's queued messages (`qfarm cancel`)."""
         check_run_id(run_id)
-        done = control.cancel_run(farm.store, run_id, settings.results_dir)
+        done = cancel_run(farm.store, run_id, settings.results_dir)
         return {"run_id": run_id, "state": RunStatus.CANCELLED, "purged_messages": done.purged,
                 "purged_messages_total": done.purged_total, "cancels": done.cancels,
                 "cancelled_jobs": done.cancelled_jobs, "done": done.done, "total": done.total}

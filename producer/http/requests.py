@@ -22,7 +22,7 @@ from qfarm.common.settings import Settings
 from qfarm.producer.api import QuestionSet, SweepSpec
 from qfarm.producer.http.errors import ApiError, from_validation
 from qfarm.producer.http.schemas import MAX_N, SET_NAME, SweepRequest
-from qfarm.producer.runs import UPLOADS_DIR
+from qfarm.producer.rundir import UPLOADS_DIR
 
 NDJSON = "application/x-ndjson"
 

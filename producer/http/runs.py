@@ -13,10 +13,10 @@ from qfarm.common.errors import InputError
 from qfarm.common.runstatus import run_state
 from qfarm.common.settings import Settings
 from qfarm.common.vocab import RunStatus, Verdict
+from qfarm.producer.api import iter_rows, parse_row
 from qfarm.producer.http.errors import ApiError
 from qfarm.producer.http.requests import NDJSON, modes_of
-from qfarm.producer.reports import iter_rows, parse_row
-from qfarm.producer.runs import is_run_id
+from qfarm.producer.rundir import is_run_id
 from qfarm.producer.store import ProducerStore
 
 
@@ -61,7 +61,7 @@ def row_filter(mode: str | None, verdict: str | None,
 
 def compare_json(settings: Settings, a: str, b: str, floor: float) -> dict[str, Any]:
     from qfarm.common.reporting.compare import headline, render_compare
-    from qfarm.producer.reports import check_floor, compare_dirs
+    from qfarm.producer.api import check_floor, compare_dirs
 
     try:
         check_floor(floor)

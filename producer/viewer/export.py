@@ -13,7 +13,7 @@ import io
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from qfarm.producer.reports import parse_row
+from qfarm.producer.reports.rows import parse_row
 from qfarm.producer.viewer.index import RunRows
 
 # (CSV header, how to read it from a row): flat fields of the row (docs/grounding.md, 'The row').

@@ -1,6 +1,6 @@
 """Per-run cache of the rows file: byte offsets of every row plus its filterable fields.
 
-A 100k-row file is parsed once (through ``qfarm.producer.reports.iter_rows``, the
+A 100k-row file is parsed once (through ``qfarm.producer.reports.rows.iter_rows``, the
 same reader as ``qfarm report``); later requests filter the in-memory columns
 (``RowColumns``: about 53 bytes a row, plus the kept answer's casefolded UTF-8
 and each distinct value once) and read only the rows they show by seeking to
@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, overload
 
 from qfarm.common.reporting.runstats import RunStats
 from qfarm.common.vocab import Verdict
-from qfarm.producer.reports import ROWS, iter_rows, parse_row, read_row_at
+from qfarm.producer.reports.rows import ROWS, iter_rows, parse_row, read_row_at
 from qfarm.producer.store import ProducerStore
 
 

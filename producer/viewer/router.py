@@ -21,7 +21,8 @@ from importlib import resources
 from pathlib import Path
 
 from qfarm.common.errors import InputError
-from qfarm.producer.reports import DELTA_PLOT, LATENCY_PLOT, STRICT_PLOT
+from qfarm.producer.reports.compare import DELTA_PLOT
+from qfarm.producer.reports.summary import LATENCY_PLOT, STRICT_PLOT
 from qfarm.producer.store import ProducerStore
 from qfarm.producer.viewer.html import NotFound, Response, h
 from qfarm.producer.viewer.html import page as _page

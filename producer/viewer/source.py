@@ -11,8 +11,9 @@ from qfarm.common.errors import InputError, ManifestError
 from qfarm.common.models import Manifest
 from qfarm.common.runstatus import StatusRecord, run_state
 from qfarm.common.vocab import LIVE_RUN_STATUSES, RunStatus
-from qfarm.producer.reports import MANIFEST, shown_status
-from qfarm.producer.runs import is_run_id, read_manifest, read_status
+from qfarm.producer.reports.rows import MANIFEST
+from qfarm.producer.reports.summary import shown_status
+from qfarm.producer.rundir import is_run_id, read_manifest, read_status
 from qfarm.producer.store import ProducerStore, Progress
 from qfarm.producer.viewer.gold import GoldFiles
 from qfarm.producer.viewer.html import NotFound

@@ -20,12 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from qfarm.producer.control import cancel_run
-    from qfarm.producer.store import ProducerStore, connect
+    from qfarm.producer.api import CANCEL_SCOPE, cancel
 
-    settings = load_settings()
-    done = cancel_run(ProducerStore(connect(settings.redis_url)), args.run_id, settings.results_dir)
-    from qfarm.producer.control import CANCEL_SCOPE
+    done = cancel(args.run_id, load_settings())
 
     again = f" (cancel #{done.cancels}, {done.purged_total} purged in all)" if done.cancels > 1 else ""
     print(f"run {done.run_id} cancelled: purged {done.purged} pending messages{again}; "

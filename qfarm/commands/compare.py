@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     from qfarm.common.errors import InputError
     from qfarm.common.reporting.compare import headline
     from qfarm.common.reporting.phase import phase_line
-    from qfarm.producer.reports import (
+    from qfarm.producer.api import (
         check_floor,
         compare_dirs,
         comparison_json,
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _cycle(args: argparse.Namespace, dirs: list[Path]) -> int:
     from qfarm.common.reporting.phase import cycle_lines
-    from qfarm.producer.reports import compare_cycle, cycle_json, write_cycle
+    from qfarm.producer.api import compare_cycle, cycle_json, write_cycle
 
     cycle = compare_cycle(dirs, args.floor)
     path = write_cycle(cycle, args.out or dirs[-1])

@@ -1,6 +1,6 @@
 """`qfarm doctor`: Redis, workers, LLM endpoints, the index, the search cluster and the
 installed packages, each checked with a short timeout, on one screen; ``ExitCode.FAILED``
-when something a run needs is down. The checks are ``qfarm.producer.doctor``."""
+when something a run needs is down. The checks are ``qfarm.producer.farm.doctor``."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from qfarm.producer.doctor import Health, diagnose
+    from qfarm.producer.api import Health, diagnose
 
     if not 0 < args.timeout <= 60:
         raise InputError(f"--timeout {args.timeout:g}: seconds each check may wait, above 0 "

@@ -1,5 +1,5 @@
 """`qfarm export RUN --parquet DIR` / `--mlflow`: a finished run where its users look
-(``qfarm.producer.exports``)."""
+(``qfarm.producer.reports.exports``)."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def experiment_name(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from qfarm.producer.reports import resolve_run  # matplotlib is slow to import
+    from qfarm.producer.api import export_mlflow, export_parquet, export_traces, resolve_run
 
     if not args.parquet and not args.mlflow and not args.otlp:
         raise InputError("qfarm export: say where to: --parquet DIR, --mlflow and/or --otlp")
@@ -87,16 +87,12 @@ def run(args: argparse.Namespace) -> int:
     run_dir = resolve_run(args.run, args.results_dir or settings.results_dir)
     entries = []
     if args.parquet:
-        from qfarm.producer.exports.parquet import export_parquet
-
         entry = export_parquet(run_dir, args.parquet)
         entries.append(entry)
         if not args.json:
             files = ", ".join(f"{name} ({n} rows)" for name, n in entry["files"].items())
             print(f"parquet: {entry['path']}: {files}")
     if args.mlflow:
-        from qfarm.producer.exports.mlflow import export_mlflow
-
         entry = export_mlflow(run_dir, tracking_uri=args.tracking_uri,
                               experiment=experiment_name(args))
         entries.append(entry)
@@ -104,8 +100,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"mlflow: run {entry['mlflow_run_id']} in experiment {entry['experiment']!r} "
                   f"at {entry['tracking_uri']}")
     if args.otlp:
-        from qfarm.producer.exports.traces import export_traces
-
         entry = export_traces(run_dir, endpoint=args.otlp_endpoint,
                               sample_ratio=sample_ratio(args, settings))
         entries.append(entry)

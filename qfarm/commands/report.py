@@ -42,8 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from qfarm.producer.api import check_error_rate, report_run
-    from qfarm.producer.reports import resolve_run  # matplotlib is slow to import
+    from qfarm.producer.api import check_error_rate, report_run, resolve_run
 
     if args.max_error_rate is not None:
         check_error_rate(args.max_error_rate)

@@ -29,11 +29,13 @@ from qfarm.common.reporting.rates import RateWindow
 from qfarm.common.settings import Settings, load_settings
 from qfarm.common.vocab import ExitCode, RunStatus
 from qfarm.producer.api import (
+    AFTER_RUN,
     QuestionSet,
     RunOutcome,
     RunResult,
     SweepSpec,
     check_error_rate,
+    export_after_run,
     follow_run,
     judge_run,
     record_failure_policy,
@@ -41,7 +43,6 @@ from qfarm.producer.api import (
     retry_errors,
     run_sweep,
 )
-from qfarm.producer.exports import AFTER_RUN, export_after_run
 
 if TYPE_CHECKING:
     from tqdm import tqdm

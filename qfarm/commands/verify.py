@@ -1,6 +1,6 @@
 """`qfarm verify`: check a finished run's files against the record its manifest holds.
 
-Prints one line per check; the checks are ``qfarm.producer.record.verify_run``."""
+Prints one line per check; the checks are ``qfarm.producer.reports.record.verify_run``."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from pathlib import Path
 
 from qfarm import runtime
 from qfarm.common.settings import load_settings
-from qfarm.producer.record import verify_run
-from qfarm.producer.reports import resolve_run
+from qfarm.producer.api import resolve_run, verify_run
 
 MARKS = {True: "ok  ", False: "FAIL", None: "note"}
 

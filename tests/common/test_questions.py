@@ -11,7 +11,7 @@ import pytest
 from qfarm.common.errors import InputError
 from qfarm.common.models import Question, QuestionSelection
 from qfarm.common.questions import parse_questions, reselect_questions, select_questions
-from qfarm.producer.sweep import load_questions
+from qfarm.producer.runs.sweep import load_questions
 
 
 @pytest.mark.parametrize("char", ["\u2028", "\u2029", "\u0085"])

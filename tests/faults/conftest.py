@@ -215,7 +215,7 @@ def assert_exactly_once(farm: Farm, run_id: str, planned: set[str]) -> None:
                      summary), summary[:800]
 
 
-QUESTIONS = _load("qfarm_distributed_tests", TESTS / "producer" / "test_distributed.py").QUESTIONS[:10]
+QUESTIONS = _load("qfarm_distributed_tests", TESTS / "producer" / "runs" / "test_distributed.py").QUESTIONS[:10]
 
 
 def planned_ids(n: int, questions: list[str] = QUESTIONS) -> set[str]:

@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-import qfarm.producer._types
+import qfarm.producer.runs.types
 from qfarm.common.models import Question
 from qfarm.producer import QuestionSet, SweepSpec, run_sweep
 
@@ -22,7 +22,7 @@ def main(path: str, n: int) -> int:
     # The producer checks every question again before it plans a run; the job this test is
     # about is one that reached a worker anyway (an older producer, a hand-made message), so
     # that check is taken out of this process.
-    qfarm.producer._types.check_question = lambda text, *_args, **_kw: text  # type: ignore[assignment]
+    qfarm.producer.runs.types.check_question = lambda text, *_args, **_kw: text  # type: ignore[assignment]
     pairs = json.loads(Path(path).read_text())
     # model_construct: what the loader would have built, without any check on the text.
     questions = [Question.model_construct(id=qid, text=text) for qid, text in pairs]

@@ -1,4 +1,4 @@
-"""One module owns status.json: ``qfarm.producer.runs`` reads and writes it as the typed
+"""One module owns status.json: ``qfarm.producer.rundir`` reads and writes it as the typed
 ``StatusRecord`` (``qfarm.common.runstatus``); no other product module opens the file or
 picks words out of its dict."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PRODUCT = ("common", "worker", "producer", "ops", "qfarm")
-OWNER = Path("producer/runs.py")
+OWNER = Path("producer/rundir.py")
 
 
 def product_modules() -> list[tuple[Path, ast.Module]]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bench.perf.viewer import write_synthetic_run
-from qfarm.producer.reports import write_summary
+from qfarm.producer.reports.summary import write_summary
 from qfarm.producer.viewer.router import Viewer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,7 +72,7 @@ def test_a_killed_eager_run_is_interrupted_not_running(tmp_path: Path):
 def test_an_incomplete_run_exits_non_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     from qfarm.commands.sweep import _report
     from qfarm.producer.api import RunResult
-    from qfarm.producer.runs import read_manifest
+    from qfarm.producer.rundir import read_manifest
 
     run_dir = write_synthetic_run(tmp_path, "run-i", 2, status="incomplete")
     result = RunResult(read_manifest(run_dir), run_dir, "incomplete", rows_written=10,
@@ -149,14 +149,15 @@ def test_an_eager_run_stopped_by_a_signal_says_so_and_resumes(tmp_path, env, slo
 
 
 def test_one_function_words_a_run_for_the_cli_the_api_and_the_viewer():
-    """The HTTP API (``qfarm.producer.control.describe_run`` and the rows cursor) and the viewer
+    """The HTTP API (``qfarm.producer.runs.control.describe_run`` and the rows cursor) and the viewer
     (``qfarm.producer.viewer.source``) all call ``qfarm.common.runstatus.run_state``: none keeps a copy;
-    ``qfarm status`` (``qfarm.producer._status``) describes runs through the API's ``describe_run``."""
+    ``qfarm status`` (``qfarm.producer.farm.status``) describes runs through the API's ``describe_run``."""
     import inspect
 
     from qfarm.common import runstatus
-    from qfarm.producer import _status, control
+    from qfarm.producer.farm import status as _status
     from qfarm.producer.http import runs
+    from qfarm.producer.runs import control
     from qfarm.producer.viewer import source
 
     for caller in (control, runs, source):
@@ -177,7 +178,7 @@ def test_a_redis_run_has_the_same_word_in_the_cli_the_api_and_the_viewer(
 ):
     import fakeredis
 
-    import qfarm.producer._status
+    import qfarm.producer.farm.status
     import qfarm.producer.store
     import qfarm.worker.llm.pool
     from qfarm.cli import main
@@ -185,9 +186,9 @@ def test_a_redis_run_has_the_same_word_in_the_cli_the_api_and_the_viewer(
     from qfarm.common.models import Mode
     from qfarm.common.policy import Policy
     from qfarm.common.settings import Settings
-    from qfarm.producer.control import describe_run
+    from qfarm.producer.runs.control import describe_run
+    from qfarm.producer.runs.sweep import make_manifest
     from qfarm.producer.store import ProducerStore
-    from qfarm.producer.sweep import make_manifest
     from qfarm.producer.viewer.source import redis_status
 
     client = fakeredis.FakeRedis()
@@ -215,7 +216,7 @@ def test_a_redis_run_has_the_same_word_in_the_cli_the_api_and_the_viewer(
                 return type("I", (), {"active_queues": staticmethod(lambda: {})})()
 
     monkeypatch.setattr(qfarm.producer.store, "connect", lambda url: client)
-    monkeypatch.setattr(qfarm.producer._status, "celery_app", lambda settings: NoWorkers)
+    monkeypatch.setattr(qfarm.producer.farm.status, "celery_app", lambda settings: NoWorkers)
     monkeypatch.setattr(qfarm.worker.llm.pool, "endpoint_report", lambda settings: [])
     assert main(["status", "run-r"]) == 0
     cli = capsys.readouterr().out.split()[1]

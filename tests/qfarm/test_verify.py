@@ -85,7 +85,7 @@ def test_a_row_edited_by_hand_fails(run):
 
 def test_a_summary_rendered_from_other_rows_fails(run):
     env, run_dir, _ = run
-    from qfarm.producer.reports import write_summary
+    from qfarm.producer.reports.summary import write_summary
 
     # Render the summary from a run missing a row, put it in place and forge its digest
     # in the record: only rendering again from the rows can tell.
@@ -136,7 +136,7 @@ def _keypair(folder: Path, name: str) -> tuple[Path, Path]:
 def test_a_signed_record_defeats_a_tamperer_who_rewrites_it(run, tmp_path):
     """Rewriting rows and the record with qfarm's own write_record passes the digest checks,
     as it must; only the operator's signature tells the two apart."""
-    from qfarm.producer.record import SIGNATURE, write_record
+    from qfarm.producer.reports.record import SIGNATURE, write_record
 
     env, run_dir, _ = run
     private, public = _keypair(tmp_path, "operator")

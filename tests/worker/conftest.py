@@ -22,8 +22,8 @@ from qfarm.common.jobs import expand_jobs
 from qfarm.common.models import Job, Mode, Question
 from qfarm.common.policy import Policy
 from qfarm.common.settings import Settings
+from qfarm.producer.runs.sweep import make_manifest
 from qfarm.producer.store import ProducerStore
-from qfarm.producer.sweep import make_manifest
 from qfarm.worker.services import Services
 from qfarm.worker.store import WorkerStore
 

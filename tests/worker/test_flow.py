@@ -12,8 +12,8 @@ from qfarm.common.jobs import expand_jobs, ref_for
 from qfarm.common.models import Generation, Mode, Question
 from qfarm.common.policy import Policy
 from qfarm.common.settings import Settings
+from qfarm.producer.runs.sweep import make_manifest
 from qfarm.producer.store import ProducerStore
-from qfarm.producer.sweep import make_manifest
 
 
 class Canned:

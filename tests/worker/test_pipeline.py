@@ -11,7 +11,7 @@ from qfarm.common.jobs import expand_jobs, ref_for
 from qfarm.common.models import Evidence, Job, Mode, Preflight, Question, Retrieval, Row, Verdict
 from qfarm.common.policy import build_policy
 from qfarm.common.settings import Settings
-from qfarm.producer.sweep import make_manifest
+from qfarm.producer.runs.sweep import make_manifest
 from qfarm.worker import flow
 from qfarm.worker.services import Services
 from qfarm.worker.store import WorkerStore
@@ -236,8 +236,8 @@ def test_the_preflight_reads_the_index_titles_as_names(retriever):
 
 def test_a_runs_manifest_carries_the_plans_preflight_hash_with_the_index_titles(retriever):
     from qfarm.common.grounding.preflight import plan_preflight_hash
-    from qfarm.producer._services import run_manifest
-    from qfarm.producer._types import Endpoints, QuestionSet, SweepSpec
+    from qfarm.producer.runs.services import run_manifest
+    from qfarm.producer.runs.types import Endpoints, QuestionSet, SweepSpec
 
     questions = QuestionSet.from_texts(["what causes multiple sclerosis?"])
     man = run_manifest(SweepSpec(questions), questions, [Mode.QUOTE], Settings(),

@@ -305,7 +305,7 @@ def test_forced_rebuild_of_the_served_version_is_built_beside_it(
 def test_doctor_names_the_cluster_its_version_and_the_index_qfarm_built(
     settings: Settings, corpus_items, tmp_path: Path
 ) -> None:
-    from qfarm.producer.doctor import check_search_cluster
+    from qfarm.producer.farm.doctor import check_search_cluster
 
     check = check_search_cluster(settings, 3.0)  # an empty node: no alias yet
     assert check.health == "fail" and "qfarm index --backend opensearch" in check.fix

@@ -70,8 +70,8 @@ def celery_task_rows(result, settings: Settings) -> list[dict]:
     (each message's tasks inline, the links calling the next), on a fresh in-memory Redis."""
     import json
 
-    from qfarm.producer._services import eager_services, open_local_retriever
-    from qfarm.producer.sweep import SweepPlan, enqueue_jobs, run_questions
+    from qfarm.producer.runs.services import eager_services, open_local_retriever
+    from qfarm.producer.runs.sweep import SweepPlan, enqueue_jobs, run_questions
     from qfarm.worker.celery import configure_app
 
     plan = SweepPlan(manifest=result.manifest, questions=run_questions(result.manifest))

@@ -137,7 +137,7 @@ def test_a_redelivered_bundle_whose_group_was_half_written_regroups_the_rest(sim
     would have given."""
     from qfarm.common.jobs import expand_jobs, ref_for
     from qfarm.common.models import Mode, Question
-    from qfarm.producer.sweep import make_manifest
+    from qfarm.producer.runs.sweep import make_manifest
     from qfarm.worker import celery as tasks
 
     def bundle(run_id: str) -> list[dict]:

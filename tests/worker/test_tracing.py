@@ -20,8 +20,8 @@ from qfarm.common.models import Generation, JobRef, LlmRequest, Mode, Question, 
 from qfarm.common.policy import Policy
 from qfarm.common.settings import Settings
 from qfarm.common.traces import job_span_ids, job_traceparent, run_span_ids
+from qfarm.producer.runs.sweep import make_manifest
 from qfarm.producer.store import ProducerStore
-from qfarm.producer.sweep import make_manifest
 from qfarm.worker import encoding, flow, tracing
 
 
@@ -224,7 +224,7 @@ sys.meta_path.insert(0, NoOpenTelemetry())
 from qfarm.common.jobs import expand_jobs, job_from_ref, ref_for
 from qfarm.common.models import JobRecord, Mode, Question, Row
 from qfarm.common.policy import Policy
-from qfarm.producer.sweep import make_manifest
+from qfarm.producer.runs.sweep import make_manifest
 from qfarm.worker import celery, encoding, flow, tracing
 
 asked.clear()  # what the imports asked for; from here on, the run's own path

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from qfarm.common.errors import InputError
 from qfarm.common.reporting.compare import compare_runs
-from qfarm.producer.reports import check_floor
-from qfarm.producer.runs import is_ask_run, question_set_name
+from qfarm.producer.reports.compare import check_floor
+from qfarm.producer.rundir import is_ask_run, question_set_name
 from qfarm.producer.viewer.compare import changed_verdicts, render_comparison
 from qfarm.producer.viewer.html import Response, h
 from qfarm.producer.viewer.html import badge as _badge

@@ -25,9 +25,9 @@ from qfarm.common.reporting.report import (
 from qfarm.common.reporting.runstats import NO_VERDICT, STAGES, UNKNOWN_KIND
 from qfarm.common.runstatus import StatusRecord, status_text
 from qfarm.common.vocab import Verdict
-from qfarm.producer.exports import export_lines, read_exports
-from qfarm.producer.reports import LATENCY_PLOT, STRICT_PLOT
-from qfarm.producer.runs import question_set_name
+from qfarm.producer.reports.exports import export_lines, read_exports
+from qfarm.producer.reports.summary import LATENCY_PLOT, STRICT_PLOT
+from qfarm.producer.rundir import question_set_name
 from qfarm.producer.viewer.html import REDIS_BADGE, Response, h, inline, json_value, rows_url
 from qfarm.producer.viewer.html import badge as _badge
 from qfarm.producer.viewer.html import count_link as _count_link

@@ -9,7 +9,7 @@ from qfarm.common.errors import InputError
 from qfarm.common.reporting.report import fmt_pct, fmt_time
 from qfarm.common.reporting.runstats import Tally
 from qfarm.common.runstatus import status_text
-from qfarm.producer.runs import is_ask_run, question_set_name
+from qfarm.producer.rundir import is_ask_run, question_set_name
 from qfarm.producer.viewer.html import REDIS_BADGE, NotFound, Response, h
 from qfarm.producer.viewer.html import badge as _badge
 from qfarm.producer.viewer.html import page as _page

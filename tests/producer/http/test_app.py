@@ -349,9 +349,9 @@ def test_unknown_jobs_are_404_and_metrics_render_with_no_worker(farm_client, tes
 def test_ask_without_an_interactive_worker_is_503_and_enqueues_nothing(farm_client, test_redis,
                                                                      monkeypatch):
 
-    import qfarm.producer._ask
+    import qfarm.producer.runs.ask
 
-    monkeypatch.setattr(qfarm.producer._ask, "_interactive_seen_at", 0.0)  # no worker seen lately
+    monkeypatch.setattr(qfarm.producer.runs.ask, "_interactive_seen_at", 0.0)  # no worker seen lately
     resp = farm_client.post("/v1/ask", json={"question": "What is jazz?", "wait_s": 1},
                             headers=bearer(ASK_TOKEN))
     assert resp.status_code == 503

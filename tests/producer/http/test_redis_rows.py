@@ -67,7 +67,7 @@ def test_a_restarted_server_follows_again_the_runs_it_left_running(make_settings
     # A server died while following: status.json still says running, Redis still has
     # the run. The next server start takes the run up again and finishes it.
     from qfarm.common.runstatus import StatusRecord
-    from qfarm.producer.runs import read_status, write_json_atomic, write_status
+    from qfarm.producer.rundir import read_status, write_json_atomic, write_status
 
     settings = make_settings(api_tokens=TOKENS)
     done = run_sweep(SweepSpec(questions=QUESTIONS, modes=["quote"]), eager=True,

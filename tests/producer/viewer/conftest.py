@@ -107,7 +107,7 @@ def make_rows(
     """A manifest and one row per case, through the pipeline's stages on the real index."""
     from qfarm.common.jobs import expand_jobs
     from qfarm.common.models import Question
-    from qfarm.producer.sweep import make_manifest
+    from qfarm.producer.runs.sweep import make_manifest
     from qfarm.worker.pipeline import finish, preflight_stage, retrieval_stage, verification_stage
     from qfarm.worker.retrieval.embedded import EmbeddedRetriever
 
@@ -143,7 +143,7 @@ def make_rows(
 
 def write_run(results: Path, manifest: Manifest, rows: Sequence[Row]) -> Path:
     from qfarm.common.runstatus import StatusRecord
-    from qfarm.producer.runs import create_run_dir, write_status
+    from qfarm.producer.rundir import create_run_dir, write_status
 
     run_dir = create_run_dir(results, manifest)
     (run_dir / "rows.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in rows))

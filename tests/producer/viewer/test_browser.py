@@ -33,7 +33,7 @@ import pytest
 
 from bench.perf.viewer import write_synthetic_run
 from qfarm.common.vocab import Mode
-from qfarm.producer.reports import write_summary
+from qfarm.producer.reports.summary import write_summary
 
 from .conftest import GOLD, write_question_file
 

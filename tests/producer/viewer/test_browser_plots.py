@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench.perf.viewer import write_synthetic_run
-from qfarm.producer.reports import read_stats
+from qfarm.producer.reports.rows import read_stats
 
 from .test_browser import browser, served, shot  # noqa: F401  (the Chromium fixture)
 

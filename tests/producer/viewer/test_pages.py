@@ -11,7 +11,8 @@ import pytest
 
 from bench.perf.viewer import synthetic_row, write_synthetic_run
 from qfarm.common.models import Manifest, ViolationKind
-from qfarm.producer.reports import read_stats, write_summary
+from qfarm.producer.reports.rows import read_stats
+from qfarm.producer.reports.summary import write_summary
 from qfarm.producer.viewer.html import MEANINGS
 from qfarm.producer.viewer.pages.rows import PAGE_SIZE
 from qfarm.producer.viewer.router import Viewer
@@ -643,7 +644,7 @@ def test_run_page_draws_verdicts_kinds_and_questions_as_svg_with_their_numbers(
 def test_compare_page_draws_each_delta_with_its_interval_against_the_floor(
     results: Path,
 ) -> None:
-    from qfarm.producer.reports import compare_dirs
+    from qfarm.producer.reports.compare import compare_dirs
 
     rows_path = results / "run-b" / "rows.jsonl"
     rows = [json.loads(line) for line in rows_path.open()]

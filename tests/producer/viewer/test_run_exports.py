@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.perf.viewer import write_synthetic_run
-from qfarm.producer.exports import record_export
+from qfarm.producer.reports.exports import record_export
 from qfarm.producer.viewer.router import Viewer
 
 
