@@ -58,6 +58,20 @@ def run_id_from(text: str) -> str:
     return match.group(1)
 
 
+def cancel_once_rows_land(farm, sweep: list[str], *, concurrency: int, rows: int,
+                          env: dict[str, str] | None = None) -> tuple[str, int, str]:
+    """Enqueue a detached sweep, start worker w1, and ``qfarm cancel`` the run once ``rows``
+    rows have landed: (run id, messages the cancel purged, what it printed)."""
+    res = farm.qfarm(*sweep, env=env)
+    assert res.returncode == 0, res.stderr
+    run_id = run_id_from(res.stderr)
+    farm.start_worker("w1", concurrency=concurrency)
+    assert farm.wait_for(lambda: len(farm.rows(run_id)) >= rows, timeout_s=120)
+    res = farm.qfarm("cancel", run_id)
+    assert res.returncode == 0, res.stderr
+    return run_id, int(re.search(r"purged (\d+)", res.stdout).group(1)), res.stdout
+
+
 def rows_file(farm, run_id: str) -> list[dict]:
     path = Path(farm.env["QFARM_RESULTS_DIR"]) / run_id / "rows.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()]
@@ -165,15 +179,9 @@ def test_cancel_stops_a_run(farm, tmp_path):
     # 6,000 jobs in bundles of 8 (750 messages), not 600 in the default 32: the cancel must
     # find messages still queued once the first rows are in, and on a zero-latency simulator
     # two worker threads finished 600 jobs before a loaded host had started `qfarm cancel`.
-    res = farm.qfarm("sweep", str(qfile), "-n", "100", "--detach", "--quiet",
-                     env={**farm.env, "QFARM_BUNDLE_SIZE": "8"})
-    assert res.returncode == 0, res.stderr
-    run_id = run_id_from(res.stderr)
-    farm.start_worker("w1", concurrency=2)
-    assert farm.wait_for(lambda: len(farm.rows(run_id)) >= 10, timeout_s=120)
-    res = farm.qfarm("cancel", run_id)
-    assert res.returncode == 0, res.stderr
-    purged = int(re.search(r"purged (\d+)", res.stdout).group(1))
+    run_id, purged, _ = cancel_once_rows_land(
+        farm, ["sweep", str(qfile), "-n", "100", "--detach", "--quiet"], concurrency=2,
+        rows=10, env={**farm.env, "QFARM_BUNDLE_SIZE": "8"})
     assert purged > 0
     # Let the jobs already past their cancel check finish, then nothing more may land.
     assert farm.wait_for(lambda: farm.redis.llen("retrieve") == 0, timeout_s=30)
@@ -433,15 +441,10 @@ def test_cancel_mid_run_accounts_every_job_and_counts_add_up(farm, tmp_path):
     with start_simulator(ttft_ms=150, tpot_ms=4, max_num_seqs=4) as sim:
         farm.env.update(QFARM_LLM_ENDPOINTS=sim.url, QFARM_BUNDLE_SIZE="8",
                         QFARM_LLM_MAX_INFLIGHT_PER_ENDPOINT="2")
-        res = farm.qfarm("sweep", str(qfile), "-n", "4", "--detach", "--quiet", "--burn")
-        assert res.returncode == 0, res.stderr
-        run_id = run_id_from(res.stderr)
-        farm.start_worker("w1", concurrency=4)
-        assert farm.wait_for(lambda: len(farm.rows(run_id)) >= 6, timeout_s=120)
-        res = farm.qfarm("cancel", run_id)
-        assert res.returncode == 0, res.stderr
-        first = int(re.search(r"purged (\d+)", res.stdout).group(1))
-        assert first > 0 and "what a cancel stops:" in res.stdout
+        run_id, first, said = cancel_once_rows_land(
+            farm, ["sweep", str(qfile), "-n", "4", "--detach", "--quiet", "--burn"],
+            concurrency=4, rows=6)
+        assert first > 0 and "what a cancel stops:" in said
 
         def accounted() -> int:
             return len(farm.rows(run_id)) + farm.redis.scard(f"qfarm:run:{run_id}:cancelled_jobs")
