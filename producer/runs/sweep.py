@@ -1,8 +1,8 @@
 """The parts of a sweep: its plan and manifest, enqueueing, following, reconciling.
 
-``qfarm.producer.api`` puts them together (and checks every input before a run
-directory exists or a message is sent, so bad input leaves nothing half-written
-or half-enqueued).
+``launch``, ``eager``, ``distributed``, ``follow`` and ``retry`` beside it put them
+together (``launch`` checks every input before a run directory exists or a message is
+sent, so bad input leaves nothing half-written or half-enqueued).
 """
 
 from __future__ import annotations
