@@ -13,6 +13,7 @@ from qfarm.common.models import Job, Manifest, Mode
 from qfarm.common.settings import Settings, load_settings
 from qfarm.common.vocab import RunStatus
 from qfarm.producer import interrupts
+from qfarm.producer.reports.summary import warm_plotting
 from qfarm.producer.rundir import (
     create_run_dir,
     is_disk_full,
@@ -128,6 +129,7 @@ def run_in_process(manifest: Manifest, jobs: Iterable[Job], agg_of: AggregatorFo
     agg = agg_of(store)
 
     def tick() -> None:
+        warm_plotting()  # once rows land: the start-up's CPU is spent by then
         agg.drain()
         if progress:
             progress(store, agg)

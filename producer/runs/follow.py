@@ -15,6 +15,7 @@ from qfarm.common.runstatus import RetryEntry, RowsRecovered
 from qfarm.common.settings import Settings, load_settings
 from qfarm.common.vocab import RunStatus
 from qfarm.producer import interrupts
+from qfarm.producer.reports.summary import warm_plotting
 from qfarm.producer.rundir import (
     is_disk_full,
     read_manifest,
@@ -129,6 +130,7 @@ def follow_to_end(store: ProducerStore, run_dir: Path, manifest: Manifest, setti
             on_progress: OnProgress | None, say: Say, *, reconcile: Callable[[], int] | None,
             recovered: RowsRecovered | None = None,
             lease: FollowerLease | None = None) -> RunResult:
+    warm_plotting()
     run_id = manifest.run_id
     follower = Follower(store, manifest, run_dir / "rows.jsonl",
                         lease=lease or FollowerLease(store.client, run_id), reconcile=reconcile,

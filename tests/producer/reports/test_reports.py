@@ -385,3 +385,30 @@ def test_the_latency_plot_reads_its_axis_in_ms_and_s_not_powers_of_ten(
     lo, hi = ax.get_xlim()
     labels = [t.get_text() for t in ax.get_xticklabels() if lo <= t.get_position()[0] <= hi]
     assert labels and all(re.fullmatch(r"\d+(\.\d+)? (ms|s)", x) for x in labels), labels
+
+
+def test_a_run_warms_the_plotting_library_once_on_a_thread_of_its_own() -> None:
+    """``warm_plotting`` imports matplotlib on one daemon thread however often a run calls
+    it, and leaves the caller free: measured in a fresh interpreter, where nothing has
+    imported matplotlib yet."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, threading\n"
+        "from qfarm.producer.reports import summary\n"
+        "assert 'matplotlib.figure' not in sys.modules\n"
+        "summary.warm_plotting(); summary.warm_plotting()\n"
+        "warming = [t for t in threading.enumerate() if t.name == 'qfarm-warm-plots']\n"
+        "assert len(warming) <= 1 and (not warming or warming[0].daemon), warming\n"
+        "summary._warming.join(60)\n"
+        "summary.warm_plotting()\n"
+        "assert not [t for t in threading.enumerate() if t.name == 'qfarm-warm-plots']\n"
+        "print(sorted(m for m in ('matplotlib.figure', 'matplotlib.backends.backend_agg',"
+        " 'matplotlib.ticker') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[3], timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == str(
+        ["matplotlib.backends.backend_agg", "matplotlib.figure", "matplotlib.ticker"])
