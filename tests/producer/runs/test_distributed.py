@@ -6,6 +6,7 @@ import json
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,15 +59,43 @@ def run_id_from(text: str) -> str:
     return match.group(1)
 
 
-def cancel_once_rows_land(farm, sweep: list[str], *, concurrency: int, rows: int,
-                          env: dict[str, str] | None = None) -> tuple[str, int, str]:
-    """Enqueue a detached sweep, start worker w1, and ``qfarm cancel`` the run once ``rows``
-    rows have landed: (run id, messages the cancel purged, what it printed)."""
+def detached_with_a_worker(farm, sweep: list[str], *, worker: str, concurrency: int,
+                           rows: int, env: dict[str, str] | None = None) -> tuple[str, Any]:
+    """Enqueue a detached sweep, start ``worker``, and wait for ``rows`` rows: (run id, the
+    worker's process)."""
     res = farm.qfarm(*sweep, env=env)
     assert res.returncode == 0, res.stderr
     run_id = run_id_from(res.stderr)
-    farm.start_worker("w1", concurrency=concurrency)
+    proc = farm.start_worker(worker, concurrency=concurrency)
     assert farm.wait_for(lambda: len(farm.rows(run_id)) >= rows, timeout_s=120)
+    return run_id, proc
+
+
+def kill_9_mid_sweep(farm, sweep: list[str]) -> tuple[str, list[dict], int]:
+    """A detached 480-job sweep (``-n 8``): its worker killed with SIGKILL once 40 rows are
+    in, a second one started, the run followed with ``--attach``; its rows are exactly one
+    a job. (run id, rows, messages unacknowledged when the worker died)."""
+    run_id, victim = detached_with_a_worker(farm, [*sweep, "--detach"], worker="victim",
+                                            concurrency=8, rows=40)
+    farm.kill9(victim)
+    in_flight_at_kill = farm.redis.hlen("unacked")
+    survivor = farm.start_worker("survivor", concurrency=8)
+    assert survivor.poll() is None
+    res = farm.qfarm("sweep", "--attach", run_id, "--quiet", timeout_s=400)
+    assert res.returncode == 0, res.stderr
+    rows = rows_file(farm, run_id)
+    ids = [r["job_id"] for r in rows]
+    assert len(ids) == len(set(ids)) == 480
+    assert set(ids) == expected_ids(QUESTIONS, 8)
+    return run_id, rows, in_flight_at_kill
+
+
+def cancel_once_rows_land(farm, sweep: list[str], *, concurrency: int, rows: int,
+                          env: dict[str, str] | None = None) -> tuple[str, int, str]:
+    """A detached sweep worked by w1, cancelled once ``rows`` rows have landed: (run id,
+    messages the cancel purged, what ``qfarm cancel`` printed)."""
+    run_id, _ = detached_with_a_worker(farm, sweep, worker="w1", concurrency=concurrency,
+                                       rows=rows, env=env)
     res = farm.qfarm("cancel", run_id)
     assert res.returncode == 0, res.stderr
     return run_id, int(re.search(r"purged (\d+)", res.stdout).group(1)), res.stdout
@@ -97,21 +126,7 @@ def test_sweep_of_hundreds_of_jobs_gives_exactly_one_row_each(farm, tmp_path):
 
 def test_kill_9_of_a_worker_mid_sweep_loses_and_duplicates_nothing(farm, tmp_path):
     qfile = write_questions(tmp_path / "q.txt")
-    res = farm.qfarm("sweep", str(qfile), "-n", "8", "--detach", "--quiet")
-    assert res.returncode == 0, res.stderr
-    run_id = run_id_from(res.stderr)
-    victim = farm.start_worker("victim", concurrency=8)
-    assert farm.wait_for(lambda: len(farm.rows(run_id)) >= 40, timeout_s=120)
-    farm.kill9(victim)
-    in_flight_at_kill = farm.redis.hlen("unacked")
-    survivor = farm.start_worker("survivor", concurrency=8)
-    assert survivor.poll() is None
-    res = farm.qfarm("sweep", "--attach", run_id, "--quiet", timeout_s=400)
-    assert res.returncode == 0, res.stderr
-    rows = rows_file(farm, run_id)
-    ids = [r["job_id"] for r in rows]
-    assert len(ids) == len(set(ids)) == 480
-    assert set(ids) == expected_ids(QUESTIONS, 8)
+    _, _, in_flight_at_kill = kill_9_mid_sweep(farm, ["sweep", str(qfile), "-n", "8", "--quiet"])
     # The kill really left work behind: messages were unacknowledged when it died.
     assert in_flight_at_kill > 0
 
@@ -480,20 +495,7 @@ def test_shared_samples_survive_a_kill_9_with_one_row_each_and_the_eager_answers
     (a regrouped remainder asks with the seeds its samples always had)."""
     qfile = write_questions(tmp_path / "q.txt")
     args = ("sweep", str(qfile), "-n", "8", "--share-samples", "--keep-answers", "--quiet")
-    res = farm.qfarm(*args, "--detach")
-    assert res.returncode == 0, res.stderr
-    run_id = run_id_from(res.stderr)
-    victim = farm.start_worker("victim", concurrency=8)
-    assert farm.wait_for(lambda: len(farm.rows(run_id)) >= 40, timeout_s=120)
-    farm.kill9(victim)
-    in_flight_at_kill = farm.redis.hlen("unacked")
-    farm.start_worker("survivor", concurrency=8)
-    res = farm.qfarm("sweep", "--attach", run_id, "--quiet", timeout_s=400)
-    assert res.returncode == 0, res.stderr
-    rows = rows_file(farm, run_id)
-    ids = [r["job_id"] for r in rows]
-    assert len(ids) == len(set(ids)) == 480
-    assert set(ids) == expected_ids(QUESTIONS, 8)
+    run_id, rows, in_flight_at_kill = kill_9_mid_sweep(farm, list(args))
     assert all(r["error"] is None for r in rows)
     assert max(r["llm_request"]["prompts"] for r in rows) == 8  # samples answered together
     assert in_flight_at_kill > 0  # the kill really left work behind
