@@ -3,6 +3,7 @@ concurrently, or one job at a time), and resuming one."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -34,7 +35,7 @@ from qfarm.producer.runs.services import (
     open_local_retriever,
     run_manifest,
 )
-from qfarm.producer.runs.sweep import SweepPlan, run_questions
+from qfarm.producer.runs.sweep import Follower, SweepPlan, run_questions
 from qfarm.producer.runs.types import (
     Endpoints,
     EndpointsFor,
@@ -46,17 +47,16 @@ from qfarm.producer.runs.types import (
 )
 from qfarm.producer.store import ProducerStore
 
-# The aggregator an in-process run drains through, opened on its in-memory store, and what
-# it reports as rows land.
-AggregatorFor = Callable[[ProducerStore], Aggregator]
-ProgressOf = Callable[[ProducerStore, Aggregator], None]
+log = logging.getLogger(__name__)
+
+# The follower of an in-process run, opened on its in-memory store: the one that follows
+# every run (``sweep.Follower``), its runner calling ``step`` between jobs.
+FollowerFor = Callable[[ProducerStore], Follower]
 
 
 def run_eager(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], settings: Settings,
                endpoints: EndpointsFor, on_progress: OnProgress | None,
                index_progress: bool, *, serial: bool = False) -> RunResult:
-    # matplotlib (about a second to import) is imported by the summary, after the last row:
-    # imported in a thread beside the run it held the GIL for a tenth of the run's CPU.
     retriever = open_local_retriever(settings, progress=index_progress)
     with endpoints(settings) as eps:
         settings = eps.apply(settings)
@@ -114,25 +114,23 @@ def resume_eager(
                               serial=serial)
 
 
-def run_in_process(manifest: Manifest, jobs: Iterable[Job], agg_of: AggregatorFor,
+def run_in_process(manifest: Manifest, jobs: Iterable[Job], follower_of: FollowerFor,
                    settings: Settings, retriever: Any, n_endpoints: int,
-                   progress: ProgressOf | None, *, serial: bool) -> tuple[ProducerStore, Aggregator, bool]:
-    """Run ``jobs`` of ``manifest`` in this process over an in-memory Redis, draining their
-    rows through the aggregator ``agg_of`` opens on it, and reporting ``progress`` as rows
-    land: through the in-process runner, as many jobs in flight as the endpoints take from
+                   progress: OnProgress | None, *, serial: bool) -> tuple[ProducerStore, Follower, bool]:
+    """Run ``jobs`` of ``manifest`` in this process over an in-memory Redis, followed by the
+    follower ``follower_of`` opens on it (it drains their rows and reports ``progress`` as
+    they land): through the in-process runner, as many jobs in flight as the endpoints take from
     one process, or with ``serial`` one job at a time, each to its row before the next
     starts. Eager sweeps, resumes and retries all run here. Returns the store, the
-    aggregator and whether the jobs ran to the end (False: a Ctrl-C, or SIGTERM for the
+    follower and whether the jobs ran to the end (False: a Ctrl-C, or SIGTERM for the
     command line, stopped them; the rows so far are drained)."""
     svc, store = eager_services(settings, retriever)
     store.put_manifest(manifest)
-    agg = agg_of(store)
+    follower = follower_of(store)
 
     def tick() -> None:
         warm_plotting()  # once rows land: the start-up's CPU is spent by then
-        agg.drain()
-        if progress:
-            progress(store, agg)
+        follower.step(progress)
 
     try:
         try:
@@ -151,10 +149,10 @@ def run_in_process(manifest: Manifest, jobs: Iterable[Job], agg_of: AggregatorFo
             svc.close()
     except KeyboardInterrupt:
         interrupts.handled()
-        agg.drain()
-        return store, agg, False
-    agg.drain()
-    return store, agg, True
+        follower.step()
+        return store, follower, False
+    follower.step()
+    return store, follower, True
 
 
 def _execute_eager(plan: SweepPlan, jobs: Iterable[Job], run_dir: Path, settings: Settings,
@@ -164,19 +162,18 @@ def _execute_eager(plan: SweepPlan, jobs: Iterable[Job], run_dir: Path, settings
     (or SIGTERM, for the command line) ends the run as interrupted with its rows so far."""
     run_id, n_jobs = plan.manifest.run_id, plan.manifest.n_jobs
 
-    def progress(store: ProducerStore, agg: Aggregator) -> None:
-        if on_progress:
-            on_progress(store.progress(run_id, n_jobs))
-
+    rows_path = run_dir / "rows.jsonl"
     aggregators: list[Aggregator] = []
 
-    def open_aggregator(store: ProducerStore) -> Aggregator:
-        aggregators.append(Aggregator(store, run_id, run_dir / "rows.jsonl", forget_drained=True))
-        return aggregators[-1]
+    def follow(store: ProducerStore) -> Follower:
+        aggregators.append(Aggregator(store, run_id, rows_path, forget_drained=True))
+        return Follower(store, plan.manifest, rows_path, aggregator=aggregators[-1],
+                        say=log.warning)
 
     try:
-        store, agg, finished = run_in_process(plan.manifest, jobs, open_aggregator, settings,
-                                              retriever, len(eps.urls), progress, serial=serial)
+        store, _, finished = run_in_process(plan.manifest, jobs, follow, settings,
+                                            retriever, len(eps.urls), on_progress, serial=serial)
+        agg = aggregators[-1]
         if not finished:
             return finish_run(plan.manifest, run_dir, agg.written, interrupted=True)
         error = store.progress(run_id, n_jobs).error

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import socket
 import time
@@ -60,8 +61,10 @@ from qfarm.producer.runs.types import (
     Say,
     configured_endpoints,
 )
-from qfarm.producer.store import ProducerStore, Progress, connect
+from qfarm.producer.store import ProducerStore, connect
 from qfarm.worker.broker import REDIS_DOWN
+
+log = logging.getLogger(__name__)
 
 RETRY_ROWS = "retry.jsonl"
 RETRY_LOCK = ".retry.lock"
@@ -311,21 +314,16 @@ def _run_eager(plan: RetryPlan, settings: Settings, retriever: Any, n_endpoints:
                on_progress: OnProgress | None, *, serial: bool) -> bool:
     """Run the retry's jobs in this process, as an eager run's; False if interrupted (Ctrl-C)."""
 
-    def progress(store: ProducerStore, agg: Aggregator) -> None:
-        if on_progress:
-            on_progress(_progress(plan, agg, store))
+    rows_path = plan.run_dir / RETRY_ROWS
 
-    _, _, finished = run_in_process(
-        plan.manifest, plan.jobs,
-        lambda store: Aggregator(store, plan.run_id, plan.run_dir / RETRY_ROWS, accept=plan.accept),
-        settings, retriever, n_endpoints, progress, serial=serial)
+    def follow(store: ProducerStore) -> Follower:  # the new attempts' rows, as on the farm
+        return Follower(store, plan.manifest, rows_path, accept=plan.accept,
+                        expected=len(plan.jobs), say=log.warning,
+                        aggregator=Aggregator(store, plan.run_id, rows_path, accept=plan.accept))
+
+    _, _, finished = run_in_process(plan.manifest, plan.jobs, follow, settings, retriever,
+                                    n_endpoints, on_progress, serial=serial)
     return finished
-
-
-def _progress(plan: RetryPlan, agg: Aggregator, store: ProducerStore) -> Progress:
-    prog = store.progress(plan.run_id, len(plan.jobs))
-    return Progress(total=len(plan.jobs), done=agg.written, failed=prog.failed,
-                    stages=prog.stages, cancelled=prog.cancelled, error=prog.error)
 
 
 def _run_distributed(plan: RetryPlan, settings: Settings, on_progress: OnProgress | None,

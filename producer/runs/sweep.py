@@ -200,6 +200,7 @@ class Follower:
     _done_seen: int = field(default=-1, repr=False)
     _next_consumer_check: float = field(default=0.0, repr=False)
     _unconsumed_since: float | None = field(default=None, repr=False)
+    _was_down: bool = field(default=False, repr=False)  # Redis was away during the last step
 
     @property
     def run_id(self) -> str:
@@ -209,6 +210,15 @@ class Follower:
     def total(self) -> int:
         return self.manifest.n_jobs if self.expected is None else self.expected
 
+    def step(self, on_progress: Callable[[Progress], None] | None = None) -> Progress:
+        """One poll of the follow: drain the rows that landed into the rows file and report
+        the progress. ``run`` repeats it until the run ends; an eager run, whose jobs run in
+        this process, has its runner call it between jobs instead."""
+        prog, self._was_down = self._poll_until_reachable()
+        if on_progress:
+            on_progress(prog)
+        return prog
+
     def run(
         self, on_progress: Callable[[Progress], None] | None = None, timeout_s: float | None = None
     ) -> Progress:
@@ -217,12 +227,10 @@ class Follower:
         last_done, quiet_since = -1, time.monotonic()
         while True:
             interrupts.check()  # a Ctrl-C that a finalizer swallowed ends the follow too
-            prog, was_down = self._poll_until_reachable()
+            prog = self.step(on_progress)
             now = time.monotonic()
-            if was_down:
+            if self._was_down:  # Redis was away: the quiet time starts again
                 quiet_since = now
-            if on_progress:
-                on_progress(prog)
             if prog.error:
                 return prog
             agg = self.aggregator

@@ -250,3 +250,125 @@ def test_the_follower_goes_on_once_a_worker_consumes_the_queues(tmp_path):
     assert prog.done == 2 and ids_in(tmp_path / "rows.jsonl") == ["a", "b"]
     assert any("no worker consumes the queue retrieve" in s and "waits for one" in s for s in said)
     assert any("every queue of the run has a worker now" in s for s in said)
+
+
+# --------------------------------------------------------------------------- one follower
+
+
+@pytest.fixture
+def followed(monkeypatch):
+    """How the one ``Follower`` followed each run id: ``step`` alone (an eager run's runner
+    calls it between jobs), or ``run`` repeating ``step`` (a run on the farm)."""
+    from collections import defaultdict
+
+    from qfarm.producer.runs.sweep import Follower
+
+    seen: dict[str, set[str]] = defaultdict(set)
+    step, run = Follower.step, Follower.run
+
+    def spy_step(self, *args, **kwargs):
+        seen[self.run_id].add("step")
+        return step(self, *args, **kwargs)
+
+    def spy_run(self, *args, **kwargs):
+        seen[self.run_id].add("run")
+        return run(self, *args, **kwargs)
+
+    monkeypatch.setattr(Follower, "step", spy_step)
+    monkeypatch.setattr(Follower, "run", spy_run)
+    return seen
+
+
+@pytest.fixture
+def eager_farm(tmp_path, default_index):
+    """Settings and endpoints for eager runs against a zero-latency simulator whose URL the
+    test may change (``urls``): an endpoint that dies leaves error rows to retry."""
+    import contextlib
+
+    from qfarm.common.settings import Settings
+    from qfarm.ops.sim.launch import start_simulator
+    from qfarm.producer.api import Endpoints
+
+    sims = [start_simulator(ttft_ms=0, tpot_ms=0)]
+    urls = [sims[0].url]
+    settings = Settings(results_dir=tmp_path / "results", index_path=default_index,
+                        llm_max_attempts=1, llm_wait_for_endpoint_s=0, llm_backoff_base_s=0,
+                        llm_breaker_failures=1000)
+
+    @contextlib.contextmanager
+    def endpoints(_):
+        yield Endpoints(urls=list(urls), simulated=True)
+
+    def restart() -> None:
+        sims.append(start_simulator(ttft_ms=0, tpot_ms=0))
+        urls[:] = [sims[-1].url]
+
+    yield settings, endpoints, sims, restart
+    for sim in sims:
+        sim.stop()
+
+
+QUESTIONS_OF_A_RUN = ["What is jazz?", "What is Paris?", "What is iron?", "What is tea?"]
+
+
+def test_every_way_a_run_lives_is_followed_by_the_one_follower(followed, eager_farm, tmp_path):
+    """The eager sweep (concurrent and ``--serial``), its ``--resume`` and its
+    ``--retry-errors`` are followed by ``sweep.Follower`` (its runner calling ``step``); a
+    distributed sweep, ``--attach`` and a distributed ``--resume`` end in ``follow_to_end``,
+    and a distributed ``--retry-errors`` in ``follow_retry``: ``Follower.run`` both, which
+    repeats ``step`` (its recovery and hand-over: the tests above; a cancelled run is
+    ended by it too)."""
+    import inspect
+
+    from qfarm.common.vocab import RunStatus
+    from qfarm.producer import SweepSpec, run_sweep
+    from qfarm.producer.api import resume_eager, retry_errors
+    from qfarm.producer.rundir import create_run_dir
+    from qfarm.producer.runs import distributed, follow, retry
+
+    settings, endpoints, sims, restart = eager_farm
+    question_file = tmp_path / "questions.txt"  # a resume reads the questions again
+    question_file.write_text("\n".join(QUESTIONS_OF_A_RUN) + "\n")
+    spec = SweepSpec(questions=question_file, modes=["quote"])
+
+    sweep = run_sweep(spec, eager=True, settings=settings, endpoints=endpoints)
+    assert sweep.status == RunStatus.COMPLETE and followed[sweep.run_id] == {"step"}
+    serial = run_sweep(spec, eager=True, serial=True, settings=settings, endpoints=endpoints)
+    assert serial.status == RunStatus.COMPLETE and followed[serial.run_id] == {"step"}
+
+    def stop_after_two(prog) -> None:  # a Ctrl-C once two rows are in
+        if prog.done >= 2:
+            raise KeyboardInterrupt
+
+    cut = run_sweep(spec, eager=True, serial=True, settings=settings, endpoints=endpoints,
+                    on_progress=stop_after_two)
+    assert cut.status == RunStatus.INTERRUPTED
+    followed.clear()
+    resumed = resume_eager(cut.run_id, settings=settings, endpoints=endpoints)
+    assert resumed.status == RunStatus.COMPLETE and followed[cut.run_id] == {"step"}
+
+    def kill_after_two(prog) -> None:  # the endpoint dies: the rest are error rows
+        if prog.done >= 2 and sims[-1].proc.poll() is None:
+            sims[-1].stop()
+
+    broken = run_sweep(spec, eager=True, serial=True, settings=settings, endpoints=endpoints,
+                       on_progress=kill_after_two)
+    assert any(row.error for row in broken.rows())
+    restart()
+    followed.clear()
+    retried = retry_errors(broken.run_id, settings=settings, endpoints=endpoints)
+    assert not any(row.error for row in retried.rows()) and followed[broken.run_id] == {"step"}
+
+    # On the farm: the follow of a distributed sweep, of --attach and of --resume.
+    store = ProducerStore(fakeredis.FakeRedis())
+    manifest = a_manifest("farm-run", 2)
+    store.put_manifest(manifest)
+    run_dir = create_run_dir(tmp_path / "farm", manifest)
+    land(store.client, "farm-run", "j1", "j2")  # its two rows, already written by workers
+    ended = follow.follow_to_end(store, run_dir, manifest, settings, None, lambda line: None,
+                                 reconcile=None)
+    assert ended.status == RunStatus.COMPLETE and followed["farm-run"] == {"run", "step"}
+    assert "follow_to_end(" in inspect.getsource(distributed.run_distributed)
+    assert "follow_to_end(" in inspect.getsource(follow.follow_run)  # --attach, --resume
+    assert "follower.run(" in inspect.getsource(retry.follow_retry)  # and its own test
+
