@@ -391,9 +391,9 @@ class CostRates(Frozen):
 class Manifest(RunSettings):
     """What a run is: written to disk (and Redis) before any job is enqueued, its settings
     for every job (``RunSettings``) included. Its fields are stated here alone: a new run's
-    manifest is built from them (``producer.sweep.make_manifest``), a job from its settings
+    manifest is built from them (``producer.runs.sweep.make_manifest``), a job from its settings
     (``common.jobs``), the run record from the fields of the same name
-    (``producer.record.write_record``). What a run is never changes after the start; at
+    (``producer.reports.record.write_record``). What a run is never changes after the start; at
     its end (and after a ``--retry-errors``) the file is written again to add ``record``
     and ``cost``, what the run did."""
 

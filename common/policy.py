@@ -287,7 +287,8 @@ def _unless_set(policy: Policy) -> set[str]:
 
 def _verifier_policy_hash(policy: Policy) -> str:
     data = policy.model_dump(mode="json")
-    payload = {k: data[k] for k in VERIFIER_FIELDS if k not in _unless_set(policy)}
+    left_out = _unless_set(policy)
+    payload = {k: data[k] for k in VERIFIER_FIELDS if k not in left_out}
     payload["_versions"] = {
         "verifier": versions.VERIFIER_VERSION,
         "prompt": versions.PROMPT_VERSION,

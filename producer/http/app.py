@@ -358,7 +358,7 @@ def _run_routes(app: FastAPI, farm: Farm, asker: Any, admin: Any) -> None:
                  ) -> dict[str, Any]:
         """Runs newest first, a page at a time: sweeps, unless ``kind`` says otherwise."""
         items, nxt = list_runs(settings, farm.store_or_none(), offset=cursor, limit=limit,
-                                       kind=kind)
+                               kind=kind)
         return {"runs": items, "next_cursor": nxt}
 
     @app.get("/v1/runs/{run_id}", tags=["runs"], dependencies=[asker], responses=ERRORS)

@@ -45,10 +45,11 @@ def warm_plotting() -> None:
     """Import the plotting library on a daemon thread, once a process.
 
     Every run ends by drawing its summary's two plots, and the first drawing in a process
-    first waits for matplotlib to import (about 0.4 s on two cores). A run calls this as
-    it starts, so the import overlaps the run, whose process waits on the model most of
-    the time, instead of adding to the command's tail after the last answer. Python's
-    import lock makes a drawing that comes first wait for the import under way."""
+    first waits for matplotlib to import (about 0.4 s on two cores). A run calls this once
+    it is under way (an eager run when its first rows land, a follower as it starts), so
+    the import overlaps the run, whose process waits on the model most of the time, instead
+    of adding to the command's tail after the last answer. Python's import lock makes a
+    drawing that comes first wait for the import under way."""
     global _warming
     with _warming_lock:
         if _warming is not None:

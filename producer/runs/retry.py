@@ -318,8 +318,7 @@ def _run_eager(plan: RetryPlan, settings: Settings, retriever: Any, n_endpoints:
 
     def follow(store: ProducerStore) -> Follower:  # the new attempts' rows, as on the farm
         return Follower(store, plan.manifest, rows_path, accept=plan.accept,
-                        expected=len(plan.jobs), say=log.warning,
-                        aggregator=Aggregator(store, plan.run_id, rows_path, accept=plan.accept))
+                        expected=len(plan.jobs), say=log.warning)
 
     _, _, finished = run_in_process(plan.manifest, plan.jobs, follow, settings, retriever,
                                     n_endpoints, on_progress, serial=serial)
@@ -355,7 +354,7 @@ def follow_retry(plan: RetryPlan, store: ProducerStore, lease: FollowerLease,
     has its new row in retry.jsonl: it rides out Redis outages, heals a run Redis lost, hands
     over between followers, and re-sends jobs left with no row and no message (a duplicate is
     harmless: the row write takes one row per attempt). ``watch``: the follower's watch for
-    queues without a worker (``_follow.worker_watch``). False if interrupted."""
+    queues without a worker (``follow.worker_watch``). False if interrupted."""
     run_id = plan.run_id
     rows_path = plan.run_dir / RETRY_ROWS
     try:

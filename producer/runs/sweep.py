@@ -134,8 +134,6 @@ def enqueue_jobs(
     return sent
 
 
-
-
 def missing_jobs(plan: SweepPlan, store: ProducerStore, chunk: int = 1000) -> Iterator[Job]:
     """The plan's jobs that have no row, checked a chunk at a time: a million-job plan is
     never held whole (its jobs would take gigabytes)."""

@@ -279,39 +279,11 @@ def followed(monkeypatch):
     return seen
 
 
-@pytest.fixture
-def eager_farm(tmp_path, default_index):
-    """Settings and endpoints for eager runs against a zero-latency simulator whose URL the
-    test may change (``urls``): an endpoint that dies leaves error rows to retry."""
-    import contextlib
-
-    from qfarm.common.settings import Settings
-    from qfarm.ops.sim.launch import start_simulator
-    from qfarm.producer.api import Endpoints
-
-    sims = [start_simulator(ttft_ms=0, tpot_ms=0)]
-    urls = [sims[0].url]
-    settings = Settings(results_dir=tmp_path / "results", index_path=default_index,
-                        llm_max_attempts=1, llm_wait_for_endpoint_s=0, llm_backoff_base_s=0,
-                        llm_breaker_failures=1000)
-
-    @contextlib.contextmanager
-    def endpoints(_):
-        yield Endpoints(urls=list(urls), simulated=True)
-
-    def restart() -> None:
-        sims.append(start_simulator(ttft_ms=0, tpot_ms=0))
-        urls[:] = [sims[-1].url]
-
-    yield settings, endpoints, sims, restart
-    for sim in sims:
-        sim.stop()
-
-
 QUESTIONS_OF_A_RUN = ["What is jazz?", "What is Paris?", "What is iron?", "What is tea?"]
 
 
-def test_every_way_a_run_lives_is_followed_by_the_one_follower(followed, eager_farm, tmp_path):
+def test_every_way_a_run_lives_is_followed_by_the_one_follower(followed, eager_endpoints,
+                                                                 tmp_path):
     """The eager sweep (concurrent and ``--serial``), its ``--resume`` and its
     ``--retry-errors`` are followed by ``sweep.Follower`` (its runner calling ``step``); a
     distributed sweep, ``--attach`` and a distributed ``--resume`` end in ``follow_to_end``,
@@ -321,12 +293,13 @@ def test_every_way_a_run_lives_is_followed_by_the_one_follower(followed, eager_f
     import inspect
 
     from qfarm.common.vocab import RunStatus
+    from qfarm.ops.sim.launch import start_simulator
     from qfarm.producer import SweepSpec, run_sweep
     from qfarm.producer.api import resume_eager, retry_errors
     from qfarm.producer.rundir import create_run_dir
     from qfarm.producer.runs import distributed, follow, retry
 
-    settings, endpoints, sims, restart = eager_farm
+    settings, endpoints, urls, sim = eager_endpoints
     question_file = tmp_path / "questions.txt"  # a resume reads the questions again
     question_file.write_text("\n".join(QUESTIONS_OF_A_RUN) + "\n")
     spec = SweepSpec(questions=question_file, modes=["quote"])
@@ -348,15 +321,19 @@ def test_every_way_a_run_lives_is_followed_by_the_one_follower(followed, eager_f
     assert resumed.status == RunStatus.COMPLETE and followed[cut.run_id] == {"step"}
 
     def kill_after_two(prog) -> None:  # the endpoint dies: the rest are error rows
-        if prog.done >= 2 and sims[-1].proc.poll() is None:
-            sims[-1].stop()
+        if prog.done >= 2 and sim.proc.poll() is None:
+            sim.stop()
 
     broken = run_sweep(spec, eager=True, serial=True, settings=settings, endpoints=endpoints,
                        on_progress=kill_after_two)
     assert any(row.error for row in broken.rows())
-    restart()
-    followed.clear()
-    retried = retry_errors(broken.run_id, settings=settings, endpoints=endpoints)
+    fresh = start_simulator(ttft_ms=0, tpot_ms=0)
+    try:
+        urls[:] = [fresh.url]
+        followed.clear()
+        retried = retry_errors(broken.run_id, settings=settings, endpoints=endpoints)
+    finally:
+        fresh.stop()
     assert not any(row.error for row in retried.rows()) and followed[broken.run_id] == {"step"}
 
     # On the farm: the follow of a distributed sweep, of --attach and of --resume.

@@ -3,7 +3,6 @@ jobs whose row is an error, in the same run, and every job keeps exactly one row
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections import Counter
 from pathlib import Path
@@ -13,11 +12,10 @@ import pytest
 
 from qfarm.common.errors import InputError
 from qfarm.common.policy import build_policy
-from qfarm.common.settings import Settings
 from qfarm.common.vocab import ExitCode
 from qfarm.ops.sim.launch import start_simulator
 from qfarm.producer import SweepSpec, run_sweep
-from qfarm.producer.api import Endpoints, QuestionSet, retry_errors
+from qfarm.producer.api import QuestionSet, retry_errors
 from qfarm.producer.reports.record import verify_run
 
 QUESTIONS = [f"What is {w}?" for w in
@@ -36,17 +34,9 @@ def lines(path: Path) -> list[dict]:
 
 
 @pytest.fixture
-def eager_run(tmp_path, default_index):
+def eager_run(eager_endpoints):
     """An eager run whose endpoint dies after four rows: the rest are error rows."""
-    sim = start_simulator(ttft_ms=0, tpot_ms=0)
-    settings = Settings(results_dir=tmp_path / "results", index_path=default_index,
-                        llm_max_attempts=1, llm_wait_for_endpoint_s=0, llm_backoff_base_s=0,
-                        llm_breaker_failures=1000)
-    urls = [sim.url]
-
-    @contextlib.contextmanager
-    def endpoints(_: Settings):
-        yield Endpoints(urls=list(urls), simulated=True)
+    settings, endpoints, urls, sim = eager_endpoints
 
     def kill_after_four(prog) -> None:
         if prog.done >= 4 and sim.proc.poll() is None:
@@ -54,8 +44,7 @@ def eager_run(tmp_path, default_index):
 
     result = run_sweep(SweepSpec(questions=QUESTIONS, modes=["quote"]), eager=True, serial=True,
                        settings=settings, endpoints=endpoints, on_progress=kill_after_four)
-    yield result, settings, endpoints, urls
-    sim.stop()
+    return result, settings, endpoints, urls
 
 
 def test_an_eager_retry_reruns_only_the_error_rows_in_the_same_run(eager_run):
