@@ -27,12 +27,14 @@ runs this runner on one job at a time, each ``run`` to its row (for debugging).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import sys
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -41,18 +43,63 @@ from qfarm.common.errors import ServiceError
 from qfarm.common.jobs import bundles, ref_for
 from qfarm.common.logs import log_context
 from qfarm.common.models import Job, JobRecord
+from qfarm.common.vocab import Backend
 from qfarm.worker import flow, pipeline, stages
 from qfarm.worker.services import Services
 
 log = logging.getLogger("qfarm.worker")
 
-# Threads for retrieval and verification: they hold the GIL most of the time, so more
-# would not add CPU; two let SQLite's searches (which release it) overlap the rest.
+# Threads for retrieval and verification. They hold the GIL while they work, so a second
+# adds no CPU: it pays where a search waits outside the interpreter (a search node's answer
+# over HTTP, overlapped with the other thread's verification), and costs GIL hand-offs
+# where none does. The embedded index's search is Python and NumPy from the first posting
+# to the last: with one thread an eager sweep of 1,976 distinct questions spent 5-8 % less
+# CPU a request (two simulated endpoints flowed at 0.76 of ideal against 0.74; one at 0.90
+# either way, bench/README 'CPU per job').
 CPU_THREADS = 2
+EMBEDDED_CPU_THREADS = 1
 # Answered jobs taken through the links after the model's at once, at most: enough to
 # spread a batch's fixed cost (entry check, row write) thin, few enough that a row
 # waits for at most this many verifications.
 PAST_MODEL_BATCH = 32
+# The interpreter's switch interval while a runner runs (Python's default is 5 ms). The
+# pool threads hold the GIL most of the time, and at 5 ms they and the gateway's loop
+# take it from each other hundreds of times a second, each forced hand-off a kernel
+# wake-up and cold caches. At 20 ms an eager sweep of 1,976 distinct questions spent
+# about 5 % less CPU a request and two simulated endpoints flowed faster (bench/README,
+# 'CPU per job'); 50 and 100 ms measured the same as 20 within noise, and each is what
+# an answer may wait for the loop at worst, so the smallest is kept.
+SWITCH_INTERVAL_S = 0.02
+
+_switching = threading.Lock()
+_switching_runs = 0
+_switching_saved = 0.005
+
+
+def cpu_threads_for(backend: str | None) -> int:
+    """The runner's threads for a retrieval backend (``Backend``'s values): one for the
+    embedded index, whose search never waits outside the interpreter; two otherwise."""
+    return EMBEDDED_CPU_THREADS if backend == Backend.EMBEDDED else CPU_THREADS
+
+
+@contextlib.contextmanager
+def coarse_switching(interval_s: float = SWITCH_INTERVAL_S) -> Iterator[None]:
+    """Raise the interpreter's switch interval while the block runs; the value it had is
+    back once the last of the runners that raised it (several may run in one process)
+    has left. Never lowers an interval already higher."""
+    global _switching_runs, _switching_saved
+    with _switching:
+        if _switching_runs == 0:
+            _switching_saved = sys.getswitchinterval()
+            sys.setswitchinterval(max(interval_s, _switching_saved))
+        _switching_runs += 1
+    try:
+        yield
+    finally:
+        with _switching:
+            _switching_runs -= 1
+            if _switching_runs == 0:
+                sys.setswitchinterval(_switching_saved)
 
 
 class InProcessRunner:
@@ -85,6 +132,10 @@ class InProcessRunner:
     def run(self, jobs: Iterable[Job], *, tick: Callable[[], None] | None = None,
             tick_s: float = 0.25) -> None:  # fmt: skip
         """Every job to its row; ``tick`` is called about every ``tick_s`` seconds (progress)."""
+        with coarse_switching():
+            self._run(jobs, tick, tick_s)
+
+    def _run(self, jobs: Iterable[Job], tick: Callable[[], None] | None, tick_s: float) -> None:
         tick = tick or (lambda: None)
         last = time.monotonic()
         self._stopping = False

@@ -190,13 +190,22 @@ class InProcessStore(WorkerStore):
                 rows_key = keys.rows_key(run_id)
                 pipe = self.client.pipeline(transaction=False)
                 pipe.incrby(keys.VERIFY.counter_key(run_id), len(members))
+                pipe.hmget(rows_key, [rows[i].job_id for i in members])
+                _, found = pipe.execute()
+                # Set-if-absent for the batch at once (an HSETNX a row cost fakeredis five
+                # times a bundle's HMGET): the lock keeps any other writer out in between,
+                # and a job twice in one batch keeps its first row, as HSETNX would.
+                new = []
+                absent = {rows[i].job_id for i, row in zip(members, found, strict=True)
+                          if row is None}  # fmt: skip
                 for i in members:
-                    pipe.hsetnx(rows_key, rows[i].job_id, jsons[i])
-                _, *set_ = pipe.execute()
-                new = [i for i, ok in zip(members, set_, strict=True) if ok]
+                    if rows[i].job_id in absent:
+                        absent.discard(rows[i].job_id)
+                        new.append(i)
                 if not new:
                     continue
                 pipe = self.client.pipeline(transaction=False)
+                pipe.hset(rows_key, mapping={rows[i].job_id: jsons[i] for i in new})
                 pipe.rpush(keys.log_key(run_id), *[rows[i].job_id for i in new])
                 failed = sum(1 for i in new if rows[i].error)
                 if failed:

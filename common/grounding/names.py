@@ -62,15 +62,17 @@ class TitleSet:
     keyed on it stay valid for the same titles.
     """
 
-    __slots__ = ("_by_first", "digest", "size")
+    __slots__ = ("_by_pair", "digest", "size")
 
     def __init__(self, titles: Iterable[str]):
         keys = sorted({k for k in map(_title_key, titles) if len(k) >= 2})
-        by_first: dict[str, list[tuple[str, ...]]] = {}
+        # By their first two words (every title here has two or more): a question's "the"
+        # then meets only the titles going on with its next word, not every "the ..." title.
+        by_pair: dict[tuple[str, str], list[tuple[str, ...]]] = {}
         for key in keys:
-            by_first.setdefault(key[0], []).append(key)
+            by_pair.setdefault((key[0], key[1]), []).append(key)
         # longest first, so "harry potter and the philosopher's stone" wins over "harry potter"
-        self._by_first = {w: tuple(sorted(v, key=len, reverse=True)) for w, v in by_first.items()}
+        self._by_pair = {w: tuple(sorted(v, key=len, reverse=True)) for w, v in by_pair.items()}
         self.size = len(keys)
         self.digest = hashlib.sha256("\n".join(" ".join(k) for k in keys).encode()).hexdigest()[:16]
 
@@ -85,7 +87,9 @@ class TitleSet:
 
     def longest_at(self, words: list[str], i: int) -> int:
         """How many words from ``words[i]`` a title covers (0 when none starts there)."""
-        for key in self._by_first.get(words[i], ()):
+        if i + 1 >= len(words):
+            return 0
+        for key in self._by_pair.get((words[i], words[i + 1]), ()):
             if tuple(words[i : i + len(key)]) == key:
                 return len(key)
         return 0

@@ -134,7 +134,7 @@ def run_in_process(manifest: Manifest, jobs: Iterable[Job], follower_of: Followe
 
     try:
         try:
-            from qfarm.worker.runner import InProcessRunner
+            from qfarm.worker.runner import InProcessRunner, cpu_threads_for
 
             if serial:  # each job to its row, and a progress report, before the next starts
                 runner = InProcessRunner(svc, max_inflight=1, bundle_size=1, cpu_threads=1)
@@ -142,9 +142,9 @@ def run_in_process(manifest: Manifest, jobs: Iterable[Job], follower_of: Followe
                     runner.run([job], tick=tick)
             else:
                 inflight = n_endpoints * max(1, settings.llm_max_inflight_per_endpoint)
-                InProcessRunner(svc, max_inflight=inflight, bundle_size=settings.bundle_size).run(
-                    jobs, tick=tick
-                )
+                threads = cpu_threads_for(getattr(retriever, "backend", None))
+                InProcessRunner(svc, max_inflight=inflight, bundle_size=settings.bundle_size,
+                                cpu_threads=threads).run(jobs, tick=tick)  # fmt: skip
         finally:
             svc.close()
     except KeyboardInterrupt:

@@ -71,7 +71,10 @@ def probe_endpoints(
     simulated: bool | None = None
     problems: list[str] = []  # down for now: the balancer skips it, the run can go on
     wrong: list[str] = []  # answering but unusable: a configuration error
-    with httpx.Client(timeout=timeout_s) as client:
+    # A client that may meet TLS loads the certificate store (20 ms a client here); plain
+    # HTTP endpoints (a farm's own network, the simulator) have no certificate to check.
+    tls = any(url.lower().startswith("https:") for url in endpoints)
+    with httpx.Client(timeout=timeout_s, verify=tls) as client:
         for url in endpoints:
             shown = redact_url(url)
             key = (api_keys or {}).get(url)

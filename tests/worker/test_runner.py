@@ -3,6 +3,7 @@ at a time (``--serial``)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -10,10 +11,12 @@ import pytest
 
 from qfarm.common.models import ALL_MODES
 from qfarm.common.settings import Settings
+from qfarm.common.vocab import Backend
 from qfarm.ops.sim.launch import SimulatorHandle, start_simulator
 from qfarm.producer import SweepSpec, run_sweep
 from qfarm.producer.api import QuestionSet
 from qfarm.worker.llm.client import LLMClient
+from qfarm.worker.runner import SWITCH_INTERVAL_S, coarse_switching, cpu_threads_for
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -146,11 +149,36 @@ def test_an_eager_run_keeps_many_requests_in_flight_within_the_cap(
 ) -> None:
     peak = count_in_flight(monkeypatch)
     seen: list[int] = []
+    intervals: set[float] = set()
+
+    def progress(p) -> None:
+        seen.append(p.done)
+        intervals.add(sys.getswitchinterval())
+
+    before = sys.getswitchinterval()
     result = run_sweep(spec(), eager=True, settings=settings_for(sim, default_index, tmp_path),
-                       on_progress=lambda p: seen.append(p.done))  # fmt: skip
+                       on_progress=progress)  # fmt: skip
     assert result.status == "complete"
     assert 1 < peak() <= 8  # llm_max_inflight_per_endpoint x 1 endpoint
     assert seen and seen[-1] == result.manifest.n_jobs and seen == sorted(seen)
+    # The runner's threads switched coarsely while it ran, and the process's own interval
+    # is back after it.
+    assert SWITCH_INTERVAL_S in intervals and sys.getswitchinterval() == before
+
+
+def test_coarse_switching_restores_the_interval_once_the_last_runner_leaves() -> None:
+    before = sys.getswitchinterval()
+    outer = coarse_switching(0.03)
+    outer.__enter__()
+    assert sys.getswitchinterval() == pytest.approx(0.03)
+    with coarse_switching(0.01):  # a second runner in the process: never lowered
+        assert sys.getswitchinterval() == pytest.approx(0.03)
+    assert sys.getswitchinterval() == pytest.approx(0.03)  # the first still runs
+    outer.__exit__(None, None, None)
+    assert sys.getswitchinterval() == before
+    with pytest.raises(KeyboardInterrupt), coarse_switching(0.04):
+        raise KeyboardInterrupt
+    assert sys.getswitchinterval() == before
 
 
 def test_llm_failures_are_error_rows_and_the_run_completes(default_index, tmp_path) -> None:
@@ -163,3 +191,9 @@ def test_llm_failures_are_error_rows_and_the_run_completes(default_index, tmp_pa
     assert result.status == "complete" and len(rows) == result.manifest.n_jobs
     generated = [r for r in rows if r.error]
     assert generated and all(r.error.startswith("llm: ") for r in generated)
+
+
+def test_one_cpu_thread_over_the_embedded_index_two_where_a_search_waits_on_a_node() -> None:
+    assert cpu_threads_for(Backend.EMBEDDED) == 1
+    assert cpu_threads_for(Backend.OPENSEARCH) == cpu_threads_for(Backend.ELASTICSEARCH) == 2
+    assert cpu_threads_for(None) == 2  # a stand-in retriever that names no backend

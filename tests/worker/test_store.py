@@ -33,6 +33,7 @@ def test_enter_stage_reports_rows_per_job_and_counts_the_bundle(any_store):
     assert cancelled is False and has_row == [False, True, False]
     store.enter_stage("r", ["d"], keys.RETRIEVE)
     assert int(store.client.get("qfarm:run:r:stage:retrieve")) == 4
+    assert store.enter_stage("r", [], keys.RETRIEVE) == (False, [])
 
 
 def test_enter_stage_sees_the_cancel_flag(store):
