@@ -3,6 +3,7 @@ at a time (``--serial``)."""
 
 from __future__ import annotations
 
+import gc
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ from qfarm.ops.sim.launch import SimulatorHandle, start_simulator
 from qfarm.producer import SweepSpec, run_sweep
 from qfarm.producer.api import QuestionSet
 from qfarm.worker.llm.client import LLMClient
-from qfarm.worker.runner import SWITCH_INTERVAL_S, coarse_switching, cpu_threads_for
+from qfarm.worker.runner import GC_THRESHOLD0, SWITCH_INTERVAL_S, cpu_threads_for, throughput_mode
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -149,36 +150,48 @@ def test_an_eager_run_keeps_many_requests_in_flight_within_the_cap(
 ) -> None:
     peak = count_in_flight(monkeypatch)
     seen: list[int] = []
-    intervals: set[float] = set()
+    tuning: set[tuple[float, int]] = set()
 
     def progress(p) -> None:
         seen.append(p.done)
-        intervals.add(sys.getswitchinterval())
+        tuning.add((sys.getswitchinterval(), gc.get_threshold()[0]))
 
-    before = sys.getswitchinterval()
+    before = (sys.getswitchinterval(), gc.get_threshold())
     result = run_sweep(spec(), eager=True, settings=settings_for(sim, default_index, tmp_path),
                        on_progress=progress)  # fmt: skip
     assert result.status == "complete"
     assert 1 < peak() <= 8  # llm_max_inflight_per_endpoint x 1 endpoint
     assert seen and seen[-1] == result.manifest.n_jobs and seen == sorted(seen)
-    # The runner's threads switched coarsely while it ran, and the process's own interval
-    # is back after it.
-    assert SWITCH_INTERVAL_S in intervals and sys.getswitchinterval() == before
+    # The runner's threads switched coarsely and the collector ran rarely while it ran,
+    # and the process's own settings are back after it.
+    assert (SWITCH_INTERVAL_S, GC_THRESHOLD0) in tuning
+    assert (sys.getswitchinterval(), gc.get_threshold()) == before
 
 
-def test_coarse_switching_restores_the_interval_once_the_last_runner_leaves() -> None:
-    before = sys.getswitchinterval()
-    outer = coarse_switching(0.03)
+def test_throughput_mode_restores_the_interpreter_once_the_last_runner_leaves() -> None:
+    before = (sys.getswitchinterval(), gc.get_threshold())
+    outer = throughput_mode(0.03, 5000)
     outer.__enter__()
-    assert sys.getswitchinterval() == pytest.approx(0.03)
-    with coarse_switching(0.01):  # a second runner in the process: never lowered
-        assert sys.getswitchinterval() == pytest.approx(0.03)
+    assert sys.getswitchinterval() == pytest.approx(0.03) and gc.get_threshold()[0] == 5000
+    assert gc.get_threshold()[1:] == before[1][1:]
+    with throughput_mode(0.01, 800):  # a second runner in the process: never lowered
+        assert sys.getswitchinterval() == pytest.approx(0.03) and gc.get_threshold()[0] == 5000
     assert sys.getswitchinterval() == pytest.approx(0.03)  # the first still runs
     outer.__exit__(None, None, None)
-    assert sys.getswitchinterval() == before
-    with pytest.raises(KeyboardInterrupt), coarse_switching(0.04):
+    assert (sys.getswitchinterval(), gc.get_threshold()) == before
+    with pytest.raises(KeyboardInterrupt), throughput_mode(0.04, 9000):
         raise KeyboardInterrupt
-    assert sys.getswitchinterval() == before
+    assert (sys.getswitchinterval(), gc.get_threshold()) == before
+
+
+def test_throughput_mode_leaves_an_automatic_collector_that_is_off_off() -> None:
+    saved = gc.get_threshold()
+    gc.set_threshold(0)
+    try:
+        with throughput_mode():
+            assert gc.get_threshold()[0] == 0
+    finally:
+        gc.set_threshold(*saved)
 
 
 def test_llm_failures_are_error_rows_and_the_run_completes(default_index, tmp_path) -> None:
