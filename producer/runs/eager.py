@@ -3,9 +3,10 @@ concurrently, or one job at a time), and resuming one."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +55,29 @@ log = logging.getLogger(__name__)
 FollowerFor = Callable[[ProducerStore], Follower]
 
 
+@contextlib.contextmanager
+def _throughput() -> Iterator[None]:
+    """The runner's interpreter settings (``throughput_mode``) over a whole eager run: its
+    plan classifies every question and its summary reads every row back, and the cyclic
+    collector's passes over the run's caches cost those parts as they cost the runner
+    (about 0.1 s of a 1,976-job sweep's plan and summary, bench/README 'CPU per job')."""
+    from qfarm.worker.runner import throughput_mode  # the worker's stack: eager runs only
+
+    with throughput_mode():
+        yield
+
+
 def run_eager(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], settings: Settings,
                endpoints: EndpointsFor, on_progress: OnProgress | None,
                index_progress: bool, *, serial: bool = False) -> RunResult:
+    with _throughput():
+        return _run_eager(spec, questions, modes, settings, endpoints, on_progress,
+                          index_progress, serial=serial)
+
+
+def _run_eager(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], settings: Settings,
+               endpoints: EndpointsFor, on_progress: OnProgress | None,
+               index_progress: bool, *, serial: bool) -> RunResult:
     retriever = open_local_retriever(settings, progress=index_progress)
     with endpoints(settings) as eps:
         settings = eps.apply(settings)
@@ -105,13 +126,14 @@ def resume_eager(
                              producer_alive=alive, run_id=run_id,
                              last_row_at=newest_row_finished_at(rows_path))
     retriever = open_local_retriever(settings, progress=False)
-    check_same_preflight(manifest, (q.text for q in plan.questions), retriever,
-                         "resume it")
-    with endpoints(settings) as eps:
-        settings = eps.apply(settings)
-        write_status(run_dir, resumed)
-        return _execute_eager(plan, missing, run_dir, settings, eps, retriever, on_progress,
-                              serial=serial)
+    with _throughput():
+        check_same_preflight(manifest, (q.text for q in plan.questions), retriever,
+                             "resume it")
+        with endpoints(settings) as eps:
+            settings = eps.apply(settings)
+            write_status(run_dir, resumed)
+            return _execute_eager(plan, missing, run_dir, settings, eps, retriever, on_progress,
+                                  serial=serial)
 
 
 def run_in_process(manifest: Manifest, jobs: Iterable[Job], follower_of: FollowerFor,
