@@ -41,6 +41,7 @@ Celery's and kombu's docs (see docs/distributed.md):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -64,6 +65,7 @@ from qfarm.common.settings import Settings, load_settings
 from qfarm.common.urls import redact_url
 from qfarm.worker import broker, encoding, flow, leases, metrics, stages, tracing
 from qfarm.worker.broker import REDIS_DOWN
+from qfarm.worker.runner import throughput_mode
 from qfarm.worker.services import Services, get_services
 
 log = logging.getLogger("qfarm.worker")
@@ -249,6 +251,20 @@ def _logging_at_init(options: dict | None = None, **_: object) -> None:
     # Sent just before Celery's privilege check warns: that warning goes through it too.
     _setup_logging((options or {}).get("loglevel"))
     _refuse_wrong_credentials()
+    _tune_interpreter()
+
+
+# A worker process does nothing but run stages: it keeps the in-process runner's
+# interpreter settings (a rarer cyclic collector, a coarser switch interval; worker/runner.py,
+# throughput_mode) for its whole life, and its forked children inherit them.
+_tuned: list[contextlib.AbstractContextManager[None]] = []
+
+
+def _tune_interpreter() -> None:
+    if not _tuned:
+        mode = throughput_mode()
+        mode.__enter__()
+        _tuned.append(mode)
 
 
 def _refuse_wrong_credentials() -> None:

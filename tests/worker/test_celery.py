@@ -28,3 +28,22 @@ def test_a_worker_with_a_wrong_redis_password_exits_at_once(own_redis, tmp_path:
     assert time.monotonic() - started < 60  # not a hundred connection retries
     assert "refused this worker's credentials" in proc.stderr
     assert "wrong-secret" not in proc.stderr and "right-secret" not in proc.stderr
+
+
+def test_a_worker_process_keeps_the_runners_interpreter_settings_for_its_life() -> None:
+    import gc
+
+    from qfarm.worker import celery as celery_app
+    from qfarm.worker.runner import GC_THRESHOLD0, SWITCH_INTERVAL_S
+
+    before = (sys.getswitchinterval(), gc.get_threshold())
+    try:
+        celery_app._tune_interpreter()
+        celery_app._tune_interpreter()  # the signal again: still the one setting
+        assert len(celery_app._tuned) == 1
+        assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL_S)
+        assert gc.get_threshold()[0] == GC_THRESHOLD0
+    finally:
+        while celery_app._tuned:
+            celery_app._tuned.pop().__exit__(None, None, None)
+    assert (sys.getswitchinterval(), gc.get_threshold()) == before
