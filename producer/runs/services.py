@@ -120,7 +120,8 @@ def open_local_retriever(settings: Settings, *, progress: bool = True) -> Any:
 
 
 def eager_services(settings: Settings, retriever: Any) -> tuple[Any, ProducerStore]:
-    """In-process services for eager runs over an in-memory Redis."""
+    """In-process services for eager runs over an in-memory Redis, their gateway without
+    an interactive reserve (docs/llm.md, 'Interactive requests first')."""
     import fakeredis  # only eager runs need it
 
     from qfarm.worker.llm import process_response_cache
@@ -128,6 +129,9 @@ def eager_services(settings: Settings, retriever: Any) -> tuple[Any, ProducerSto
     from qfarm.worker.store import InProcessStore
 
     client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    # The gateway of an in-process run serves that run alone: no single question from
+    # elsewhere can reach it, so the slots kept back for one would only idle.
+    settings = settings.model_copy(update={"llm_interactive_reserve": 0})
     # Only this process reaches the in-memory Redis: rows are written without the row script.
     # The response cache outlives the run: eager runs of one process share its replies.
     svc = Services(settings=settings, store=InProcessStore(client), worker_name="eager",

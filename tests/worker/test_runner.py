@@ -168,6 +168,18 @@ def test_an_eager_run_keeps_many_requests_in_flight_within_the_cap(
     assert (sys.getswitchinterval(), gc.get_threshold()) == before
 
 
+def test_an_eager_run_takes_every_slot_the_interactive_reserve_would_keep(
+    sim, default_index, tmp_path, monkeypatch
+) -> None:
+    # No single question can reach an eager run's own gateway: a slot kept for one idles.
+    peak = count_in_flight(monkeypatch)
+    settings = settings_for(sim, default_index, tmp_path, llm_max_inflight_per_endpoint=2,
+                            llm_interactive_reserve=1)  # fmt: skip
+    result = run_sweep(spec(), eager=True, settings=settings)
+    assert result.status == "complete"
+    assert peak() == 2
+
+
 def test_throughput_mode_restores_the_interpreter_once_the_last_runner_leaves() -> None:
     before = (sys.getswitchinterval(), gc.get_threshold())
     outer = throughput_mode(0.03, 5000)
