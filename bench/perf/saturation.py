@@ -253,16 +253,33 @@ def drive_eager(
     """``run_sweep(..., eager=True)``: the whole in-process run (retrieval, the LLM calls,
     verification, rows.jsonl, summary.md) on as many real quote-mode jobs as ``items``;
     ``wall_s`` is the run API call, from opening the index to the summary. The runner
-    sizes its own concurrency (the endpoints' in-flight caps); 1 means ``serial``."""
-    import tempfile
-    from pathlib import Path
+    sizes its own concurrency (the endpoints' in-flight caps); 1 means ``serial``.
 
+    Each run is made in a process of its own (spawned, its imports done before the
+    clock starts), as each ``qfarm sweep --eager`` command is: a run in this process
+    would find the modules an earlier run imported lazily (the runner, the plotting
+    library) and the classifications it memoised (every question of the workload)
+    already there, and print a CPU and a start-up that no command has."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    temperature = items[0][1].temperature if items else None
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=spawn) as pool:
+        return pool.submit(_drive_eager_here, list(urls), len(items), temperature, concurrency,
+                           dict(settings), _WORKLOAD[0], table_index()).result()  # fmt: skip
+
+
+def _drive_eager_here(urls: list[str], jobs: int, temperature: float | None, concurrency: int,
+                      settings: dict[str, object], workload: str, index: Path) -> RunResult:  # fmt: skip
+    """``drive_eager``'s run, in the process that calls it."""
     from qfarm.producer import SweepSpec, run_sweep
 
+    _WORKLOAD[0] = workload
     tmp = Path(tempfile.mkdtemp(prefix="qfarm-sat-eager-"))
-    questions, n = real_questions(len(items), [Mode.QUOTE])
-    policy = Policy(temperature=items[0][1].temperature) if items else Policy()
-    opts: dict[str, Any] = {"llm_endpoints": ",".join(urls), "index_path": table_index(),
+    questions, n = real_questions(jobs, [Mode.QUOTE])
+    policy = Policy(temperature=temperature) if temperature is not None else Policy()
+    opts: dict[str, Any] = {"llm_endpoints": ",".join(urls), "index_path": index,
                             "results_dir": tmp / "results", **settings}  # fmt: skip
     run_settings = Settings(**opts)
     spec = SweepSpec(questions=questions, modes=[Mode.QUOTE], n=n, policy=policy, use_cache=False)
