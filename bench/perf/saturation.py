@@ -303,18 +303,18 @@ def drive_farm(
     slowest answer, so the worker gets ``-c`` = 2 × concurrency ÷ bundle size (the
     README's sizing rule) and the gateway caps what is in flight per endpoint. As many
     real quote-mode jobs as ``items`` through real retrieval and verification; ``cpu_s``
-    is every worker process's CPU plus this (following) process's."""
-    import tempfile
-    from pathlib import Path
+    is every worker process's CPU plus the following process's. The sweep is submitted and
+    followed from a process of its own (spawned, as ``drive_eager``'s runs are): a
+    ``qfarm sweep`` command's first run, whatever an earlier row left in this one."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
-    from bench.perf.farmkit import bench_redis_url, farm_env, flush, sweep_on_farm, workers
-    from qfarm.producer import SweepSpec
+    from bench.perf.farmkit import farm_env, flush, workers
 
     tmp = Path(tempfile.mkdtemp(prefix="qfarm-sat-"))
     index = table_index()
-    questions, n = real_questions(len(items), [Mode.QUOTE])
     # Greedy items ask for temperature 0, the only setting at which prompts can share a batch.
-    policy = Policy(temperature=items[0][1].temperature) if items else Policy()
+    temperature = items[0][1].temperature if items else None
     client = flush()
     env = farm_env(QFARM_LLM_ENDPOINTS=",".join(urls), QFARM_INDEX_PATH=str(index),
                    **{f"QFARM_{k.upper()}": str(v) for k, v in settings.items()})
@@ -324,21 +324,38 @@ def drive_farm(
     spec = [("sat-cpu", "retrieve,verify", "prefork", 2),
             ("sat-gpu", "generate", "threads", threads)]
     print(f"farm: generate worker -P threads -c {spec[1][3]}, bundles of {bundle} jobs", flush=True)
-    with workers(env, spec, tmp) as procs:
+    spawn = multiprocessing.get_context("spawn")
+    with workers(env, spec, tmp) as procs, ProcessPoolExecutor(1, mp_context=spawn) as follower:
         groups = [p.pid for p in procs]  # each worker leads its own session (and children)
-        cpu0 = group_cpu_s(groups) + process_cpu_s()
-        rows, wall = sweep_on_farm(
-            SweepSpec(questions=questions, modes=[Mode.QUOTE], n=n, policy=policy,
-                      use_cache=False),
-            Settings(redis_url=bench_redis_url(), llm_endpoints=",".join(urls), index_path=index,
-                     results_dir=tmp / "results", bundle_size=bundle),
-        )
-        cpu = group_cpu_s(groups) + process_cpu_s() - cpu0
+        cpu0 = group_cpu_s(groups)
+        rows, wall, follower_cpu = follower.submit(
+            _follow_farm_here, list(urls), len(items), temperature, _WORKLOAD[0], index, bundle,
+            tmp / "results").result()  # fmt: skip
+        cpu = group_cpu_s(groups) - cpu0 + follower_cpu
     client.flushdb()
     ok = [r for r in rows if not r["error"]]
     by_endpoint: Counter[str] = Counter(r["endpoint"] or "?" for r in ok)
     tokens = sum(r["usage"]["completion_tokens"] or 0 for r in ok)
     return RunResult("", len(rows), wall, len(rows) - len(ok), tokens, by_endpoint, cpu_s=cpu)
+
+
+def _follow_farm_here(urls: list[str], jobs: int, temperature: float | None, workload: str,
+                      index: Path, bundle: int, results: Path) -> tuple[list[dict[str, Any]], float, float]:  # fmt: skip
+    """``drive_farm``'s sweep, submitted and followed from the process that calls it: its
+    rows, the seconds from the first enqueue to the last row, and this process's CPU."""
+    from bench.perf.farmkit import bench_redis_url, sweep_on_farm
+    from qfarm.producer import SweepSpec
+
+    _WORKLOAD[0] = workload
+    questions, n = real_questions(jobs, [Mode.QUOTE])
+    policy = Policy(temperature=temperature) if temperature is not None else Policy()
+    cpu0 = process_cpu_s()
+    rows, wall = sweep_on_farm(
+        SweepSpec(questions=questions, modes=[Mode.QUOTE], n=n, policy=policy, use_cache=False),
+        Settings(redis_url=bench_redis_url(), llm_endpoints=",".join(urls), index_path=index,
+                 results_dir=results, bundle_size=bundle),
+    )
+    return rows, wall, process_cpu_s() - cpu0
 
 
 # --------------------------------------------------------------------------- CPU and the index
