@@ -35,7 +35,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -48,7 +48,7 @@ from qfarm.common.policy import Policy
 from qfarm.common.settings import Settings
 from qfarm.ops.sim.latency import LatencyModel
 from qfarm.ops.sim.launch import SimulatorHandle, start_simulator
-from qfarm.producer.api import QuestionSet
+from qfarm.producer.api import QuestionSet, SweepSpec
 from qfarm.worker.llm import open_gateway
 
 Item = tuple[str, Sampling, str]  # prompt, sampling, job id
@@ -260,29 +260,39 @@ def drive_eager(
     would find the modules an earlier run imported lazily (the runner, the plotting
     library) and the classifications it memoised (every question of the workload)
     already there, and print a CPU and a start-up that no command has."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
     temperature = items[0][1].temperature if items else None
-    spawn = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(1, mp_context=spawn) as pool:
+    with fresh_process() as pool:
         return pool.submit(_drive_eager_here, list(urls), len(items), temperature, concurrency,
                            dict(settings), _WORKLOAD[0], table_index()).result()  # fmt: skip
+
+
+def fresh_process() -> ProcessPoolExecutor:
+    """One spawned process for one run: it starts with none of this process's imports
+    and memoised work, as a command does."""
+    import multiprocessing
+
+    return ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+
+
+def quote_sweep(workload: str, jobs: int, temperature: float | None) -> SweepSpec:
+    """The eager and farm rows' sweep: ``jobs`` quote-mode jobs of ``workload``'s real
+    questions, the result cache off."""
+    _WORKLOAD[0] = workload
+    questions, n = real_questions(jobs, [Mode.QUOTE])
+    policy = Policy(temperature=temperature) if temperature is not None else Policy()
+    return SweepSpec(questions=questions, modes=[Mode.QUOTE], n=n, policy=policy, use_cache=False)
 
 
 def _drive_eager_here(urls: list[str], jobs: int, temperature: float | None, concurrency: int,
                       settings: dict[str, object], workload: str, index: Path) -> RunResult:  # fmt: skip
     """``drive_eager``'s run, in the process that calls it."""
-    from qfarm.producer import SweepSpec, run_sweep
+    from qfarm.producer import run_sweep
 
-    _WORKLOAD[0] = workload
     tmp = Path(tempfile.mkdtemp(prefix="qfarm-sat-eager-"))
-    questions, n = real_questions(jobs, [Mode.QUOTE])
-    policy = Policy(temperature=temperature) if temperature is not None else Policy()
+    spec = quote_sweep(workload, jobs, temperature)
     opts: dict[str, Any] = {"llm_endpoints": ",".join(urls), "index_path": index,
                             "results_dir": tmp / "results", **settings}  # fmt: skip
     run_settings = Settings(**opts)
-    spec = SweepSpec(questions=questions, modes=[Mode.QUOTE], n=n, policy=policy, use_cache=False)
     cpu0, t0, started = process_cpu_s(), time.perf_counter(), time.time()
     # Concurrency 1 is the main run's "one job at a time" baseline: the serial eager path.
     result = run_sweep(spec, eager=True, serial=concurrency == 1, settings=run_settings)
@@ -306,9 +316,6 @@ def drive_farm(
     is every worker process's CPU plus the following process's. The sweep is submitted and
     followed from a process of its own (spawned, as ``drive_eager``'s runs are): a
     ``qfarm sweep`` command's first run, whatever an earlier row left in this one."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
     from bench.perf.farmkit import farm_env, flush, workers
 
     tmp = Path(tempfile.mkdtemp(prefix="qfarm-sat-"))
@@ -324,8 +331,7 @@ def drive_farm(
     spec = [("sat-cpu", "retrieve,verify", "prefork", 2),
             ("sat-gpu", "generate", "threads", threads)]
     print(f"farm: generate worker -P threads -c {spec[1][3]}, bundles of {bundle} jobs", flush=True)
-    spawn = multiprocessing.get_context("spawn")
-    with workers(env, spec, tmp) as procs, ProcessPoolExecutor(1, mp_context=spawn) as follower:
+    with workers(env, spec, tmp) as procs, fresh_process() as follower:
         groups = [p.pid for p in procs]  # each worker leads its own session (and children)
         cpu0 = group_cpu_s(groups)
         rows, wall, follower_cpu = follower.submit(
@@ -344,14 +350,11 @@ def _follow_farm_here(urls: list[str], jobs: int, temperature: float | None, wor
     """``drive_farm``'s sweep, submitted and followed from the process that calls it: its
     rows, the seconds from the first enqueue to the last row, and this process's CPU."""
     from bench.perf.farmkit import bench_redis_url, sweep_on_farm
-    from qfarm.producer import SweepSpec
 
-    _WORKLOAD[0] = workload
-    questions, n = real_questions(jobs, [Mode.QUOTE])
-    policy = Policy(temperature=temperature) if temperature is not None else Policy()
+    spec = quote_sweep(workload, jobs, temperature)
     cpu0 = process_cpu_s()
     rows, wall = sweep_on_farm(
-        SweepSpec(questions=questions, modes=[Mode.QUOTE], n=n, policy=policy, use_cache=False),
+        spec,
         Settings(redis_url=bench_redis_url(), llm_endpoints=",".join(urls), index_path=index,
                  results_dir=results, bundle_size=bundle),
     )
