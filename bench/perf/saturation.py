@@ -293,10 +293,10 @@ def _drive_eager_here(urls: list[str], jobs: int, temperature: float | None, con
     opts: dict[str, Any] = {"llm_endpoints": ",".join(urls), "index_path": index,
                             "results_dir": tmp / "results", **settings}  # fmt: skip
     run_settings = Settings(**opts)
-    cpu0, t0, started = process_cpu_s(), time.perf_counter(), time.time()
+    cpu0, t0, started = process_cpu_s(children=True), time.perf_counter(), time.time()
     # Concurrency 1 is the main run's "one job at a time" baseline: the serial eager path.
     result = run_sweep(spec, eager=True, serial=concurrency == 1, settings=run_settings)
-    wall, cpu = time.perf_counter() - t0, process_cpu_s() - cpu0
+    wall, cpu = time.perf_counter() - t0, process_cpu_s(children=True) - cpu0
     rows = result.rows()
     ok = [r for r in rows if not r.error]
     by_endpoint: Counter[str] = Counter(r.endpoint or "?" for r in ok)
@@ -364,10 +364,16 @@ def _follow_farm_here(urls: list[str], jobs: int, temperature: float | None, wor
 # --------------------------------------------------------------------------- CPU and the index
 
 
-def process_cpu_s() -> float:
-    """User + system CPU seconds of this process (every thread), so far."""
+def process_cpu_s(*, children: bool = False) -> float:
+    """User + system CPU seconds of this process (every thread), so far; with ``children``,
+    also those of its children that have ended and been waited for (an eager run's search
+    process, stopped and joined as the run ends)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    cpu = usage.ru_utime + usage.ru_stime
+    if children:
+        done = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu += done.ru_utime + done.ru_stime
+    return cpu
 
 
 def _stat(pid: int | str) -> list[str] | None:

@@ -79,7 +79,8 @@ def _run_eager(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], setti
                endpoints: EndpointsFor, on_progress: OnProgress | None,
                index_progress: bool, *, serial: bool) -> RunResult:
     retriever = open_local_retriever(settings, progress=index_progress)
-    with endpoints(settings) as eps:
+    with _searching(retriever, settings, len(questions.questions), serial) as retriever, \
+            endpoints(settings) as eps:  # fmt: skip
         settings = eps.apply(settings)
         plan = SweepPlan(
             manifest=run_manifest(spec, questions, modes, settings, eps, retriever, eager=True,
@@ -91,6 +92,22 @@ def _run_eager(spec: SweepSpec, questions: QuestionSet, modes: list[Mode], setti
         write_status(run_dir, read_status(run_dir).started(time.time(), this_process(), enqueueing=False))
         return _execute_eager(plan, plan.jobs(), run_dir, settings, eps, retriever, on_progress,
                               serial=serial)
+
+
+@contextlib.contextmanager
+def _searching(retriever: Any, settings: Settings, questions: int, serial: bool) -> Iterator[Any]:
+    """The retriever an eager run searches with: the embedded index in a process beside
+    this one when that pays (``search_beside``), started first, while this process is
+    still alone (a fork) and plans the run; closed (its process stopped) when the run ends."""
+    from qfarm.worker.retrieval.beside import search_beside  # the worker's stack: eager runs only
+
+    searching = search_beside(retriever, questions=questions, endpoints=len(settings.endpoints),
+                              enabled=settings.eager_search_process and not serial)  # fmt: skip
+    try:
+        yield searching
+    finally:
+        if searching is not retriever:
+            searching.close()
 
 
 def resume_eager(
@@ -126,7 +143,8 @@ def resume_eager(
                              producer_alive=alive, run_id=run_id,
                              last_row_at=newest_row_finished_at(rows_path))
     retriever = open_local_retriever(settings, progress=False)
-    with _throughput():
+    questions = len({job.question.text for job in missing})
+    with _throughput(), _searching(retriever, settings, questions, serial) as retriever:
         check_same_preflight(manifest, (q.text for q in plan.questions), retriever,
                              "resume it")
         with endpoints(settings) as eps:
@@ -164,7 +182,7 @@ def run_in_process(manifest: Manifest, jobs: Iterable[Job], follower_of: Followe
                     runner.run([job], tick=tick)
             else:
                 inflight = n_endpoints * max(1, settings.llm_max_inflight_per_endpoint)
-                threads = cpu_threads_for(getattr(retriever, "backend", None))
+                threads = cpu_threads_for(retriever)
                 InProcessRunner(svc, max_inflight=inflight, bundle_size=settings.bundle_size,
                                 cpu_threads=threads).run(jobs, tick=tick)  # fmt: skip
         finally:

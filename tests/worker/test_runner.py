@@ -7,6 +7,7 @@ import gc
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -219,6 +220,12 @@ def test_llm_failures_are_error_rows_and_the_run_completes(default_index, tmp_pa
 
 
 def test_one_cpu_thread_over_the_embedded_index_two_where_a_search_waits_on_a_node() -> None:
-    assert cpu_threads_for(Backend.EMBEDDED) == 1
-    assert cpu_threads_for(Backend.OPENSEARCH) == cpu_threads_for(Backend.ELASTICSEARCH) == 2
-    assert cpu_threads_for(None) == 2  # a stand-in retriever that names no backend
+    def retriever(backend: Backend, **more: object) -> SimpleNamespace:
+        return SimpleNamespace(backend=backend, **more)
+
+    assert cpu_threads_for(retriever(Backend.EMBEDDED)) == 1
+    assert cpu_threads_for(retriever(Backend.OPENSEARCH)) == 2
+    assert cpu_threads_for(retriever(Backend.ELASTICSEARCH)) == 2
+    # The embedded index searched in a process beside the run's (worker/retrieval/beside.py).
+    assert cpu_threads_for(retriever(Backend.EMBEDDED, searches_elsewhere=True)) == 2
+    assert cpu_threads_for(object()) == 2  # a stand-in retriever that names no backend
