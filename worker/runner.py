@@ -27,6 +27,7 @@ runs this runner on one job at a time, each ``run`` to its row (for debugging).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import gc
@@ -63,6 +64,14 @@ EMBEDDED_CPU_THREADS = 1
 # spread a batch's fixed cost (entry check, row write) thin, few enough that a row
 # waits for at most this many verifications.
 PAST_MODEL_BATCH = 32
+# How long an answer may wait for others before its batch starts anyway. Answers that
+# arrive slower than the pool drains them (one endpoint's) otherwise went past the model
+# two or three at a time, each batch paying the fixed cost again: 865 row writes for
+# 1,976 distinct jobs on one simulated endpoint, 183 at 20 ms, and 0.2-0.3 ms less CPU a
+# request (bench/README, 'CPU per job'); 50 and 100 ms saved no more, and the requests
+# flowed a little slower. A row lands this much later at worst; no model slot waits for
+# it (the slot is freed as the answer arrives).
+PAST_MODEL_WAIT_S = 0.02
 # The interpreter's switch interval while a runner runs (Python's default is 5 ms). The
 # pool threads hold the GIL most of the time, and at 5 ms they and the gateway's loop
 # take it from each other hundreds of times a second, each forced hand-off a kernel
@@ -147,6 +156,8 @@ class InProcessRunner:
         self._answered: deque[tuple[stages.Step, JobRecord]] = deque()
         self._answered_lock = threading.Lock()
         self._draining = False
+        # A drain is due on the gateway's loop within PAST_MODEL_WAIT_S (``_queue_past_model``).
+        self._drain_due = False
 
     def run(self, jobs: Iterable[Job], *, tick: Callable[[], None] | None = None,
             tick_s: float = 0.25) -> None:  # fmt: skip
@@ -160,7 +171,7 @@ class InProcessRunner:
         self._stopping = False
         with self._answered_lock:  # what an interrupted run left queued ends without rows
             self._answered.clear()
-            self._draining = False
+            self._draining = self._drain_due = False
         self._pool = ThreadPoolExecutor(self._cpu_threads, thread_name_prefix="qfarm-eager")
         drained = 0
         # Bundles admitted (their slots taken) and not finished: an interruption
@@ -194,6 +205,7 @@ class InProcessRunner:
                 while not self._slots.acquire(timeout=tick_s):
                     tick()
                 drained += 1
+            self._start_drain()  # the last answers: no others are coming to wait for
             self._pool.shutdown(wait=True)
         except BaseException as exc:
             self._stopping = True
@@ -306,12 +318,39 @@ class InProcessRunner:
             self._slots.release()
 
     def _queue_past_model(self, step: stages.Step, record: JobRecord) -> None:
-        """Queue a job for the links after the model's; start a drain unless one runs."""
+        """Queue a job for the links after the model's; start a drain unless one runs, or,
+        on the gateway's loop with fewer than a batch queued, within ``PAST_MODEL_WAIT_S``
+        (the answers that arrive meanwhile join the batch)."""
         with self._answered_lock:
             self._answered.append((step, record))
-            if self._draining:
+            if self._draining or (len(self._answered) < PAST_MODEL_BATCH and self._drain_later()):
                 return
             self._draining = True
+        self._submit_drain()
+
+    def _drain_later(self) -> bool:
+        """Under ``_answered_lock``: make sure a drain is due on the running loop; False
+        when not on one (a pool thread, a test's gateway): drain now."""
+        if self._drain_due:
+            return True
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        loop.call_later(PAST_MODEL_WAIT_S, self._start_drain)
+        self._drain_due = True
+        return True
+
+    def _start_drain(self) -> None:
+        """Start a drain of the queued answers unless one runs or none is queued."""
+        with self._answered_lock:
+            self._drain_due = False
+            if self._draining or not self._answered or self._stopping:
+                return
+            self._draining = True
+        self._submit_drain()
+
+    def _submit_drain(self) -> None:
         try:
             self._pool_or_fail().submit(self._drain_answered)
         except BaseException:
