@@ -19,6 +19,7 @@ use ``httpx.MockTransport``; integration tests use the simulator over real HTTP)
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 import time
@@ -164,8 +165,12 @@ class Reply:
     sent_at: float | None = None  # epoch seconds the request was sent
 
 
+@functools.lru_cache(maxsize=256)
 def display_url(url: str) -> str:
-    """The URL with any password replaced by *** (the farm's one redactor), for messages and rows."""
+    """The URL with any password replaced by *** (the farm's one redactor), for messages and
+    rows. Remembered: every request names its endpoint several times (its row, its log
+    lines, its metrics), and parsing the URL again each time was a twentieth of the
+    gateway loop's CPU in an eager sweep."""
     return redact_url(url)
 
 
