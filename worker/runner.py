@@ -65,10 +65,10 @@ EMBEDDED_CPU_THREADS = 1
 # waits for at most this many verifications.
 PAST_MODEL_BATCH = 32
 # How long an answer may wait for others before its batch starts anyway. Answers that
-# arrive slower than the pool drains them (one endpoint's) otherwise went past the model
-# two or three at a time, each batch paying the fixed cost again: 865 row writes for
-# 1,976 distinct jobs on one simulated endpoint, 183 at 20 ms, and 0.2-0.3 ms less CPU a
-# request (bench/README, 'CPU per job'); 50 and 100 ms saved no more, and the requests
+# arrive slower than the pool drains them (one endpoint's) would otherwise go past the
+# model two or three at a time, each batch paying the fixed cost again: 865 row writes for
+# 1,976 distinct jobs on one simulated endpoint, 183 at 20 ms, and about 0.2 ms less CPU
+# a request (bench/README, 'CPU per job'); 50 and 100 ms saved no more, and the requests
 # flowed a little slower. A row lands this much later at worst; no model slot waits for
 # it (the slot is freed as the answer arrives).
 PAST_MODEL_WAIT_S = 0.02

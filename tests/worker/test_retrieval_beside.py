@@ -58,6 +58,23 @@ def test_the_child_finds_what_this_process_finds(beside_index: SearchProcess, de
     assert any(found)
 
 
+def test_a_process_with_threads_starts_a_fresh_interpreter_that_finds_the_same(
+    default_index: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(beside.threading, "active_count", lambda: 3)  # a fork would be unsafe
+    local = EmbeddedRetriever(default_index)
+    expected = search(local, QUESTIONS[:20])
+    process = SearchProcess(local)
+    try:
+        assert process.start_method == "spawn"
+        assert process.started(timeout_s=120)
+        monkeypatch.setattr(local, "search_many", None)  # answered there, or this fails
+        assert search(process, QUESTIONS[:20]) == expected
+    finally:
+        process.close()
+    assert process._process.exitcode == 0
+
+
 def test_a_killed_child_leaves_the_searches_to_this_process(
     beside_index: SearchProcess, default_index: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
