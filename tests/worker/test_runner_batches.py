@@ -43,9 +43,8 @@ class HeldGateway:
         self.release()
 
 
-def test_answers_that_arrive_together_are_verified_and_written_together(eager_run, monkeypatch):
-    gateway = HeldGateway()
-    svc, store, jobs = eager_run(gateway, QUESTIONS, N)
+def counted_writes(svc, monkeypatch) -> list[int]:
+    """The size of each row write the store takes from now on."""
     writes: list[int] = []
     real_write = svc.store.write_rows
 
@@ -55,6 +54,13 @@ def test_answers_that_arrive_together_are_verified_and_written_together(eager_ru
         return real_write(rows, *args, **kwargs)
 
     monkeypatch.setattr(svc.store, "write_rows", counting)
+    return writes
+
+
+def test_answers_that_arrive_together_are_verified_and_written_together(eager_run, monkeypatch):
+    gateway = HeldGateway()
+    svc, store, jobs = eager_run(gateway, QUESTIONS, N)
+    writes = counted_writes(svc, monkeypatch)
     runner = InProcessRunner(svc, max_inflight=len(jobs), bundle_size=N)
     done = threading.Event()
 
@@ -119,15 +125,7 @@ def test_answers_that_trickle_in_still_go_past_the_model_in_batches(eager_run, m
     # for others each answer would be its own batch and its own row write.
     gateway = TricklingGateway(gap_s=0.002)
     svc, store, jobs = eager_run(gateway, QUESTIONS, N)
-    writes: list[int] = []
-    real_write = svc.store.write_rows
-
-    def counting(rows, *args, **kwargs):
-        if rows:
-            writes.append(len(rows))
-        return real_write(rows, *args, **kwargs)
-
-    monkeypatch.setattr(svc.store, "write_rows", counting)
+    writes = counted_writes(svc, monkeypatch)
     try:
         InProcessRunner(svc, max_inflight=len(jobs), bundle_size=N).run(jobs)
     finally:
